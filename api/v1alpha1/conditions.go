@@ -1,0 +1,27 @@
+package v1alpha1
+
+// Condition types and reasons shared by the objects of this group.
+const (
+	// ConditionValid is True when a remote object passed validation and was
+	// programmed; False (with a reason below) when it was refused.
+	ConditionValid = "Valid"
+
+	// ReasonValid: every field was accepted.
+	ReasonValid = "Valid"
+	// ReasonInvalidCIDR: a CIDR is malformed or the default route.
+	ReasonInvalidCIDR = "InvalidCIDR"
+	// ReasonOverlappingCIDR: a CIDR overlaps this cluster's or another cluster's.
+	ReasonOverlappingCIDR = "OverlappingCIDR"
+	// ReasonInvalidKey: the public key is not a WireGuard key.
+	ReasonInvalidKey = "InvalidKey"
+	// ReasonInvalidAddress: an IP address or port is malformed.
+	ReasonInvalidAddress = "InvalidAddress"
+)
+
+// Labels put on objects this group owns.
+const (
+	// LabelClusterID names the cluster an object belongs to.
+	LabelClusterID = "causeway.dev/cluster-id"
+	// LabelGatewayNode marks nodes that may run a gateway.
+	LabelGatewayNode = "causeway.dev/gateway"
+)

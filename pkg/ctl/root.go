@@ -1,0 +1,22 @@
+// Package ctl is causewayctl, the user's command line: the local lab,
+// joining clusters, exporting services and showing the ClusterSet's state.
+package ctl
+
+import (
+	"github.com/spf13/cobra"
+)
+
+// NewCommand returns causewayctl's root command.
+func NewCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "causewayctl",
+		Short: "Causeway: Kubernetes Services reachable across clusters (Multi-Cluster Services API)",
+		Long: `causewayctl drives Causeway, a cross-cluster dataplane implementing the
+Kubernetes Multi-Cluster Services API: export a Service from one cluster and
+reach it from pods of every cluster of the ClusterSet through a clusterset VIP
+or <svc>.<ns>.svc.clusterset.local.`,
+		SilenceUsage: true,
+	}
+	root.AddCommand(newVersionCommand())
+	return root
+}

@@ -1,0 +1,47 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+)
+
+// WaitForAPIServer polls cfg's server until it answers, reporting the
+// readiness check named check meanwhile.
+func (r *Runtime) WaitForAPIServer(ctx context.Context, check string, cfg *rest.Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("%s client: %w", check, err)
+	}
+	return wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+		v, err := dc.ServerVersion()
+		if err != nil {
+			r.SetReady(check, fmt.Errorf("%s unreachable: %w", check, err))
+			return false, nil
+		}
+		r.SetReady(check, nil)
+		r.Log.Info("connected", "to", check, "version", v.GitVersion)
+		return true, nil
+	})
+}
+
+// IdleUntilStopped is the work of a daemon whose engine has not landed
+// yet: it marks startup done, waits for the local API server and then for
+// the shutdown signal.
+func (r *Runtime) IdleUntilStopped(ctx context.Context, opts *Options) error {
+	cfg, err := opts.RESTConfig()
+	if err != nil {
+		return err
+	}
+	r.SetReady("startup", nil)
+	if err := r.WaitForAPIServer(ctx, "local cluster", cfg); err != nil {
+		return err
+	}
+	r.Log.Warn("engine not implemented yet: serving health and metrics only")
+	<-ctx.Done()
+	return ctx.Err()
+}

@@ -1,0 +1,59 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Command builds the cobra command of a daemon: opts' flags are registered
+// on it (the caller may add more) and running it calls Run.
+func Command(component, short, long string, opts *Options, work func(ctx context.Context, rt *Runtime) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:           component,
+		Short:         short,
+		Long:          long,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		RunE: func(*cobra.Command, []string) error {
+			return Run(component, opts, work)
+		},
+	}
+	opts.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// RESTConfig is the local cluster's client configuration: --kubeconfig, or
+// the in-cluster configuration when that flag is empty.
+func (o *Options) RESTConfig() (*rest.Config, error) {
+	return restConfig(o.Kubeconfig, "local cluster")
+}
+
+// BrokerRESTConfig is this cluster's identity in the broker.
+func (o *Options) BrokerRESTConfig() (*rest.Config, error) {
+	if o.BrokerKubeconfig == "" {
+		return nil, fmt.Errorf("--broker-kubeconfig is required")
+	}
+	return restConfig(o.BrokerKubeconfig, "broker")
+}
+
+func restConfig(path, what string) (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if path == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load %s kubeconfig %q: %w", what, path, err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return cfg, nil
+}

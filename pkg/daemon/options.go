@@ -1,0 +1,149 @@
+// Package daemon is the runtime every Causeway daemon shares: the common
+// flags, structured logging, one HTTP listener serving /metrics, /healthz
+// and /readyz, and a context that ends on SIGTERM or SIGINT so the daemon
+// can shut down cleanly.
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Options are the flags every daemon takes.
+type Options struct {
+	// Kubeconfig is the local cluster's kubeconfig; empty means in-cluster.
+	Kubeconfig string
+	// BrokerKubeconfig is this cluster's identity in the broker.
+	BrokerKubeconfig string
+	// ClusterID is this cluster's name in the ClusterSet (a DNS label).
+	ClusterID string
+	// NodeName is the node the daemon runs on.
+	NodeName string
+	// Namespace holds Causeway's own objects in the local cluster.
+	Namespace string
+	// PodCIDRs and ServiceCIDRs are the local cluster's networks.
+	PodCIDRs     []string
+	ServiceCIDRs []string
+	// LogLevel is debug, info, warn or error; LogFormat text or json.
+	LogLevel  string
+	LogFormat string
+	// MetricsAddr is where /metrics, /healthz and /readyz are served;
+	// empty or "0" turns the listener off.
+	MetricsAddr string
+}
+
+// DefaultOptions returns the defaults for a daemon whose metrics listen on
+// metricsPort.
+func DefaultOptions(metricsPort int) Options {
+	host, _ := os.Hostname()
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		host = n
+	}
+	return Options{
+		NodeName:    host,
+		Namespace:   "causeway-system",
+		LogLevel:    "info",
+		LogFormat:   "text",
+		MetricsAddr: fmt.Sprintf(":%d", metricsPort),
+	}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the local cluster (empty: in-cluster config)")
+	fs.StringVar(&o.BrokerKubeconfig, "broker-kubeconfig", o.BrokerKubeconfig, "kubeconfig of this cluster's identity in the broker API server")
+	fs.StringVar(&o.ClusterID, "cluster-id", o.ClusterID, "this cluster's ID in the ClusterSet, a DNS label (required)")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of the node this daemon runs on (default: $NODE_NAME or the hostname)")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of Causeway's objects in the local cluster")
+	fs.StringSliceVar(&o.PodCIDRs, "pod-cidrs", o.PodCIDRs, "the local cluster's pod CIDRs, comma separated")
+	fs.StringSliceVar(&o.ServiceCIDRs, "service-cidrs", o.ServiceCIDRs, "the local cluster's service CIDRs, comma separated")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn or error")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: text or json")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, `address serving /metrics, /healthz and /readyz ("0" to disable)`)
+}
+
+// Validate reports every malformed option at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.ClusterID == "" {
+		errs = append(errs, errors.New("--cluster-id is required"))
+	} else if msgs := validation.IsDNS1123Label(o.ClusterID); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--cluster-id %q: %s", o.ClusterID, strings.Join(msgs, "; ")))
+	}
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("--node-name is required (or set NODE_NAME)"))
+	}
+	if _, err := ParsePrefixes(o.PodCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("--pod-cidrs: %w", err))
+	}
+	if _, err := ParsePrefixes(o.ServiceCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("--service-cidrs: %w", err))
+	}
+	if _, err := parseLevel(o.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if o.LogFormat != "text" && o.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format %q: must be text or json", o.LogFormat))
+	}
+	if o.MetricsAddr != "" && o.MetricsAddr != "0" {
+		if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-addr %q: %w", o.MetricsAddr, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParsePrefixes parses CIDRs and refuses host bits, the default route and
+// duplicates.
+func ParsePrefixes(cidrs []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(cidrs))
+	seen := map[netip.Prefix]bool{}
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR: %w", c, err)
+		}
+		if p != p.Masked() {
+			return nil, fmt.Errorf("%q has host bits set (did you mean %s?)", c, p.Masked())
+		}
+		if p.Bits() == 0 {
+			return nil, fmt.Errorf("%q is the default route", c)
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("%q is listed twice", c)
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: must be debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// NewLogger builds the daemon's structured logger, tagged with component.
+func (o *Options) NewLogger(component string) *slog.Logger {
+	level, err := parseLevel(o.LogLevel)
+	if err != nil {
+		level = slog.LevelInfo
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, hopts)
+	if o.LogFormat == "json" {
+		h = slog.NewJSONHandler(os.Stderr, hopts)
+	}
+	return slog.New(h).With("component", component, "cluster", o.ClusterID, "node", o.NodeName)
+}

@@ -1,0 +1,157 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Runtime is what a running daemon gets from this package.
+type Runtime struct {
+	// Log is the daemon's structured logger.
+	Log *slog.Logger
+	// Metrics is the registry served on /metrics.
+	Metrics *prometheus.Registry
+	// Addr is the address /metrics, /healthz and /readyz listen on, once
+	// bound; empty when the listener is off.
+	Addr string
+
+	mu       sync.Mutex
+	notReady map[string]string // check name -> reason
+}
+
+// SetReady records the state of one readiness check; /readyz answers 200
+// only when every check that was ever set is ready.
+func (r *Runtime) SetReady(check string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		delete(r.notReady, check)
+		return
+	}
+	r.notReady[check] = err.Error()
+}
+
+func (r *Runtime) readiness() (bool, map[string]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]string, len(r.notReady))
+	for k, v := range r.notReady {
+		out[k] = v
+	}
+	return len(out) == 0, out
+}
+
+// ShutdownTimeout bounds how long a daemon may take to stop after SIGTERM.
+const ShutdownTimeout = 10 * time.Second
+
+// Run validates opts, sets up logging and the HTTP listener, and calls
+// work with a context that ends on SIGTERM or SIGINT. Run returns work's
+// error; a context.Canceled caused by the signal counts as a clean stop.
+// The readiness check "startup" is not ready until work clears it.
+func Run(component string, opts *Options, work func(ctx context.Context, rt *Runtime) error) error {
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("invalid flags:\n%w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return RunContext(ctx, component, opts, work)
+}
+
+// RunContext is Run with a caller-owned context instead of signals.
+func RunContext(ctx context.Context, component string, opts *Options, work func(ctx context.Context, rt *Runtime) error) error {
+	log := opts.NewLogger(component)
+	// client-go and controller-runtime log through klog and logr: send
+	// both to the same structured handler.
+	klog.SetSlogLogger(log)
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rt := &Runtime{Log: log, Metrics: reg, notReady: map[string]string{"startup": "not started"}}
+
+	var srv *http.Server
+	srvErr := make(chan error, 1)
+	if opts.MetricsAddr != "" && opts.MetricsAddr != "0" {
+		ln, err := net.Listen("tcp", opts.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("listen for metrics on %s: %w", opts.MetricsAddr, err)
+		}
+		rt.Addr = ln.Addr().String()
+		srv = &http.Server{Handler: rt.mux(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { srvErr <- srv.Serve(ln) }()
+		log.Info("serving metrics and health", "addr", rt.Addr)
+	}
+
+	log.Info("starting", "pid", os.Getpid())
+	workErr := make(chan error, 1)
+	workCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { workErr <- work(workCtx, rt) }()
+
+	var err error
+	select {
+	case err = <-workErr:
+	case err = <-srvErr:
+		err = fmt.Errorf("metrics server: %w", err)
+		cancel()
+		<-workErr
+	case <-ctx.Done():
+		log.Info("shutting down", "cause", context.Cause(ctx))
+		cancel()
+		select {
+		case err = <-workErr:
+		case <-time.After(ShutdownTimeout):
+			err = fmt.Errorf("did not stop within %s", ShutdownTimeout)
+		}
+	}
+	if srv != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
+	}
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		err = nil
+	}
+	if err != nil {
+		log.Error("stopped with error", "err", err)
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func (r *Runtime) mux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, failing := r.readiness()
+		if ok {
+			fmt.Fprintln(w, "ok")
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		for check, reason := range failing {
+			fmt.Fprintf(w, "%s: %s\n", check, reason)
+		}
+	})
+	return mux
+}
