@@ -65,6 +65,7 @@ type GatewayStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=clusterID
+	// +kubebuilder:validation:MaxItems=256
 	Connections []Connection `json:"connections,omitempty"`
 	// Conditions: Ready.
 	// +optional

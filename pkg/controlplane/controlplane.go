@@ -1,0 +1,378 @@
+// Package controlplane runs real Kubernetes control planes as local
+// processes: etcd, kube-apiserver and, when asked, kube-controller-manager
+// and kube-scheduler, each control plane with its own PKI, ports and data
+// directory. Tests use it through internal/kubetest; the lab uses it for
+// every cluster and the broker.
+//
+// The binaries come from hack/k8s-binaries.sh, which builds them from the
+// Go module proxy into a cache directory (DefaultBinDir).
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// Versions the cache directory is keyed by; hack/k8s-binaries.sh builds
+// the same ones.
+const (
+	KubernetesVersion = "v1.37.2"
+	EtcdVersion       = "v3.7.3"
+)
+
+// DefaultBinDir is $CAUSEWAY_K8S_BIN, or the cache directory
+// hack/k8s-binaries.sh fills by default.
+func DefaultBinDir() string {
+	if d := os.Getenv("CAUSEWAY_K8S_BIN"); d != "" {
+		return d
+	}
+	root := os.Getenv("CAUSEWAY_CACHE")
+	if root == "" {
+		root = "/var/cache/causeway"
+	}
+	return filepath.Join(root, "k8s-"+KubernetesVersion+"-etcd-"+EtcdVersion)
+}
+
+// Component is an optional control-plane process.
+type Component string
+
+// The optional components.
+const (
+	ControllerManager Component = "kube-controller-manager"
+	Scheduler         Component = "kube-scheduler"
+)
+
+// Config describes one control plane.
+type Config struct {
+	// Name names the control plane in logs and certificates ("c1", "broker").
+	Name string
+	// Dir holds its PKI, etcd data, kubeconfigs and logs; it survives
+	// Stop so a later Start reuses certificates and data.
+	Dir string
+	// BinDir holds the binaries (DefaultBinDir when empty).
+	BinDir string
+	// ServiceCIDR is --service-cluster-ip-range (default 10.96.0.0/16).
+	ServiceCIDR string
+	// ClusterCIDR is the pod CIDR given to kube-controller-manager.
+	ClusterCIDR string
+	// Components to run beside etcd and kube-apiserver.
+	Components []Component
+	// Detach starts processes in their own session, so they outlive the
+	// caller (the lab); otherwise they die with the caller (tests).
+	Detach bool
+	// Log receives progress; discarded when nil.
+	Log *slog.Logger
+}
+
+// ControlPlane is a started control plane.
+type ControlPlane struct {
+	cfg   Config
+	pki   *PKI
+	procs []*Process
+
+	// URL is the API server's https URL on 127.0.0.1.
+	URL string
+	// AdminKubeconfig is the path of a kubeconfig for system:masters.
+	AdminKubeconfig string
+}
+
+// Start brings a control plane up and waits until the API server is ready
+// (bounded by ctx). On failure everything it started is stopped again.
+func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
+	if cfg.Name == "" || cfg.Dir == "" {
+		return nil, errors.New("controlplane: Name and Dir are required")
+	}
+	if cfg.BinDir == "" {
+		cfg.BinDir = DefaultBinDir()
+	}
+	if cfg.ServiceCIDR == "" {
+		cfg.ServiceCIDR = "10.96.0.0/16"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	for _, bin := range append([]string{"etcd", "kube-apiserver"}, componentNames(cfg.Components)...) {
+		if _, err := os.Stat(filepath.Join(cfg.BinDir, bin)); err != nil {
+			return nil, fmt.Errorf("controlplane: %s not found in %s (run hack/k8s-binaries.sh): %w", bin, cfg.BinDir, err)
+		}
+	}
+	for _, d := range []string{"pki", "logs", "etcd"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("controlplane %s: %w", cfg.Name, err)
+		}
+	}
+	ports, err := loadOrPickPorts(filepath.Join(cfg.Dir, "ports"), 3)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane %s: ports: %w", cfg.Name, err)
+	}
+	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
+
+	cp := &ControlPlane{cfg: cfg, URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort)}
+	if cp.pki, err = NewPKI(filepath.Join(cfg.Dir, "pki"), cfg.Name); err != nil {
+		return nil, err
+	}
+	if cp.AdminKubeconfig, err = cp.pki.Kubeconfig(cp.URL, "admin", "admin", []string{"system:masters"}); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+
+	if err := cp.startEtcd(etcdClient, etcdPeer); err != nil {
+		return nil, err
+	}
+	apiserver, err := cp.startAPIServer(etcdClient, apiPort)
+	if err != nil {
+		return nil, err
+	}
+	if err := cp.waitReady(ctx, apiserver); err != nil {
+		return nil, err
+	}
+	for _, c := range cfg.Components {
+		if err := cp.startComponent(c); err != nil {
+			return nil, err
+		}
+	}
+	cfg.Log.Info("control plane ready", "name", cfg.Name, "url", cp.URL)
+	return cp, nil
+}
+
+// Adopt returns a handle on a control plane a previous Start left running
+// detached in cfg.Dir (the lab's later commands use it), without starting
+// anything.
+func Adopt(cfg Config) (*ControlPlane, error) {
+	ports, err := readPorts(filepath.Join(cfg.Dir, "ports"))
+	if err != nil || len(ports) < 3 {
+		return nil, fmt.Errorf("controlplane %s: not started in %s", cfg.Name, cfg.Dir)
+	}
+	pki, err := NewPKI(filepath.Join(cfg.Dir, "pki"), cfg.Name)
+	if err != nil {
+		return nil, err
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d", ports[2])
+	admin, err := pki.Kubeconfig(url, "admin", "admin", []string{"system:masters"})
+	if err != nil {
+		return nil, err
+	}
+	return &ControlPlane{cfg: cfg, pki: pki, URL: url, AdminKubeconfig: admin}, nil
+}
+
+// RESTConfig is an admin client configuration.
+func (cp *ControlPlane) RESTConfig() (*rest.Config, error) {
+	return cp.UserConfig("admin", []string{"system:masters"})
+}
+
+// UserConfig is a client configuration for a certificate identity with
+// the given user name and groups (RBAC applies unless system:masters).
+func (cp *ControlPlane) UserConfig(user string, groups []string) (*rest.Config, error) {
+	path, err := cp.UserKubeconfig(user, groups)
+	if err != nil {
+		return nil, err
+	}
+	return restConfigFromFile(path)
+}
+
+// UserKubeconfig writes (once) and returns the path of a kubeconfig for a
+// certificate identity.
+func (cp *ControlPlane) UserKubeconfig(user string, groups []string) (string, error) {
+	return cp.pki.Kubeconfig(cp.URL, "user-"+user, user, groups)
+}
+
+// TokenKubeconfig writes a kubeconfig at path that reaches server (which
+// may differ from URL, e.g. through a forwarder) with a bearer token.
+func (cp *ControlPlane) TokenKubeconfig(path, server, token string) error {
+	return cp.pki.tokenKubeconfig(path, server, token)
+}
+
+// CACertFile is the cluster CA's certificate path.
+func (cp *ControlPlane) CACertFile() string { return cp.pki.CA.CertFile }
+
+// Dir is the control plane's state directory.
+func (cp *ControlPlane) Dir() string { return cp.cfg.Dir }
+
+// Stop stops every process this handle started, newest first.
+func (cp *ControlPlane) Stop() {
+	for i := len(cp.procs) - 1; i >= 0; i-- {
+		cp.procs[i].Stop(5 * time.Second)
+	}
+	cp.procs = nil
+}
+
+func (cp *ControlPlane) startEtcd(clientPort, peerPort int) error {
+	client := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	_, err := cp.start("etcd",
+		"--name=default",
+		"--data-dir="+filepath.Join(cp.cfg.Dir, "etcd"),
+		"--listen-client-urls="+client,
+		"--advertise-client-urls="+client,
+		"--listen-peer-urls="+peer,
+		"--initial-advertise-peer-urls="+peer,
+		"--initial-cluster=default="+peer,
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	)
+	return err
+}
+
+func (cp *ControlPlane) startAPIServer(etcdPort, apiPort int) (*Process, error) {
+	p := cp.pki
+	return cp.start("kube-apiserver",
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--endpoint-reconciler-type=none",
+		fmt.Sprintf("--secure-port=%d", apiPort),
+		"--cert-dir="+filepath.Join(cp.cfg.Dir, "pki"),
+		"--tls-cert-file="+p.ServingCert,
+		"--tls-private-key-file="+p.ServingKey,
+		"--client-ca-file="+p.CA.CertFile,
+		"--service-account-key-file="+p.SAPublic,
+		"--service-account-signing-key-file="+p.SAPrivate,
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-cluster-ip-range="+cp.cfg.ServiceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		"--profiling=false",
+	)
+}
+
+func (cp *ControlPlane) startComponent(c Component) error {
+	kubeconfig, err := cp.UserKubeconfig(string(c), []string{"system:masters"})
+	if err != nil {
+		return err
+	}
+	args := []string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0"}
+	if c == ControllerManager {
+		args = append(args,
+			"--service-account-private-key-file="+cp.pki.SAPrivate,
+			"--root-ca-file="+cp.pki.CA.CertFile,
+			"--service-cluster-ip-range="+cp.cfg.ServiceCIDR,
+			"--use-service-account-credentials=false",
+			// Nodes of the lab run no real kubelet: keep pods on a node
+			// whose heartbeat stops briefly.
+			"--node-monitor-grace-period=40s",
+		)
+		if cp.cfg.ClusterCIDR != "" {
+			args = append(args, "--cluster-cidr="+cp.cfg.ClusterCIDR)
+		}
+	}
+	_, err = cp.start(string(c), args...)
+	return err
+}
+
+func (cp *ControlPlane) start(bin string, args ...string) (*Process, error) {
+	p, err := StartProcess(ProcessConfig{
+		Name:    cp.cfg.Name + "/" + bin,
+		Path:    filepath.Join(cp.cfg.BinDir, bin),
+		Args:    args,
+		LogFile: filepath.Join(cp.cfg.Dir, "logs", bin+".log"),
+		PIDFile: filepath.Join(cp.cfg.Dir, bin+".pid"),
+		Detach:  cp.cfg.Detach,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("controlplane %s: %w", cp.cfg.Name, err)
+	}
+	cp.procs = append(cp.procs, p)
+	return p, nil
+}
+
+func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *Process) error {
+	cfg, err := cp.RESTConfig()
+	if err != nil {
+		return err
+	}
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var last string
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.URL+"/readyz", nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if apiserver.Exited() {
+			return fmt.Errorf("controlplane %s: kube-apiserver exited: %s", cp.cfg.Name, apiserver.LogTail(2048))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("controlplane %s: kube-apiserver not ready (%s): %w\n%s", cp.cfg.Name, last, ctx.Err(), apiserver.LogTail(2048))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func componentNames(cs []Component) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = string(c)
+	}
+	return out
+}
+
+// loadOrPickPorts reuses the ports recorded in file, or picks n free
+// loopback ports and records them.
+func loadOrPickPorts(file string, n int) ([]int, error) {
+	if ports, err := readPorts(file); err == nil && len(ports) == n {
+		return ports, nil
+	}
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	var b []byte
+	for _, p := range ports {
+		b = strconv.AppendInt(b, int64(p), 10)
+		b = append(b, '\n')
+	}
+	return ports, os.WriteFile(file, b, 0o600)
+}
+
+func readPorts(file string) ([]int, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var ports []int
+	for _, f := range strings.Fields(string(b)) {
+		p, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		ports = append(ports, p)
+	}
+	return ports, nil
+}

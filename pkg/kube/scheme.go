@@ -1,0 +1,32 @@
+// Package kube is the Kubernetes client plumbing Causeway's components
+// share: a scheme with every API type Causeway reads or writes, and the
+// installation of Causeway's and the MCS API's CRDs.
+package kube
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+)
+
+// NewScheme returns a scheme with the built-in types, CRDs, Causeway's
+// types and both served versions of the MCS API.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme,
+		apiextensionsv1.AddToScheme,
+		v1alpha1.AddToScheme,
+		mcsv1alpha1.AddToScheme,
+		mcsv1beta1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			panic(err) // static registration; cannot fail at run time
+		}
+	}
+	return s
+}
