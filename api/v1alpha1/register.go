@@ -1,19 +1,21 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 // GroupVersion is the group and version of every type in this package.
 var GroupVersion = schema.GroupVersion{Group: "causeway.dev", Version: "v1alpha1"}
 
-var schemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
-
 // AddToScheme adds this package's types to a scheme.
-func AddToScheme(s *runtime.Scheme) error { return schemeBuilder.AddToScheme(s) }
-
-func init() {
-	schemeBuilder.Register(&Cluster{}, &ClusterList{}, &Endpoint{}, &EndpointList{}, &Gateway{}, &GatewayList{})
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&Cluster{}, &ClusterList{},
+		&Endpoint{}, &EndpointList{},
+		&Gateway{}, &GatewayList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
 }

@@ -21,8 +21,8 @@ func NewScheme() *runtime.Scheme {
 		clientgoscheme.AddToScheme,
 		apiextensionsv1.AddToScheme,
 		v1alpha1.AddToScheme,
-		mcsv1alpha1.AddToScheme,
-		mcsv1beta1.AddToScheme,
+		mcsv1alpha1.Install,
+		mcsv1beta1.Install,
 	} {
 		if err := add(s); err != nil {
 			panic(err) // static registration; cannot fail at run time
