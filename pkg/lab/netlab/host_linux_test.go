@@ -63,15 +63,18 @@ func requireRoot(tb testing.TB) {
 
 // newTestHost returns a Host with a fresh prefix whose lab is torn down,
 // and checked to leave nothing behind, when the test ends.
-func newTestHost(tb testing.TB) *Host {
+func newTestHost(tb testing.TB, opts ...func(*Config)) *Host {
 	tb.Helper()
 	requireRoot(tb)
 	var b [3]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		tb.Fatal(err)
 	}
-	prefix := "cwt" + hex.EncodeToString(b[:]) + "-"
-	h, err := NewHost(Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := Config{Prefix: "cwt" + hex.EncodeToString(b[:]) + "-", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	h, err := NewHost(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
