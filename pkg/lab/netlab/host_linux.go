@@ -138,7 +138,7 @@ func (h *Host) Apply(t Topology) error {
 		if err := h.ensureSwitch(h.names.Switch(c.Name)); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
-		if err := os.MkdirAll(h.cgroups.Cluster(c.Name), 0o755); err != nil {
+		if err := mkdirCgroup(h.cgroups.Cluster(c.Name)); err != nil {
 			return fmt.Errorf("cluster %s: cgroup: %w", c.Name, err)
 		}
 		for _, n := range c.Nodes {
@@ -200,7 +200,7 @@ func (h *Host) prune(t Topology) error {
 		if keep[name] {
 			continue
 		}
-		if i := strings.LastIndex(name, "."); i > 0 && h.isPodOfKeptNode(name, nodeNS) {
+		if h.isPodOfKeptNode(name, nodeNS) {
 			continue
 		}
 		if err := h.killNetnsProcesses(name); err != nil {
@@ -326,8 +326,8 @@ func (h *Host) ensureNode(c Cluster, n Node) error {
 		return fmt.Errorf("routes: %w", err)
 	}
 	for _, dir := range []string{h.cgroups.Node(c.Name, n.Name), h.cgroups.NodeSystem(c.Name, n.Name)} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("cgroup: %w", err)
+		if err := mkdirCgroup(dir); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -548,8 +548,8 @@ func (h *Host) EnsurePod(p Pod) error {
 	if err := h.EnsureNetns(podName); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(h.cgroups.PodOf(p), 0o755); err != nil {
-		return fmt.Errorf("pod %s/%s: cgroup: %w", p.Namespace, p.Name, err)
+	if err := mkdirCgroup(h.cgroups.PodOf(p)); err != nil {
+		return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	hostVeth := HostVeth(p.Namespace, p.Name)
 	err := h.withHandle(nodeName, func(nodeH *netlink.Handle, _ netns.NsHandle) error {

@@ -54,8 +54,8 @@ func (h *Host) Start(p Process) (*exec.Cmd, error) {
 		cmd.Stdout, cmd.Stderr = f, f
 	}
 	if p.Cgroup != "" {
-		if err := os.MkdirAll(p.Cgroup, 0o755); err != nil {
-			return nil, fmt.Errorf("start %s: cgroup: %w", p.Path, err)
+		if err := mkdirCgroup(p.Cgroup); err != nil {
+			return nil, fmt.Errorf("start %s: %w", p.Path, err)
 		}
 		fd, err := unix.Open(p.Cgroup, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {

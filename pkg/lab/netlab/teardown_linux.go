@@ -370,3 +370,19 @@ func compactInts(s []int) []int {
 	}
 	return out
 }
+
+// mkdirCgroup creates a cgroup directory and its parents. Another lab's
+// Teardown may remove the shared causeway-lab directory between the
+// creation of a parent and of its child; creation is retried then.
+func mkdirCgroup(dir string) error {
+	var err error
+	for i := 0; i < 5; i++ {
+		if err = os.MkdirAll(dir, 0o755); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create cgroup %s: %w", dir, err)
+	}
+	return nil
+}
