@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -666,4 +667,58 @@ func (h *Host) DeletePod(p Pod) error {
 // PodNetns lists the pod namespaces of a node.
 func (h *Host) PodNetns(cluster, node string) ([]string, error) {
 	return h.ListNetns(h.names.Node(cluster, node) + ".")
+}
+
+// SyncPods makes the pods of one node exactly pods: each is ensured (see
+// EnsurePod) and every other pod namespace and pod cgroup of the node is
+// removed with its processes. Errors of single pods do not stop the
+// others; they are returned joined.
+func (h *Host) SyncPods(cluster, node string, pods []Pod) error {
+	var errs []error
+	keepNS := map[string]bool{}
+	keepCG := map[string]bool{}
+	for _, p := range pods {
+		if p.Cluster != cluster || p.Node != node {
+			errs = append(errs, fmt.Errorf("pod %s/%s belongs to %s/%s, not %s/%s", p.Namespace, p.Name, p.Cluster, p.Node, cluster, node))
+			continue
+		}
+		keepNS[h.names.PodOf(p)] = true
+		keepCG[h.cgroups.PodOf(p)] = true
+		if err := h.EnsurePod(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	nodeNS := h.names.Node(cluster, node)
+	have, err := h.PodNetns(cluster, node)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, name := range have {
+		if keepNS[name] {
+			continue
+		}
+		rest := strings.TrimPrefix(name, nodeNS+".")
+		namespace, podName, ok := strings.Cut(rest, ".")
+		if ok && !strings.Contains(rest, "~") {
+			errs = append(errs, h.DeletePod(Pod{Cluster: cluster, Node: node, Namespace: namespace, Name: podName}))
+			continue
+		}
+		// A shortened name cannot be mapped back to the pod: remove
+		// the namespace (its veth goes with it) and let the cgroup
+		// sweep below take its cgroup.
+		if err := h.killNetnsProcesses(name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, h.DeleteNetns(name))
+	}
+	dirs, err := readDirNames(h.cgroups.Node(cluster, node), "pod-")
+	errs = append(errs, err)
+	for _, d := range dirs {
+		dir := filepath.Join(h.cgroups.Node(cluster, node), d)
+		if !keepCG[dir] {
+			errs = append(errs, killAndRemoveCgroup(dir))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,8 +23,13 @@ type Process struct {
 	Env    []string // nil inherits the caller's environment
 	Dir    string
 	// LogPath receives stdout and stderr (appended, created if missing);
-	// "" discards them.
+	// "" discards them unless Stdout/Stderr are set.
 	LogPath string
+	// Stdin, Stdout and Stderr, if set, are used instead (e.g. the
+	// terminal for `lab exec`); Stdout and Stderr take precedence over
+	// LogPath.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
 	// Setsid starts the program in a new session so that it outlives the
 	// caller's terminal and process group.
 	Setsid bool
@@ -52,6 +58,13 @@ func (h *Host) Start(p Process) (*exec.Cmd, error) {
 		}
 		defer f.Close() // the child has its own copy
 		cmd.Stdout, cmd.Stderr = f, f
+	}
+	cmd.Stdin = p.Stdin
+	if p.Stdout != nil {
+		cmd.Stdout = p.Stdout
+	}
+	if p.Stderr != nil {
+		cmd.Stderr = p.Stderr
 	}
 	if p.Cgroup != "" {
 		if err := mkdirCgroup(p.Cgroup); err != nil {

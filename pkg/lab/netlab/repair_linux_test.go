@@ -233,3 +233,76 @@ func TestTeardownFindsStrays(t *testing.T) {
 		t.Errorf("after teardown: %s %v", left, err)
 	}
 }
+
+// TestSyncPods replaces a node's pod set, including an orphan cgroup and
+// a pod with a name too long to map back.
+func TestSyncPods(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t)
+	names, cg := h.Names(), h.Cgroups()
+	c, err := NewCluster(ClusterSpec{Name: "c1", Index: 1, Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, h, Topology{Prefix: h.prefix, Clusters: []Cluster{c}})
+	pod := func(name string, last byte) Pod {
+		return Pod{Cluster: "c1", Node: "n0", Namespace: "default", Name: name, IP: netip.AddrFrom4([4]byte{10, 244, 0, last})}
+	}
+	long := pod(strings.Repeat("x", 240), 5)
+	a, b, d := pod("a", 2), pod("b", 3), pod("d", 4)
+	if err := h.SyncPods("c1", "n0", []Pod{a, b, long}); err != nil {
+		t.Fatal(err)
+	}
+	sleeper, err := h.Start(Process{Netns: names.PodOf(b), Cgroup: cg.PodOf(b), Path: "sleep", Args: []string{"1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sleeper.Wait() }()
+	orphan := filepath.Join(cg.Node("c1", "n0"), "pod-gone.away")
+	if err := os.Mkdir(orphan, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := h.SyncPods("c1", "n0", []Pod{a, d}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.PodNetns("c1", "n0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{names.PodOf(a), names.PodOf(d)}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("pod namespaces %v, want %v", got, want)
+	}
+	dirs, _ := readDirNames(cg.Node("c1", "n0"), "")
+	if !slices.Equal(dirs, []string{"pod-default.a", "pod-default.d", "system"}) {
+		t.Errorf("node cgroup children %v", dirs)
+	}
+	if err := <-done; err == nil {
+		t.Error("process of removed pod b still ran to completion")
+	}
+	err = h.withHandle(names.Node("c1", "n0"), func(nh *netlink.Handle, _ netns.NsHandle) error {
+		if _, err := nh.LinkByName(HostVeth("default", "b")); err == nil {
+			t.Error("veth of removed pod b still there")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// d is reachable from a.
+	l, err := h.Listen(names.PodOf(d), "tcp", "10.244.0.4:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveIdentity(t, l, "d")
+	if got, err := ask(h, names.PodOf(a), "10.244.0.4:80"); err != nil || !strings.HasPrefix(got, "d 10.244.0.2:") {
+		t.Errorf("a to d: %q %v", got, err)
+	}
+	// A pod of another node is refused.
+	if err := h.SyncPods("c1", "n0", []Pod{{Cluster: "c1", Node: "n9", Namespace: "x", Name: "y", IP: netip.MustParseAddr("10.244.9.2")}}); err == nil {
+		t.Error("SyncPods accepted a pod of another node")
+	}
+}
