@@ -270,6 +270,16 @@ func TestOneClusterPodToPodAcrossNodes(t *testing.T) {
 		t.Errorf("curl output %s", out)
 	}
 
+	// Unlike under `ip netns exec`, a started program sees the host's
+	// cgroup file system (route agents attach BPF through it).
+	probe, err := h.Start(Process{Netns: names.PodOf(client), Path: "test", Args: []string{"-d", cg.PodOf(client)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probe.Wait(); err != nil {
+		t.Errorf("%s not visible to a program started in the pod: %v", cg.PodOf(client), err)
+	}
+
 	// The node routes the service CIDR out of eth0 with its own source.
 	err = h.withHandle(names.Node("c1", "n1"), func(nh *netlink.Handle, _ netns.NsHandle) error {
 		rs, err := nh.RouteGet(net.ParseIP("10.96.0.1"))
