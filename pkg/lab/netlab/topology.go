@@ -354,3 +354,37 @@ func PodRoutes() []Route {
 		{Dst: netip.MustParsePrefix("0.0.0.0/0"), Via: PodGateway, Dev: PodLink},
 	}
 }
+
+// Third-cluster CIDRs of the default lab: different from the pair c1 and
+// c2 share.
+var (
+	AltPodCIDR     = netip.MustParsePrefix("10.245.0.0/16")
+	AltServiceCIDR = netip.MustParsePrefix("10.97.0.0/16")
+)
+
+// DefaultTopology is the lab `causewayctl lab up` builds by default:
+// clusters c1 and c2 with identical pod and service CIDRs (DefaultPodCIDR,
+// DefaultServiceCIDR), c3 with AltPodCIDR and AltServiceCIDR, each with
+// nodes nodes of which the first is a gateway on DefaultWAN.
+func DefaultTopology(prefix string, nodes int) (Topology, error) {
+	if nodes < 1 {
+		return Topology{}, fmt.Errorf("need at least one node per cluster, got %d", nodes)
+	}
+	t := Topology{Prefix: prefix, WAN: DefaultWAN}
+	for i, s := range []ClusterSpec{
+		{Name: "c1", PodCIDR: DefaultPodCIDR, ServiceCIDR: DefaultServiceCIDR},
+		{Name: "c2", PodCIDR: DefaultPodCIDR, ServiceCIDR: DefaultServiceCIDR},
+		{Name: "c3", PodCIDR: AltPodCIDR, ServiceCIDR: AltServiceCIDR},
+	} {
+		s.Index, s.Nodes, s.Gateways = i+1, nodes, 1
+		c, err := NewCluster(s)
+		if err != nil {
+			return Topology{}, err
+		}
+		t.Clusters = append(t.Clusters, c)
+	}
+	if err := t.Validate(); err != nil {
+		return Topology{}, err
+	}
+	return t, nil
+}

@@ -222,3 +222,31 @@ func TestFindCgroup2Mount(t *testing.T) {
 		t.Errorf("v1 only: %q", got)
 	}
 }
+
+func TestDefaultTopology(t *testing.T) {
+	top, err := DefaultTopology(DefaultPrefix, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Clusters) != 3 {
+		t.Fatalf("%d clusters", len(top.Clusters))
+	}
+	c1, c2, c3 := top.Clusters[0], top.Clusters[1], top.Clusters[2]
+	if c1.PodCIDR != c2.PodCIDR || c1.ServiceCIDR != c2.ServiceCIDR {
+		t.Error("c1 and c2 must share pod and service CIDRs")
+	}
+	if c3.PodCIDR.Overlaps(c1.PodCIDR) || c3.ServiceCIDR.Overlaps(c1.ServiceCIDR) {
+		t.Error("c3 must not overlap c1")
+	}
+	if c1.NodeCIDR == c2.NodeCIDR || c2.NodeCIDR == c3.NodeCIDR {
+		t.Error("node networks must differ")
+	}
+	for _, c := range top.Clusters {
+		if !c.Nodes[0].Gateway() || c.Nodes[1].Gateway() {
+			t.Errorf("%s: want exactly the first node as gateway", c.Name)
+		}
+	}
+	if _, err := DefaultTopology(DefaultPrefix, 0); err == nil {
+		t.Error("zero nodes accepted")
+	}
+}
