@@ -92,3 +92,28 @@ func BenchmarkNodeWith20Pods(b *testing.B) {
 	b.ReportMetric(labUp.Seconds()/ipUp.Seconds(), "up-vs-ip")
 	b.ReportMetric(labDown.Seconds()/ipDown.Seconds(), "down-vs-ip")
 }
+
+// BenchmarkApplyDefaultTopology measures building and tearing down the
+// default three-cluster lab's plumbing (2 nodes per cluster, no pods).
+func BenchmarkApplyDefaultTopology(b *testing.B) {
+	var up, down time.Duration
+	for i := 0; i < b.N; i++ {
+		h := newTestHost(b)
+		top, err := DefaultTopology(h.prefix, 2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if err := h.Apply(top); err != nil {
+			b.Fatal(err)
+		}
+		up += time.Since(start)
+		start = time.Now()
+		if _, err := h.Teardown(); err != nil {
+			b.Fatal(err)
+		}
+		down += time.Since(start)
+	}
+	b.ReportMetric(up.Seconds()/float64(b.N), "s-up/op")
+	b.ReportMetric(down.Seconds()/float64(b.N), "s-down/op")
+}
