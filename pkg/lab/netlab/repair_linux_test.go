@@ -306,3 +306,36 @@ func TestSyncPods(t *testing.T) {
 		t.Error("SyncPods accepted a pod of another node")
 	}
 }
+
+// TestForwardFromNode lets a node namespace reach a server listening on
+// the root namespace's loopback (where the lab's control planes run).
+func TestForwardFromNode(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t)
+	c, err := NewCluster(ClusterSpec{Name: "c1", Index: 1, Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, h, Topology{Prefix: h.prefix, Clusters: []Cluster{c}})
+	node := h.Names().Node("c1", "n0")
+	srv := echoUpper(t)
+	ln, err := h.Listen(node, "tcp", "127.0.0.1:6443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runForward(t, ln, srv.Addr().String())
+	// The server's own address is not reachable from the node directly...
+	if c, err := h.Dial(node, "tcp", srv.Addr().String()); err == nil {
+		c.Close()
+		t.Fatalf("node reached root loopback %s without the forwarder", srv.Addr())
+	}
+	// ...but through the forwarder on the node's loopback.
+	conn, err := h.Dial(node, "tcp", "127.0.0.1:6443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := roundTrip(t, conn, "from node"); got != "FROM NODE" {
+		t.Errorf("got %q", got)
+	}
+}
