@@ -1,0 +1,17 @@
+// Package apps holds the lab's built-in "images": programs the lab kubelet
+// runs as a pod's container when the pod names one of their images.
+//
+//	causeway.dev/lab/whereami  HTTP on the container port answering GET /
+//	                           with the cluster, namespace, pod, pod IP and
+//	                           the client's address as the server sees it;
+//	                           UDP echo on the same port with the same
+//	                           identity.
+//	causeway.dev/lab/client    sleeps until killed; a place for `lab exec`.
+//
+// Each program runs as its own process (causewayctl's hidden
+// `lab app <name>` subcommand calls RunWhereami or RunClient). A Registry
+// maps an image reference to the command line that runs it; images it does
+// not know give an error wrapping ErrUnknownImage, which the kubelet turns
+// into a waiting reason. Registry.Register is the seam for images backed by
+// real binaries (e.g. CoreDNS).
+package apps

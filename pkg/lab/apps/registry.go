@@ -1,0 +1,121 @@
+package apps
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Built-in image names.
+const (
+	ImageWhereami = "causeway.dev/lab/whereami"
+	ImageClient   = "causeway.dev/lab/client"
+)
+
+// ErrUnknownImage is wrapped by Registry.Command for images that are no
+// lab program.
+var ErrUnknownImage = errors.New("not a built-in lab program")
+
+// Container is what the kubelet knows of the container to run.
+type Container struct {
+	Cluster   string
+	Node      string
+	Namespace string // pod namespace
+	Pod       string // pod name
+	PodIP     string
+	// Ports are the container's declared ports; the first is the one
+	// whereami serves.
+	Ports []int32
+	// Args are the container's args, passed on to external programs.
+	Args []string
+	Env  []string
+}
+
+// Command is how to start a container's process.
+type Command struct {
+	Path string
+	Args []string // without argv[0]
+	Env  []string // added to the kubelet's environment
+}
+
+// Launcher turns a container into a command.
+type Launcher func(Container) (Command, error)
+
+// Registry maps image names to launchers.
+type Registry struct {
+	launchers map[string]Launcher
+}
+
+// NewRegistry returns a registry with the built-in programs, run as
+// `<self> lab app <name> …`, where self is the path of the causewayctl
+// binary (os.Executable()).
+func NewRegistry(self string) *Registry {
+	r := &Registry{launchers: map[string]Launcher{}}
+	r.Register(ImageWhereami, func(c Container) (Command, error) {
+		port := int32(8080)
+		if len(c.Ports) > 0 {
+			port = c.Ports[0]
+		}
+		args := []string{"lab", "app", "whereami",
+			"--port", strconv.Itoa(int(port)),
+			"--cluster", c.Cluster,
+			"--namespace", c.Namespace,
+			"--pod", c.Pod,
+			"--node", c.Node,
+		}
+		if c.PodIP != "" {
+			args = append(args, "--pod-ip", c.PodIP)
+		}
+		return Command{Path: self, Args: args, Env: c.Env}, nil
+	})
+	r.Register(ImageClient, func(c Container) (Command, error) {
+		return Command{Path: self, Args: []string{"lab", "app", "client"}, Env: c.Env}, nil
+	})
+	return r
+}
+
+// Register adds or replaces the launcher of an image name (without tag or
+// digest), e.g. to map "registry.k8s.io/coredns/coredns" to a CoreDNS
+// binary built for the lab.
+func (r *Registry) Register(image string, l Launcher) {
+	r.launchers[ImageName(image)] = l
+}
+
+// Images lists the registered image names, sorted.
+func (r *Registry) Images() []string {
+	out := make([]string, 0, len(r.launchers))
+	for k := range r.launchers {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Command returns how to run container c of image.
+func (r *Registry) Command(image string, c Container) (Command, error) {
+	l, ok := r.launchers[ImageName(image)]
+	if !ok {
+		return Command{}, fmt.Errorf("image %s is %w; known: %s", image, ErrUnknownImage, strings.Join(r.Images(), ", "))
+	}
+	cmd, err := l(c)
+	if err != nil {
+		return Command{}, fmt.Errorf("image %s: %w", image, err)
+	}
+	return cmd, nil
+}
+
+// ImageName strips the tag and digest from an image reference:
+// "causeway.dev/lab/whereami:v1" → "causeway.dev/lab/whereami". A port in
+// the registry host ("host:5000/x") is kept.
+func ImageName(ref string) string {
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	}
+	slash := strings.LastIndex(ref, "/")
+	if i := strings.LastIndex(ref, ":"); i > slash {
+		ref = ref[:i]
+	}
+	return ref
+}
