@@ -183,3 +183,18 @@ func Eventually(timeout time.Duration, f func() error) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Run runs a command and returns its error (output included).
+func (tp *Topo) Run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// MustRun runs a command and returns its output, failing t on error.
+func (tp *Topo) MustRun(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	return Run(t, name, args...)
+}
