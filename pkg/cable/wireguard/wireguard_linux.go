@@ -294,20 +294,35 @@ func (d *Driver) apply(conns []cable.Connection) error {
 	if err != nil {
 		return fmt.Errorf("read device: %w", err)
 	}
-	have := map[wgtypes.Key]wgtypes.Peer{}
-	for _, p := range dev.Peers {
-		have[p.PublicKey] = p
+	if changes := peerChanges(dev.Peers, conns); len(changes) > 0 {
+		if err := d.wg.ConfigureDevice(d.local.Interface, wgtypes.Config{Peers: changes}); err != nil {
+			return fmt.Errorf("configure peers: %w", err)
+		}
+		d.log.Info("configured peers", "changes", len(changes), "peers", len(conns))
 	}
-	var cfg wgtypes.Config
 	var want []routes.Route
+	for _, c := range conns {
+		for _, p := range c.Subnets {
+			want = append(want, routes.Route{Dst: p})
+		}
+	}
+	return routes.Sync(d.h, d.link, d.local.RouteTable, want)
+}
+
+// peerChanges is the pure diff between the device's peers and the desired
+// connections: a full peer config for every new or changed peer, a
+// removal for every peer not desired, nothing for equal peers.
+func peerChanges(have []wgtypes.Peer, conns []cable.Connection) []wgtypes.PeerConfig {
+	byKey := map[wgtypes.Key]wgtypes.Peer{}
+	for _, p := range have {
+		byKey[p.PublicKey] = p
+	}
+	var out []wgtypes.PeerConfig
 	wanted := map[wgtypes.Key]bool{}
 	for _, c := range conns {
 		k := wgtypes.Key(c.PublicKey)
 		wanted[k] = true
-		for _, p := range c.Subnets {
-			want = append(want, routes.Route{Dst: p})
-		}
-		if p, ok := have[k]; ok && peerEqual(p, c) {
+		if p, ok := byKey[k]; ok && peerEqual(p, c) {
 			continue
 		}
 		pc := wgtypes.PeerConfig{
@@ -315,7 +330,7 @@ func (d *Driver) apply(conns []cable.Connection) error {
 			Endpoint:                    net.UDPAddrFromAddrPort(c.Endpoint),
 			ReplaceAllowedIPs:           true,
 			PersistentKeepaliveInterval: ptr(Keepalive),
-			PresharedKey:                &wgtypes.Key{},
+			PresharedKey:                &wgtypes.Key{}, // clears a previous PSK
 		}
 		if c.PresharedKey != nil {
 			psk := wgtypes.Key(*c.PresharedKey)
@@ -324,20 +339,14 @@ func (d *Driver) apply(conns []cable.Connection) error {
 		for _, p := range c.Subnets {
 			pc.AllowedIPs = append(pc.AllowedIPs, net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())})
 		}
-		cfg.Peers = append(cfg.Peers, pc)
+		out = append(out, pc)
 	}
-	for k := range have {
-		if !wanted[k] {
-			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: k, Remove: true})
+	for _, p := range have {
+		if !wanted[p.PublicKey] {
+			out = append(out, wgtypes.PeerConfig{PublicKey: p.PublicKey, Remove: true})
 		}
 	}
-	if len(cfg.Peers) > 0 {
-		if err := d.wg.ConfigureDevice(d.local.Interface, cfg); err != nil {
-			return fmt.Errorf("configure peers: %w", err)
-		}
-		d.log.Info("configured peers", "changes", len(cfg.Peers), "peers", len(conns))
-	}
-	return routes.Sync(d.h, d.link, d.local.RouteTable, want)
+	return out
 }
 
 func peerEqual(p wgtypes.Peer, c cable.Connection) bool {

@@ -145,6 +145,26 @@ func RunSuite(t *testing.T, port uint16, newDriver Factory) {
 		}
 	})
 
+	t.Run("update-subnets", func(t *testing.T) {
+		extra := netip.MustParsePrefix("10.20.0.0/24")
+		wide := ConnTo("b", port, b.PublicKey())
+		wide.Subnets = append(wide.Subnets, extra)
+		if err := a.Set(ctx, []cable.Connection{wide}); err != nil {
+			t.Fatal(err)
+		}
+		if r := OwnedRoutes(t, tp.GwA); !strings.Contains(r, extra.String()) || !strings.Contains(r, SubnetB.String()) {
+			t.Fatalf("routes after adding %s: %q", extra, r)
+		}
+		WaitTraffic(t, tp)
+		if err := a.Set(ctx, []cable.Connection{ConnTo("b", port, b.PublicKey())}); err != nil {
+			t.Fatal(err)
+		}
+		if r := OwnedRoutes(t, tp.GwA); strings.Contains(r, extra.String()) {
+			t.Fatalf("route %s left after shrinking: %q", extra, r)
+		}
+		WaitTraffic(t, tp)
+	})
+
 	t.Run("restart-keeps-established-connection", func(t *testing.T) {
 		c, err := Dial(tp.PodA, netip.AddrPortFrom(PodB, EchoPort), 5*time.Second)
 		if err != nil {
