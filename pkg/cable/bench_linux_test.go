@@ -63,7 +63,12 @@ func BenchmarkTunnelThroughput(b *testing.B) {
 
 // BenchmarkTunnelThroughputIperf3 is the same with iperf3 processes
 // (started with ip netns exec) as the TCP endpoints, one stream.
-func BenchmarkTunnelThroughputIperf3(b *testing.B) {
+func BenchmarkTunnelThroughputIperf3(b *testing.B) { benchIperf3(b, 1) }
+
+// BenchmarkTunnelThroughputIperf3x4 uses four parallel iperf3 streams.
+func BenchmarkTunnelThroughputIperf3x4(b *testing.B) { benchIperf3(b, 4) }
+
+func benchIperf3(b *testing.B, streams int) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		b.Skip("iperf3 not installed")
 	}
@@ -81,7 +86,7 @@ func BenchmarkTunnelThroughputIperf3(b *testing.B) {
 			b.Fatalf("warm-up: %v", err)
 		}
 		out, err := exec.Command("ip", "netns", "exec", tp.PodA, "iperf3", "-c", cabletest.PodB.String(), "-p", fmt.Sprint(benchPort),
-			"-t", fmt.Sprint(int(benchDuration.Seconds())), "-J").Output()
+			"-t", fmt.Sprint(int(benchDuration.Seconds())), "-P", fmt.Sprint(streams), "-J").Output()
 		if err != nil {
 			b.Fatalf("iperf3: %v\n%s", err, out)
 		}
@@ -91,11 +96,15 @@ func BenchmarkTunnelThroughputIperf3(b *testing.B) {
 					Bytes   int64   `json:"bytes"`
 					Seconds float64 `json:"seconds"`
 				} `json:"sum_received"`
+				SumSent struct {
+					Retransmits int64 `json:"retransmits"`
+				} `json:"sum_sent"`
 			} `json:"end"`
 		}
 		if err := json.Unmarshal(out, &res); err != nil || res.End.SumReceived.Seconds == 0 {
 			b.Fatalf("parse iperf3 output: %v\n%s", err, out)
 		}
+		b.Logf("iperf3: %d retransmits", res.End.SumSent.Retransmits)
 		return res.End.SumReceived.Bytes, time.Duration(res.End.SumReceived.Seconds * float64(time.Second))
 	})
 }

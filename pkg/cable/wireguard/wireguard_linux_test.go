@@ -59,6 +59,23 @@ func TestModeProbe(t *testing.T) {
 			t.Fatal("ModeKernel succeeded on a kernel without wireguard")
 		}
 		t.Logf("embedded offloads: %+v", d.Offloads())
+		if o := d.Offloads(); !o.TUNVnetHdr || o.TUNBatch <= 1 {
+			t.Errorf("TUN offloads off: %+v", o)
+		}
+		// UAPI sockets are machine-wide: the same name in another
+		// namespace is refused and does not disturb the first device.
+		dup := tp.Local("b", testPort, t.TempDir())
+		dup.Interface = tp.IfName("a")
+		if d2, err := NewWithMode(context.Background(), dup, ModeEmbedded); err == nil {
+			d2.Close()
+			t.Fatal("second embedded device with the same name accepted")
+		}
+		if cabletest.LinkExists(tp.GwB, dup.Interface) {
+			t.Fatal("refused device left its TUN behind")
+		}
+		if _, err := d.Connections(context.Background()); err != nil {
+			t.Fatalf("first device broken by the refused duplicate: %v", err)
+		}
 		if _, err := os.Stat(SocketPath(tp.IfName("a"))); err != nil {
 			t.Fatalf("embedded device serves no uapi socket: %v", err)
 		}
