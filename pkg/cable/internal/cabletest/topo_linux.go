@@ -56,8 +56,8 @@ func New(t testing.TB) *Topo {
 	b := make([]byte, 3)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
-	tp := &Topo{ID: id, GwA: "cwt-" + id + "-gwa", GwB: "cwt-" + id + "-gwb",
-		PodA: "cwt-" + id + "-poda", PodB: "cwt-" + id + "-podb"}
+	tp := &Topo{ID: id, GwA: "cab-" + id + "-gwa", GwB: "cab-" + id + "-gwb",
+		PodA: "cab-" + id + "-poda", PodB: "cab-" + id + "-podb"}
 	for _, ns := range []string{tp.GwA, tp.GwB, tp.PodA, tp.PodB} {
 		Run(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
@@ -97,7 +97,7 @@ func Run(t testing.TB, name string, args ...string) string {
 }
 
 // IfName returns a device name unique on the machine (≤ 15 bytes).
-func (tp *Topo) IfName(suffix string) string { return "cw" + tp.ID + suffix }
+func (tp *Topo) IfName(suffix string) string { return "cab" + tp.ID + suffix }
 
 // Listen opens a TCP listener on addr inside namespace ns.
 func Listen(t testing.TB, ns string, addr netip.AddrPort) net.Listener {
