@@ -1,0 +1,20 @@
+// Package drivers builds the registry of the cable drivers this build
+// supports. It exists apart from package cable so that cable does not
+// import its own drivers.
+package drivers
+
+import (
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/cable/vxlan"
+	"github.com/causeway-net/causeway/pkg/cable/wireguard"
+)
+
+// Registry returns the drivers by their API names ("wireguard", "vxlan").
+// IPsec is not implemented yet.
+func Registry() cable.Registry {
+	return cable.Registry{
+		string(v1alpha1.CableWireGuard): wireguard.New,
+		string(v1alpha1.CableVXLAN):     vxlan.New,
+	}
+}

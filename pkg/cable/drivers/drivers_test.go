@@ -1,0 +1,23 @@
+package drivers
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/cable"
+)
+
+func TestRegistry(t *testing.T) {
+	r := Registry()
+	for _, name := range []v1alpha1.CableDriver{v1alpha1.CableWireGuard, v1alpha1.CableVXLAN} {
+		if r[string(name)] == nil {
+			t.Errorf("driver %q missing", name)
+		}
+	}
+	_, err := r.New(context.Background(), string(v1alpha1.CableIPsec), cable.LocalEndpoint{})
+	if !errors.Is(err, cable.ErrUnknownDriver) {
+		t.Fatalf("ipsec: err %v, want ErrUnknownDriver", err)
+	}
+}

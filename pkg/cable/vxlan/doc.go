@@ -1,0 +1,5 @@
+// Package vxlan is the unencrypted cable driver: one kernel VXLAN device
+// per gateway with static unicast FDB and neighbour entries per remote
+// gateway, and routes for the remote subnets through it. No multicast,
+// no learning, no flooding.
+package vxlan

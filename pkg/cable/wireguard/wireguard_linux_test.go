@@ -1,0 +1,161 @@
+package wireguard
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/cable/internal/cabletest"
+)
+
+const testPort = 51820
+
+func factory(t testing.TB, tp *cabletest.Topo, side, stateDir string) cable.Driver {
+	t.Helper()
+	return newTest(t, tp, side, stateDir)
+}
+
+func newTest(t testing.TB, tp *cabletest.Topo, side, stateDir string) *Driver {
+	t.Helper()
+	d, err := NewWithMode(context.Background(), tp.Local(side, testPort, stateDir), ModeAuto)
+	if err != nil {
+		t.Fatalf("new wireguard %s: %v", side, err)
+	}
+	name := tp.IfName(side)
+	t.Cleanup(func() {
+		d.Close()
+		if _, err := os.Stat(SocketPath(name)); err == nil {
+			t.Errorf("uapi socket %s left after close", SocketPath(name))
+			os.Remove(SocketPath(name))
+		}
+	})
+	return d
+}
+
+func TestWireGuard(t *testing.T) {
+	cabletest.RunSuite(t, testPort, factory)
+}
+
+// This machine's kernel may lack WireGuard: the probe must then pick the
+// embedded device, and ModeKernel must fail rather than fall back.
+func TestModeProbe(t *testing.T) {
+	tp := cabletest.New(t)
+	d := newTest(t, tp, "a", t.TempDir())
+	kernel := tp.Run("ip", "-n", tp.GwB, "link", "add", "wgprobe", "type", "wireguard") == nil
+	switch {
+	case kernel && d.Mode() != ModeKernel:
+		t.Fatalf("kernel supports wireguard but mode is %v", d.Mode())
+	case !kernel && d.Mode() != ModeEmbedded:
+		t.Fatalf("kernel lacks wireguard but mode is %v", d.Mode())
+	}
+	if !kernel {
+		_, err := NewWithMode(context.Background(), tp.Local("b", testPort, t.TempDir()), ModeKernel)
+		if err == nil {
+			t.Fatal("ModeKernel succeeded on a kernel without wireguard")
+		}
+		t.Logf("embedded offloads: %+v", d.Offloads())
+		if o := d.Offloads(); !o.TUNVnetHdr || o.TUNBatch <= 1 {
+			t.Errorf("TUN offloads off: %+v", o)
+		}
+		// UAPI sockets are machine-wide: the same name in another
+		// namespace is refused and does not disturb the first device.
+		dup := tp.Local("b", testPort, t.TempDir())
+		dup.Interface = tp.IfName("a")
+		if d2, err := NewWithMode(context.Background(), dup, ModeEmbedded); err == nil {
+			d2.Close()
+			t.Fatal("second embedded device with the same name accepted")
+		}
+		if cabletest.LinkExists(tp.GwB, dup.Interface) {
+			t.Fatal("refused device left its TUN behind")
+		}
+		if _, err := d.Connections(context.Background()); err != nil {
+			t.Fatalf("first device broken by the refused duplicate: %v", err)
+		}
+		if _, err := os.Stat(SocketPath(tp.IfName("a"))); err != nil {
+			t.Fatalf("embedded device serves no uapi socket: %v", err)
+		}
+	}
+}
+
+func TestHandshakeStatusAndKeyRotation(t *testing.T) {
+	tp := cabletest.New(t)
+	cabletest.EchoServer(t, tp.PodB, netip.AddrPortFrom(cabletest.PodB, cabletest.EchoPort))
+	ctx := context.Background()
+	stateA := t.TempDir()
+	a := newTest(t, tp, "a", stateA)
+	b := newTest(t, tp, "b", t.TempDir())
+
+	// The private key is persisted with mode 0600 and is stable.
+	fi, err := os.Stat(filepath.Join(stateA, KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode %v, want 0600", fi.Mode().Perm())
+	}
+
+	cabletest.Connect(t, a, b, testPort)
+	echo := func() error {
+		return cabletest.DialEcho(tp.PodA, netip.AddrPortFrom(cabletest.PodB, cabletest.EchoPort), "ping", 2*time.Second)
+	}
+	if err := cabletest.Eventually(20*time.Second, echo); err != nil {
+		t.Fatalf("traffic: %v", err)
+	}
+	st, err := a.Connections(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || st[0].ClusterID != "b" || st[0].LastHandshake.IsZero() || st[0].RxBytes == 0 || st[0].TxBytes == 0 || !st[0].Connected {
+		t.Fatalf("status after traffic: %+v", st)
+	}
+	// AllowedIPs are exactly the peer's subnets.
+	out := tp.MustRun(t, "ip", "netns", "exec", tp.GwA, "wg", "show", tp.IfName("a"), "allowed-ips")
+	if f := strings.Fields(out); len(f) != 2 || f[1] != cabletest.SubnetB.String() {
+		t.Fatalf("allowed-ips: %q", out)
+	}
+
+	oldKey := a.PublicKey()
+	newKey, err := a.RotateKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newKey == oldKey {
+		t.Fatal("rotation kept the key")
+	}
+	// The new key is what a restart would load.
+	if k, err := loadOrCreateKey(stateA); err != nil || cable.Key(k.PublicKey()) != newKey {
+		t.Fatalf("persisted key after rotation: %v", err)
+	}
+	// B still knows the old key: changing the private key expires A's
+	// sessions, and B rejects handshakes from the unknown new key.
+	if err := cabletest.DialEcho(tp.PodA, netip.AddrPortFrom(cabletest.PodB, cabletest.EchoPort), "x", 3*time.Second); err == nil {
+		t.Fatal("traffic passed with a key the peer does not know")
+	}
+	// Hand B the new public key: traffic resumes.
+	if err := b.Set(ctx, []cable.Connection{cabletest.ConnTo("a", testPort, newKey)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cabletest.Eventually(30*time.Second, echo); err != nil {
+		t.Fatalf("traffic after key rotation: %v", err)
+	}
+	st, err = b.Connections(ctx)
+	if err != nil || len(st) != 1 || !st[0].Connected {
+		t.Fatalf("b status after rotation: %+v %v", st, err)
+	}
+	if out := tp.MustRun(t, "ip", "netns", "exec", tp.GwB, "wg", "show", tp.IfName("b"), "peers"); strings.TrimSpace(out) != newKey.String() {
+		t.Fatalf("b peers %q, want only %s", out, newKey)
+	}
+
+	// Removing the peer removes it from the device, not only the routes.
+	if err := b.Set(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out := tp.MustRun(t, "ip", "netns", "exec", tp.GwB, "wg", "show", tp.IfName("b"), "peers"); strings.TrimSpace(out) != "" {
+		t.Fatalf("b peers after empty Set: %q", out)
+	}
+}
