@@ -87,11 +87,12 @@ type ControlPlane struct {
 	AdminKubeconfig string
 }
 
-// Start brings a control plane up and waits until the API server is ready
-// (bounded by ctx). On failure everything it started is stopped again.
-func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
+// Prepare writes the control plane's PKI, kubeconfigs and port choices
+// into cfg.Dir (reusing what is there) and returns its processes in start
+// order without starting them: the lab's supervisor runs them itself.
+func Prepare(cfg Config) (*ControlPlane, []ProcessConfig, error) {
 	if cfg.Name == "" || cfg.Dir == "" {
-		return nil, errors.New("controlplane: Name and Dir are required")
+		return nil, nil, errors.New("controlplane: Name and Dir are required")
 	}
 	if cfg.BinDir == "" {
 		cfg.BinDir = DefaultBinDir()
@@ -104,25 +105,43 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	}
 	for _, bin := range append([]string{"etcd", "kube-apiserver"}, componentNames(cfg.Components)...) {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, bin)); err != nil {
-			return nil, fmt.Errorf("controlplane: %s not found in %s (run hack/k8s-binaries.sh): %w", bin, cfg.BinDir, err)
+			return nil, nil, fmt.Errorf("controlplane: %s not found in %s (run hack/k8s-binaries.sh): %w", bin, cfg.BinDir, err)
 		}
 	}
 	for _, d := range []string{"pki", "logs", "etcd"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o700); err != nil {
-			return nil, fmt.Errorf("controlplane %s: %w", cfg.Name, err)
+			return nil, nil, fmt.Errorf("controlplane %s: %w", cfg.Name, err)
 		}
 	}
 	ports, err := loadOrPickPorts(filepath.Join(cfg.Dir, "ports"), 3)
 	if err != nil {
-		return nil, fmt.Errorf("controlplane %s: ports: %w", cfg.Name, err)
+		return nil, nil, fmt.Errorf("controlplane %s: ports: %w", cfg.Name, err)
 	}
 	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
 
 	cp := &ControlPlane{cfg: cfg, URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort)}
 	if cp.pki, err = NewPKI(filepath.Join(cfg.Dir, "pki"), cfg.Name); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cp.AdminKubeconfig, err = cp.pki.Kubeconfig(cp.URL, "admin", "admin", []string{"system:masters"}); err != nil {
+		return nil, nil, err
+	}
+	procs := []ProcessConfig{cp.etcd(etcdClient, etcdPeer), cp.apiserver(etcdClient, apiPort)}
+	for _, c := range cfg.Components {
+		pc, err := cp.component(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		procs = append(procs, pc)
+	}
+	return cp, procs, nil
+}
+
+// Start brings a control plane up and waits until the API server is ready
+// (bounded by ctx). On failure everything it started is stopped again.
+func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
+	cp, procs, err := Prepare(cfg)
+	if err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -130,25 +149,27 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 			cp.Stop()
 		}
 	}()
-
-	if err := cp.startEtcd(etcdClient, etcdPeer); err != nil {
-		return nil, err
-	}
-	apiserver, err := cp.startAPIServer(etcdClient, apiPort)
-	if err != nil {
-		return nil, err
-	}
-	if err := cp.waitReady(ctx, apiserver); err != nil {
-		return nil, err
-	}
-	for _, c := range cfg.Components {
-		if err := cp.startComponent(c); err != nil {
-			return nil, err
+	var apiserver *Process
+	for i, pc := range procs {
+		pc.Detach = cfg.Detach
+		p, err := StartProcess(pc)
+		if err != nil {
+			return nil, fmt.Errorf("controlplane %s: %w", cp.cfg.Name, err)
+		}
+		cp.procs = append(cp.procs, p)
+		if i == 1 {
+			apiserver = p
+			if err := cp.waitReady(ctx, apiserver); err != nil {
+				return nil, err
+			}
 		}
 	}
-	cfg.Log.Info("control plane ready", "name", cfg.Name, "url", cp.URL)
+	cp.cfg.Log.Info("control plane ready", "name", cp.cfg.Name, "url", cp.URL)
 	return cp, nil
 }
+
+// WaitReady polls the API server's /readyz until it answers 200 or ctx ends.
+func (cp *ControlPlane) WaitReady(ctx context.Context) error { return cp.waitReady(ctx, nil) }
 
 // Adopt returns a handle on a control plane a previous Start left running
 // detached in cfg.Dir (the lab's later commands use it), without starting
@@ -211,10 +232,10 @@ func (cp *ControlPlane) Stop() {
 	cp.procs = nil
 }
 
-func (cp *ControlPlane) startEtcd(clientPort, peerPort int) error {
+func (cp *ControlPlane) etcd(clientPort, peerPort int) ProcessConfig {
 	client := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	_, err := cp.start("etcd",
+	return cp.process("etcd",
 		"--name=default",
 		"--data-dir="+filepath.Join(cp.cfg.Dir, "etcd"),
 		"--listen-client-urls="+client,
@@ -225,12 +246,11 @@ func (cp *ControlPlane) startEtcd(clientPort, peerPort int) error {
 		"--unsafe-no-fsync",
 		"--log-level=warn",
 	)
-	return err
 }
 
-func (cp *ControlPlane) startAPIServer(etcdPort, apiPort int) (*Process, error) {
+func (cp *ControlPlane) apiserver(etcdPort, apiPort int) ProcessConfig {
 	p := cp.pki
-	return cp.start("kube-apiserver",
+	return cp.process("kube-apiserver",
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -250,10 +270,10 @@ func (cp *ControlPlane) startAPIServer(etcdPort, apiPort int) (*Process, error) 
 	)
 }
 
-func (cp *ControlPlane) startComponent(c Component) error {
+func (cp *ControlPlane) component(c Component) (ProcessConfig, error) {
 	kubeconfig, err := cp.UserKubeconfig(string(c), []string{"system:masters"})
 	if err != nil {
-		return err
+		return ProcessConfig{}, err
 	}
 	args := []string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0"}
 	if c == ControllerManager {
@@ -262,32 +282,25 @@ func (cp *ControlPlane) startComponent(c Component) error {
 			"--root-ca-file="+cp.pki.CA.CertFile,
 			"--service-cluster-ip-range="+cp.cfg.ServiceCIDR,
 			"--use-service-account-credentials=false",
-			// Nodes of the lab run no real kubelet: keep pods on a node
-			// whose heartbeat stops briefly.
+			// Lab nodes heartbeat from a small process: tolerate a
+			// missed beat or two before marking them NotReady.
 			"--node-monitor-grace-period=40s",
 		)
 		if cp.cfg.ClusterCIDR != "" {
 			args = append(args, "--cluster-cidr="+cp.cfg.ClusterCIDR)
 		}
 	}
-	_, err = cp.start(string(c), args...)
-	return err
+	return cp.process(string(c), args...), nil
 }
 
-func (cp *ControlPlane) start(bin string, args ...string) (*Process, error) {
-	p, err := StartProcess(ProcessConfig{
+func (cp *ControlPlane) process(bin string, args ...string) ProcessConfig {
+	return ProcessConfig{
 		Name:    cp.cfg.Name + "/" + bin,
 		Path:    filepath.Join(cp.cfg.BinDir, bin),
 		Args:    args,
 		LogFile: filepath.Join(cp.cfg.Dir, "logs", bin+".log"),
 		PIDFile: filepath.Join(cp.cfg.Dir, bin+".pid"),
-		Detach:  cp.cfg.Detach,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("controlplane %s: %w", cp.cfg.Name, err)
 	}
-	cp.procs = append(cp.procs, p)
-	return p, nil
 }
 
 func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *Process) error {
@@ -313,7 +326,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *Process) error
 		} else {
 			last = err.Error()
 		}
-		if apiserver.Exited() {
+		if apiserver != nil && apiserver.Exited() {
 			return fmt.Errorf("controlplane %s: kube-apiserver exited: %s", cp.cfg.Name, apiserver.LogTail(2048))
 		}
 		select {
@@ -375,4 +388,11 @@ func readPorts(file string) ([]int, error) {
 		ports = append(ports, p)
 	}
 	return ports, nil
+}
+
+// KubeconfigAt writes (once) a kubeconfig named file for a certificate
+// identity that reaches the API server at server (for example through a
+// forwarder inside a node's network namespace) and returns its path.
+func (cp *ControlPlane) KubeconfigAt(file, server, user string, groups []string) (string, error) {
+	return cp.pki.Kubeconfig(server, file, user, groups)
 }
