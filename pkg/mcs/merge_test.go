@@ -59,8 +59,6 @@ func families(f ...corev1.IPFamily) func(*ExportRecord) {
 	return func(r *ExportRecord) { r.IPFamilies = f }
 }
 
-func ptrTo[T any](v T) *T { return &v }
-
 func mergedPorts(ps []mcsv1beta1.ServicePort) []string {
 	var out []string
 	for _, p := range ps {
