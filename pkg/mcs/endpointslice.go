@@ -225,7 +225,7 @@ func dedupeEndpoints(eps []discoveryv1.Endpoint) []discoveryv1.Endpoint {
 			}
 			return 1
 		}
-		return cmp.Compare(fmt.Sprint(a), fmt.Sprint(b))
+		return cmp.Compare(canonical(a), canonical(b))
 	})
 	return slices.CompactFunc(eps, func(a, b discoveryv1.Endpoint) bool { return a.Addresses[0] == b.Addresses[0] })
 }

@@ -315,3 +315,23 @@ func TestRenderedSlicesServeClustersetDNS(t *testing.T) {
 		t.Error("c2's pod still resolvable")
 	}
 }
+
+func TestRenderDuplicateAddressesOrderIndependent(t *testing.T) {
+	x, y := backend("10.244.1.7", true), backend("10.244.1.7", true)
+	x.Hostname, y.Hostname = "web-a", "web-b"
+	render := func(bs ...Backend) []discoveryv1.EndpointSlice {
+		return RenderEndpointSlices(RenderInput{
+			Import:  testImport(mcsv1beta1.Headless, httpPort),
+			Sources: []SourceEndpoints{{ClusterID: "c1", Backends: bs}},
+		})
+	}
+	want := render(x, y)
+	for range 20 {
+		if got := render(y, x); !reflect.DeepEqual(got, want) {
+			t.Fatal("rendering of duplicate addresses depends on order")
+		}
+	}
+	if n := len(want[0].Endpoints); n != 1 {
+		t.Errorf("%d endpoints for one address, want 1", n)
+	}
+}

@@ -2,6 +2,7 @@ package mcs
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -191,7 +192,7 @@ func sortedRecords(records []ExportRecord) []ExportRecord {
 		}
 		// Same cluster and time: only one survives; make the choice
 		// independent of input order.
-		return cmp.Compare(fmt.Sprintf("%+v", a), fmt.Sprintf("%+v", b))
+		return cmp.Compare(canonical(a), canonical(b))
 	})
 	seen := map[string]bool{}
 	out := recs[:0]
@@ -432,6 +433,16 @@ func clientIPTimeout(r ExportRecord) int32 {
 		return *c.ClientIP.TimeoutSeconds
 	}
 	return defaultClientIPTimeout
+}
+
+// canonical is a deterministic encoding of v (no pointer addresses; map
+// keys sorted).
+func canonical(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(err)
+	}
+	return string(b)
 }
 
 func deref[T any](p *T) T {

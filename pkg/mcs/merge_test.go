@@ -520,3 +520,41 @@ func TestNewExportRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeDuplicateClusterOrderIndependent: two records of one cluster
+// with the same timestamp (a bug upstream, but possible) still give one
+// result whatever the order.
+func TestMergeDuplicateClusterOrderIndependent(t *testing.T) {
+	a := rec("c1", 0, clientIP(ptrTo[int32](60)))
+	b := rec("c1", 0, clientIP(ptrTo[int32](90)), func(r *ExportRecord) { r.TrafficDistribution = ptrTo("PreferClose") })
+	want := Merge([]ExportRecord{a, b, rec("c2", 1)})
+	for range 20 {
+		if got := Merge([]ExportRecord{rec("c2", 1), b, a}); !reflect.DeepEqual(got, want) {
+			t.Fatalf("result depends on order:\n got %+v\nwant %+v", got.Spec, want.Spec)
+		}
+	}
+	if len(want.Exports) != 2 {
+		t.Errorf("%d exports, want 2", len(want.Exports))
+	}
+}
+
+func TestExportConditions(t *testing.T) {
+	_, noSvc := NewExportRecord("c1", &mcsv1beta1.ServiceExport{}, nil)
+	other := errors.New("broker unreachable")
+	for _, tc := range []struct {
+		got         metav1.Condition
+		typ, reason string
+		status      metav1.ConditionStatus
+	}{
+		{ValidCondition(nil), "Valid", "Valid", metav1.ConditionTrue},
+		{ValidCondition(noSvc), "Valid", "NoService", metav1.ConditionFalse},
+		{ValidCondition(other), "Valid", "Failed", metav1.ConditionFalse},
+		{ReadyCondition(false, nil), "Ready", "Pending", metav1.ConditionUnknown},
+		{ReadyCondition(true, nil), "Ready", "Exported", metav1.ConditionTrue},
+		{ReadyCondition(false, other), "Ready", "Failed", metav1.ConditionFalse},
+	} {
+		if tc.got.Type != tc.typ || tc.got.Reason != tc.reason || tc.got.Status != tc.status || tc.got.Message == "" {
+			t.Errorf("condition %+v, want %s=%s reason %s with a message", tc.got, tc.typ, tc.status, tc.reason)
+		}
+	}
+}

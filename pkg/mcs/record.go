@@ -1,11 +1,13 @@
 package mcs
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
@@ -90,4 +92,41 @@ func clonePtr[T any](p *T) *T {
 	}
 	v := *p
 	return &v
+}
+
+// ValidCondition is the ServiceExport's Valid condition for the error
+// NewExportRecord returned (nil: valid).
+func ValidCondition(err error) metav1.Condition {
+	c := metav1.Condition{
+		Type:    string(mcsv1beta1.ServiceExportConditionValid),
+		Status:  metav1.ConditionTrue,
+		Reason:  string(mcsv1beta1.ServiceExportReasonValid),
+		Message: "the service can be exported",
+	}
+	if err != nil {
+		c.Status, c.Message = metav1.ConditionFalse, err.Error()
+		c.Reason = string(mcsv1beta1.ServiceExportReasonFailed)
+		var inv *InvalidExportError
+		if errors.As(err, &inv) {
+			c.Reason = string(inv.Reason)
+		}
+	}
+	return c
+}
+
+// ReadyCondition is the ServiceExport's Ready condition: True (Exported)
+// once its record is in the broker, False (Failed) when it cannot be
+// exported (err from NewExportRecord or from writing the record), Unknown
+// (Pending) before.
+func ReadyCondition(published bool, err error) metav1.Condition {
+	c := metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionReady)}
+	switch {
+	case err != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonFailed), err.Error()
+	case published:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported), "exported to the clusterset"
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, string(mcsv1beta1.ServiceExportReasonPending), "being exported"
+	}
+	return c
 }
