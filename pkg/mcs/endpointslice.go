@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,15 +102,19 @@ func RenderEndpointSlices(in RenderInput) []discoveryv1.EndpointSlice {
 	}
 	type group struct {
 		ports     []discoveryv1.EndpointPort
-		endpoints []discoveryv1.Endpoint
+		endpoints []addrEndpoint
 	}
 	groups := map[groupKey]*group{}
+	defaultPorts, defaultKey := resolvePorts(imp.Spec.Ports, nil)
 	for _, src := range in.Sources {
 		for _, b := range src.Backends {
 			if !b.Address.IsValid() || b.Address.Is4In6() {
 				continue
 			}
-			ports, key := resolvePorts(imp.Spec.Ports, b.Ports)
+			ports, key := defaultPorts, defaultKey
+			if b.Ports != nil {
+				ports, key = resolvePorts(imp.Spec.Ports, b.Ports)
+			}
 			if len(imp.Spec.Ports) > 0 && len(ports) == 0 {
 				continue
 			}
@@ -123,7 +128,7 @@ func RenderEndpointSlices(in RenderInput) []discoveryv1.EndpointSlice {
 				g = &group{ports: ports}
 				groups[k] = g
 			}
-			g.endpoints = append(g.endpoints, renderEndpoint(b, src.ClusterID == in.LocalClusterID))
+			g.endpoints = append(g.endpoints, addrEndpoint{b.Address, renderEndpoint(b, src.ClusterID == in.LocalClusterID)})
 		}
 	}
 
@@ -183,7 +188,7 @@ func resolvePorts(importPorts []mcsv1beta1.ServicePort, mapping map[string]int32
 			Port:        ptrTo(n),
 			AppProtocol: clonePtr(p.AppProtocol),
 		})
-		fmt.Fprintf(&key, "%s/%s/%d,", p.Name, proto, n)
+		key.WriteString(p.Name + "/" + string(proto) + "/" + strconv.Itoa(int(n)) + ",")
 	}
 	return ports, key.String()
 }
@@ -210,24 +215,34 @@ func renderEndpoint(b Backend, local bool) discoveryv1.Endpoint {
 	return e
 }
 
+// addrEndpoint is a rendered endpoint and its address.
+type addrEndpoint struct {
+	addr netip.Addr
+	ep   discoveryv1.Endpoint
+}
+
 // dedupeEndpoints sorts endpoints by address and keeps one per address,
 // preferring a ready one.
-func dedupeEndpoints(eps []discoveryv1.Endpoint) []discoveryv1.Endpoint {
-	slices.SortStableFunc(eps, func(a, b discoveryv1.Endpoint) int {
-		aa, ba := netip.MustParseAddr(a.Addresses[0]), netip.MustParseAddr(b.Addresses[0])
-		if c := aa.Compare(ba); c != 0 {
+func dedupeEndpoints(eps []addrEndpoint) []discoveryv1.Endpoint {
+	slices.SortFunc(eps, func(a, b addrEndpoint) int {
+		if c := a.addr.Compare(b.addr); c != 0 {
 			return c
 		}
 		// ready first, then by the remaining fields for determinism
-		if ar, br := *a.Conditions.Ready, *b.Conditions.Ready; ar != br {
+		if ar, br := *a.ep.Conditions.Ready, *b.ep.Conditions.Ready; ar != br {
 			if ar {
 				return -1
 			}
 			return 1
 		}
-		return cmp.Compare(canonical(a), canonical(b))
+		return cmp.Compare(canonical(a.ep), canonical(b.ep))
 	})
-	return slices.CompactFunc(eps, func(a, b discoveryv1.Endpoint) bool { return a.Addresses[0] == b.Addresses[0] })
+	eps = slices.CompactFunc(eps, func(a, b addrEndpoint) bool { return a.addr == b.addr })
+	out := make([]discoveryv1.Endpoint, len(eps))
+	for i, e := range eps {
+		out[i] = e.ep
+	}
+	return out
 }
 
 // sliceName is "<service>-<cluster>-<hash>": stable for the same

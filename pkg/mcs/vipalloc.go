@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -134,24 +135,23 @@ func (a *VIPAllocator) Release(ctx context.Context, svc types.NamespacedName) er
 type MemVIPStore struct {
 	mu     sync.Mutex
 	holder map[netip.Addr]types.NamespacedName
+	bySvc  map[types.NamespacedName]map[netip.Addr]bool
 	claims int
 }
 
 // NewMemVIPStore returns an empty store.
 func NewMemVIPStore() *MemVIPStore {
-	return &MemVIPStore{holder: map[netip.Addr]types.NamespacedName{}}
+	return &MemVIPStore{
+		holder: map[netip.Addr]types.NamespacedName{},
+		bySvc:  map[types.NamespacedName]map[netip.Addr]bool{},
+	}
 }
 
 // AllocatedTo implements VIPStore.
 func (s *MemVIPStore) AllocatedTo(_ context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []netip.Addr
-	for a, h := range s.holder {
-		if h == svc {
-			out = append(out, a)
-		}
-	}
+	out := slices.Collect(maps.Keys(s.bySvc[svc]))
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out, nil
 }
@@ -173,6 +173,10 @@ func (s *MemVIPStore) Claim(_ context.Context, addr netip.Addr, svc types.Namesp
 		return h, fmt.Errorf("claim %s: held by %s: %w", addr, h, ErrVIPTaken)
 	}
 	s.holder[addr] = svc
+	if s.bySvc[svc] == nil {
+		s.bySvc[svc] = map[netip.Addr]bool{}
+	}
+	s.bySvc[svc][addr] = true
 	return svc, nil
 }
 
@@ -182,6 +186,10 @@ func (s *MemVIPStore) Release(_ context.Context, addr netip.Addr, svc types.Name
 	defer s.mu.Unlock()
 	if h, ok := s.holder[addr]; ok && h == svc {
 		delete(s.holder, addr)
+		delete(s.bySvc[svc], addr)
+		if len(s.bySvc[svc]) == 0 {
+			delete(s.bySvc, svc)
+		}
 	}
 	return nil
 }
