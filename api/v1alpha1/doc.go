@@ -1,6 +1,8 @@
 // Package v1alpha1 holds Causeway's own API types, group causeway.dev,
 // version v1alpha1: the Cluster a member announces, the Endpoint of its
-// active gateway, and the Gateway status each gateway candidate reports.
+// active gateway, the Gateway status each gateway candidate reports, the
+// ServiceExportRecord a cluster publishes for each exported Service, and
+// the VIPAllocation that claims a clusterset VIP in the broker.
 //
 // In the broker every cluster writes only into its own namespace
 // (cluster-<id>); the gateway mirrors the other clusters' objects into the

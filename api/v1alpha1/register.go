@@ -15,6 +15,8 @@ func AddToScheme(s *runtime.Scheme) error {
 		&Cluster{}, &ClusterList{},
 		&Endpoint{}, &EndpointList{},
 		&Gateway{}, &GatewayList{},
+		&ServiceExportRecord{}, &ServiceExportRecordList{},
+		&VIPAllocation{}, &VIPAllocationList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

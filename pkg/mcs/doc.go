@@ -1,5 +1,10 @@
 // Package mcs is the Multi-Cluster Services sync layer (KEP-1645):
-// ServiceExports go to the broker, the records of all exporting clusters
-// merge into one ServiceImport with a clusterset VIP, and EndpointSlices
-// for every source cluster appear in every member cluster.
+// ServiceExports go to the broker as ServiceExportRecords, the records of
+// all exporting clusters merge into one ServiceImport (Merge: union of
+// ports, oldest export wins conflicts, Conflict conditions) with a
+// clusterset VIP (VIPAllocator), and EndpointSlices for every source
+// cluster appear in every member cluster (RenderEndpointSlices).
+//
+// The functions here are the pure policy layer; BrokerVIPStore is the one
+// mechanism. See README.md for the object flow, names and rules.
 package mcs
