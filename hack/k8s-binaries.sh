@@ -28,9 +28,14 @@ if [ "${1:-}" = "--print-dir" ]; then echo "$OUT"; exit 0; fi
 # output is captured first: piping --version into grep under pipefail fails
 # at random with SIGPIPE.
 have() {
-  local bin=$OUT/$1 out
+  local bin=$OUT/$1 out flag=--version
   [ -x "$bin" ] || return 1
-  out=$("$bin" --version 2>&1 || true)
+  case $1 in
+    kubectl) flag="version --client" ;;
+    coredns) flag=-version ;;
+  esac
+  # shellcheck disable=SC2086
+  out=$("$bin" $flag 2>&1 || true)
   [[ "$out" == *"$2"* ]]
 }
 
