@@ -178,8 +178,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 		})
 	}
 
-	registered := make(chan struct{})
-	bg.Go(func() { k.heartbeat(ctx, registered) })
+	bg.Go(func() { k.heartbeat(ctx) })
 
 	factory := informers.NewSharedInformerFactoryWithOptions(k.cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {

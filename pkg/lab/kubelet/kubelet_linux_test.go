@@ -144,14 +144,20 @@ func newLab(t *testing.T, nodes int) *lab {
 		}
 	})
 	ctx := context.Background()
-	if _, err := l.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	// No kube-controller-manager here: make the default ServiceAccount
-	// the ServiceAccount admission plugin looks for.
-	if _, err := l.kube.CoreV1().ServiceAccounts(testNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	// the ServiceAccount admission plugin looks for. (Retried: a fresh
+	// API server may still drop a connection.)
+	eventually(t, "test namespace and service account", func() (bool, string) {
+		_, err := l.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, err.Error()
+		}
+		_, err = l.kube.CoreV1().ServiceAccounts(testNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 	return l
 }
 

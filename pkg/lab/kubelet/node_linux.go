@@ -212,8 +212,8 @@ func (k *Kubelet) nodeOwnerRef(ctx context.Context) (metav1.OwnerReference, erro
 
 // heartbeat registers the node (retrying until it succeeds), then renews
 // the lease every LeasePeriod and the node status every StatusPeriod until
-// ctx is done. registered is closed after the first registration.
-func (k *Kubelet) heartbeat(ctx context.Context, registered chan<- struct{}) {
+// ctx is done.
+func (k *Kubelet) heartbeat(ctx context.Context) {
 	backoff := 200 * time.Millisecond
 	for {
 		err := k.register(ctx)
@@ -231,7 +231,6 @@ func (k *Kubelet) heartbeat(ctx context.Context, registered chan<- struct{}) {
 	if err := k.renewLease(ctx); err != nil {
 		k.log.Warn("lease", "err", err)
 	}
-	close(registered)
 	lease := time.NewTicker(k.cfg.LeasePeriod)
 	defer lease.Stop()
 	status := time.NewTicker(k.cfg.StatusPeriod)
