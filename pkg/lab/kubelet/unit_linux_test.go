@@ -1,0 +1,244 @@
+package kubelet
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+func running(name string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+}
+
+func waiting(name, reason string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}
+}
+
+func terminated(name string, code int32) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}
+}
+
+func TestPodPhase(t *testing.T) {
+	crashLoop := waiting("b", ReasonCrashLoopBackOff)
+	crashLoop.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1}
+	for _, tc := range []struct {
+		name     string
+		statuses []corev1.ContainerStatus
+		want     corev1.PodPhase
+	}{
+		{"no containers", nil, corev1.PodPending},
+		{"creating", []corev1.ContainerStatus{waiting("a", ReasonContainerCreating)}, corev1.PodPending},
+		{"one not yet started", []corev1.ContainerStatus{running("a"), waiting("b", ReasonErrImagePull)}, corev1.PodPending},
+		{"running", []corev1.ContainerStatus{running("a"), running("b")}, corev1.PodRunning},
+		{"crash loop counts as running", []corev1.ContainerStatus{running("a"), crashLoop}, corev1.PodRunning},
+		{"only crash loop", []corev1.ContainerStatus{crashLoop}, corev1.PodRunning},
+		{"one done, one running", []corev1.ContainerStatus{terminated("a", 0), running("b")}, corev1.PodRunning},
+		{"all done", []corev1.ContainerStatus{terminated("a", 0), terminated("b", 0)}, corev1.PodSucceeded},
+		{"one failed", []corev1.ContainerStatus{terminated("a", 0), terminated("b", 2)}, corev1.PodFailed},
+	} {
+		if got := podPhase(tc.statuses); got != tc.want {
+			t.Errorf("%s: phase %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestRestarts(t *testing.T) {
+	for _, tc := range []struct {
+		policy corev1.RestartPolicy
+		code   int32
+		want   bool
+	}{
+		{corev1.RestartPolicyAlways, 0, true},
+		{corev1.RestartPolicyAlways, 1, true},
+		{"", 0, true},
+		{corev1.RestartPolicyOnFailure, 0, false},
+		{corev1.RestartPolicyOnFailure, 137, true},
+		{corev1.RestartPolicyNever, 1, false},
+	} {
+		if got := restarts(tc.policy, tc.code); got != tc.want {
+			t.Errorf("restarts(%q, %d) = %v", tc.policy, tc.code, got)
+		}
+	}
+	if crashBackoff(0, time.Second) != time.Second || crashBackoff(3, time.Second) != 8*time.Second ||
+		crashBackoff(40, time.Second) != 30*time.Second || crashBackoff(40, 2*time.Minute) != time.Second {
+		t.Error("crash backoff is not 1 s doubling to 30 s, reset after a long run")
+	}
+}
+
+func TestPodConditions(t *testing.T) {
+	get := func(cs []corev1.PodCondition, ty corev1.PodConditionType) corev1.PodCondition {
+		for _, c := range cs {
+			if c.Type == ty {
+				return c
+			}
+		}
+		t.Fatalf("no condition %s", ty)
+		return corev1.PodCondition{}
+	}
+	notReady := running("b")
+	cs := podConditions(true, corev1.PodRunning, []corev1.ContainerStatus{{Name: "a", Ready: true}, notReady})
+	if c := get(cs, corev1.PodReady); c.Status != corev1.ConditionFalse || c.Reason != "ContainersNotReady" || c.Message != "containers with unready status: [b]" {
+		t.Errorf("Ready %+v", c)
+	}
+	if c := get(cs, PodReadyToStartContainers); c.Status != corev1.ConditionTrue {
+		t.Errorf("PodReadyToStartContainers %+v", c)
+	}
+	cs = podConditions(true, corev1.PodRunning, []corev1.ContainerStatus{{Name: "a", Ready: true}})
+	if get(cs, corev1.PodReady).Status != corev1.ConditionTrue || get(cs, corev1.ContainersReady).Status != corev1.ConditionTrue {
+		t.Errorf("all ready: %+v", cs)
+	}
+	cs = podConditions(false, corev1.PodSucceeded, []corev1.ContainerStatus{{Name: "a"}})
+	if c := get(cs, corev1.PodReady); c.Status != corev1.ConditionFalse || c.Reason != "PodCompleted" {
+		t.Errorf("finished: %+v", c)
+	}
+}
+
+func TestMergeConditions(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	t1 := metav1.NewTime(t0.Add(time.Minute))
+	have := []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: t0},
+		{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: t0},
+		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: t0},
+		{Type: "DisruptionTarget", Status: corev1.ConditionTrue, LastTransitionTime: t0},
+	}
+	want := []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue},
+	}
+	got := mergeConditions(have, want, t1)
+	byType := map[corev1.PodConditionType]corev1.PodCondition{}
+	for _, c := range got {
+		byType[c.Type] = c
+	}
+	if len(got) != 5 {
+		t.Fatalf("got %d conditions: %+v", len(got), got)
+	}
+	if c := byType[corev1.PodReady]; c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Equal(&t1) {
+		t.Errorf("changed condition: %+v", c)
+	}
+	if c := byType[corev1.ContainersReady]; !c.LastTransitionTime.Equal(&t0) {
+		t.Errorf("unchanged condition got a new transition time: %+v", c)
+	}
+	if c := byType["DisruptionTarget"]; c.Status != corev1.ConditionTrue {
+		t.Errorf("foreign condition lost: %+v", got)
+	}
+	if c := byType[corev1.PodInitialized]; !c.LastTransitionTime.Equal(&t1) {
+		t.Errorf("new condition: %+v", c)
+	}
+}
+
+func TestOwnedEqualIgnoresForeignFields(t *testing.T) {
+	a := &corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.2", QOSClass: corev1.PodQOSBestEffort}
+	b := a.DeepCopy()
+	b.QOSClass = corev1.PodQOSBurstable
+	if !ownedEqual(a, b) {
+		t.Error("QOS class is not the kubelet's field")
+	}
+	b.PodIP = "10.244.0.3"
+	if ownedEqual(a, b) {
+		t.Error("pod IP difference not seen")
+	}
+}
+
+func TestNodeConditionsKeepTransitionTimes(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	t1 := metav1.NewTime(t0.Add(time.Minute))
+	have := []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: t0, LastHeartbeatTime: t0}}
+	got := mergeNodeConditions(have, nodeConditions(), t1)
+	if len(got) != len(nodeConditions()) {
+		t.Fatalf("%d conditions", len(got))
+	}
+	for _, c := range got {
+		if !c.LastHeartbeatTime.Equal(&t1) {
+			t.Errorf("%s: heartbeat %v", c.Type, c.LastHeartbeatTime)
+		}
+		if c.Type == corev1.NodeReady && !c.LastTransitionTime.Equal(&t0) {
+			t.Errorf("Ready stayed True but its transition time moved")
+		}
+	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	s := &podState{Namespace: "ns", Name: "web.v1", UID: "u1", IP: "10.244.0.2", Containers: map[string]*containerRecord{
+		"app": {Pid: 42, StartTicks: 7, RestartCount: 2, StartedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+			Last: &termination{ExitCode: 137, Reason: ReasonError}},
+	}}
+	if err := saveState(filepath.Join(dir, podDirName(s.Namespace, s.Name)), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "other_logsonly"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	states, errs := loadStates(dir)
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	got := states["ns/web.v1"]
+	if got == nil || got.UID != "u1" || got.IP != "10.244.0.2" || got.Containers["app"].Pid != 42 || got.Containers["app"].Last.ExitCode != 137 ||
+		!got.Containers["app"].StartedAt.Equal(s.Containers["app"].StartedAt) {
+		t.Errorf("read back %+v", got)
+	}
+	if o := states["other/logsonly"]; o == nil || o.UID != "" {
+		t.Errorf("directory without state: %+v", o)
+	}
+}
+
+func TestResolvePort(t *testing.T) {
+	ports := []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
+	for _, tc := range []struct {
+		in   intstr.IntOrString
+		want int
+		ok   bool
+	}{
+		{intstr.FromInt32(80), 80, true},
+		{intstr.FromString("http"), 8080, true},
+		{intstr.FromString("9090"), 9090, true},
+		{intstr.FromString("grpc"), 0, false},
+		{intstr.FromInt32(0), 0, false},
+	} {
+		got, err := resolvePort(tc.in, ports)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("resolvePort(%v) = %d, %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestContainerEnv(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u"}, Spec: corev1.PodSpec{NodeName: "n0"}}
+	c := corev1.Container{Name: "c", Env: []corev1.EnvVar{
+		{Name: "A", Value: "1"},
+		{Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+		{Name: "SECRET", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}},
+	}}
+	got := containerEnv(pod, c, "10.244.0.2", "172.18.1.10", slog.New(slog.DiscardHandler))
+	want := []string{"A=1", "POD=p", "IP=10.244.0.2", "NODE=n0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("env %v, want %v", got, want)
+	}
+}
+
+func TestProcessStat(t *testing.T) {
+	ticks, err := processStartTicks(os.Getpid())
+	if err != nil || ticks == 0 {
+		t.Fatalf("own start ticks %d, %v", ticks, err)
+	}
+	if !processAlive(os.Getpid(), ticks) {
+		t.Error("own process not alive")
+	}
+	if processAlive(os.Getpid(), ticks+1) {
+		t.Error("a different start time must mean a different process")
+	}
+}
