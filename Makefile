@@ -35,8 +35,15 @@ lint: ## gofmt, go vet, staticcheck
 k8s-binaries: ## build etcd, kube-apiserver & co. into the cache (slow once)
 	hack/k8s-binaries.sh
 
+lab: k8s-binaries build ## bring the lab up and curl the demo from every cluster (root)
+	bin/causewayctl lab up
+	@for c in c1 c2; do \
+	  echo "--- from $$c/demo/client: curl whereami.demo.svc.cluster.local"; \
+	  bin/causewayctl lab exec $$c/demo/client -- curl -s -m 5 whereami.demo.svc.cluster.local; echo; \
+	done
+
 test-unit: ## unit tests only (no root, no apiservers)
 	$(GO) test -short ./...
 
 test: k8s-binaries verify-generate lint ## everything CI runs: generation check, lint, unit + privileged + apiserver + e2e tests
-	CAUSEWAY_K8S_BIN=$(K8S_BIN) $(GO) test -count=1 -timeout 40m ./...
+	CAUSEWAY_K8S_BIN=$(K8S_BIN) CAUSEWAY_E2E=1 $(GO) test -count=1 -timeout 40m ./...

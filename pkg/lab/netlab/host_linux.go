@@ -174,6 +174,9 @@ func (h *Host) prune(t Topology) error {
 	}
 	for _, d := range clusterDirs {
 		cluster := strings.TrimPrefix(d, h.prefix)
+		if cluster == controlName {
+			continue
+		}
 		if !keepCluster[cluster] {
 			if err := killAndRemoveCgroup(h.cgroups.Cluster(cluster)); err != nil {
 				return err

@@ -100,6 +100,16 @@ type CgroupLayout struct {
 // Base is the shared parent of all labs' directories.
 func (l CgroupLayout) Base() string { return filepath.Join(l.Root, CgroupBase) }
 
+// controlName is the cgroup of the lab's processes outside any node
+// (supervisor, control planes, kubelets); the underscore keeps it apart
+// from cluster names, which are DNS labels.
+const controlName = "_control"
+
+// Control is the cgroup of the lab's processes in the root namespace:
+// <Root>/causeway-lab/<prefix>_control. Teardown kills them with the rest;
+// Apply never prunes it.
+func (l CgroupLayout) Control() string { return filepath.Join(l.Base(), l.Prefix+controlName) }
+
 // Cluster is a cluster's directory.
 func (l CgroupLayout) Cluster(cluster string) string {
 	return filepath.Join(l.Base(), l.Prefix+cluster)

@@ -1,0 +1,249 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/causeway-net/causeway/pkg/controlplane"
+	"github.com/causeway-net/causeway/pkg/lab"
+	"github.com/causeway-net/causeway/pkg/lab/netlab"
+)
+
+func newLabCommand() *cobra.Command {
+	dir := lab.DefaultDir
+	if d := os.Getenv("CAUSEWAY_LAB_DIR"); d != "" {
+		dir = d
+	}
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "A whole ClusterSet on this machine: real control planes, namespaces as nodes and pods",
+		Long: `The lab runs a ClusterSet on one Linux machine with no container runtime.
+Every cluster is a real etcd + kube-apiserver + kube-controller-manager +
+kube-scheduler, one more control plane is the broker, every node and pod is a
+network namespace, a lab kubelet per node runs pods as built-in programs, and
+kube-proxy runs in every node. Needs root.
+
+Default shape: clusters c1, c2, c3 with two nodes each (n0 is the gateway);
+c1 and c2 share pod CIDR 10.244.0.0/16 and service CIDR 10.96.0.0/16, c3 uses
+10.245.0.0/16 and 10.97.0.0/16; gateways meet on a WAN in 198.18.0.0/15.`,
+	}
+	cmd.PersistentFlags().StringVar(&dir, "dir", dir, "the lab's state directory ($CAUSEWAY_LAB_DIR)")
+	cmd.AddCommand(
+		newLabUpCommand(&dir),
+		newLabDownCommand(&dir),
+		newLabStatusCommand(&dir),
+		newLabKubectlCommand(&dir),
+		newLabKubeconfigCommand(&dir),
+		newLabExecCommand(&dir),
+		newLabLogsCommand(&dir),
+		newLabSuperviseCommand(&dir),
+		newLabKubeletCommand(&dir),
+		newLabAppCommand(),
+	)
+	return cmd
+}
+
+func newLabUpCommand(dir *string) *cobra.Command {
+	cfg := lab.Config{Prefix: netlab.DefaultPrefix, Clusters: 3, Nodes: 2, BinDir: controlplane.DefaultBinDir()}
+	var podCIDRs, svcCIDRs []string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Bring the lab up (or repair it), deploy the demo, and say what to try",
+		Long: `Bring the lab up: build the network, start the control planes, kubelets and
+kube-proxies under one supervisor, install the CRDs, deploy the demo (namespace
+demo: Deployment + Service whereami in c1 and c2, a client pod everywhere) and
+wait until everything is ready. Running it again repairs what is missing and
+never duplicates anything.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.PodCIDRs, err = lab.ParseCIDRFlags("--pod-cidr", podCIDRs); err != nil {
+				return err
+			}
+			if cfg.ServiceCIDRs, err = lab.ParseCIDRFlags("--service-cidr", svcCIDRs); err != nil {
+				return err
+			}
+			if cfg.Self, err = os.Executable(); err != nil {
+				return err
+			}
+			cfg.Dir = *dir
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			st, err := lab.Up(ctx, cfg, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			printTryThis(cmd, st)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Clusters, "clusters", cfg.Clusters, "number of member clusters (c1…cN)")
+	f.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes per cluster; the first is the gateway")
+	f.StringSliceVar(&podCIDRs, "pod-cidr", nil, "a cluster's pod CIDR, as CLUSTER=CIDR (repeatable)")
+	f.StringSliceVar(&svcCIDRs, "service-cidr", nil, "a cluster's service CIDR, as CLUSTER=CIDR (repeatable)")
+	f.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "prefix of every namespace, cgroup and device the lab creates")
+	f.StringVar(&cfg.BinDir, "k8s-bin", cfg.BinDir, "directory with etcd, kube-apiserver, … (hack/k8s-binaries.sh)")
+	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not deploy the demo application")
+	return cmd
+}
+
+func printTryThis(cmd *cobra.Command, st *lab.State) {
+	self := "causewayctl"
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "\nThe lab is up: %s + broker.\n\nTry this:\n", strings.Join(st.Members(), ", "))
+	fmt.Fprintf(out, "  %s lab status\n", self)
+	fmt.Fprintf(out, "  %s lab kubectl c1 -- get pods -A -o wide\n", self)
+	if st.Demo {
+		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s whereami.demo.svc.cluster.local\n", self)
+		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s $(%s lab kubectl c1 -- get svc -n demo whereami -o jsonpath='{.spec.clusterIP}')\n", self, self)
+	}
+	fmt.Fprintf(out, "  %s lab down\n", self)
+}
+
+func newLabDownCommand(dir *string) *cobra.Command {
+	prefix := netlab.DefaultPrefix
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Stop the lab and remove everything it made",
+		Long: `Stop every process of the lab and remove its namespaces, links, cgroups,
+bpffs pins, WireGuard sockets and state directory. Fails if anything is left.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lab.Down(*dir, prefix, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "prefix", prefix, "prefix to clean up when the state directory is gone")
+	return cmd
+}
+
+func newLabKubeconfigCommand(dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kubeconfig <cluster|broker>",
+		Short: "Print the path of a cluster's (or the broker's) admin kubeconfig",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := lab.Load(*dir)
+			if err != nil {
+				return err
+			}
+			cp, err := st.ControlPlane(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), cp.AdminKubeconfig)
+			return nil
+		},
+	}
+}
+
+func newLabKubectlCommand(dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kubectl <cluster|broker> -- <kubectl args…>",
+		Short: "Run kubectl against a cluster or the broker",
+		Example: `  causewayctl lab kubectl c1 -- get pods -A
+  causewayctl lab kubectl broker -- get namespaces`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := lab.Load(*dir)
+			if err != nil {
+				return err
+			}
+			cp, err := st.ControlPlane(args[0])
+			if err != nil {
+				return err
+			}
+			k := exec.Command(filepath.Join(st.BinDir, "kubectl"), append([]string{"--kubeconfig", cp.AdminKubeconfig}, args[1:]...)...)
+			k.Stdin, k.Stdout, k.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
+			return exitCode(k.Run())
+		},
+	}
+}
+
+func newLabLogsCommand(dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "logs [unit]",
+		Short: "List the lab's log files, or print one unit's log",
+		Long: `Without an argument, list every log file of the lab. With one, print the log
+of that unit: a control-plane process ("c1/kube-apiserver"), a node process
+("c1/n0/kubelet", "c1/n0/kube-proxy") or the supervisor ("supervisor").`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := lab.Load(*dir)
+			if err != nil {
+				return err
+			}
+			files, err := st.LogFiles()
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				for _, f := range files {
+					fmt.Fprintf(cmd.OutOrStdout(), "%-28s %s\n", f.Unit, f.Path)
+				}
+				return nil
+			}
+			for _, f := range files {
+				if f.Unit == args[0] {
+					b, err := os.ReadFile(f.Path)
+					if err != nil {
+						return err
+					}
+					_, err = cmd.OutOrStdout().Write(b)
+					return err
+				}
+			}
+			return fmt.Errorf("no log for unit %q (run `causewayctl lab logs` for the list)", args[0])
+		},
+	}
+}
+
+func newLabSuperviseCommand(dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:    "supervise",
+		Short:  "Run and restart every process of the lab (started by `lab up`)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return lab.Supervise(ctx, *dir)
+		},
+	}
+}
+
+// exitCode turns a child's exit status into ours.
+func exitCode(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		os.Exit(ee.ExitCode())
+	}
+	return err
+}
+
+func newLabKubeletCommand(dir *string) *cobra.Command {
+	var cluster, node string
+	cmd := &cobra.Command{
+		Use:    "kubelet",
+		Short:  "Run the lab kubelet of one node (a process of the lab supervisor)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return lab.RunKubelet(ctx, *dir, cluster, node)
+		},
+	}
+	cmd.Flags().StringVar(&cluster, "cluster", "", "the node's cluster")
+	cmd.Flags().StringVar(&node, "node", "", "the node's name")
+	return cmd
+}

@@ -1,0 +1,47 @@
+package ctl
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/causeway-net/causeway/pkg/lab/apps"
+)
+
+// newLabAppCommand runs the lab's built-in "images" as pod processes.
+func newLabAppCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:    "app",
+		Short:  "Built-in programs the lab kubelet runs as pods",
+		Hidden: true,
+	}
+	var w apps.WhereamiConfig
+	whereami := &cobra.Command{
+		Use:   "whereami",
+		Short: "HTTP and UDP server answering with its cluster, namespace, pod and the client's address",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			w.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+			return apps.RunWhereami(ctx, w)
+		},
+	}
+	w.AddFlags(whereami.Flags())
+	client := &cobra.Command{
+		Use:   "client",
+		Short: "Idle until stopped (a pod to `lab exec` into)",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(*cobra.Command, []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return apps.RunClient(ctx)
+		},
+	}
+	cmd.AddCommand(whereami, client)
+	return cmd
+}

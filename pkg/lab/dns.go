@@ -1,0 +1,149 @@
+package lab
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/pkg/lab/apps"
+)
+
+// ImageCoreDNS is the lab image that runs the CoreDNS binary built by
+// hack/k8s-binaries.sh with the cluster's Corefile.
+const ImageCoreDNS = "causeway.dev/lab/coredns"
+
+// DNSServiceIP is a cluster's DNS service address: the tenth address of
+// its service CIDR, as kubeadm does.
+func DNSServiceIP(serviceCIDR netip.Prefix) netip.Addr {
+	a := serviceCIDR.Addr().As4()
+	a[3] += 10
+	return netip.AddrFrom4(a)
+}
+
+// corefile is the Corefile of a cluster's CoreDNS: stock CoreDNS serving
+// cluster.local and, from ServiceImports and multicluster EndpointSlices,
+// clusterset.local.
+func (s *State) corefile(cluster string) (string, error) {
+	cp, err := s.ControlPlane(cluster)
+	if err != nil {
+		return "", err
+	}
+	// CoreDNS runs in a node namespace and reaches the API server through
+	// the kubelet's forwarder.
+	kubeconfig, err := cp.KubeconfigAt("coredns", NodeAPIServer, "system:coredns", []string{"system:masters"})
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(`.:53 {
+    errors
+    kubernetes cluster.local clusterset.local in-addr.arpa ip6.arpa {
+        kubeconfig %s
+        pods insecure
+        multicluster clusterset.local
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    cache 5
+    ready 127.0.0.1:8181
+}
+`, kubeconfig), nil
+}
+
+// writeCorefiles writes <Dir>/<cluster>/Corefile for every cluster.
+func (s *State) writeCorefiles() error {
+	for _, c := range s.Members() {
+		cf, err := s.corefile(c)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(s.controlPlaneDir(c), "Corefile"), []byte(cf), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// registerCoreDNS teaches a kubelet's registry to run ImageCoreDNS.
+func (s *State) registerCoreDNS(reg *apps.Registry, cluster string) {
+	reg.Register(ImageCoreDNS, func(apps.Container) (apps.Command, error) {
+		return apps.Command{
+			Path: filepath.Join(s.BinDir, "coredns"),
+			Args: []string{"-conf", filepath.Join(s.controlPlaneDir(cluster), "Corefile")},
+		}, nil
+	})
+}
+
+// SystemObjects are what every lab cluster runs besides the demo: CoreDNS
+// (host network, one replica) behind the kube-dns Service.
+func (s *State) SystemObjects(cluster string) []client.Object {
+	c, _ := s.Topology.Cluster(cluster)
+	labels := map[string]string{"k8s-app": "kube-dns"}
+	return []client.Object{
+		&appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "coredns", Labels: labels},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{
+						HostNetwork:                   true,
+						DNSPolicy:                     corev1.DNSDefault,
+						TerminationGracePeriodSeconds: ptr.To[int64](2),
+						Containers: []corev1.Container{{
+							Name:  "coredns",
+							Image: ImageCoreDNS,
+							Ports: []corev1.ContainerPort{
+								{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
+								{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
+							},
+							ReadinessProbe: &corev1.Probe{
+								// CoreDNS's ready plugin answers once the kubernetes
+								// plugin has synced.
+								ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "127.0.0.1", Path: "/ready", Port: intstr.FromInt32(8181)}},
+								PeriodSeconds: 1,
+							},
+						}},
+					},
+				},
+			},
+		},
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "kube-dns", Labels: labels},
+			Spec: corev1.ServiceSpec{
+				Selector:  labels,
+				ClusterIP: DNSServiceIP(c.ServiceCIDR).String(),
+				Ports: []corev1.ServicePort{
+					{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(53), Protocol: corev1.ProtocolUDP},
+					{Name: "dns-tcp", Port: 53, TargetPort: intstr.FromInt32(53), Protocol: corev1.ProtocolTCP},
+				},
+			},
+		},
+	}
+}
+
+// resolvConf writes (and returns the path of) the resolv.conf of pods in
+// a cluster's namespace: the cluster's DNS service and the usual search
+// path.
+func (s *State) resolvConf(cluster, namespace string) (string, error) {
+	c, ok := s.Topology.Cluster(cluster)
+	if !ok {
+		return "", fmt.Errorf("no cluster %q", cluster)
+	}
+	dir := filepath.Join(s.Dir, "dns", cluster)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	search := []string{namespace + ".svc.cluster.local", "svc.cluster.local", "cluster.local"}
+	body := fmt.Sprintf("nameserver %s\nsearch %s\noptions ndots:5\n", DNSServiceIP(c.ServiceCIDR), strings.Join(search, " "))
+	path := filepath.Join(dir, namespace+".resolv.conf")
+	return path, os.WriteFile(path, []byte(body), 0o644)
+}

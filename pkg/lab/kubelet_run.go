@@ -1,0 +1,72 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/lab/apps"
+	"github.com/causeway-net/causeway/pkg/lab/kubelet"
+)
+
+// RunKubelet runs the lab kubelet of one node (the hidden
+// `causewayctl lab kubelet`, a unit of the supervisor) until ctx ends.
+func RunKubelet(ctx context.Context, dir, cluster, node string) error {
+	st, err := Load(dir)
+	if err != nil {
+		return err
+	}
+	c, ok := st.Topology.Cluster(cluster)
+	if !ok {
+		return fmt.Errorf("no cluster %q in the lab", cluster)
+	}
+	n, ok := c.Node(node)
+	if !ok {
+		return fmt.Errorf("no node %q in cluster %s", node, cluster)
+	}
+	cp, err := st.ControlPlane(cluster)
+	if err != nil {
+		return err
+	}
+	rc, err := cp.RESTConfig()
+	if err != nil {
+		return err
+	}
+	kc, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	apiserver, err := APIServerHostPort(cp)
+	if err != nil {
+		return err
+	}
+	h, err := st.Host()
+	if err != nil {
+		return err
+	}
+	labels := map[string]string{}
+	if n.Gateway() {
+		labels[v1alpha1.LabelGatewayNode] = "true"
+	}
+	reg := apps.NewRegistry(st.Self)
+	st.registerCoreDNS(reg, cluster)
+	k, err := kubelet.New(kubelet.Config{
+		Client:           kc,
+		Host:             h,
+		Cluster:          c,
+		Node:             n,
+		Apps:             reg,
+		Labels:           labels,
+		APIServerForward: apiserver,
+		StateDir:         st.NodeStateDir(cluster, node),
+		Log:              slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node),
+	})
+	if err != nil {
+		return err
+	}
+	return k.Run(ctx)
+}

@@ -1,0 +1,211 @@
+// Package lab runs a whole ClusterSet on one Linux machine with no
+// container runtime: every cluster is a real etcd + kube-apiserver +
+// kube-controller-manager + kube-scheduler, one more control plane is the
+// broker, every node and pod is a network namespace (package netlab), a
+// lab kubelet per node runs pods as processes of built-in programs
+// (package apps), and kube-proxy runs inside every node's namespace.
+//
+// `causewayctl lab up` writes the lab's description to its state
+// directory, builds the network, and starts one detached supervisor
+// process that starts and restarts every other process of the lab.
+// `lab down` stops the supervisor and removes everything the lab made.
+package lab
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/causeway-net/causeway/pkg/controlplane"
+	"github.com/causeway-net/causeway/pkg/lab/netlab"
+)
+
+// DefaultDir is where the lab keeps its state unless told otherwise.
+const DefaultDir = "/var/lib/causeway/lab"
+
+// Config is what `lab up` is asked for.
+type Config struct {
+	// Dir is the lab's state directory.
+	Dir string
+	// Prefix starts every kernel-visible name of the lab.
+	Prefix string
+	// Clusters is the number of member clusters (c1…cN).
+	Clusters int
+	// Nodes is the number of nodes per cluster; the first is the gateway.
+	Nodes int
+	// PodCIDRs and ServiceCIDRs override a cluster's defaults, by name.
+	PodCIDRs, ServiceCIDRs map[string]string
+	// BinDir holds the Kubernetes binaries.
+	BinDir string
+	// Self is the causewayctl binary the lab's processes run.
+	Self string
+	// NoDemo skips deploying the demo application.
+	NoDemo bool
+}
+
+// State is the lab as written to <Dir>/lab.json by `lab up`; every other
+// command and process of the lab reads it.
+type State struct {
+	Dir      string            `json:"dir"`
+	Prefix   string            `json:"prefix"`
+	BinDir   string            `json:"binDir"`
+	Self     string            `json:"self"`
+	Topology netlab.Topology   `json:"topology"`
+	Demo     bool              `json:"demo"`
+	Versions map[string]string `json:"versions"`
+}
+
+// Topology turns the config into the lab's description: c1 and c2 share
+// pod CIDR 10.244.0.0/16 and service CIDR 10.96.0.0/16, c3 uses
+// 10.245.0.0/16 and 10.97.0.0/16, clusters beyond get 10.(242+i).0.0/16
+// and 10.(94+i).0.0/16.
+func (c Config) Topology() (netlab.Topology, error) {
+	if c.Clusters < 1 || c.Clusters > 9 {
+		return netlab.Topology{}, fmt.Errorf("--clusters %d: want 1 to 9", c.Clusters)
+	}
+	if c.Nodes < 1 || c.Nodes > 16 {
+		return netlab.Topology{}, fmt.Errorf("--nodes %d: want 1 to 16", c.Nodes)
+	}
+	known := map[string]bool{}
+	t := netlab.Topology{Prefix: c.Prefix, WAN: netlab.DefaultWAN}
+	for i := 1; i <= c.Clusters; i++ {
+		name := fmt.Sprintf("c%d", i)
+		known[name] = true
+		spec := netlab.ClusterSpec{Name: name, Index: i, Nodes: c.Nodes, Gateways: 1,
+			PodCIDR: netlab.DefaultPodCIDR, ServiceCIDR: netlab.DefaultServiceCIDR}
+		if i >= 3 {
+			spec.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(242 + i), 0, 0}), 16)
+			spec.ServiceCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(94 + i), 0, 0}), 16)
+		}
+		var err error
+		if s, ok := c.PodCIDRs[name]; ok {
+			if spec.PodCIDR, err = parseCIDR("--pod-cidr "+name, s); err != nil {
+				return netlab.Topology{}, err
+			}
+		}
+		if s, ok := c.ServiceCIDRs[name]; ok {
+			if spec.ServiceCIDR, err = parseCIDR("--service-cidr "+name, s); err != nil {
+				return netlab.Topology{}, err
+			}
+		}
+		cl, err := netlab.NewCluster(spec)
+		if err != nil {
+			return netlab.Topology{}, fmt.Errorf("cluster %s: %w", name, err)
+		}
+		t.Clusters = append(t.Clusters, cl)
+	}
+	for _, m := range []map[string]string{c.PodCIDRs, c.ServiceCIDRs} {
+		for name := range m {
+			if !known[name] {
+				return netlab.Topology{}, fmt.Errorf("CIDR given for unknown cluster %q (clusters are c1…c%d)", name, c.Clusters)
+			}
+		}
+	}
+	return t, t.Validate()
+}
+
+func parseCIDR(what, s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return p, fmt.Errorf("%s: %w", what, err)
+	}
+	if p != p.Masked() || !p.Addr().Is4() {
+		return p, fmt.Errorf("%s %q: want an IPv4 network address like %s", what, s, p.Masked())
+	}
+	return p, nil
+}
+
+// ParseCIDRFlags turns ["c1=10.1.0.0/16", …] into a map.
+func ParseCIDRFlags(flag string, vals []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range vals {
+		k, cidr, ok := strings.Cut(v, "=")
+		if !ok {
+			return nil, fmt.Errorf("%s %q: want CLUSTER=CIDR", flag, v)
+		}
+		out[k] = cidr
+	}
+	return out, nil
+}
+
+// Paths.
+func (s *State) file() string                       { return filepath.Join(s.Dir, "lab.json") }
+func (s *State) statusFile() string                 { return filepath.Join(s.Dir, "status.json") }
+func (s *State) supervisorPID() string              { return filepath.Join(s.Dir, "supervisor.pid") }
+func (s *State) LogDir() string                     { return filepath.Join(s.Dir, "logs") }
+func (s *State) controlPlaneDir(name string) string { return filepath.Join(s.Dir, name) }
+
+// Members lists the cluster names.
+func (s *State) Members() []string {
+	var out []string
+	for _, c := range s.Topology.Clusters {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// ControlPlaneConfig is the controlplane configuration of a cluster or of
+// the broker ("broker").
+func (s *State) ControlPlaneConfig(name string) (controlplane.Config, error) {
+	cfg := controlplane.Config{Name: name, Dir: s.controlPlaneDir(name), BinDir: s.BinDir, Detach: true}
+	if name == "broker" {
+		cfg.ServiceCIDR = "10.255.0.0/24"
+		return cfg, nil
+	}
+	c, ok := s.Topology.Cluster(name)
+	if !ok {
+		return cfg, fmt.Errorf("no cluster %q in the lab (have %s, broker)", name, strings.Join(s.Members(), ", "))
+	}
+	cfg.ServiceCIDR = c.ServiceCIDR.String()
+	cfg.ClusterCIDR = c.PodCIDR.String()
+	cfg.Components = []controlplane.Component{controlplane.ControllerManager, controlplane.Scheduler}
+	return cfg, nil
+}
+
+// ControlPlane returns a handle on a running cluster's or the broker's
+// control plane.
+func (s *State) ControlPlane(name string) (*controlplane.ControlPlane, error) {
+	cfg, err := s.ControlPlaneConfig(name)
+	if err != nil {
+		return nil, err
+	}
+	return controlplane.Adopt(cfg)
+}
+
+// ErrNoLab is returned when no lab is up in the directory.
+var ErrNoLab = errors.New("no lab is up (run `causewayctl lab up`)")
+
+// Load reads the state of the lab in dir.
+func Load(dir string) (*State, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "lab.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ErrNoLab
+	} else if err != nil {
+		return nil, err
+	}
+	s := &State{}
+	if err := json.Unmarshal(b, s); err != nil {
+		return nil, fmt.Errorf("parse %s/lab.json: %w", dir, err)
+	}
+	return s, nil
+}
+
+func (s *State) save() error {
+	if err := os.MkdirAll(s.LogDir(), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(s.file(), b, 0o644)
+}
+
+// Host is the netlab host of the lab.
+func (s *State) Host() (*netlab.Host, error) {
+	return netlab.NewHost(netlab.Config{Prefix: s.Prefix})
+}

@@ -1,0 +1,93 @@
+package lab
+
+import (
+	"fmt"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/causeway-net/causeway/pkg/controlplane"
+	"github.com/causeway-net/causeway/pkg/lab/netlab"
+)
+
+// NodeAPIServer is where processes inside a node's namespace reach their
+// cluster's API server: the node's kubelet forwards it to the control
+// plane on the root namespace's loopback.
+const NodeAPIServer = "https://127.0.0.1:6443"
+
+// Units are every process of the lab, in start order: the broker's and the
+// clusters' control planes, then per node the kubelet and kube-proxy.
+func (s *State) Units(h *netlab.Host) ([]Unit, error) {
+	var units []Unit
+	for _, name := range append([]string{"broker"}, s.Members()...) {
+		cfg, err := s.ControlPlaneConfig(name)
+		if err != nil {
+			return nil, err
+		}
+		_, procs, err := controlplane.Prepare(cfg)
+		if err != nil {
+			return nil, err
+		}
+		for _, pc := range procs {
+			units = append(units, Unit{Name: pc.Name, Start: func() (*exec.Cmd, error) {
+				return h.Start(netlab.Process{Path: pc.Path, Args: pc.Args, LogPath: pc.LogFile})
+			}})
+		}
+	}
+	for _, c := range s.Topology.Clusters {
+		cp, err := s.ControlPlane(c.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range c.Nodes {
+			nodeName := s.NodeName(c.Name, n.Name)
+			logDir := filepath.Join(s.LogDir(), c.Name, n.Name)
+			units = append(units, Unit{Name: c.Name + "/" + n.Name + "/kubelet", Start: func() (*exec.Cmd, error) {
+				return h.Start(netlab.Process{
+					Path:    s.Self,
+					Args:    []string{"lab", "kubelet", "--dir", s.Dir, "--cluster", c.Name, "--node", n.Name},
+					LogPath: filepath.Join(logDir, "kubelet.log"),
+				})
+			}})
+			kubeconfig, err := cp.KubeconfigAt("kube-proxy-"+n.Name, NodeAPIServer, "system:kube-proxy", nil)
+			if err != nil {
+				return nil, err
+			}
+			units = append(units, Unit{Name: c.Name + "/" + n.Name + "/kube-proxy", Start: func() (*exec.Cmd, error) {
+				return h.Start(netlab.Process{
+					Netns:  h.Names().Node(c.Name, n.Name),
+					Cgroup: h.Cgroups().NodeSystem(c.Name, n.Name),
+					Path:   filepath.Join(s.BinDir, "kube-proxy"),
+					Args: []string{
+						"--kubeconfig=" + kubeconfig,
+						"--hostname-override=" + nodeName,
+						"--cluster-cidr=" + c.PodCIDR.String(),
+						"--proxy-mode=iptables",
+						"--metrics-bind-address=127.0.0.1:10249",
+						"--healthz-bind-address=127.0.0.1:10256",
+						// Conntrack sysctls are per host, not per
+						// namespace: leave them alone.
+						"--conntrack-max-per-core=0",
+						"--conntrack-tcp-timeout-established=0",
+						"--conntrack-tcp-timeout-close-wait=0",
+					},
+					LogPath: filepath.Join(logDir, "kube-proxy.log"),
+				})
+			}})
+		}
+	}
+	return units, nil
+}
+
+// NodeName is the Kubernetes Node name of a lab node: the node's name in
+// the topology ("n0"), so a pod's spec.nodeName names its namespace.
+func (s *State) NodeName(cluster, node string) string { return node }
+
+// APIServerHostPort is the host:port of a control plane's API server.
+func APIServerHostPort(cp *controlplane.ControlPlane) (string, error) {
+	u, err := url.Parse(cp.URL)
+	if err != nil {
+		return "", fmt.Errorf("control plane URL %q: %w", cp.URL, err)
+	}
+	return u.Host, nil
+}

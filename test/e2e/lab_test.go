@@ -1,0 +1,272 @@
+// Package e2e runs end-to-end tests on a real lab (`causewayctl lab`):
+// real control planes, namespaces as nodes and pods, the real binaries.
+// They need root and the Kubernetes binaries, and run only when
+// CAUSEWAY_E2E=1 (`make test` sets it).
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/pkg/controlplane"
+	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/lab"
+	"github.com/causeway-net/causeway/pkg/lab/apps"
+	"github.com/causeway-net/causeway/pkg/lab/netlab"
+)
+
+// Lab is a lab brought up for a test.
+type Lab struct {
+	t      *testing.T
+	ctl    string // causewayctl binary
+	Dir    string
+	Prefix string
+}
+
+// StartLab builds causewayctl and brings a lab up with a unique prefix and
+// state directory; it is taken down when the test ends.
+func StartLab(t *testing.T, args ...string) *Lab {
+	t.Helper()
+	if os.Getenv("CAUSEWAY_E2E") != "1" {
+		t.Skip("end-to-end lab test: set CAUSEWAY_E2E=1 (make test does)")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("CAUSEWAY_E2E=1 but not root: the lab needs root")
+	}
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin+"/", "../../cmd/...").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	l := &Lab{t: t, ctl: filepath.Join(bin, "causewayctl"), Dir: filepath.Join(t.TempDir(), "lab"),
+		Prefix: fmt.Sprintf("cwe%04x-", time.Now().UnixNano()&0xffff)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.dumpLogs()
+		}
+		out, err := l.run("lab", "down", "--prefix", l.Prefix)
+		if err != nil {
+			t.Errorf("lab down: %v\n%s", err, out)
+		}
+	})
+	start := time.Now()
+	out, err := l.run(append([]string{"lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()}, args...)...)
+	if err != nil {
+		t.Fatalf("lab up: %v\n%s", err, out)
+	}
+	t.Logf("lab up in %.1fs:\n%s", time.Since(start).Seconds(), out)
+	return l
+}
+
+func (l *Lab) run(args ...string) (string, error) {
+	// --dir goes right after "lab": everything after "--" belongs to
+	// the command run in a pod.
+	cmd := exec.Command(l.ctl, append([]string{args[0], "--dir", l.Dir}, args[1:]...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// Exec runs a command inside a pod and returns its output.
+func (l *Lab) Exec(pod string, command ...string) (string, error) {
+	return l.run(append([]string{"lab", "exec", pod, "--"}, command...)...)
+}
+
+// Client is an admin client of a cluster of the lab.
+func (l *Lab) Client(cluster string) client.Client {
+	st, err := lab.Load(l.Dir)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	cp, err := st.ControlPlane(cluster)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	rc, err := cp.RESTConfig()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	c, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return c
+}
+
+func (l *Lab) dumpLogs() {
+	out, _ := l.run("lab", "status")
+	l.t.Logf("lab status:\n%s", out)
+	st, err := lab.Load(l.Dir)
+	if err != nil {
+		return
+	}
+	files, _ := st.LogFiles()
+	for _, f := range files {
+		l.t.Logf("--- %s (last 1500 bytes)\n%s", f.Unit, controlplane.LogTail(f.Path, 1500))
+	}
+}
+
+// curlWhereami curls url from pod until every wanted pod name answered
+// (bounded by attempts) and returns the replies by pod name.
+func (l *Lab) curlWhereami(pod, url string, want []string, attempts int) map[string]apps.Identity {
+	l.t.Helper()
+	seen := map[string]apps.Identity{}
+	var errs []string
+	for i := 0; i < attempts && !hasAll(seen, want); i++ {
+		out, err := l.Exec(pod, "curl", "-s", "-m", "3", url)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%v: %s", err, out))
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		var id apps.Identity
+		if err := json.Unmarshal([]byte(out), &id); err != nil {
+			errs = append(errs, fmt.Sprintf("not whereami JSON: %q", out))
+			continue
+		}
+		seen[id.Pod] = id
+	}
+	if !hasAll(seen, want) {
+		l.t.Errorf("curl %s from %s: answers from %v after %d attempts, want all of %v; errors: %v", url, pod, keys(seen), attempts, want, errs)
+	}
+	return seen
+}
+
+func hasAll(seen map[string]apps.Identity, want []string) bool {
+	for _, w := range want {
+		if _, ok := seen[w]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func keys(m map[string]apps.Identity) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestLab brings the default lab up and checks what issue 3 promises:
+// nodes and pods become Ready, a pod reaches a ClusterIP Service of its
+// cluster by IP and by name and gets answers from both replicas, a
+// second `up` changes nothing, and `down` leaves nothing behind.
+func TestLab(t *testing.T) {
+	l := StartLab(t)
+	ctx := context.Background()
+
+	for _, cluster := range []string{"c1", "c2", "c3"} {
+		nodes := &corev1.NodeList{}
+		if err := l.Client(cluster).List(ctx, nodes); err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes.Items) != 2 {
+			t.Errorf("%s: %d nodes, want 2", cluster, len(nodes.Items))
+		}
+		for _, n := range nodes.Items {
+			if !isReady(n.Status.Conditions) {
+				t.Errorf("%s: node %s not Ready", cluster, n.Name)
+			}
+		}
+	}
+
+	for _, cluster := range []string{"c1", "c2"} {
+		c := l.Client(cluster)
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace("demo"), client.MatchingLabels{"app": "whereami"}); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range pods.Items {
+			names = append(names, p.Name)
+		}
+		if len(names) != 2 {
+			t.Fatalf("%s: whereami pods %v, want 2", cluster, names)
+		}
+		svc := &corev1.Service{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "demo", Name: "whereami"}, svc); err != nil {
+			t.Fatal(err)
+		}
+		client := cluster + "/demo/client"
+		byIP := l.curlWhereami(client, "http://"+svc.Spec.ClusterIP, names, 40)
+		for _, id := range byIP {
+			if id.Cluster != cluster {
+				t.Errorf("%s: ClusterIP answered from cluster %q", cluster, id.Cluster)
+			}
+			if !strings.HasPrefix(id.Client, "10.244.") {
+				t.Errorf("%s: server saw client %q, want a pod address (no SNAT inside the cluster)", cluster, id.Client)
+			}
+		}
+		l.curlWhereami(client, "http://whereami.demo.svc.cluster.local", names, 40)
+	}
+
+	// c3 has no whereami: the name does not resolve there.
+	if out, err := l.Exec("c3/demo/client", "curl", "-s", "-m", "3", "http://whereami.demo.svc.cluster.local"); err == nil {
+		t.Errorf("c3 resolved whereami.demo.svc.cluster.local: %s", out)
+	}
+
+	// A second up repairs or reports; it never duplicates.
+	before := podCount(t, l, "c1")
+	if out, err := l.run("lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()); err != nil || !strings.Contains(out, "already up") {
+		t.Errorf("second lab up: %v\n%s", err, out)
+	}
+	if after := podCount(t, l, "c1"); after != before {
+		t.Errorf("second up changed c1's pod count: %d → %d", before, after)
+	}
+
+	if out, err := l.run("lab", "status"); err != nil || !strings.Contains(out, "whereami") {
+		t.Errorf("lab status: %v\n%s", err, out)
+	}
+
+	// Down removes everything; checked here rather than only in cleanup.
+	if out, err := l.run("lab", "down", "--prefix", l.Prefix); err != nil || !strings.Contains(out, "nothing left") {
+		t.Fatalf("lab down: %v\n%s", err, out)
+	}
+	h, err := netlab.NewHost(netlab.Config{Prefix: l.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := h.Leftovers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !left.Empty() {
+		t.Errorf("left behind after down: %s", left)
+	}
+	if _, err := os.Stat(l.Dir); !os.IsNotExist(err) {
+		t.Errorf("state directory %s still exists (err=%v)", l.Dir, err)
+	}
+	if out, _ := exec.Command("pgrep", "-f", l.Dir).Output(); len(out) > 0 {
+		t.Errorf("processes of the lab still running: %s", out)
+	}
+}
+
+func podCount(t *testing.T, l *Lab, cluster string) int {
+	pods := &corev1.PodList{}
+	if err := l.Client(cluster).List(context.Background(), pods); err != nil {
+		t.Fatal(err)
+	}
+	return len(pods.Items)
+}
+
+func isReady(conds []corev1.NodeCondition) bool {
+	for _, c := range conds {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
