@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,17 +56,29 @@ func StartProcess(cfg ProcessConfig) (*Process, error) {
 	default:
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", cfg.Name, err)
-	}
 	p := &Process{cfg: cfg, cmd: cmd, done: make(chan struct{})}
+	// The kernel sends Pdeathsig when the *thread* that forked the child
+	// exits, and other code (netlab) deliberately retires locked threads.
+	// So the child is forked from a thread locked to this goroutine, which
+	// holds it until the child has exited.
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		err := cmd.Wait()
 		p.mu.Lock()
 		p.err = err
 		p.mu.Unlock()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s: %w", cfg.Name, err)
+	}
 	if cfg.PIDFile != "" {
 		if err := os.WriteFile(cfg.PIDFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 			p.Stop(time.Second)

@@ -44,6 +44,14 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 	if err != nil {
 		return err
 	}
+	bcp, err := st.ControlPlane("broker")
+	if err != nil {
+		return err
+	}
+	broker, err := APIServerHostPort(bcp)
+	if err != nil {
+		return err
+	}
 	h, err := st.Host()
 	if err != nil {
 		return err
@@ -62,6 +70,7 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 		Apps:             reg,
 		Labels:           labels,
 		APIServerForward: apiserver,
+		BrokerForward:    broker,
 		StateDir:         st.NodeStateDir(cluster, node),
 		Log:              slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node),
 	})

@@ -36,6 +36,10 @@ import (
 // the node namespace (on every address).
 const APIServerPort = 6443
 
+// BrokerPort is where the forwarder to the broker's API server listens
+// inside the node namespace (when Config.BrokerForward is set).
+const BrokerPort = 6444
+
 // Config configures a lab kubelet.
 type Config struct {
 	// Client talks to the node's cluster (admin credentials are fine in
@@ -56,6 +60,9 @@ type Config struct {
 	// and splice each connection to it, so that processes in the node
 	// reach the API server at https://127.0.0.1:6443.
 	APIServerForward string
+	// BrokerForward, when set, does the same for the broker's API server
+	// on BrokerPort (https://127.0.0.1:6444 inside the node).
+	BrokerForward string
 	// StateDir holds pod state and container logs:
 	// <StateDir>/pods/<namespace>_<name>/{state.json,<container>.log}.
 	StateDir string
@@ -161,19 +168,21 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	defer bg.Wait()
 	defer cancel()
 
-	if k.cfg.APIServerForward != "" {
-		ln, err := k.cfg.Host.Listen(k.nodeNS, "tcp", net.JoinHostPort("0.0.0.0", strconv.Itoa(APIServerPort)))
-		if err != nil {
-			return fmt.Errorf("kubelet: API server forwarder: %w", err)
+	for port, target := range map[int]string{APIServerPort: k.cfg.APIServerForward, BrokerPort: k.cfg.BrokerForward} {
+		if target == "" {
+			continue
 		}
-		target := k.cfg.APIServerForward
+		ln, err := k.cfg.Host.Listen(k.nodeNS, "tcp", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
+		if err != nil {
+			return fmt.Errorf("kubelet: forwarder on port %d: %w", port, err)
+		}
 		bg.Go(func() {
 			var d net.Dialer
 			err := netlab.Forward(ctx, ln, func(ctx context.Context) (net.Conn, error) {
 				return d.DialContext(ctx, "tcp", target)
 			}, k.log)
 			if err != nil {
-				k.log.Error("API server forwarder stopped", "err", err)
+				k.log.Error("forwarder stopped", "port", port, "to", target, "err", err)
 			}
 		})
 	}
