@@ -142,6 +142,11 @@ func newLab(t *testing.T, nodes int, opts ...kubetest.Option) *lab {
 		}
 		return apps.Command{Path: "/bin/sh", Args: []string{"-c", "exit " + code}}, nil
 	})
+	// Ignores SIGTERM (and so does its sleep child, in the same process
+	// group): only SIGKILL after the grace period ends it.
+	reg.Register("test.lab/stubborn", func(c apps.Container) (apps.Command, error) {
+		return apps.Command{Path: "/bin/sh", Args: []string{"-c", `trap "" TERM; while :; do sleep 1; done`}}, nil
+	})
 	l := &lab{t: t, cp: cp, kube: cp.Kube, host: h, cluster: c, reg: reg, dir: t.TempDir(), stops: map[string]func(){}}
 	t.Cleanup(func() {
 		for _, stop := range l.stops {
@@ -628,7 +633,18 @@ func TestKubelet(t *testing.T) {
 		if err := syscall.Kill(pid, 0); err != nil {
 			t.Fatalf("client process gone after the kubelet stopped: %v", err)
 		}
+		// A pod namespace nobody knows of (a kubelet's state lost) is
+		// removed when the kubelet starts.
+		ghost := netlab.Pod{Cluster: "c1", Node: "n1", Namespace: testNS, Name: "ghost", IP: netip.MustParseAddr("10.244.1.200")}
+		if err := l.host.EnsurePod(ghost); err != nil {
+			t.Fatal(err)
+		}
 		l.startKubelet("n1")
+		eventually(t, "orphaned pod namespace removed", func() (bool, string) {
+			pods, err := l.host.PodNetns("c1", "n1")
+			_, cgErr := os.Stat(l.host.Cgroups().PodOf(ghost))
+			return err == nil && !slices.Contains(pods, l.host.Names().PodOf(ghost)) && os.IsNotExist(cgErr), fmt.Sprint(pods, err, cgErr)
+		})
 		// Still the same process, no restart, after the new kubelet
 		// synced (its lease proves it runs; the status stays).
 		time.Sleep(3 * time.Second)
@@ -685,6 +701,41 @@ func TestKubelet(t *testing.T) {
 				return err == nil && !slices.Contains(pods, l.host.Names().Pod("c1", "n1", testNS, tc.name)), fmt.Sprint(pods, err)
 			})
 		}
+	})
+
+	t.Run("DeleteKillsAfterGrace", func(t *testing.T) {
+		l.createPod(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "stubborn"},
+			Spec: corev1.PodSpec{NodeName: "n1", TerminationGracePeriodSeconds: ptrTo(int64(1)),
+				Containers: []corev1.Container{{Name: "c", Image: "test.lab/stubborn"}}},
+		})
+		pid := pidOf(t, l.runningReady("stubborn"))
+		if err := l.kube.CoreV1().Pods(testNS).Delete(ctx, "stubborn", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "stubborn gone from the API", func() (bool, string) {
+			_, err := l.pod("stubborn")
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+			t.Errorf("process %d still there after the pod went: %v", pid, err)
+		}
+	})
+
+	t.Run("ForceDeleted", func(t *testing.T) {
+		l.createPod(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "forced"},
+			Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: apps.ImageClient}}},
+		})
+		pid := pidOf(t, l.runningReady("forced"))
+		if err := l.kube.CoreV1().Pods(testNS).Delete(ctx, "forced", metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
+		name := l.host.Names().Pod("c1", "n1", testNS, "forced")
+		eventually(t, "force-deleted pod cleaned up", func() (bool, string) {
+			pods, err := l.host.PodNetns("c1", "n1")
+			return err == nil && !slices.Contains(pods, name) && syscall.Kill(pid, 0) == syscall.ESRCH, fmt.Sprint(pods, err)
+		})
 	})
 
 	t.Run("Delete", func(t *testing.T) {
