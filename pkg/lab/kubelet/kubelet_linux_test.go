@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,12 +27,14 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/controlplane"
 	"github.com/causeway-net/causeway/pkg/lab/apps"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
@@ -90,13 +93,15 @@ type lab struct {
 	reg     *apps.Registry
 	dir     string
 	stops   map[string]func()
+	// realPeriods runs kubelets with the default heartbeat periods.
+	realPeriods bool
 }
 
 const testNS = "kt"
 
-func newLab(t *testing.T, nodes int) *lab {
+func newLab(t *testing.T, nodes int, opts ...kubetest.Option) *lab {
 	requireRoot(t)
-	cp := kubetest.Start(t, "c1") // stopped last (cleanups run in reverse)
+	cp := startControlPlane(t, opts...) // stopped last (cleanups run in reverse)
 	var b [3]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)
@@ -137,6 +142,11 @@ func newLab(t *testing.T, nodes int) *lab {
 		}
 		return apps.Command{Path: "/bin/sh", Args: []string{"-c", "exit " + code}}, nil
 	})
+	// Ignores SIGTERM (and so does its sleep child, in the same process
+	// group): only SIGKILL after the grace period ends it.
+	reg.Register("test.lab/stubborn", func(c apps.Container) (apps.Command, error) {
+		return apps.Command{Path: "/bin/sh", Args: []string{"-c", `trap "" TERM; while :; do sleep 1; done`}}, nil
+	})
 	l := &lab{t: t, cp: cp, kube: cp.Kube, host: h, cluster: c, reg: reg, dir: t.TempDir(), stops: map[string]func(){}}
 	t.Cleanup(func() {
 		for _, stop := range l.stops {
@@ -161,6 +171,37 @@ func newLab(t *testing.T, nodes int) *lab {
 	return l
 }
 
+// startControlPlane starts the API server (and components) from an OS
+// thread that lives until the control plane is stopped. pkg/controlplane
+// gives test children Pdeathsig=SIGKILL, which the kernel sends when the
+// *thread* that forked them exits, and netlab deliberately discards the
+// OS threads it switches into namespaces (Host.Start): started from an
+// arbitrary Go thread, the API server could be killed the moment the
+// kubelet starts a pod.
+func startControlPlane(t *testing.T, opts ...kubetest.Option) *kubetest.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver; skipped under -short")
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) }) // runs after the control plane's own cleanup
+	res := make(chan *kubetest.Cluster, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the test
+		var c *kubetest.Cluster
+		defer func() { res <- c }() // also on t.Fatal (Goexit) inside Start
+		c = kubetest.Start(t, "c1", opts...)
+		res <- c
+		c = nil
+		<-release
+	}()
+	c := <-res
+	if c == nil {
+		t.FailNow()
+	}
+	return c
+}
+
 // startKubelet runs the kubelet of node until stopKubelet or the test's end.
 func (l *lab) startKubelet(node string) {
 	l.t.Helper()
@@ -179,6 +220,9 @@ func (l *lab) startKubelet(node string) {
 		LeasePeriod:  time.Second,
 		StatusPeriod: 2 * time.Second,
 		ResyncPeriod: 2 * time.Second,
+	}
+	if l.realPeriods {
+		cfg.LeasePeriod, cfg.StatusPeriod, cfg.ResyncPeriod = 0, 0, 0
 	}
 	if n.Gateway() {
 		cfg.Labels = map[string]string{"causeway.dev/gateway": "true"}
@@ -589,7 +633,18 @@ func TestKubelet(t *testing.T) {
 		if err := syscall.Kill(pid, 0); err != nil {
 			t.Fatalf("client process gone after the kubelet stopped: %v", err)
 		}
+		// A pod namespace nobody knows of (a kubelet's state lost) is
+		// removed when the kubelet starts.
+		ghost := netlab.Pod{Cluster: "c1", Node: "n1", Namespace: testNS, Name: "ghost", IP: netip.MustParseAddr("10.244.1.200")}
+		if err := l.host.EnsurePod(ghost); err != nil {
+			t.Fatal(err)
+		}
 		l.startKubelet("n1")
+		eventually(t, "orphaned pod namespace removed", func() (bool, string) {
+			pods, err := l.host.PodNetns("c1", "n1")
+			_, cgErr := os.Stat(l.host.Cgroups().PodOf(ghost))
+			return err == nil && !slices.Contains(pods, l.host.Names().PodOf(ghost)) && os.IsNotExist(cgErr), fmt.Sprint(pods, err, cgErr)
+		})
 		// Still the same process, no restart, after the new kubelet
 		// synced (its lease proves it runs; the status stays).
 		time.Sleep(3 * time.Second)
@@ -648,6 +703,41 @@ func TestKubelet(t *testing.T) {
 		}
 	})
 
+	t.Run("DeleteKillsAfterGrace", func(t *testing.T) {
+		l.createPod(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "stubborn"},
+			Spec: corev1.PodSpec{NodeName: "n1", TerminationGracePeriodSeconds: ptrTo(int64(1)),
+				Containers: []corev1.Container{{Name: "c", Image: "test.lab/stubborn"}}},
+		})
+		pid := pidOf(t, l.runningReady("stubborn"))
+		if err := l.kube.CoreV1().Pods(testNS).Delete(ctx, "stubborn", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "stubborn gone from the API", func() (bool, string) {
+			_, err := l.pod("stubborn")
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+			t.Errorf("process %d still there after the pod went: %v", pid, err)
+		}
+	})
+
+	t.Run("ForceDeleted", func(t *testing.T) {
+		l.createPod(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "forced"},
+			Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: apps.ImageClient}}},
+		})
+		pid := pidOf(t, l.runningReady("forced"))
+		if err := l.kube.CoreV1().Pods(testNS).Delete(ctx, "forced", metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
+		name := l.host.Names().Pod("c1", "n1", testNS, "forced")
+		eventually(t, "force-deleted pod cleaned up", func() (bool, string) {
+			pods, err := l.host.PodNetns("c1", "n1")
+			return err == nil && !slices.Contains(pods, name) && syscall.Kill(pid, 0) == syscall.ESRCH, fmt.Sprint(pods, err)
+		})
+	})
+
 	t.Run("Delete", func(t *testing.T) {
 		if web == nil {
 			t.Skip("needs the web pod")
@@ -678,4 +768,89 @@ func TestKubelet(t *testing.T) {
 			t.Errorf("web2 got %s, want web's freed (lowest) address %s", p.Status.PodIP, web.Status.PodIP)
 		}
 	})
+}
+
+// TestKubeletWithControllerManager runs a kubelet with its default
+// heartbeat periods beside kube-controller-manager: the node lifecycle
+// controller lifts the not-ready taint and keeps the node Ready past its
+// grace period (40 s in the lab), and the EndpointSlice controller
+// publishes the pod's address as a ready endpoint on the node.
+func TestKubeletWithControllerManager(t *testing.T) {
+	l := newLab(t, 1, kubetest.WithComponents(controlplane.ControllerManager))
+	l.realPeriods = true
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(l.cp.Dir(), "logs", "kube-controller-manager.log"))
+			if len(b) > 8000 {
+				b = b[len(b)-8000:]
+			}
+			t.Logf("kube-controller-manager log (tail):\n%s", b)
+			full, _ := os.ReadFile(filepath.Join(l.cp.Dir(), "logs", "kube-controller-manager.log"))
+			os.WriteFile("/tmp/kubelet-kcm.log", full, 0o644)
+		}
+	})
+	l.startKubelet("n0")
+	ctx := context.Background()
+
+	p := whereamiPod("web", "n0", 8080)
+	p.Labels = map[string]string{"app": "web"}
+	l.createPod(p)
+	_, err := l.kube.CoreV1().Services(testNS).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := l.runningReady("web")
+	eventually(t, "ready endpoint for the pod", func() (bool, string) {
+		slices, err := l.kube.DiscoveryV1().EndpointSlices(testNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=web"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if len(e.Addresses) == 1 && e.Addresses[0] == pod.Status.PodIP && e.Conditions.Ready != nil && *e.Conditions.Ready &&
+					e.NodeName != nil && *e.NodeName == "n0" && len(s.Ports) == 1 && s.Ports[0].Port != nil && *s.Ports[0].Port == 8080 {
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("%+v", slices.Items)
+	})
+
+	nodeOK := func() (bool, string) {
+		n, err := l.kube.CoreV1().Nodes().Get(ctx, "n0", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, taint := range n.Spec.Taints {
+			if strings.HasPrefix(taint.Key, "node.kubernetes.io/") {
+				return false, fmt.Sprintf("taint %s:%s", taint.Key, taint.Effect)
+			}
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, fmt.Sprintf("Ready=%s %s", c.Status, c.Reason)
+			}
+		}
+		return false, "no Ready condition"
+	}
+	eventually(t, "node lifecycle controller lifts the not-ready taint", nodeOK)
+	// Watch past the grace period: the node must stay Ready and untainted
+	// and the pod must stay where it is.
+	until := time.Now().Add(50 * time.Second)
+	for time.Now().Before(until) {
+		if ok, msg := nodeOK(); !ok {
+			t.Fatalf("node lost readiness under the node lifecycle controller: %s", msg)
+		}
+		time.Sleep(time.Second)
+	}
+	after := l.runningReady("web")
+	if after.UID != pod.UID || after.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("pod changed: %+v", after.Status.ContainerStatuses)
+	}
 }

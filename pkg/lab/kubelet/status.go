@@ -16,7 +16,6 @@ const (
 	ReasonInvalidImageName  = "InvalidImageName"
 	ReasonCrashLoopBackOff  = "CrashLoopBackOff"
 	ReasonCreateContainer   = "CreateContainerError"
-	ReasonPodInitializing   = "PodInitializing"
 )
 
 // Termination reasons.
