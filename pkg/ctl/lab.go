@@ -98,7 +98,7 @@ never duplicates anything.`,
 }
 
 func printTryThis(cmd *cobra.Command, st *lab.State) {
-	self := "causewayctl"
+	self := os.Args[0] // as the user typed it, e.g. bin/causewayctl
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "\nThe lab is up: %s + broker.\n\nTry this:\n", strings.Join(st.Members(), ", "))
 	fmt.Fprintf(out, "  %s lab status\n", self)
