@@ -81,12 +81,17 @@ func (s *State) registerCoreDNS(reg *apps.Registry, cluster string) {
 	})
 }
 
-// SystemObjects are what every lab cluster runs besides the demo: CoreDNS
-// (host network, one replica) behind the kube-dns Service.
+// CausewayNamespace holds Causeway's own objects in every cluster.
+const CausewayNamespace = "causeway-system"
+
+// SystemObjects are what every lab cluster runs besides the demo: the
+// causeway-system namespace and CoreDNS (host network, one replica) behind
+// the kube-dns Service.
 func (s *State) SystemObjects(cluster string) []client.Object {
 	c, _ := s.Topology.Cluster(cluster)
 	labels := map[string]string{"k8s-app": "kube-dns"}
 	return []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: CausewayNamespace}},
 		&appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "coredns", Labels: labels},
 			Spec: appsv1.DeploymentSpec{

@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 
@@ -74,7 +75,67 @@ func (s *State) Units(h *netlab.Host) ([]Unit, error) {
 					LogPath: filepath.Join(logDir, "kube-proxy.log"),
 				})
 			}})
+			daemons, err := s.daemonUnits(h, c, n, cp)
+			if err != nil {
+				return nil, err
+			}
+			units = append(units, daemons...)
 		}
+	}
+	return units, nil
+}
+
+// DaemonBinary is the path of a Causeway daemon binary: next to the
+// causewayctl the lab runs (`make build` puts them all in bin/).
+func (s *State) DaemonBinary(name string) string {
+	return filepath.Join(filepath.Dir(s.Self), name)
+}
+
+// daemonUnits are the Causeway daemons of one node, run exactly as a
+// DaemonSet would run them: inside the node's network namespace (host
+// network), in the node's system cgroup, with a kubeconfig that reaches the
+// cluster through the kubelet's forwarder. Binaries that are missing are
+// skipped (the supervisor log says so).
+func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp *controlplane.ControlPlane) ([]Unit, error) {
+	kubeconfig, err := cp.KubeconfigAt("causeway-"+n.Name, NodeAPIServer, "system:causeway:"+n.Name, []string{"system:masters"})
+	if err != nil {
+		return nil, err
+	}
+	common := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--cluster-id=" + c.Name,
+		"--node-name=" + s.NodeName(c.Name, n.Name),
+		"--pod-cidrs=" + c.PodCIDR.String(),
+		"--service-cidrs=" + c.ServiceCIDR.String(),
+	}
+	type daemon struct {
+		name string
+		args []string
+	}
+	ds := []daemon{{"route-agent", []string{
+		"--metrics-addr=127.0.0.1:9532",
+		"--cgroup-root=" + h.Cgroups().Node(c.Name, n.Name),
+	}}}
+	if n.Gateway() {
+		ds = append(ds, daemon{"gateway", []string{"--metrics-addr=127.0.0.1:9531"}})
+	}
+	var units []Unit
+	logDir := filepath.Join(s.LogDir(), c.Name, n.Name)
+	for _, d := range ds {
+		path := s.DaemonBinary(d.name)
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		args := append(append([]string{}, common...), d.args...)
+		units = append(units, Unit{Name: c.Name + "/" + n.Name + "/" + d.name, Start: func() (*exec.Cmd, error) {
+			return h.Start(netlab.Process{
+				Netns:   h.Names().Node(c.Name, n.Name),
+				Cgroup:  h.Cgroups().NodeSystem(c.Name, n.Name),
+				Path:    path,
+				Args:    args,
+				LogPath: filepath.Join(logDir, d.name+".log"),
+			})
+		}})
 	}
 	return units, nil
 }
