@@ -42,6 +42,20 @@ func newLabAppCommand() *cobra.Command {
 			return apps.RunClient(ctx)
 		},
 	}
-	cmd.AddCommand(whereami, client)
+	cmd.AddCommand(whereami, client, newRRCommand())
+	return cmd
+}
+
+func newRRCommand() *cobra.Command {
+	var c apps.RRConfig
+	cmd := &cobra.Command{
+		Use:   "rr",
+		Short: "Measure UDP request/response latency against a whereami echo; prints JSON",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return apps.RunRR(cmd.Context(), c, cmd.OutOrStdout())
+		},
+	}
+	c.AddFlags(cmd.Flags())
 	return cmd
 }

@@ -17,6 +17,6 @@ reach it from pods of every cluster of the ClusterSet through a clusterset VIP
 or <svc>.<ns>.svc.clusterset.local.`,
 		SilenceUsage: true,
 	}
-	root.AddCommand(newVersionCommand(), newLabCommand())
+	root.AddCommand(newVersionCommand(), newLabCommand(), newBenchmarkCommand())
 	return root
 }
