@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab"
 )
 
@@ -27,15 +26,7 @@ func NewLabPod(ctx context.Context, st *lab.State, ref string) (*LabPod, error) 
 	if len(parts) != 3 {
 		return nil, fmt.Errorf("%q: want <cluster>/<namespace>/<pod>", ref)
 	}
-	cp, err := st.ControlPlane(parts[0])
-	if err != nil {
-		return nil, err
-	}
-	rc, err := cp.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	cl, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
+	cl, err := st.Client(parts[0])
 	if err != nil {
 		return nil, err
 	}

@@ -10,22 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
 // Exec starts path with args inside a pod's network namespace and cgroup
 // (the node's, for a hostNetwork pod) and returns the running command.
 func (s *State) Exec(ctx context.Context, cluster, namespace, pod, path string, args []string, stdin io.Reader, stdout, stderr io.Writer) (*exec.Cmd, error) {
-	cp, err := s.ControlPlane(cluster)
-	if err != nil {
-		return nil, err
-	}
-	rc, err := cp.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	cl, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
+	cl, err := s.Client(cluster)
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/causeway-net/causeway/pkg/controlplane"
+	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
@@ -208,4 +211,17 @@ func (s *State) save() error {
 // Host is the netlab host of the lab.
 func (s *State) Host() (*netlab.Host, error) {
 	return netlab.NewHost(netlab.Config{Prefix: s.Prefix})
+}
+
+// Client is an admin client of a cluster's (or the broker's) API server.
+func (s *State) Client(name string) (client.Client, error) {
+	cp, err := s.ControlPlane(name)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := cp.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(rc, client.Options{Scheme: kube.NewScheme()})
 }

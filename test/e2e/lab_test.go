@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/controlplane"
-	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab"
 	"github.com/causeway-net/causeway/pkg/lab/apps"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
@@ -89,15 +88,7 @@ func (l *Lab) Client(cluster string) client.Client {
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	cp, err := st.ControlPlane(cluster)
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	rc, err := cp.RESTConfig()
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	c, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
+	c, err := st.Client(cluster)
 	if err != nil {
 		l.t.Fatal(err)
 	}
