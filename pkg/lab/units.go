@@ -117,7 +117,9 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp 
 		"--cgroup-root=" + h.Cgroups().Node(c.Name, n.Name),
 	}}}
 	if n.Gateway() {
-		ds = append(ds, daemon{"gateway", []string{"--metrics-addr=127.0.0.1:9531"}})
+		ds = append(ds,
+			daemon{"gateway", []string{"--metrics-addr=127.0.0.1:9531"}},
+			daemon{"globalnet", []string{"--metrics-addr=127.0.0.1:9533"}})
 	}
 	var units []Unit
 	logDir := filepath.Join(s.LogDir(), c.Name, n.Name)

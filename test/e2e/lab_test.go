@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -209,6 +210,10 @@ func TestLab(t *testing.T) {
 		t.Errorf("c3 resolved whereami.demo.svc.cluster.local: %s", out)
 	}
 
+	// The Causeway daemons run supervised in the node namespaces, and a
+	// crashed one is restarted.
+	l.checkDaemonRestart("c3/n0/gateway")
+
 	// A second up repairs or reports; it never duplicates.
 	before := podCount(t, l, "c1")
 	if out, err := l.run("lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()); err != nil || !strings.Contains(out, "already up") {
@@ -243,6 +248,41 @@ func TestLab(t *testing.T) {
 	if out, _ := exec.Command("pgrep", "-f", l.Dir).Output(); len(out) > 0 {
 		t.Errorf("processes of the lab still running: %s", out)
 	}
+}
+
+// checkDaemonRestart kills a supervised daemon and waits until the
+// supervisor has started it again.
+func (l *Lab) checkDaemonRestart(unit string) {
+	l.t.Helper()
+	st, err := lab.Load(l.Dir)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	find := func() (lab.UnitStatus, bool) {
+		units, _ := st.Status()
+		for _, u := range units {
+			if u.Name == unit {
+				return u, true
+			}
+		}
+		return lab.UnitStatus{}, false
+	}
+	before, ok := find()
+	if !ok || !before.Running {
+		l.t.Errorf("unit %s not running: %+v", unit, before)
+		return
+	}
+	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+		l.t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if u, _ := find(); u.Running && u.PID != before.PID && u.Restarts > before.Restarts {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	u, _ := find()
+	l.t.Errorf("unit %s not restarted after SIGKILL: before %+v, now %+v", unit, before, u)
 }
 
 func podCount(t *testing.T, l *Lab, cluster string) int {
