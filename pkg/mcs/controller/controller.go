@@ -188,7 +188,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		exports:  map[types.NamespacedName]bool{},
 		imports:  map[types.NamespacedName]int{},
 	}
-	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient), c: c.bclient})
+	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient), c: c.bclient, live: c.breader})
 	if err := c.setup(); err != nil {
 		return nil, err
 	}
@@ -293,10 +293,25 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 func ptrTo[T any](v T) *T { return &v }
 
 // indexedVIPStore finds a Service's allocations through a cache index
-// instead of a label scan.
+// instead of a label scan, and asks the API server who holds an address
+// when a claim finds it taken but the cache does not know the holder yet
+// (another cluster allocated it for the same Service a moment ago).
 type indexedVIPStore struct {
 	*mcs.BrokerVIPStore
-	c client.Client
+	c    client.Client
+	live client.Reader
+}
+
+func (s *indexedVIPStore) Claim(ctx context.Context, addr netip.Addr, svc types.NamespacedName) (types.NamespacedName, error) {
+	holder, err := s.BrokerVIPStore.Claim(ctx, addr, svc)
+	if err == nil || !errors.Is(err, mcs.ErrVIPTaken) || holder != (types.NamespacedName{}) {
+		return holder, err
+	}
+	var a causewayv1alpha1.VIPAllocation
+	if gerr := s.live.Get(ctx, types.NamespacedName{Name: mcs.VIPObjectName(addr)}, &a); gerr != nil {
+		return holder, err
+	}
+	return types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName}, err
 }
 
 func (s *indexedVIPStore) AllocatedTo(ctx context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
@@ -348,6 +363,7 @@ func (c *Controller) runLiveness(ctx context.Context) error {
 	tick := time.NewTicker(min(renewEvery, time.Second))
 	defer tick.Stop()
 	var lastRenew time.Time
+	failing := false
 	for {
 		if time.Since(lastRenew) >= renewEvery {
 			err := c.renewLease(ctx)
@@ -356,11 +372,18 @@ func (c *Controller) runLiveness(ctx context.Context) error {
 			}
 			if err != nil {
 				c.metrics.renewals.WithLabelValues("error").Inc()
-				c.log.Warn("renew liveness lease in the broker", "err", err)
+				if !failing {
+					c.log.Warn("cannot renew the liveness lease in the broker; endpoints stay as they are", "err", err)
+				}
+				failing = true
 			} else {
 				c.metrics.renewals.WithLabelValues("success").Inc()
 				c.live.renewed()
 				lastRenew = time.Now()
+				if failing {
+					c.log.Info("liveness lease in the broker renewed again")
+				}
+				failing = false
 			}
 		}
 		changed, alive, dead := c.live.check()

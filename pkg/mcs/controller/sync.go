@@ -221,15 +221,19 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 
 // vip returns the clusterset VIP of key, allocating it in the broker on
 // first use. A VIP this controller allocated before is confirmed by one
-// cache lookup.
+// cache index lookup: it must be the Service's only allocation. When two
+// exist (two clusters allocated at once, before either saw the other's),
+// the allocator keeps the one first in the Service's candidate order and
+// releases the other; the allocation's watch event brings every cluster
+// here again, so all converge on the same address.
 func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.Addr, error) {
 	c.mu.Lock()
 	known, ok := c.vips[key]
 	c.mu.Unlock()
 	if ok {
-		var a causewayv1alpha1.VIPAllocation
-		err := c.bclient.Get(ctx, types.NamespacedName{Name: mcs.VIPObjectName(known)}, &a)
-		if err == nil && a.DeletionTimestamp == nil && a.Spec.ServiceNamespace == key.Namespace && a.Spec.ServiceName == key.Name {
+		var held causewayv1alpha1.VIPAllocationList
+		err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()})
+		if err == nil && len(held.Items) == 1 && held.Items[0].Name == mcs.VIPObjectName(known) && held.Items[0].DeletionTimestamp == nil {
 			return known, nil
 		}
 	}
