@@ -18,5 +18,6 @@ or <svc>.<ns>.svc.clusterset.local.`,
 		SilenceUsage: true,
 	}
 	root.AddCommand(newVersionCommand())
+	root.AddCommand(newExportCommand(), newUnexportCommand(), newShowCommand())
 	return root
 }
