@@ -276,7 +276,9 @@ func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.Se
 	if !equality.Semantic.DeepEqual(status, have.Status) {
 		upd := have.DeepCopy()
 		upd.Status = status
-		if err := c.local.Status().Update(ctx, upd); err != nil {
+		// A merge patch: no conflict with a resourceVersion the cache has
+		// not caught up with; the status is ours alone.
+		if err := c.local.Status().Patch(ctx, upd, client.MergeFrom(have)); err != nil {
 			return nil, fmt.Errorf("update ServiceImport status: %w", err)
 		}
 		c.metrics.apiWrites.WithLabelValues("ServiceImport", "status").Inc()
@@ -395,7 +397,7 @@ func (c *Controller) syncExportStatus(ctx context.Context, exp exportState, m *m
 	oldConflict := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
 	upd := se.DeepCopy()
 	upd.Status = status
-	if err := c.local.Status().Update(ctx, upd); err != nil {
+	if err := c.local.Status().Patch(ctx, upd, client.MergeFrom(se)); err != nil {
 		return fmt.Errorf("update ServiceExport status: %w", err)
 	}
 	c.metrics.apiWrites.WithLabelValues("ServiceExport", "status").Inc()
