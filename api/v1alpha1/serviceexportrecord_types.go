@@ -90,6 +90,79 @@ type ServiceExportRecordSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	ExportedAnnotations map[string]string `json:"exportedAnnotations,omitempty"`
+
+	// Endpoints are the Service's backends in the exporting cluster,
+	// copied from its EndpointSlices, ready or not. Importing clusters
+	// render them (headless: one endpoint per backend; ClusterSetIP: the
+	// exporting cluster's ClusterIPs, ready while a backend is ready).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	Endpoints []RecordEndpoints `json:"endpoints,omitempty"`
+}
+
+// RecordEndpoints are backends sharing one address type and port mapping
+// (one local EndpointSlice, or several merged).
+type RecordEndpoints struct {
+	// AddressType is IPv4 or IPv6.
+	// +kubebuilder:validation:Enum=IPv4;IPv6
+	AddressType string `json:"addressType"`
+
+	// Ports map the Service's port names to the port the backends listen
+	// on (the target port).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	Ports []RecordEndpointPort `json:"ports,omitempty"`
+
+	// Backends are the backend addresses with their conditions.
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=atomic
+	Backends []RecordBackend `json:"backends"`
+}
+
+// RecordEndpointPort is one port of RecordEndpoints.
+type RecordEndpointPort struct {
+	// Name is the Service port's name ("" for an unnamed port).
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name,omitempty"`
+
+	// Port is the port number on the backend.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// RecordBackend is one backend of an exported Service.
+type RecordBackend struct {
+	// Address is the backend's (pod's) IP address.
+	// +kubebuilder:validation:MaxLength=45
+	Address string `json:"address"`
+
+	// Hostname is the pod's hostname (headless Services).
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Hostname string `json:"hostname,omitempty"`
+
+	// NodeName is the node the backend runs on in the exporting cluster.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName,omitempty"`
+
+	// Zone is the backend's topology zone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Zone string `json:"zone,omitempty"`
+
+	// Ready, Serving and Terminating are the backend's EndpointSlice
+	// conditions.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+	// +optional
+	Serving bool `json:"serving,omitempty"`
+	// +optional
+	Terminating bool `json:"terminating,omitempty"`
 }
 
 // RecordPort is one port of an exported Service.

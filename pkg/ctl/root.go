@@ -18,5 +18,6 @@ or <svc>.<ns>.svc.clusterset.local.`,
 		SilenceUsage: true,
 	}
 	root.AddCommand(newVersionCommand(), newLabCommand(), newBenchmarkCommand())
+	root.AddCommand(newExportCommand(), newUnexportCommand(), newShowCommand())
 	return root
 }

@@ -13,16 +13,18 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
@@ -33,57 +35,33 @@ import (
 func TestBrokerObjects(t *testing.T) {
 	api := kubetest.Start(t, "broker")
 	ctx := context.Background()
-	for _, ns := range []string{"cluster-c1", "cluster-c2", "kubecon"} {
-		if err := api.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
+	if err := api.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubecon"}}); err != nil {
+		t.Fatal(err)
 	}
-	grantBroker(ctx, t, api, "c1")
-	grantBroker(ctx, t, api, "c2")
-	c1 := api.ClientAs(t, "causeway:cluster:c1")
-	c2 := api.ClientAs(t, "causeway:cluster:c2")
+	c1 := memberClient(ctx, t, api, "c1")
+	c2 := memberClient(ctx, t, api, "c2")
 
 	t.Run("records", func(t *testing.T) { testRecords(ctx, t, c1, c2) })
 	t.Run("vips", func(t *testing.T) { testVIPs(ctx, t, api.Client, c1, c2) })
 	t.Run("import and slices", func(t *testing.T) { testImportAndSlices(ctx, t, api.Client) })
 }
 
-// grantBroker gives cluster id the broker rights the README describes:
-// write records in its own namespace, read everybody's, allocate VIPs.
-func grantBroker(ctx context.Context, t *testing.T, api *kubetest.Cluster, id string) {
-	user := "causeway:cluster:" + id
-	objs := []client.Object{
-		&rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "cluster-" + id, Name: "causeway-cluster"},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"causeway.dev"}, Resources: []string{"serviceexportrecords"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}},
-		},
-		&rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "cluster-" + id, Name: "causeway-cluster"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "causeway-cluster"},
-		},
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "causeway-member-" + id},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "causeway-member"},
-		},
-	}
-	member := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "causeway-member"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"causeway.dev"}, Resources: []string{"serviceexportrecords"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"causeway.dev"}, Resources: []string{"vipallocations"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
-		},
-	}
-	if err := api.Client.Create(ctx, member); err != nil && !apierrors.IsAlreadyExists(err) {
+// memberClient is cluster id's broker identity (pkg/broker): it writes
+// only its own namespace, reads everybody's, allocates VIPs.
+func memberClient(ctx context.Context, t *testing.T, api *kubetest.Cluster, id string) client.Client {
+	kc, err := broker.EnsureClusterIdentity(ctx, api.Config, id)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range objs {
-		if err := api.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		t.Fatal(err)
 	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 var created = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)

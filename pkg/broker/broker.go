@@ -1,0 +1,259 @@
+// Package broker sets up a member cluster's identity in the broker API
+// server, the Kubernetes API server every cluster of a ClusterSet syncs
+// through.
+//
+// Each member cluster owns one broker namespace, cluster-<clusterID>, and
+// gets a ServiceAccount there. Its rights (see Rules):
+//
+//   - in its own namespace: read and write Causeway's objects (Cluster,
+//     Endpoint, ServiceExportRecord, …), its Leases (the MCS controller's
+//     liveness Lease) and Events;
+//   - everywhere: read Causeway's objects and Leases (to mirror the other
+//     clusters and see whether they are alive);
+//   - cluster scoped: create and delete VIPAllocations (clusterset VIPs are
+//     claimed atomically by name; see pkg/mcs).
+//
+// It can therefore never create, change or delete another cluster's
+// objects. EnsureClusterIdentity creates all of this idempotently and
+// returns a kubeconfig with a token of the ServiceAccount, obtained through
+// the TokenRequest API (served by the API server itself; no controller
+// manager needed).
+package broker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// NamespacePrefix starts every member cluster's broker namespace.
+const NamespacePrefix = "cluster-"
+
+// Names of the objects EnsureClusterIdentity creates.
+const (
+	// ServiceAccountName is the member cluster's ServiceAccount in its
+	// own broker namespace; the Role and RoleBinding there carry the same
+	// name.
+	ServiceAccountName = "causeway-member"
+	// ClusterRoleName is the ClusterRole every member shares; each gets a
+	// ClusterRoleBinding named ClusterRoleName + "-" + clusterID.
+	ClusterRoleName = "causeway-member"
+	// LabelClusterID marks the objects created for one member cluster.
+	LabelClusterID = "causeway.dev/cluster-id"
+)
+
+// TokenLifetime is the lifetime requested for the identity's token. The
+// API server may cap it (--service-account-max-token-expiration).
+const TokenLifetime = 10 * 365 * 24 * time.Hour
+
+// Namespace returns the broker namespace of a member cluster.
+func Namespace(clusterID string) string { return NamespacePrefix + clusterID }
+
+// ClusterIDFromNamespace returns the cluster ID of a broker namespace, and
+// false if ns is not a member cluster's namespace.
+func ClusterIDFromNamespace(ns string) (string, bool) {
+	if len(ns) <= len(NamespacePrefix) || ns[:len(NamespacePrefix)] != NamespacePrefix {
+		return "", false
+	}
+	return ns[len(NamespacePrefix):], true
+}
+
+// OwnRules are a member's rights in its own broker namespace.
+func OwnRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"causeway.dev"}, Resources: []string{"*"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"},
+			Verbs: []string{"create", "update", "patch"}},
+	}
+}
+
+// SharedRules are every member's rights across the broker.
+func SharedRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"causeway.dev"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"causeway.dev"}, Resources: []string{"vipallocations"}, Verbs: []string{"create", "delete"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+	}
+}
+
+// EnsureClusterIdentity creates (or brings up to date) clusterID's broker
+// namespace, ServiceAccount, Role, RoleBinding and ClusterRoleBinding, and
+// the shared ClusterRole, using brokerAdmin (a broker administrator). It
+// returns a kubeconfig for the new identity: brokerAdmin's server and CA,
+// and a fresh ServiceAccount token. Calling it again is harmless; it issues
+// another token, the earlier ones stay valid until they expire or the
+// ServiceAccount is deleted.
+func EnsureClusterIdentity(ctx context.Context, brokerAdmin *rest.Config, clusterID string) ([]byte, error) {
+	if msgs := validation.IsDNS1123Label(clusterID); len(msgs) > 0 {
+		return nil, fmt.Errorf("cluster ID %q: %v", clusterID, msgs)
+	}
+	cs, err := kubernetes.NewForConfig(brokerAdmin)
+	if err != nil {
+		return nil, fmt.Errorf("broker client: %w", err)
+	}
+	ns := Namespace(clusterID)
+	labels := map[string]string{LabelClusterID: clusterID}
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: ServiceAccountName}}
+
+	if err := apply(ctx, "namespace "+ns,
+		func() error {
+			_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{})
+			return err
+		}, nil); err != nil {
+		return nil, err
+	}
+	if err := apply(ctx, "service account",
+		func() error {
+			_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ServiceAccountName, Labels: labels}}, metav1.CreateOptions{})
+			return err
+		}, nil); err != nil {
+		return nil, err
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceAccountName, Labels: labels}, Rules: OwnRules()}
+	if err := apply(ctx, "role",
+		func() error { _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); return err },
+		func() error {
+			have, err := cs.RbacV1().Roles(ns).Get(ctx, role.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			have.Rules = role.Rules
+			_, err = cs.RbacV1().Roles(ns).Update(ctx, have, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+		return nil, err
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceAccountName, Labels: labels},
+		Subjects:   subject,
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: ServiceAccountName},
+	}
+	if err := apply(ctx, "role binding",
+		func() error {
+			_, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			have, err := cs.RbacV1().RoleBindings(ns).Get(ctx, rb.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			have.Subjects = rb.Subjects
+			_, err = cs.RbacV1().RoleBindings(ns).Update(ctx, have, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+		return nil, err
+	}
+	cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName}, Rules: SharedRules()}
+	if err := apply(ctx, "cluster role",
+		func() error { _, err := cs.RbacV1().ClusterRoles().Create(ctx, cr, metav1.CreateOptions{}); return err },
+		func() error {
+			have, err := cs.RbacV1().ClusterRoles().Get(ctx, cr.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			have.Rules = cr.Rules
+			_, err = cs.RbacV1().ClusterRoles().Update(ctx, have, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+		return nil, err
+	}
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName + "-" + clusterID, Labels: labels},
+		Subjects:   subject,
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ClusterRoleName},
+	}
+	if err := apply(ctx, "cluster role binding",
+		func() error {
+			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			have, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, crb.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			have.Subjects = crb.Subjects
+			_, err = cs.RbacV1().ClusterRoleBindings().Update(ctx, have, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+		return nil, err
+	}
+
+	secs := int64(TokenLifetime / time.Second)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, ServiceAccountName,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("request token for %s/%s: %w", ns, ServiceAccountName, err)
+	}
+	return Kubeconfig(brokerAdmin, clusterID, tr.Status.Token)
+}
+
+// apply runs create, and update when the object already exists (nil
+// update: leave it as it is).
+func apply(ctx context.Context, what string, create, update func() error) error {
+	err := create()
+	if apierrors.IsAlreadyExists(err) {
+		if update == nil {
+			return nil
+		}
+		err = update()
+	}
+	if err != nil {
+		return fmt.Errorf("ensure broker %s: %w", what, err)
+	}
+	return ctx.Err()
+}
+
+// Kubeconfig returns a kubeconfig for server and CA of base, authenticating
+// with token. The context is named "broker-<clusterID>".
+func Kubeconfig(base *rest.Config, clusterID, token string) ([]byte, error) {
+	ca := base.CAData
+	if len(ca) == 0 && base.CAFile != "" {
+		b, err := os.ReadFile(base.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read broker CA: %w", err)
+		}
+		ca = b
+	}
+	name := "broker-" + clusterID
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["broker"] = &clientcmdapi.Cluster{Server: base.Host, CertificateAuthorityData: ca, InsecureSkipTLSVerify: base.Insecure}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "broker", AuthInfo: name, Namespace: Namespace(clusterID)}
+	cfg.CurrentContext = name
+	b, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("write broker kubeconfig: %w", err)
+	}
+	return b, nil
+}
+
+// WithServer returns kubeconfig with every cluster's server replaced by
+// server, e.g. the address a node namespace reaches the broker at.
+func WithServer(kubeconfig []byte, server string) ([]byte, error) {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("parse kubeconfig: %w", err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+	}
+	return clientcmd.Write(*cfg)
+}

@@ -1,0 +1,202 @@
+package broker_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/kube"
+)
+
+func TestNamespace(t *testing.T) {
+	if got := broker.Namespace("c1"); got != "cluster-c1" {
+		t.Errorf("Namespace(c1) = %q", got)
+	}
+	for ns, want := range map[string]string{"cluster-c1": "c1", "cluster-": "", "kube-system": "", "c1": ""} {
+		got, ok := broker.ClusterIDFromNamespace(ns)
+		if got != want || ok != (want != "") {
+			t.Errorf("ClusterIDFromNamespace(%q) = %q, %v", ns, got, ok)
+		}
+	}
+}
+
+// TestClusterIdentity proves, against a real broker API server, that a
+// member cluster's identity writes only its own namespace and reads the
+// others'.
+func TestClusterIdentity(t *testing.T) {
+	api := kubetest.Start(t, "broker")
+	ctx := context.Background()
+
+	clients := map[string]client.Client{}
+	for _, id := range []string{"a", "b"} {
+		kc, err := broker.EnsureClusterIdentity(ctx, api.Config, id)
+		if err != nil {
+			t.Fatalf("EnsureClusterIdentity(%s): %v", id, err)
+		}
+		// Idempotent: a second call succeeds and gives a working config too.
+		if kc, err = broker.EnsureClusterIdentity(ctx, api.Config, id); err != nil {
+			t.Fatalf("EnsureClusterIdentity(%s) again: %v", id, err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.BearerToken == "" || cfg.CertFile != "" || len(cfg.CertData) != 0 {
+			t.Fatalf("identity %s is not a token identity", id)
+		}
+		c, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[id] = c
+	}
+	if _, err := broker.EnsureClusterIdentity(ctx, api.Config, "Bad_ID"); err == nil {
+		t.Error("a cluster ID that is not a DNS label was accepted")
+	}
+
+	objects := func(id string) []client.Object {
+		ns := broker.Namespace(id)
+		return []client.Object{
+			&causewayv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id},
+				Spec: causewayv1alpha1.ClusterSpec{ClusterID: id, PodCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/16"}}},
+			&causewayv1alpha1.Endpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id},
+				Spec: causewayv1alpha1.EndpointSpec{ClusterID: id, Hostname: "n0", CableDriver: causewayv1alpha1.CableVXLAN,
+					PublicIP: "198.18.1.10", Port: 4800, Subnets: []string{"10.244.0.0/16"}}},
+			&causewayv1alpha1.ServiceExportRecord{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubecon.whereami"},
+				Spec: causewayv1alpha1.ServiceExportRecordSpec{ClusterID: id, ServiceNamespace: "kubecon", ServiceName: "whereami",
+					ExportCreationTimestamp: metav1.Now(), Type: mcsv1beta1.Headless}},
+			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "causeway-liveness"}},
+		}
+	}
+	// Each cluster writes its own objects.
+	for id, c := range clients {
+		for _, o := range objects(id) {
+			if err := c.Create(ctx, o); err != nil {
+				t.Fatalf("%s creates its own %T: %v", id, o, err)
+			}
+		}
+	}
+	a := clients["a"]
+	for _, o := range objects("b") {
+		kind := typeName(o)
+		// a reads b's object…
+		got := o.DeepCopyObject().(client.Object)
+		if err := a.Get(ctx, client.ObjectKeyFromObject(o), got); err != nil {
+			t.Errorf("a reads b's %s: %v", kind, err)
+			continue
+		}
+		// …but cannot update, delete or create one in b's namespace.
+		upd := got.DeepCopyObject().(client.Object)
+		upd.SetLabels(map[string]string{"forged": "true"})
+		if err := a.Update(ctx, upd); !apierrors.IsForbidden(err) {
+			t.Errorf("a updates b's %s: err=%v, want Forbidden", kind, err)
+		}
+		if err := a.Delete(ctx, got); !apierrors.IsForbidden(err) {
+			t.Errorf("a deletes b's %s: err=%v, want Forbidden", kind, err)
+		}
+		fresh := o.DeepCopyObject().(client.Object)
+		fresh.SetName("forged")
+		fresh.SetResourceVersion("")
+		if err := a.Create(ctx, fresh); !apierrors.IsForbidden(err) {
+			t.Errorf("a creates a %s in b's namespace: err=%v, want Forbidden", kind, err)
+		}
+		if err := a.DeleteAllOf(ctx, o.DeepCopyObject().(client.Object), client.InNamespace(o.GetNamespace())); !apierrors.IsForbidden(err) {
+			t.Errorf("a deletes all %ss in b's namespace: err=%v, want Forbidden", kind, err)
+		}
+		// b's object is untouched.
+		after := o.DeepCopyObject().(client.Object)
+		if err := api.Client.Get(ctx, client.ObjectKeyFromObject(o), after); err != nil || after.GetLabels()["forged"] != "" {
+			t.Errorf("b's %s after a's attempts: %v, labels %v", kind, err, after.GetLabels())
+		}
+	}
+	// a lists every cluster's records (the import side of MCS).
+	var recs causewayv1alpha1.ServiceExportRecordList
+	if err := a.List(ctx, &recs); err != nil || len(recs.Items) != 2 {
+		t.Errorf("a lists records: %d, %v; want 2", len(recs.Items), err)
+	}
+	// a cannot touch other namespaces or create namespaces.
+	if err := a.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cluster-z"}}); !apierrors.IsForbidden(err) {
+		t.Errorf("a creates a namespace: err=%v, want Forbidden", err)
+	}
+	if err := a.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "cluster-a", Name: "x"}}); !apierrors.IsForbidden(err) {
+		t.Errorf("a creates a ConfigMap: err=%v, want Forbidden", err)
+	}
+	// VIP allocations: create and delete, no update.
+	vip := &causewayv1alpha1.VIPAllocation{ObjectMeta: metav1.ObjectMeta{Name: "243.0.0.9"},
+		Spec: causewayv1alpha1.VIPAllocationSpec{ServiceNamespace: "kubecon", ServiceName: "whereami"}}
+	if err := a.Create(ctx, vip); err != nil {
+		t.Errorf("a allocates a VIP: %v", err)
+	}
+	vip.Labels = map[string]string{"x": "y"}
+	if err := clients["b"].Update(ctx, vip); !apierrors.IsForbidden(err) {
+		t.Errorf("b updates a VIP allocation: err=%v, want Forbidden", err)
+	}
+	if err := clients["b"].Delete(ctx, vip); err != nil {
+		t.Errorf("b releases a VIP allocation: %v", err)
+	}
+	// The token works for years, not hours.
+	kc, err := broker.EnsureClusterIdentity(ctx, api.Config, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exp := tokenExpiry(t, kc); time.Until(exp) < 300*24*time.Hour {
+		t.Errorf("token expires at %s, want about a decade", exp)
+	}
+	moved, err := broker.WithServer(kc, "https://127.0.0.1:6444")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := clientcmd.RESTConfigFromKubeConfig(moved); err != nil || cfg.Host != "https://127.0.0.1:6444" {
+		t.Errorf("WithServer: host %v, %v", cfg, err)
+	}
+}
+
+func tokenExpiry(t *testing.T, kubeconfig []byte) time.Time {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(cfg.BearerToken, ".")
+	if len(parts) != 3 {
+		t.Fatalf("token is not a JWT")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct {
+		Exp int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		t.Fatal(err)
+	}
+	return time.Unix(claims.Exp, 0)
+}
+
+func typeName(o client.Object) string {
+	switch o.(type) {
+	case *causewayv1alpha1.Cluster:
+		return "Cluster"
+	case *causewayv1alpha1.Endpoint:
+		return "Endpoint"
+	case *causewayv1alpha1.ServiceExportRecord:
+		return "ServiceExportRecord"
+	case *coordinationv1.Lease:
+		return "Lease"
+	}
+	return "object"
+}

@@ -1,0 +1,301 @@
+package ctl
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// parseServiceRef parses "<namespace>/<name>".
+func parseServiceRef(s string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1035Label(name)) > 0 {
+		return types.NamespacedName{}, fmt.Errorf("%q: want <namespace>/<service>", s)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// newExportCommand is `causewayctl export <ns>/<svc>`: create the
+// ServiceExport (KEP-1645's whole opt-in) in one cluster.
+func newExportCommand() *cobra.Command {
+	cs := &clusterSetFlags{}
+	var cluster string
+	cmd := &cobra.Command{
+		Use:   "export <namespace>/<service>",
+		Short: "Export a Service to the ClusterSet (creates its ServiceExport)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, err := parseServiceRef(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := cs.cluster(cluster)
+			if err != nil {
+				return err
+			}
+			se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
+			err = c.Client.Create(cmd.Context(), se)
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s already exported\n", c.Name, ref)
+				return nil
+			case err != nil:
+				return fmt.Errorf("%s: export %s: %w", c.Name, ref, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: exported %s\n", c.Name, ref)
+			return nil
+		},
+	}
+	cs.addFlags(cmd.Flags())
+	cmd.Flags().StringVar(&cluster, "cluster", "", "the cluster to export from (needed when several are given)")
+	return cmd
+}
+
+// newUnexportCommand is `causewayctl unexport <ns>/<svc>`.
+func newUnexportCommand() *cobra.Command {
+	cs := &clusterSetFlags{}
+	var cluster string
+	cmd := &cobra.Command{
+		Use:   "unexport <namespace>/<service>",
+		Short: "Withdraw a Service from the ClusterSet (deletes its ServiceExport)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, err := parseServiceRef(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := cs.cluster(cluster)
+			if err != nil {
+				return err
+			}
+			err = c.Client.Delete(cmd.Context(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}})
+			switch {
+			case apierrors.IsNotFound(err):
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s was not exported\n", c.Name, ref)
+				return nil
+			case err != nil:
+				return fmt.Errorf("%s: unexport %s: %w", c.Name, ref, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: unexported %s\n", c.Name, ref)
+			return nil
+		},
+	}
+	cs.addFlags(cmd.Flags())
+	cmd.Flags().StringVar(&cluster, "cluster", "", "the cluster to unexport from (needed when several are given)")
+	return cmd
+}
+
+// ExportRow is one ServiceExport in `show exports`.
+type ExportRow struct {
+	Cluster    string             `json:"cluster"`
+	Namespace  string             `json:"namespace"`
+	Name       string             `json:"name"`
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Error      string             `json:"error,omitempty"`
+}
+
+func newShowExportsCommand(cs *clusterSetFlags, out *outputFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "exports",
+		Short: "ServiceExports of every cluster with their Valid, Ready and Conflict conditions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			clusters, err := cs.clusters()
+			if err != nil {
+				return err
+			}
+			rows := collectExports(cmd.Context(), clusters)
+			var cells [][]string
+			for _, r := range rows {
+				if r.Error != "" {
+					cells = append(cells, []string{r.Cluster, "-", "-", "-", "-", "-", "error: " + r.Error})
+					continue
+				}
+				var msgs []string
+				for _, t := range []string{"Valid", "Ready", "Conflict"} {
+					if c := meta.FindStatusCondition(r.Conditions, t); c != nil && !healthy(c) && c.Message != "" {
+						msgs = append(msgs, c.Message)
+					}
+				}
+				cells = append(cells, []string{r.Cluster, r.Namespace, r.Name,
+					condCell(r.Conditions, "Valid"), condCell(r.Conditions, "Ready"), condCell(r.Conditions, "Conflict"), strings.Join(msgs, "; ")})
+			}
+			return out.print(cmd.OutOrStdout(), rows, []string{"CLUSTER", "NAMESPACE", "NAME", "VALID", "READY", "CONFLICT", "MESSAGE"}, cells)
+		},
+	}
+}
+
+func collectExports(ctx context.Context, clusters []memberCluster) []ExportRow {
+	rows := []ExportRow{}
+	for _, c := range clusters {
+		var list mcsv1beta1.ServiceExportList
+		if err := c.Client.List(ctx, &list); err != nil {
+			rows = append(rows, ExportRow{Cluster: c.Name, Error: err.Error()})
+			continue
+		}
+		for _, se := range list.Items {
+			rows = append(rows, ExportRow{Cluster: c.Name, Namespace: se.Namespace, Name: se.Name, Conditions: se.Status.Conditions})
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.Cluster < b.Cluster
+	})
+	return rows
+}
+
+// healthy tells whether a ServiceExport condition is in its good state:
+// Valid and Ready True, Conflict False.
+func healthy(c *metav1.Condition) bool {
+	if c.Type == string(mcsv1beta1.ServiceExportConditionConflict) {
+		return c.Status == metav1.ConditionFalse
+	}
+	return c.Status == metav1.ConditionTrue
+}
+
+// condCell is the status, with the reason when not healthy; "-" when unset.
+func condCell(conds []metav1.Condition, t string) string {
+	c := meta.FindStatusCondition(conds, t)
+	if c == nil {
+		return "-"
+	}
+	if healthy(c) {
+		return string(c.Status)
+	}
+	return string(c.Status) + " (" + c.Reason + ")"
+}
+
+// ImportRow is one ServiceImport in `show imports`.
+type ImportRow struct {
+	Cluster   string   `json:"cluster"`
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Type      string   `json:"type"`
+	IPs       []string `json:"ips,omitempty"`
+	Ports     []string `json:"ports,omitempty"`
+	// Sources are the exporting clusters (status.clusters).
+	Sources []string `json:"sources,omitempty"`
+	// Endpoints counts the multi-cluster slices' endpoints per source
+	// cluster: ready and total.
+	Endpoints map[string]EndpointCount `json:"endpoints,omitempty"`
+	Error     string                   `json:"error,omitempty"`
+}
+
+// EndpointCount is ready out of total endpoints.
+type EndpointCount struct {
+	Ready int `json:"ready"`
+	Total int `json:"total"`
+}
+
+func newShowImportsCommand(cs *clusterSetFlags, out *outputFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "imports",
+		Short: "ServiceImports of every cluster: clusterset VIPs, ports, exporting clusters and their endpoints",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			clusters, err := cs.clusters()
+			if err != nil {
+				return err
+			}
+			rows := collectImports(cmd.Context(), clusters)
+			var cells [][]string
+			for _, r := range rows {
+				if r.Error != "" {
+					cells = append(cells, []string{r.Cluster, "-", "-", "-", "-", "-", "error: " + r.Error})
+					continue
+				}
+				var eps []string
+				for _, src := range r.Sources {
+					n := r.Endpoints[src]
+					eps = append(eps, fmt.Sprintf("%s %d/%d", src, n.Ready, n.Total))
+				}
+				cells = append(cells, []string{r.Cluster, r.Namespace, r.Name, r.Type, dash(strings.Join(r.IPs, ",")),
+					dash(strings.Join(r.Ports, ",")), dash(strings.Join(eps, ", "))})
+			}
+			return out.print(cmd.OutOrStdout(), rows, []string{"CLUSTER", "NAMESPACE", "NAME", "TYPE", "IP", "PORTS", "ENDPOINTS (READY/TOTAL)"}, cells)
+		},
+	}
+}
+
+func collectImports(ctx context.Context, clusters []memberCluster) []ImportRow {
+	rows := []ImportRow{}
+	for _, c := range clusters {
+		var list mcsv1beta1.ServiceImportList
+		if err := c.Client.List(ctx, &list); err != nil {
+			rows = append(rows, ImportRow{Cluster: c.Name, Error: err.Error()})
+			continue
+		}
+		var slices discoveryv1.EndpointSliceList
+		if err := c.Client.List(ctx, &slices, client.HasLabels{mcsv1beta1.LabelServiceName}); err != nil {
+			rows = append(rows, ImportRow{Cluster: c.Name, Error: err.Error()})
+			continue
+		}
+		counts := map[types.NamespacedName]map[string]EndpointCount{}
+		for _, s := range slices.Items {
+			k := types.NamespacedName{Namespace: s.Namespace, Name: s.Labels[mcsv1beta1.LabelServiceName]}
+			if counts[k] == nil {
+				counts[k] = map[string]EndpointCount{}
+			}
+			src := s.Labels[mcsv1beta1.LabelSourceCluster]
+			n := counts[k][src]
+			for _, e := range s.Endpoints {
+				n.Total++
+				if e.Conditions.Ready == nil || *e.Conditions.Ready {
+					n.Ready++
+				}
+			}
+			counts[k][src] = n
+		}
+		for _, si := range list.Items {
+			r := ImportRow{Cluster: c.Name, Namespace: si.Namespace, Name: si.Name, Type: string(si.Spec.Type), IPs: si.Spec.IPs,
+				Endpoints: counts[types.NamespacedName{Namespace: si.Namespace, Name: si.Name}]}
+			for _, p := range si.Spec.Ports {
+				s := strconv.Itoa(int(p.Port)) + "/" + string(p.Protocol)
+				if p.Name != "" {
+					s = p.Name + ":" + s
+				}
+				r.Ports = append(r.Ports, s)
+			}
+			for _, cl := range si.Status.Clusters {
+				r.Sources = append(r.Sources, cl.Cluster)
+			}
+			rows = append(rows, r)
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.Cluster < b.Cluster
+	})
+	return rows
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,152 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/mcs/controller"
+)
+
+func TestParseServiceRef(t *testing.T) {
+	for in, ok := range map[string]bool{"kubecon/whereami": true, "whereami": false, "a/b/c": false, "Kube/x": false, "/x": false, "ns/": false} {
+		if _, err := parseServiceRef(in); (err == nil) != ok {
+			t.Errorf("parseServiceRef(%q): err=%v", in, err)
+		}
+	}
+}
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := NewCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+// TestExportAndShow drives export, show and unexport against two real
+// clusters with their MCS controllers running.
+func TestExportAndShow(t *testing.T) {
+	all := kubetest.StartMany(t, "c1", "c2", "broker")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	t.Cleanup(func() { cancel(); <-done; <-done })
+	var kubeconfigs []string
+	for _, id := range []string{"c1", "c2"} {
+		c := all[id]
+		for _, ns := range []string{"causeway-system", "kubecon"} {
+			if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kc, err := broker.EnsureClusterIdentity(ctx, all["broker"].Config, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bcfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mc, err := controller.New(c.Config, bcfg, controller.Config{ClusterID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- mc.Run(ctx) }()
+		kubeconfigs = append(kubeconfigs, "--kubeconfig", id+"="+c.AdminKubeconfig)
+	}
+	c1 := all["c1"].Client
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "kubecon", Name: "whereami"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+	if err := c1.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "kubecon", Name: "whereami-x", Labels: map[string]string{discoveryv1.LabelServiceName: "whereami"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.1.5"}}},
+	}
+	if err := c1.Create(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := run(t, append([]string{"export", "kubecon/whereami"}, kubeconfigs...)...); err == nil ||
+		!strings.Contains(err.Error(), "--cluster") {
+		t.Errorf("export with two clusters and no --cluster: %v", err)
+	}
+	out, err := run(t, append([]string{"export", "kubecon/whereami", "--cluster", "c1"}, kubeconfigs...)...)
+	if err != nil || !strings.Contains(out, "c1: exported kubecon/whereami") {
+		t.Fatalf("export: %v\n%s", err, out)
+	}
+
+	var rows []ImportRow
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, err := run(t, append([]string{"show", "imports", "-o", "json"}, kubeconfigs...)...)
+		if err != nil {
+			t.Fatalf("show imports: %v\n%s", err, out)
+		}
+		rows = nil
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("show imports -o json: %v\n%s", err, out)
+		}
+		if len(rows) == 2 && len(rows[0].IPs) == 1 && len(rows[1].IPs) == 1 && rows[0].Endpoints["c1"].Ready == 1 && rows[1].Endpoints["c1"].Ready == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("imports never complete: %+v", rows)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if rows[0].Cluster != "c1" || rows[1].Cluster != "c2" || rows[0].IPs[0] != rows[1].IPs[0] || fmt.Sprint(rows[0].Sources) != "[c1]" {
+		t.Errorf("imports: %+v", rows)
+	}
+	out, err = run(t, append([]string{"show", "imports"}, kubeconfigs...)...)
+	if err != nil || !strings.Contains(out, rows[0].IPs[0]) || !strings.Contains(out, "http:80/TCP") || !strings.Contains(out, "c1 1/1") {
+		t.Errorf("show imports table: %v\n%s", err, out)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		out, err = run(t, append([]string{"show", "exports"}, kubeconfigs...)...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if err == nil && len(lines) == 2 && strings.Join(strings.Fields(lines[1]), " ") == "c1 kubecon whereami True True False" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("show exports: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	out, err = run(t, append([]string{"unexport", "kubecon/whereami", "--cluster", "c1"}, kubeconfigs...)...)
+	if err != nil || !strings.Contains(out, "unexported") {
+		t.Fatalf("unexport: %v\n%s", err, out)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		out, err := run(t, append([]string{"show", "imports", "-o", "json"}, kubeconfigs...)...)
+		if err == nil && strings.TrimSpace(out) == "[]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("imports remain after unexport: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := run(t, "show", "imports"); err == nil || !strings.Contains(err.Error(), "no clusters") {
+		t.Errorf("show without clusters: %v", err)
+	}
+}

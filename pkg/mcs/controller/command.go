@@ -1,0 +1,79 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/causeway-net/causeway/pkg/daemon"
+	"github.com/causeway-net/causeway/pkg/mcs"
+)
+
+// MetricsPort is the MCS controller's default /metrics port.
+const MetricsPort = 9534
+
+// NewCommand returns the mcs-controller daemon's command.
+func NewCommand() *cobra.Command {
+	opts := daemon.DefaultOptions(MetricsPort)
+	var (
+		vipRange    = mcs.DefaultVIPRange
+		deadAfter   = DefaultDeadClusterTimeout
+		liveness    = DefaultLivenessDuration
+		resync      = DefaultResyncPeriod
+		workers     = DefaultWorkers
+		leaderElect = true
+	)
+	cmd := daemon.Command("mcs-controller",
+		"Causeway MCS controller: ServiceExports to the broker, ServiceImports and EndpointSlices from it",
+		`The MCS controller runs once per cluster (replicas elect one leader through
+the Lease causeway-mcs-controller in --namespace). It publishes every
+ServiceExport of the cluster to the broker, merges all clusters' exports
+(KEP-1645), allocates clusterset VIPs in the broker and writes the
+ServiceImports and multi-cluster EndpointSlices of the ClusterSet here. It
+renews the cluster's liveness Lease in the broker and withdraws the
+endpoints of clusters that stop renewing theirs.`,
+		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
+			r, err := mcs.ParseVIPRange(vipRange)
+			if err != nil {
+				return fmt.Errorf("--vip-range: %w", err)
+			}
+			local, err := opts.RESTConfig()
+			if err != nil {
+				return err
+			}
+			brk, err := opts.BrokerRESTConfig()
+			if err != nil {
+				return err
+			}
+			if err := rt.WaitForAPIServer(ctx, "local cluster", local); err != nil {
+				return err
+			}
+			c, err := New(local, brk, Config{
+				ClusterID:          opts.ClusterID,
+				Namespace:          opts.Namespace,
+				VIPRange:           r,
+				DeadClusterTimeout: deadAfter,
+				LivenessDuration:   liveness,
+				ResyncPeriod:       resync,
+				Workers:            workers,
+				LeaderElection:     leaderElect,
+				Log:                rt.Log,
+				Metrics:            rt.Metrics,
+				BrokerHealth:       func(err error) { rt.SetReady("broker", err) },
+			})
+			if err != nil {
+				return err
+			}
+			rt.SetReady("startup", nil)
+			return c.Run(ctx)
+		})
+	fs := cmd.Flags()
+	fs.StringVar(&vipRange, "vip-range", vipRange, "clusterset VIP range (the same in every cluster)")
+	fs.DurationVar(&deadAfter, "dead-cluster-timeout", deadAfter, "withdraw a cluster's endpoints this long after its liveness Lease expired")
+	fs.DurationVar(&liveness, "liveness-lease-duration", liveness, "duration of this cluster's liveness Lease in the broker (renewed every third)")
+	fs.DurationVar(&resync, "resync-period", resync, "full resync period")
+	fs.IntVar(&workers, "workers", workers, "Services synced in parallel")
+	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "elect one acting replica per cluster")
+	return cmd
+}

@@ -1,0 +1,451 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/mcs"
+)
+
+// Defaults of Config.
+const (
+	DefaultDeadClusterTimeout = 10 * time.Second
+	DefaultLivenessDuration   = 3 * time.Second
+	DefaultResyncPeriod       = 5 * time.Minute
+	DefaultWorkers            = 4
+	// LeaderElectionID is the Lease in the local Causeway namespace that
+	// elects the acting replica.
+	LeaderElectionID = "causeway-mcs-controller"
+)
+
+// Config configures a Controller.
+type Config struct {
+	// ClusterID is this cluster's ID in the ClusterSet.
+	ClusterID string
+	// Namespace is Causeway's namespace in the local cluster (leader
+	// election Lease).
+	Namespace string
+	// VIPRange is the clusterset VIP range; the zero value means
+	// mcs.DefaultVIPRange.
+	VIPRange mcs.VIPRange
+	// DeadClusterTimeout is how long after its liveness Lease expired a
+	// cluster's endpoints are withdrawn.
+	DeadClusterTimeout time.Duration
+	// LivenessDuration is the liveness Lease's duration; it is renewed
+	// every third of it.
+	LivenessDuration time.Duration
+	// ResyncPeriod is how often every object is re-checked.
+	ResyncPeriod time.Duration
+	// Workers is the number of Services synced in parallel.
+	Workers int
+	// LeaderElection makes only one replica per cluster act.
+	LeaderElection bool
+	// Log is the controller's logger.
+	Log *slog.Logger
+	// Metrics receives the controller's metrics (nil: not registered).
+	Metrics prometheus.Registerer
+	// BrokerHealth, if set, is told whether the last liveness renewal in
+	// the broker worked.
+	BrokerHealth func(error)
+}
+
+// Cache index names.
+const (
+	indexRecordService   = "causeway.service"   // records by "<ns>/<name>"
+	indexRecordNamespace = "causeway.serviceNS" // records by service namespace
+	indexVIPService      = "causeway.vipService"
+)
+
+// Controller is one cluster's MCS controller.
+type Controller struct {
+	cfg      Config
+	log      *slog.Logger
+	mgr      manager.Manager
+	broker   cluster.Cluster
+	local    client.Client
+	bclient  client.Client
+	breader  client.Reader
+	alloc    *mcs.VIPAllocator
+	recorder events.EventRecorder
+	live     *liveness
+	metrics  *metrics
+	trigger  chan event.GenericEvent
+
+	mu      sync.Mutex
+	vips    map[types.NamespacedName]netip.Addr
+	exports map[types.NamespacedName]bool
+	imports map[types.NamespacedName]int // key -> number of slices
+}
+
+// New builds a controller for the local cluster (local) syncing through
+// the broker (brokerCfg, this cluster's broker identity).
+func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
+	if cfg.ClusterID == "" {
+		return nil, errors.New("cluster ID is required")
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "causeway-system"
+	}
+	if cfg.VIPRange.Size() == 0 {
+		cfg.VIPRange = mcs.MustParseVIPRange(mcs.DefaultVIPRange)
+	}
+	if cfg.DeadClusterTimeout <= 0 {
+		cfg.DeadClusterTimeout = DefaultDeadClusterTimeout
+	}
+	if cfg.LivenessDuration <= 0 {
+		cfg.LivenessDuration = DefaultLivenessDuration
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = DefaultResyncPeriod
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	scheme := kube.NewScheme()
+	resync := cfg.ResyncPeriod
+	strip := cache.TransformStripManagedFields()
+
+	le := 4 * time.Second
+	renew := 3 * time.Second
+	retry := 500 * time.Millisecond
+	mgr, err := manager.New(local, manager.Options{
+		Scheme:                        scheme,
+		Logger:                        logr.FromSlogHandler(cfg.Log.Handler()),
+		Cache:                         cache.Options{SyncPeriod: &resync, DefaultTransform: strip},
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                cfg.LeaderElection,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       cfg.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &le,
+		RenewDeadline:                 &renew,
+		RetryPeriod:                   &retry,
+		Controller:                    config.Controller{SkipNameValidation: ptrTo(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("local cluster manager: %w", err)
+	}
+	bc, err := cluster.New(brokerCfg, func(o *cluster.Options) {
+		o.Scheme = scheme
+		o.Cache = cache.Options{SyncPeriod: &resync, DefaultTransform: strip}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("broker client: %w", err)
+	}
+	if err := mgr.Add(bc); err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		cfg:      cfg,
+		log:      cfg.Log,
+		mgr:      mgr,
+		broker:   bc,
+		local:    mgr.GetClient(),
+		bclient:  bc.GetClient(),
+		breader:  bc.GetAPIReader(),
+		recorder: mgr.GetEventRecorder("mcs-controller"),
+		live:     newLiveness(cfg.ClusterID, cfg.LivenessDuration, cfg.DeadClusterTimeout, time.Now),
+		metrics:  newMetrics(cfg.Metrics),
+		trigger:  make(chan event.GenericEvent, 1024),
+		vips:     map[types.NamespacedName]netip.Addr{},
+		exports:  map[types.NamespacedName]bool{},
+		imports:  map[types.NamespacedName]int{},
+	}
+	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient), c: c.bclient, live: c.breader})
+	if err := c.setup(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run runs the controller until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	return c.mgr.Start(ctx)
+}
+
+func (c *Controller) ownNamespace() string { return broker.Namespace(c.cfg.ClusterID) }
+
+func (c *Controller) setup() error {
+	ctx := context.Background()
+	bcache := c.broker.GetCache()
+	if err := bcache.IndexField(ctx, &causewayv1alpha1.ServiceExportRecord{}, indexRecordService, func(o client.Object) []string {
+		r := o.(*causewayv1alpha1.ServiceExportRecord)
+		return []string{r.Spec.ServiceNamespace + "/" + r.Spec.ServiceName}
+	}); err != nil {
+		return fmt.Errorf("index records: %w", err)
+	}
+	if err := bcache.IndexField(ctx, &causewayv1alpha1.ServiceExportRecord{}, indexRecordNamespace, func(o client.Object) []string {
+		return []string{o.(*causewayv1alpha1.ServiceExportRecord).Spec.ServiceNamespace}
+	}); err != nil {
+		return fmt.Errorf("index records: %w", err)
+	}
+	if err := bcache.IndexField(ctx, &causewayv1alpha1.VIPAllocation{}, indexVIPService, func(o client.Object) []string {
+		a := o.(*causewayv1alpha1.VIPAllocation)
+		return []string{a.Spec.ServiceNamespace + "/" + a.Spec.ServiceName}
+	}); err != nil {
+		return fmt.Errorf("index VIP allocations: %w", err)
+	}
+
+	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
+	})
+	record := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
+		if !ok {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: r.Spec.ServiceNamespace, Name: r.Spec.ServiceName}}}
+	})
+	vip := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		a := o.(*causewayv1alpha1.VIPAllocation)
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName}}}
+	})
+	slice := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		l := o.GetLabels()
+		if n := l[discoveryv1.LabelServiceName]; n != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: n}}}
+		}
+		if n := l[mcsv1beta1.LabelServiceName]; n != "" && l[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: n}}}
+		}
+		return nil
+	})
+	namespace := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list causewayv1alpha1.ServiceExportRecordList
+		if err := c.bclient.List(ctx, &list, client.MatchingFields{indexRecordNamespace: o.GetName()}); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(list.Items))
+		for _, r := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.Spec.ServiceNamespace, Name: r.Spec.ServiceName}})
+		}
+		return out
+	})
+
+	err := builder.ControllerManagedBy(c.mgr).
+		Named("mcs").
+		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
+		Watches(&mcsv1beta1.ServiceExport{}, byName).
+		Watches(&corev1.Service{}, byName).
+		Watches(&mcsv1beta1.ServiceImport{}, byName).
+		Watches(&discoveryv1.EndpointSlice{}, slice).
+		Watches(&corev1.Namespace{}, namespace, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+		})).
+		WatchesRawSource(source.Kind(c.broker.GetCache(), client.Object(&causewayv1alpha1.ServiceExportRecord{}), record)).
+		WatchesRawSource(source.Kind(c.broker.GetCache(), client.Object(&causewayv1alpha1.VIPAllocation{}), vip)).
+		WatchesRawSource(source.Channel(c.trigger, record)).
+		Complete(reconcile.Func(c.reconcile))
+	if err != nil {
+		return fmt.Errorf("build controller: %w", err)
+	}
+	return c.mgr.Add(manager.RunnableFunc(c.runLiveness))
+}
+
+func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	start := time.Now()
+	err := c.sync(ctx, req.NamespacedName)
+	c.metrics.observe(time.Since(start), err)
+	if err != nil {
+		c.log.Debug("sync failed", "service", req.NamespacedName, "err", err)
+	}
+	return reconcile.Result{}, err
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// indexedVIPStore finds a Service's allocations through a cache index
+// instead of a label scan, and asks the API server who holds an address
+// when a claim finds it taken but the cache does not know the holder yet
+// (another cluster allocated it for the same Service a moment ago).
+type indexedVIPStore struct {
+	*mcs.BrokerVIPStore
+	c    client.Client
+	live client.Reader
+}
+
+func (s *indexedVIPStore) Claim(ctx context.Context, addr netip.Addr, svc types.NamespacedName) (types.NamespacedName, error) {
+	holder, err := s.BrokerVIPStore.Claim(ctx, addr, svc)
+	if err == nil || !errors.Is(err, mcs.ErrVIPTaken) || holder != (types.NamespacedName{}) {
+		return holder, err
+	}
+	var a causewayv1alpha1.VIPAllocation
+	if gerr := s.live.Get(ctx, types.NamespacedName{Name: mcs.VIPObjectName(addr)}, &a); gerr != nil {
+		return holder, err
+	}
+	return types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName}, err
+}
+
+func (s *indexedVIPStore) AllocatedTo(ctx context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
+	var list causewayv1alpha1.VIPAllocationList
+	if err := s.c.List(ctx, &list, client.MatchingFields{indexVIPService: svc.String()}); err != nil {
+		return nil, fmt.Errorf("list VIP allocations: %w", err)
+	}
+	var out []netip.Addr
+	for _, a := range list.Items {
+		if a.DeletionTimestamp != nil {
+			continue
+		}
+		if addr, err := mcs.ParseVIPObjectName(a.Name); err == nil {
+			out = append(out, addr)
+		}
+	}
+	return out, nil
+}
+
+// runLiveness renews this cluster's liveness Lease and re-evaluates the
+// other clusters' Leases; it runs on the leader only.
+func (c *Controller) runLiveness(ctx context.Context) error {
+	inf, err := c.broker.GetCache().GetInformer(ctx, &coordinationv1.Lease{})
+	if err != nil {
+		return fmt.Errorf("lease informer: %w", err)
+	}
+	onLease := func(obj any, deleted bool) {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok || l.Name != LivenessLeaseName {
+			return
+		}
+		id, ok := broker.ClusterIDFromNamespace(l.Namespace)
+		if !ok {
+			return
+		}
+		if deleted {
+			c.live.forget(id)
+			return
+		}
+		c.live.observe(id, l.ResourceVersion)
+	}
+	reg, err := inf.AddEventHandler(leaseHandler{on: onLease})
+	if err != nil {
+		return fmt.Errorf("lease handler: %w", err)
+	}
+	defer func() { _ = inf.RemoveEventHandler(reg) }()
+
+	renewEvery := c.cfg.LivenessDuration / 3
+	tick := time.NewTicker(min(renewEvery, time.Second))
+	defer tick.Stop()
+	var lastRenew time.Time
+	failing := false
+	for {
+		if time.Since(lastRenew) >= renewEvery {
+			err := c.renewLease(ctx)
+			if c.cfg.BrokerHealth != nil {
+				c.cfg.BrokerHealth(err)
+			}
+			if err != nil {
+				c.metrics.renewals.WithLabelValues("error").Inc()
+				if !failing {
+					c.log.Warn("cannot renew the liveness lease in the broker; endpoints stay as they are", "err", err)
+				}
+				failing = true
+			} else {
+				c.metrics.renewals.WithLabelValues("success").Inc()
+				c.live.renewed()
+				lastRenew = time.Now()
+				if failing {
+					c.log.Info("liveness lease in the broker renewed again")
+				}
+				failing = false
+			}
+		}
+		changed, alive, dead := c.live.check()
+		c.metrics.clusters.WithLabelValues("alive").Set(float64(alive))
+		c.metrics.clusters.WithLabelValues("dead").Set(float64(dead))
+		for _, id := range changed {
+			c.log.Info("cluster liveness changed", "peer", id, "alive", c.live.alive(id))
+			c.requeueCluster(ctx, id)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// requeueCluster queues every Service the cluster exports.
+func (c *Controller) requeueCluster(ctx context.Context, id string) {
+	var list causewayv1alpha1.ServiceExportRecordList
+	if err := c.bclient.List(ctx, &list, client.InNamespace(broker.Namespace(id))); err != nil {
+		c.log.Warn("list records of cluster", "peer", id, "err", err)
+		return
+	}
+	for i := range list.Items {
+		select {
+		case c.trigger <- event.GenericEvent{Object: &list.Items[i]}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (c *Controller) renewLease(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.LivenessDuration)
+	defer cancel()
+	now := metav1.NewMicroTime(time.Now())
+	secs := int32(max(1, c.cfg.LivenessDuration/time.Second))
+	key := types.NamespacedName{Namespace: c.ownNamespace(), Name: LivenessLeaseName}
+	var l coordinationv1.Lease
+	err := c.bclient.Get(ctx, key, &l)
+	if apierrors.IsNotFound(err) {
+		l = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptrTo(c.cfg.ClusterID), LeaseDurationSeconds: &secs,
+				AcquireTime: &now, RenewTime: &now},
+		}
+		err = c.bclient.Create(ctx, &l)
+		if apierrors.IsAlreadyExists(err) {
+			return nil // the cache lagged; renew next time
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds, l.Spec.HolderIdentity = &now, &secs, ptrTo(c.cfg.ClusterID)
+	return c.bclient.Update(ctx, &l)
+}
+
+type leaseHandler struct{ on func(obj any, deleted bool) }
+
+func (h leaseHandler) OnAdd(obj any, _ bool) { h.on(obj, false) }
+func (h leaseHandler) OnUpdate(_, obj any)   { h.on(obj, false) }
+func (h leaseHandler) OnDelete(obj any)      { h.on(obj, true) }

@@ -1,0 +1,26 @@
+// Package controller is the MCS controller: it runs once per member
+// cluster (leader-elected among its replicas), and syncs that cluster with
+// the broker:
+//
+//   - export: each ServiceExport and its Service become a
+//     ServiceExportRecord in the cluster's broker namespace (with the
+//     Service's backends, copied from its EndpointSlices); the export's
+//     Valid, Ready and Conflict conditions are set;
+//   - import: the records of every cluster are merged per Service
+//     (mcs.Merge); a clusterset VIP is allocated in the broker; a
+//     ServiceImport and the multi-cluster EndpointSlices (one set per
+//     source cluster, this cluster's own backends included) are written in
+//     every namespace that exists here, and removed when the last export
+//     goes;
+//   - liveness: the Lease causeway-liveness in the cluster's broker
+//     namespace is renewed; a cluster whose Lease has not changed for the
+//     lease duration plus the dead-cluster timeout has its endpoints
+//     withdrawn, until it renews again.
+//
+// Everything is keyed by (namespace, name) of the Service: any event about
+// it (local ServiceExport, Service, EndpointSlices, ServiceImport, a
+// broker record or VIP allocation, a cluster dying or coming back, its
+// namespace appearing) queues that key, and one reconcile computes the
+// desired state of the key from the caches and applies the difference.
+// Caches are resynced every ResyncPeriod, which re-checks every key.
+package controller

@@ -1,0 +1,328 @@
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/mcs"
+	"github.com/causeway-net/causeway/pkg/mcs/controller"
+)
+
+// env is a ClusterSet of real API servers (members + broker) with one
+// in-process MCS controller per member.
+type env struct {
+	t        testing.TB
+	broker   *kubetest.Cluster
+	clusters map[string]*kubetest.Cluster
+	identity map[string]*rest.Config
+	cfg      controller.Config // template for every controller
+
+	mu      sync.Mutex
+	running map[string]*running
+}
+
+type running struct {
+	cancel  context.CancelFunc
+	done    chan error
+	metrics *prometheus.Registry
+}
+
+func newEnv(t testing.TB, members ...string) *env {
+	t.Helper()
+	all := kubetest.StartMany(t, append(slices.Clone(members), "broker")...)
+	e := &env{t: t, broker: all["broker"], clusters: map[string]*kubetest.Cluster{}, identity: map[string]*rest.Config{},
+		running: map[string]*running{},
+		cfg: controller.Config{
+			DeadClusterTimeout: time.Second,
+			LivenessDuration:   time.Second,
+			ResyncPeriod:       time.Minute,
+		}}
+	ctx := context.Background()
+	for _, id := range members {
+		e.clusters[id] = all[id]
+		kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.QPS, cfg.Burst = 200, 400
+		e.identity[id] = cfg
+		e.namespace(id, "causeway-system")
+	}
+	t.Cleanup(e.stopAll)
+	return e
+}
+
+func (e *env) namespace(id, ns string) {
+	e.t.Helper()
+	err := e.clusters[id].Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		e.t.Fatal(err)
+	}
+}
+
+// start runs cluster id's controller until stop or the end of the test.
+func (e *env) start(id string) {
+	e.t.Helper()
+	cfg := e.cfg
+	cfg.ClusterID = id
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	level := slog.LevelWarn
+	if os.Getenv("MCS_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("cluster", id)
+	local := rest.CopyConfig(e.clusters[id].Config)
+	local.QPS, local.Burst = 200, 400
+	c, err := controller.New(local, e.identity[id], cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1), metrics: reg}
+	go func() { r.done <- c.Run(ctx) }()
+	e.mu.Lock()
+	e.running[id] = r
+	e.mu.Unlock()
+}
+
+func (e *env) stop(id string) {
+	e.mu.Lock()
+	r := e.running[id]
+	delete(e.running, id)
+	e.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.cancel()
+	if err := <-r.done; err != nil && !errors.Is(err, context.Canceled) {
+		e.t.Errorf("controller %s: %v", id, err)
+	}
+}
+
+func (e *env) stopAll() {
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.running))
+	for id := range e.running {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	for _, id := range ids {
+		e.stop(id)
+	}
+}
+
+func (e *env) c(id string) client.Client { return e.clusters[id].Client }
+
+// eventually polls check until it returns nil; it fails the test with the
+// last error after a generous bound (a hang, not a speed requirement).
+func eventually(t testing.TB, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// service creates a Service (ClusterIP assigned by the API server, or
+// headless) with the given named TCP ports.
+func service(t testing.TB, c client.Client, ns, name string, headless bool, ports map[string]int32) *corev1.Service {
+	t.Helper()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	names := make([]string, 0, len(ports))
+	for n := range ports {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: n, Protocol: corev1.ProtocolTCP, Port: ports[n]})
+	}
+	if headless {
+		svc.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	if err := c.Create(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+type pod struct {
+	ip       string
+	hostname string
+	ready    bool
+}
+
+// localSlice writes the Service's own EndpointSlice, as the EndpointSlice
+// controller of kube-controller-manager would.
+func localSlice(t testing.TB, c client.Client, svc *corev1.Service, targetPort int32, pods ...pod) {
+	t.Helper()
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name + "-local",
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for _, p := range svc.Spec.Ports {
+		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(targetPort)})
+	}
+	for _, p := range pods {
+		ep := discoveryv1.Endpoint{Addresses: []string{p.ip}, Conditions: discoveryv1.EndpointConditions{
+			Ready: ptr(p.ready), Serving: ptr(p.ready), Terminating: ptr(false)}}
+		if p.hostname != "" {
+			ep.Hostname = ptr(p.hostname)
+		}
+		s.Endpoints = append(s.Endpoints, ep)
+	}
+	ctx := context.Background()
+	var have discoveryv1.EndpointSlice
+	if err := c.Get(ctx, client.ObjectKeyFromObject(s), &have); err == nil {
+		s.ResourceVersion = have.ResourceVersion
+		if err := c.Update(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := c.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func export(t testing.TB, c client.Client, ns, name string) {
+	t.Helper()
+	if err := c.Create(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func unexport(t testing.TB, c client.Client, ns, name string) {
+	t.Helper()
+	if err := c.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// importVIP returns the ServiceImport's VIP, or an error while it has none.
+func importVIP(c client.Client, ns, name string) (netip.Addr, error) {
+	var si mcsv1beta1.ServiceImport
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &si); err != nil {
+		return netip.Addr{}, err
+	}
+	if len(si.Spec.IPs) != 1 {
+		return netip.Addr{}, fmt.Errorf("ServiceImport %s/%s has IPs %v", ns, name, si.Spec.IPs)
+	}
+	return netip.ParseAddr(si.Spec.IPs[0])
+}
+
+// endpoints lists the multi-cluster slices' endpoints of a Service as
+// "cluster/address/ready[/hostname]", sorted.
+func endpoints(c client.Client, ns, name string) ([]string, error) {
+	var list discoveryv1.EndpointSliceList
+	if err := c.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: name}); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range list.Items {
+		for _, ep := range s.Endpoints {
+			e := fmt.Sprintf("%s/%s/%v", s.Labels[mcsv1beta1.LabelSourceCluster], ep.Addresses[0], *ep.Conditions.Ready)
+			if ep.Hostname != nil {
+				e += "/" + *ep.Hostname
+			}
+			out = append(out, e)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func wantEndpoints(c client.Client, ns, name string, want ...string) func() error {
+	return func() error {
+		got, err := endpoints(c, ns, name)
+		if err != nil {
+			return err
+		}
+		sort.Strings(want)
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("endpoints %v, want %v", got, want)
+		}
+		return nil
+	}
+}
+
+// condition returns the ServiceExport's condition as "Status/Reason".
+func condition(c client.Client, ns, name, typ string) (string, *mcsv1beta1.ServiceExport, error) {
+	var se mcsv1beta1.ServiceExport
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &se); err != nil {
+		return "", nil, err
+	}
+	cond := meta.FindStatusCondition(se.Status.Conditions, typ)
+	if cond == nil {
+		return "", &se, nil
+	}
+	if cond.ObservedGeneration != se.Generation {
+		return "", &se, fmt.Errorf("condition %s observedGeneration %d, generation %d", typ, cond.ObservedGeneration, se.Generation)
+	}
+	return string(cond.Status) + "/" + cond.Reason, &se, nil
+}
+
+func wantCondition(c client.Client, ns, name, typ, want string) func() error {
+	return func() error {
+		got, _, err := condition(c, ns, name, typ)
+		if err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("%s/%s %s = %q, want %q", ns, name, typ, got, want)
+		}
+		return nil
+	}
+}
+
+func gone(c client.Client, obj client.Object) func() error {
+	return func() error {
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("%T %s still there (%v)", obj, client.ObjectKeyFromObject(obj), err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func vipRange() mcs.VIPRange { return mcs.MustParseVIPRange(mcs.DefaultVIPRange) }
+
+var _ = strings.Contains

@@ -1,0 +1,468 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/mcs"
+)
+
+// exportState is the outcome of the export half of a sync.
+type exportState struct {
+	export    *mcsv1beta1.ServiceExport // nil: not exported here
+	record    *mcs.ExportRecord         // the published record, nil when none
+	invalid   error                     // from mcs.NewExportRecord
+	published bool
+	writeErr  error
+}
+
+// sync brings one Service's export, import and export status up to date.
+func (c *Controller) sync(ctx context.Context, key types.NamespacedName) error {
+	exp, err := c.syncExport(ctx, key)
+	if err != nil {
+		return err
+	}
+	m, importErr := c.syncImport(ctx, key, exp)
+	statusErr := c.syncExportStatus(ctx, exp, m, importErr)
+	return errors.Join(exp.writeErr, importErr, statusErr)
+}
+
+// syncExport publishes (or withdraws) this cluster's record of key.
+func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (exportState, error) {
+	var st exportState
+	se := &mcsv1beta1.ServiceExport{}
+	switch err := c.local.Get(ctx, key, se); {
+	case apierrors.IsNotFound(err):
+		se = nil
+	case err != nil:
+		return st, fmt.Errorf("get ServiceExport: %w", err)
+	}
+	if se != nil && se.DeletionTimestamp != nil {
+		se = nil
+	}
+	st.export = se
+	recKey := types.NamespacedName{Namespace: c.ownNamespace(), Name: mcs.RecordName(key.Namespace, key.Name)}
+	have := &causewayv1alpha1.ServiceExportRecord{}
+	switch err := c.bclient.Get(ctx, recKey, have); {
+	case apierrors.IsNotFound(err):
+		have = nil
+	case err != nil:
+		return st, fmt.Errorf("get own record: %w", err)
+	}
+	withdraw := func() {
+		c.setExported(key, false)
+		if have == nil {
+			return
+		}
+		if err := c.bclient.Delete(ctx, have, client.Preconditions{UID: &have.UID}); err != nil && !apierrors.IsNotFound(err) {
+			st.writeErr = fmt.Errorf("delete record %s: %w", recKey, err)
+			return
+		}
+		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "delete").Inc()
+	}
+	if se == nil {
+		withdraw()
+		return st, nil
+	}
+	svc := &corev1.Service{}
+	switch err := c.local.Get(ctx, key, svc); {
+	case apierrors.IsNotFound(err):
+		svc = nil
+	case err != nil:
+		return st, fmt.Errorf("get Service: %w", err)
+	}
+	if svc != nil && svc.DeletionTimestamp != nil {
+		svc = nil
+	}
+	spec, invalid := mcs.NewExportRecord(c.cfg.ClusterID, se, svc)
+	if invalid != nil {
+		st.invalid = invalid
+		withdraw()
+		return st, nil
+	}
+	var local discoveryv1.EndpointSliceList
+	if err := c.local.List(ctx, &local, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+		return st, fmt.Errorf("list local EndpointSlices: %w", err)
+	}
+	spec.Endpoints = mcs.RecordEndpointsFromSlices(local.Items)
+	st.record = &spec
+
+	switch {
+	case have == nil:
+		obj := &causewayv1alpha1.ServiceExportRecord{
+			ObjectMeta: metav1.ObjectMeta{Namespace: recKey.Namespace, Name: recKey.Name},
+			Spec:       spec,
+		}
+		if err := c.bclient.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			st.writeErr = fmt.Errorf("create record %s: %w", recKey, err)
+			return st, nil
+		}
+		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "create").Inc()
+	case !equality.Semantic.DeepEqual(have.Spec, spec):
+		upd := have.DeepCopy()
+		upd.Spec = spec
+		if err := c.bclient.Update(ctx, upd); err != nil {
+			st.writeErr = fmt.Errorf("update record %s: %w", recKey, err)
+			return st, nil
+		}
+		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "update").Inc()
+	}
+	st.published = true
+	c.setExported(key, true)
+	return st, nil
+}
+
+// records returns every cluster's record of key from the broker cache,
+// with this cluster's replaced by what syncExport just published. A record
+// claiming a cluster other than its namespace's is ignored: identities can
+// write only their own namespace, and this keeps one from speaking for
+// another.
+func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, error) {
+	var list causewayv1alpha1.ServiceExportRecordList
+	if err := c.bclient.List(ctx, &list, client.MatchingFields{indexRecordService: key.String()}); err != nil {
+		return nil, fmt.Errorf("list records: %w", err)
+	}
+	var out []mcs.ExportRecord
+	for _, r := range list.Items {
+		id, ok := broker.ClusterIDFromNamespace(r.Namespace)
+		if !ok || id != r.Spec.ClusterID || id == c.cfg.ClusterID || r.DeletionTimestamp != nil ||
+			r.Name != mcs.RecordName(key.Namespace, key.Name) {
+			continue
+		}
+		out = append(out, r.Spec)
+	}
+	if exp.record != nil {
+		out = append(out, *exp.record)
+	}
+	return out, nil
+}
+
+// syncImport writes or removes the ServiceImport and EndpointSlices of key
+// here, and returns the merge (nil when nobody exports key).
+func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, exp exportState) (*mcs.MergeResult, error) {
+	recs, err := c.records(ctx, key, exp)
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, c.removeImport(ctx, key)
+	}
+	m := mcs.Merge(recs)
+
+	ns := &corev1.Namespace{}
+	switch err := c.local.Get(ctx, types.NamespacedName{Name: key.Namespace}, ns); {
+	case apierrors.IsNotFound(err):
+		return &m, nil // KEP-1645: imported only where the namespace exists
+	case err != nil:
+		return &m, fmt.Errorf("get namespace: %w", err)
+	}
+	if ns.DeletionTimestamp != nil {
+		return &m, nil
+	}
+
+	var vips []netip.Addr
+	var vipErr error
+	if m.Spec.Type == mcsv1beta1.ClusterSetIP {
+		var vip netip.Addr
+		vip, vipErr = c.vip(ctx, key)
+		if vipErr == nil {
+			vips = []netip.Addr{vip}
+		}
+	}
+	want := mcs.BuildServiceImport(m, key.Namespace, key.Name, vips)
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "imported"}
+	if vipErr != nil {
+		ready = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "VIPUnavailable", Message: vipErr.Error()}
+		if errors.Is(vipErr, mcs.ErrVIPRangeExhausted) {
+			ready.Reason = "VIPRangeExhausted"
+		}
+	}
+	si, err := c.applyServiceImport(ctx, want, ready)
+	if err != nil {
+		return &m, err
+	}
+
+	var sources []mcs.SourceEndpoints
+	for _, r := range recs {
+		if c.live.alive(r.ClusterID) {
+			sources = append(sources, mcs.SourceFromRecord(r, m.Spec.Type))
+		}
+	}
+	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
+	var have discoveryv1.EndpointSliceList
+	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name}); err != nil {
+		return &m, fmt.Errorf("list EndpointSlices: %w", err)
+	}
+	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(rendered, have.Items)); err != nil {
+		return &m, err
+	}
+	c.setImported(key, len(rendered))
+	if vipErr != nil {
+		return &m, fmt.Errorf("clusterset VIP: %w", vipErr)
+	}
+	return &m, nil
+}
+
+// vip returns the clusterset VIP of key, allocating it in the broker on
+// first use. A VIP this controller allocated before is confirmed by one
+// cache index lookup: it must be the Service's only allocation. When two
+// exist (two clusters allocated at once, before either saw the other's),
+// the allocator keeps the one first in the Service's candidate order and
+// releases the other; the allocation's watch event brings every cluster
+// here again, so all converge on the same address.
+func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.Addr, error) {
+	c.mu.Lock()
+	known, ok := c.vips[key]
+	c.mu.Unlock()
+	if ok {
+		var held causewayv1alpha1.VIPAllocationList
+		err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()})
+		if err == nil && len(held.Items) == 1 && held.Items[0].Name == mcs.VIPObjectName(known) && held.Items[0].DeletionTimestamp == nil {
+			return known, nil
+		}
+	}
+	vip, err := c.alloc.Allocate(ctx, key)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	c.mu.Lock()
+	c.vips[key] = vip
+	c.mu.Unlock()
+	return vip, nil
+}
+
+func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.ServiceImport, ready metav1.Condition) (*mcsv1beta1.ServiceImport, error) {
+	have := &mcsv1beta1.ServiceImport{}
+	err := c.local.Get(ctx, client.ObjectKeyFromObject(want), have)
+	switch {
+	case apierrors.IsNotFound(err):
+		have = want.DeepCopy()
+		have.Status = mcsv1beta1.ServiceImportStatus{}
+		if err := c.local.Create(ctx, have); err != nil {
+			return nil, fmt.Errorf("create ServiceImport: %w", err)
+		}
+		c.metrics.apiWrites.WithLabelValues("ServiceImport", "create").Inc()
+	case err != nil:
+		return nil, fmt.Errorf("get ServiceImport: %w", err)
+	case !equality.Semantic.DeepEqual(have.Spec, want.Spec) || !mapsEqual(have.Labels, want.Labels) || !mapsEqual(have.Annotations, want.Annotations):
+		upd := have.DeepCopy()
+		upd.Spec, upd.Labels, upd.Annotations = want.Spec, want.Labels, want.Annotations
+		if err := c.local.Update(ctx, upd); err != nil {
+			return nil, fmt.Errorf("update ServiceImport: %w", err)
+		}
+		c.metrics.apiWrites.WithLabelValues("ServiceImport", "update").Inc()
+		have = upd
+	}
+	status := *have.Status.DeepCopy()
+	status.Clusters = want.Status.Clusters
+	ready.ObservedGeneration = have.Generation
+	meta.SetStatusCondition(&status.Conditions, ready)
+	if !equality.Semantic.DeepEqual(status, have.Status) {
+		upd := have.DeepCopy()
+		upd.Status = status
+		// A merge patch: no conflict with a resourceVersion the cache has
+		// not caught up with; the status is ours alone.
+		if err := c.local.Status().Patch(ctx, upd, client.MergeFrom(have)); err != nil {
+			return nil, fmt.Errorf("update ServiceImport status: %w", err)
+		}
+		c.metrics.apiWrites.WithLabelValues("ServiceImport", "status").Inc()
+		have = upd
+	}
+	return have, nil
+}
+
+func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
+	var errs []error
+	for i := range p.Create {
+		if err := c.local.Create(ctx, &p.Create[i]); err != nil && !apierrors.IsAlreadyExists(err) {
+			errs = append(errs, fmt.Errorf("create EndpointSlice %s: %w", p.Create[i].Name, err))
+		} else {
+			c.metrics.apiWrites.WithLabelValues("EndpointSlice", "create").Inc()
+		}
+	}
+	for i := range p.Update {
+		if err := c.local.Update(ctx, &p.Update[i]); err != nil {
+			errs = append(errs, fmt.Errorf("update EndpointSlice %s: %w", p.Update[i].Name, err))
+		} else {
+			c.metrics.apiWrites.WithLabelValues("EndpointSlice", "update").Inc()
+		}
+	}
+	for i := range p.Delete {
+		if err := c.local.Delete(ctx, &p.Delete[i]); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete EndpointSlice %s: %w", p.Delete[i].Name, err))
+		} else {
+			c.metrics.apiWrites.WithLabelValues("EndpointSlice", "delete").Inc()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeImport deletes the ServiceImport and slices of key here and, once
+// the broker confirms that no cluster exports key any more, releases its
+// VIP.
+func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
+	var errs []error
+	var have discoveryv1.EndpointSliceList
+	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name}); err != nil {
+		return fmt.Errorf("list EndpointSlices: %w", err)
+	}
+	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, have.Items)); err != nil {
+		errs = append(errs, err)
+	}
+	si := &mcsv1beta1.ServiceImport{}
+	switch err := c.local.Get(ctx, key, si); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		errs = append(errs, fmt.Errorf("get ServiceImport: %w", err))
+	default:
+		if err := c.local.Delete(ctx, si); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete ServiceImport: %w", err))
+		} else {
+			c.metrics.apiWrites.WithLabelValues("ServiceImport", "delete").Inc()
+		}
+	}
+	c.setImported(key, -1)
+
+	c.mu.Lock()
+	_, hadVIP := c.vips[key]
+	delete(c.vips, key)
+	c.mu.Unlock()
+	var held causewayv1alpha1.VIPAllocationList
+	if err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()}); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if !hadVIP && len(held.Items) == 0 {
+		return errors.Join(errs...)
+	}
+	// The cache may lag behind a new export elsewhere: ask the API server.
+	var live causewayv1alpha1.ServiceExportRecordList
+	if err := c.breader.List(ctx, &live, client.MatchingFieldsSelector{
+		Selector: fields.OneTermEqualSelector("metadata.name", mcs.RecordName(key.Namespace, key.Name)),
+	}); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("list records: %w", err))...)
+	}
+	if len(live.Items) == 0 {
+		if err := c.alloc.Release(ctx, key); err != nil {
+			errs = append(errs, fmt.Errorf("release VIP: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// syncExportStatus sets the ServiceExport's Valid, Ready and Conflict
+// conditions and records Events when it becomes invalid or conflicting.
+func (c *Controller) syncExportStatus(ctx context.Context, exp exportState, m *mcs.MergeResult, importErr error) error {
+	se := exp.export
+	if se == nil {
+		return nil
+	}
+	status := *se.Status.DeepCopy()
+	set := func(cond metav1.Condition) {
+		cond.ObservedGeneration = se.Generation
+		meta.SetStatusCondition(&status.Conditions, cond)
+	}
+	set(mcs.ValidCondition(exp.invalid))
+	switch {
+	case exp.invalid != nil:
+		set(mcs.ReadyCondition(false, exp.invalid))
+		meta.RemoveStatusCondition(&status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
+	default:
+		set(mcs.ReadyCondition(exp.published, exp.writeErr))
+		if m != nil {
+			if cond, ok := m.Conflict(c.cfg.ClusterID); ok {
+				set(cond)
+			}
+		}
+	}
+	if equality.Semantic.DeepEqual(status, se.Status) {
+		return nil
+	}
+	wasValid := meta.IsStatusConditionTrue(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid))
+	oldConflict := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
+	upd := se.DeepCopy()
+	upd.Status = status
+	if err := c.local.Status().Patch(ctx, upd, client.MergeFrom(se)); err != nil {
+		return fmt.Errorf("update ServiceExport status: %w", err)
+	}
+	c.metrics.apiWrites.WithLabelValues("ServiceExport", "status").Inc()
+	if v := meta.FindStatusCondition(status.Conditions, string(mcsv1beta1.ServiceExportConditionValid)); v.Status == metav1.ConditionFalse &&
+		(wasValid || meta.FindStatusCondition(se.Status.Conditions, v.Type) == nil) {
+		c.recorder.Eventf(upd, nil, corev1.EventTypeWarning, v.Reason, "Export", "%s", v.Message)
+	}
+	if cf := meta.FindStatusCondition(status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict)); cf != nil && cf.Status == metav1.ConditionTrue &&
+		(oldConflict == nil || oldConflict.Status != metav1.ConditionTrue || oldConflict.Reason != cf.Reason) {
+		c.recorder.Eventf(upd, nil, corev1.EventTypeWarning, firstReason(cf.Reason), "Merge", "%s", truncate(cf.Message, 1000))
+	}
+	return nil
+}
+
+func (c *Controller) setExported(key types.NamespacedName, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if on {
+		c.exports[key] = true
+	} else {
+		delete(c.exports, key)
+	}
+	c.metrics.exports.Set(float64(len(c.exports)))
+}
+
+// setImported records the number of slices of key; n < 0: no import.
+func (c *Controller) setImported(key types.NamespacedName, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n < 0 {
+		delete(c.imports, key)
+	} else {
+		c.imports[key] = n
+	}
+	total := 0
+	for _, v := range c.imports {
+		total += v
+	}
+	c.metrics.imports.Set(float64(len(c.imports)))
+	c.metrics.slices.Set(float64(total))
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// firstReason is an event reason from a comma-separated condition reason.
+func firstReason(r string) string {
+	if i := strings.IndexByte(r, ','); i >= 0 {
+		return r[:i]
+	}
+	return r
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
