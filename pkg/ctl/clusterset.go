@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/lab"
 )
 
 // clusterSetFlags say which clusters a command talks to:
@@ -17,7 +19,9 @@ import (
 //	--kubeconfig [name=]path   (repeatable; name defaults to the file's current context)
 //	--context name             (repeatable; contexts of $KUBECONFIG / ~/.kube/config)
 //
-// Every command of the ClusterSet (show, export, …) shares them.
+// Every command of the ClusterSet (show, export, …) shares them. With
+// neither, the clusters of the local lab are used ($CAUSEWAY_LAB_DIR or
+// /var/lib/causeway/lab).
 type clusterSetFlags struct {
 	kubeconfigs []string
 	contexts    []string
@@ -83,7 +87,11 @@ func (f *clusterSetFlags) clusters() ([]memberCluster, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no clusters: give --kubeconfig [name=]path or --context name for every member cluster")
+		lab, err := labClusters()
+		if err != nil {
+			return nil, fmt.Errorf("no clusters: give --kubeconfig [name=]path or --context name for every member cluster (%v)", err)
+		}
+		out = lab
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -111,4 +119,26 @@ func (f *clusterSetFlags) cluster(name string) (memberCluster, error) {
 		}
 	}
 	return memberCluster{}, fmt.Errorf("no cluster %q", name)
+}
+
+// labClusters are the member clusters of the local lab, used when no
+// cluster is named on the command line.
+func labClusters() ([]memberCluster, error) {
+	dir := lab.DefaultDir
+	if d := os.Getenv("CAUSEWAY_LAB_DIR"); d != "" {
+		dir = d
+	}
+	st, err := lab.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []memberCluster
+	for _, name := range st.Members() {
+		c, err := st.Client(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, memberCluster{Name: name, Client: c})
+	}
+	return out, nil
 }

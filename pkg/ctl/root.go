@@ -3,11 +3,19 @@
 package ctl
 
 import (
+	"log/slog"
+	"os"
+
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // NewCommand returns causewayctl's root command.
 func NewCommand() *cobra.Command {
+	// The Kubernetes client libraries log through logr: only their
+	// warnings and errors reach the user.
+	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	root := &cobra.Command{
 		Use:   "causewayctl",
 		Short: "Causeway: Kubernetes Services reachable across clusters (Multi-Cluster Services API)",

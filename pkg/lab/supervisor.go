@@ -33,7 +33,8 @@ type UnitStatus struct {
 }
 
 // Supervisor keeps units running: it restarts a unit that exits, with a
-// backoff from 1 s up to 30 s, reset once the unit has run for a minute.
+// backoff from 1 s up to maxBackoff, reset once the unit has run for a
+// minute.
 type Supervisor struct {
 	log        *slog.Logger
 	statusFile string
@@ -116,7 +117,7 @@ func (s *Supervisor) keep(u Unit, stop <-chan struct{}) {
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 30*time.Second)
+		backoff = min(2*backoff, maxBackoff)
 		s.update(u.Name, func(st *UnitStatus) { st.Restarts++ })
 	}
 }
@@ -181,3 +182,7 @@ func ReadStatus(file string) ([]UnitStatus, error) {
 // watches for up to a minute on SIGTERM; a lab being torn down does not
 // need that.
 const stopGrace = 3 * time.Second
+
+// maxBackoff is short: in the lab, a daemon that exits early usually waits
+// for something `lab up` is still creating (a broker identity, a CRD).
+const maxBackoff = 5 * time.Second

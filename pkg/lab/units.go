@@ -103,6 +103,7 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp 
 	}
 	common := []string{
 		"--kubeconfig=" + kubeconfig,
+		"--broker-kubeconfig=" + s.BrokerKubeconfig(c.Name),
 		"--cluster-id=" + c.Name,
 		"--node-name=" + s.NodeName(c.Name, n.Name),
 		"--pod-cidrs=" + c.PodCIDR.String(),
@@ -116,6 +117,10 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp 
 		"--metrics-addr=127.0.0.1:9532",
 		"--cgroup-root=" + h.Cgroups().Node(c.Name, n.Name),
 	}}}
+	if n.Name == c.Nodes[0].Name {
+		// One MCS controller per cluster, like a one-replica Deployment.
+		ds = append(ds, daemon{"mcs-controller", []string{"--metrics-addr=127.0.0.1:9534"}})
+	}
 	if n.Gateway() {
 		ds = append(ds,
 			daemon{"gateway", []string{"--metrics-addr=127.0.0.1:9531"}},

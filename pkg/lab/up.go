@@ -71,8 +71,15 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 
 	// Certificates and kubeconfigs exist before the supervisor starts, so
 	// the supervisor only reads them.
-	if _, err := st.Units(h); err != nil {
+	units, err := st.Units(h)
+	if err != nil {
 		return nil, err
+	}
+	if st.supervisorStale(units) {
+		p.say("the lab's processes changed (new binaries or units): restarting the supervisor")
+		if err := controlplane.StopPIDFile(st.supervisorPID(), 30*time.Second); err != nil {
+			return nil, err
+		}
 	}
 	started, err := st.ensureSupervisor(h)
 	if err != nil {
@@ -102,6 +109,11 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 		return nil, err
 	}
 	p.say("CRDs installed (causeway.dev, multicluster.x-k8s.io)")
+
+	if err := st.joinBroker(ctx); err != nil {
+		return nil, err
+	}
+	p.say("clusters joined the broker (namespace and identity each)")
 
 	if err := st.waitNodes(ctx, clients); err != nil {
 		return nil, err
@@ -149,6 +161,24 @@ func (s *State) ensureSupervisor(h *netlab.Host) (bool, error) {
 	// the runtime release it.
 	_ = cmd.Process.Release()
 	return true, nil
+}
+
+// supervisorStale reports whether a running supervisor runs another set
+// of units than the lab now needs.
+func (s *State) supervisorStale(units []Unit) bool {
+	if _, ok := s.supervisorRunning(); !ok {
+		return false
+	}
+	running, err := s.Status()
+	if err != nil || len(running) != len(units) {
+		return err == nil
+	}
+	for i, u := range units {
+		if running[i].Name != u.Name {
+			return true
+		}
+	}
+	return false
 }
 
 // supervisorRunning reports the supervisor's PID when it is alive.
