@@ -192,7 +192,7 @@ func (tb *testbed) desired(node, gateway string) DesiredState {
 	in := Inputs{
 		NodeName: node, NodeIP: tb.nodeIP(node),
 		Remotes: []Remote{{ClusterID: "c3", Subnets: []netip.Prefix{remoteSubnet}}},
-		Params: Params{LocalCIDRs: []netip.Prefix{tb.cluster.PodCIDR, tb.cluster.ServiceCIDR}},
+		Params:  Params{LocalCIDRs: []netip.Prefix{tb.cluster.PodCIDR, tb.cluster.ServiceCIDR}},
 	}
 	if gateway != "" {
 		in.Gateway = &Gateway{Hostname: gateway, NodeIP: tb.nodeIP(gateway)}
