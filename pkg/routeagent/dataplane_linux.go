@@ -604,3 +604,22 @@ func (l *Linux) Cleanup(ctx context.Context) error {
 	l.log.Info("cleanup", "changes", rep.Changes)
 	return errors.Join(errs...)
 }
+
+// NodeLinkMTU returns the MTU of the interface holding ip in the current
+// namespace (the node network the overlay runs over).
+func NodeLinkMTU(ip netip.Addr) (int, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return 0, fmt.Errorf("list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == ip {
+			l, err := netlink.LinkByIndex(a.LinkIndex)
+			if err != nil {
+				return 0, fmt.Errorf("link of %s: %w", ip, err)
+			}
+			return l.Attrs().MTU, nil
+		}
+	}
+	return 0, fmt.Errorf("no interface has address %s", ip)
+}

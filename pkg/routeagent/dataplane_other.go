@@ -2,13 +2,18 @@
 
 package routeagent
 
-import "context"
+import (
+	"context"
+	"net/netip"
+)
 
 // LinuxConfig configures the Linux dataplane (unused elsewhere).
 type LinuxConfig struct {
-	Netns  string
-	Device string
-	Table  int
+	Netns    string
+	Device   string
+	Table    int
+	IPTables any
+	Logger   any
 }
 
 // Linux is unavailable on this OS.
@@ -25,3 +30,9 @@ func (*Linux) Cleanup(context.Context) error { return ErrUnsupported }
 
 // Close does nothing.
 func (*Linux) Close() {}
+
+// NodeLinkMTU fails on systems other than Linux.
+func NodeLinkMTU(netip.Addr) (int, error) { return 0, ErrUnsupported }
+
+// ExecIPTables is unavailable on this OS.
+type ExecIPTables struct{ SaveBin, RestoreBin, Netns string }
