@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -155,10 +156,16 @@ func (tb *testbed) startRemote(t *testing.T, node string) {
 // the server's greeting.
 func (tb *testbed) dialRemote(t *testing.T) (string, error) {
 	t.Helper()
-	c, err := tb.h.Dial(tb.h.Names().PodOf(tb.pod), "tcp", netip.AddrPortFrom(remoteIP, 7000).String())
+	var c net.Conn
+	err := tb.h.Do(tb.h.Names().PodOf(tb.pod), func() error {
+		var err error
+		c, err = (&net.Dialer{Timeout: 3 * time.Second}).Dial("tcp", netip.AddrPortFrom(remoteIP, 7000).String())
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
+	c.SetDeadline(time.Now().Add(30 * time.Second))
 	defer c.Close()
 	r := bufio.NewReader(c)
 	line, err := r.ReadString('\n')
