@@ -366,3 +366,31 @@ func rxPackets(t *testing.T, tb *testbed, node, dev string) uint64 {
 	}
 	return rx
 }
+
+// `route-agent --cleanup`, run inside a programmed node, leaves nothing
+// the agent owns and nothing else touched.
+func TestCleanupCommand(t *testing.T) {
+	tb := newTestbed(t)
+	set(t, tb.dataplane(t, "n2"), tb.desired("n2", "n0"))
+	ns := tb.nodeNS("n2")
+	tb.sh(t, ns, "iptables -t mangle -A POSTROUTING -p udp -j ACCEPT")
+	before := tb.sh(t, ns, "ip route show table all proto 76")
+	err := tb.h.Do(ns, func() error {
+		cmd := NewCommand()
+		cmd.SetArgs([]string{"--cleanup", "--log-level", "warn"})
+		return cmd.Execute()
+	})
+	if err != nil {
+		t.Fatalf("route-agent --cleanup: %v", err)
+	}
+	if out := tb.sh(t, ns, "ip -d link show type vxlan; ip route show table all proto 148"); strings.TrimSpace(out) != "" {
+		t.Errorf("left after --cleanup:\n%s", out)
+	}
+	out := tb.sh(t, ns, "iptables-save")
+	if strings.Contains(out, "CAUSEWAY") || !strings.Contains(out, "-A POSTROUTING -p udp -j ACCEPT") {
+		t.Errorf("iptables after --cleanup:\n%s", out)
+	}
+	if after := tb.sh(t, ns, "ip route show table all proto 76"); after != before || before == "" {
+		t.Errorf("lab routes changed by --cleanup:\n%s\nwas\n%s", after, before)
+	}
+}
