@@ -3,6 +3,7 @@ package routeagent
 import (
 	"context"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +23,18 @@ func TestAgentEndToEndFailover(t *testing.T) {
 	kc := kubetest.Start(t, "rae2e")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, f := range []string{"kube-apiserver.log", "etcd.log"} {
+			b, _ := os.ReadFile(filepath.Join(kc.Dir(), "logs", f))
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("%s:\n%s", f, b)
+		}
+	})
 	cl := kc.Client
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "causeway-system"}}); err != nil {
 		t.Fatal(err)

@@ -217,3 +217,29 @@ func TestAgentRetriesFailedSet(t *testing.T) {
 type staticLister []v1alpha1.Endpoint
 
 func (s staticLister) ListEndpoints(context.Context) ([]v1alpha1.Endpoint, error) { return s, nil }
+
+func TestValidateFlags(t *testing.T) {
+	good := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU, nodeIP: "172.18.1.11"}
+	if err := validate(&good); err != nil {
+		t.Fatalf("good flags refused: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		mutate func(*flags)
+		want   string
+	}{
+		"vni":      {func(f *flags) { f.vni = 1 << 24 }, "--vxlan-vni"},
+		"port":     {func(f *flags) { f.port = 0 }, "--vxlan-port"},
+		"device":   {func(f *flags) { f.device = "a-very-long-device-name" }, "--vxlan-device"},
+		"mtu":      {func(f *flags) { f.overlayMTU = 100 }, "--overlay-mtu"},
+		"table":    {func(f *flags) { f.table = 255 }, "--route-table"},
+		"backend":  {func(f *flags) { f.iptablesBackend = "ebtables" }, "--iptables-backend"},
+		"node ip":  {func(f *flags) { f.nodeIP = "fd00::1" }, "--node-ip"},
+		"node ip2": {func(f *flags) { f.nodeIP = "banana" }, "--node-ip"},
+	} {
+		f := good
+		tc.mutate(&f)
+		if err := validate(&f); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error mentioning %s", name, err, tc.want)
+		}
+	}
+}
