@@ -440,10 +440,12 @@ func (l *Linux) syncRoutes(link netlink.Link, want []Route, rep *Report) error {
 		stale = append(stale, r)
 	}
 	var errs []error
+	replaced := map[netip.Prefix]bool{}
 	for _, r := range want {
 		if !wantSet[r] {
 			continue
 		}
+		replaced[r.Dst] = true
 		nr := netlink.Route{
 			Dst:      &net.IPNet{IP: net.IP(r.Dst.Addr().AsSlice()), Mask: net.CIDRMask(r.Dst.Bits(), 32)},
 			Table:    l.table(),
@@ -467,10 +469,17 @@ func (l *Linux) syncRoutes(link netlink.Link, want []Route, rep *Report) error {
 		}
 		rep.Changes = append(rep.Changes, fmt.Sprintf("route %s set", r))
 	}
-	// Stale routes go last: a route replaced above under the same key is
-	// already gone from the kernel (ESRCH is fine).
+	// Stale routes go last. One replaced above under the same key
+	// (destination, table, metric) is already gone from the kernel.
 	for _, r := range stale {
-		if err := l.h.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+		if k, ok := routeKey(r); ok && replaced[k.Dst] && r.Priority == RouteMetric {
+			continue
+		}
+		err := l.h.RouteDel(&r)
+		if errors.Is(err, unix.ESRCH) {
+			continue
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
 			continue
 		}

@@ -264,6 +264,10 @@ func TestDataplaneOverlayFailoverCleanup(t *testing.T) {
 	if greeting, err := tb.dialRemote(t); err != nil || !strings.HasPrefix(greeting, "n1 ") {
 		t.Fatalf("after failover: greeting %q, err %v; want n1", greeting, err)
 	}
+	routes := strings.TrimSpace(tb.sh(t, tb.nodeNS("n2"), "ip route show table all proto 148"))
+	if want := "10.245.0.0/16 via 241.18.1.11 dev vx-causeway metric 100 onlink"; routes != want {
+		t.Fatalf("routes after failover:\n%s\nwant\n%s", routes, want)
+	}
 	fdb := tb.sh(t, tb.nodeNS("n2"), "bridge fdb show dev "+DefaultDevice)
 	if strings.Contains(fdb, tb.nodeIP("n0").String()) || !strings.Contains(fdb, tb.nodeIP("n1").String()) {
 		t.Fatalf("fdb after failover:\n%s", fdb)
