@@ -1,10 +1,23 @@
 // Package routeagent is the agent on every node: it routes remote cluster
-// CIDRs to the active gateway, clamps MSS, and owns the eBPF VIP datapath
-// whose maps it keeps equal to the ServiceImports and EndpointSlices.
+// CIDRs to the active gateway (a VXLAN overlay to the gateway node from
+// every other node), clamps the MSS of TCP to and from remote clusters,
+// follows gateway failover, and (in a later step) owns the eBPF VIP
+// datapath whose maps it keeps equal to the ServiceImports and
+// EndpointSlices.
+//
+// Layers: Compute (pure: inputs -> DesiredState), Dataplane (mechanism:
+// Set diffs against the node; Linux implements it with netlink and one
+// iptables-restore transaction), Agent + Runner (the daemon: informer
+// events mark dirty, one bounded-frequency sync loop). README.md states
+// the contract with the node.
 package routeagent
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,19 +27,200 @@ import (
 // MetricsPort is the route agent's default /metrics port.
 const MetricsPort = 9532
 
+// flags are the route agent's own flags.
+type flags struct {
+	cgroupRoot, bpffs string
+	nodeIP            string
+	device            string
+	vni, port         int
+	overlayMTU        int
+	tunnelMTU         int
+	table             int
+	iptablesBackend   string
+	minInterval       time.Duration
+	fullInterval      time.Duration
+	cleanup           bool
+	dryRun            bool
+}
+
 // NewCommand returns the route agent's command.
 func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort)
-	var cgroupRoot, bpffs string
+	f := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU,
+		minInterval: 100 * time.Millisecond, fullInterval: 30 * time.Second}
 	cmd := daemon.Command("route-agent",
 		"Causeway route agent: routes to remote clusters and the clusterset VIP datapath",
 		`The route agent runs on every node (hostNetwork). It routes remote
-cluster CIDRs to the active gateway and loads the eBPF programs that
-translate clusterset VIPs to backends at connect() time.`,
+cluster CIDRs to the active gateway over a VXLAN overlay to the gateway
+node, clamps the TCP MSS of traffic to and from remote clusters, follows
+gateway failover, and loads the eBPF programs that translate clusterset
+VIPs to backends at connect() time. --cleanup removes everything it owns
+on the node and exits.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
-			return rt.IdleUntilStopped(ctx, &opts)
+			return run(ctx, rt, &opts, &f)
 		})
-	cmd.Flags().StringVar(&cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup v2 directory the VIP programs attach to")
-	cmd.Flags().StringVar(&bpffs, "bpffs", "/sys/fs/bpf", "bpffs mount where maps and links are pinned")
+	fs := cmd.Flags()
+	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup v2 directory the VIP programs attach to")
+	fs.StringVar(&f.bpffs, "bpffs", "/sys/fs/bpf", "bpffs mount where maps and links are pinned")
+	fs.StringVar(&f.nodeIP, "node-ip", "", "this node's IPv4 address on the node network (default: the Node object's InternalIP)")
+	fs.StringVar(&f.device, "vxlan-device", f.device, "name of the VXLAN overlay device")
+	fs.IntVar(&f.vni, "vxlan-vni", f.vni, "VXLAN network identifier of the overlay")
+	fs.IntVar(&f.port, "vxlan-port", f.port, "UDP port of the overlay on the node network")
+	fs.IntVar(&f.overlayMTU, "overlay-mtu", 0, "MTU of the overlay device (0: the node interface's MTU minus 50)")
+	fs.IntVar(&f.tunnelMTU, "tunnel-mtu", f.tunnelMTU, "MTU of the tunnels between gateways; TCP MSS is clamped to min(overlay, tunnel MTU) - 40")
+	fs.IntVar(&f.table, "route-table", 0, "route table for the routes to remote clusters (0: main)")
+	fs.StringVar(&f.iptablesBackend, "iptables-backend", "", `iptables binaries: "" (iptables-save/-restore on PATH), "nft" or "legacy"`)
+	fs.DurationVar(&f.minInterval, "min-sync-interval", f.minInterval, "least time between two syncs")
+	fs.DurationVar(&f.fullInterval, "full-sync-interval", f.fullInterval, "period of full syncs that repair outside changes")
+	fs.BoolVar(&f.cleanup, "cleanup", false, "remove every device, route and chain the route agent owns on this node, then exit")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "compute and log the desired state without programming the node")
+
+	// --cleanup needs no cluster identity and no API server.
+	runE := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if !f.cleanup {
+			return runE(c, args)
+		}
+		log := opts.NewLogger("route-agent")
+		dp, err := newDataplane(&f, nil)
+		if err != nil {
+			return err
+		}
+		defer dp.Close()
+		if err := dp.Cleanup(context.Background()); err != nil {
+			return fmt.Errorf("cleanup: %w", err)
+		}
+		log.Info("cleanup done")
+		return nil
+	}
 	return cmd
+}
+
+func validate(f *flags) error {
+	var errs []error
+	if f.vni < 1 || f.vni > 1<<24-1 {
+		errs = append(errs, fmt.Errorf("--vxlan-vni %d: must be 1..16777215", f.vni))
+	}
+	if f.port < 1 || f.port > 65535 {
+		errs = append(errs, fmt.Errorf("--vxlan-port %d: must be 1..65535", f.port))
+	}
+	if f.device == "" || len(f.device) > 15 {
+		errs = append(errs, fmt.Errorf("--vxlan-device %q: must be 1..15 bytes", f.device))
+	}
+	if f.overlayMTU != 0 && f.overlayMTU < 576 || f.tunnelMTU < 576 {
+		errs = append(errs, fmt.Errorf("--overlay-mtu %d / --tunnel-mtu %d: must be at least 576", f.overlayMTU, f.tunnelMTU))
+	}
+	if f.table < 0 || f.table == 253 || f.table == 255 {
+		errs = append(errs, fmt.Errorf("--route-table %d: must be 0 (main) or a free table", f.table))
+	}
+	switch f.iptablesBackend {
+	case "", "nft", "legacy":
+	default:
+		errs = append(errs, fmt.Errorf("--iptables-backend %q: must be empty, nft or legacy", f.iptablesBackend))
+	}
+	if f.nodeIP != "" {
+		if ip, err := netip.ParseAddr(f.nodeIP); err != nil || !ip.Is4() {
+			errs = append(errs, fmt.Errorf("--node-ip %q: must be an IPv4 address", f.nodeIP))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func newDataplane(f *flags, rt *daemon.Runtime) (*Linux, error) {
+	ipt := ExecIPTables{}
+	if f.iptablesBackend != "" {
+		ipt.SaveBin = "iptables-" + f.iptablesBackend + "-save"
+		ipt.RestoreBin = "iptables-" + f.iptablesBackend + "-restore"
+	}
+	cfg := LinuxConfig{Device: f.device, Table: f.table, IPTables: ipt}
+	if rt != nil {
+		cfg.Logger = rt.Log
+	}
+	return NewLinux(cfg)
+}
+
+func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags) error {
+	if err := validate(f); err != nil {
+		return fmt.Errorf("invalid flags:\n%w", err)
+	}
+	cfg, err := opts.RESTConfig()
+	if err != nil {
+		return err
+	}
+	if err := rt.WaitForAPIServer(ctx, "local cluster", cfg); err != nil {
+		return err
+	}
+	var nodeIP netip.Addr
+	if f.nodeIP != "" {
+		nodeIP = netip.MustParseAddr(f.nodeIP)
+	} else {
+		// Without its node address the agent programs nothing; it stays
+		// not ready until the Node object says.
+		for nodeIP, err = NodeInternalIP(ctx, cfg, opts.NodeName); err != nil; nodeIP, err = NodeInternalIP(ctx, cfg, opts.NodeName) {
+			rt.SetReady("node address", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(2 * time.Second):
+			}
+		}
+		rt.SetReady("node address", nil)
+	}
+	local, err := daemon.ParsePrefixes(append(append([]string{}, opts.PodCIDRs...), opts.ServiceCIDRs...))
+	if err != nil {
+		return err
+	}
+	params := Params{Device: f.device, VNI: f.vni, Port: f.port, OverlayMTU: f.overlayMTU, TunnelMTU: f.tunnelMTU,
+		Table: f.table, LocalCIDRs: local}
+	var dp Dataplane
+	if f.dryRun {
+		dp = &loggingDataplane{log: rt.Log}
+		if params.OverlayMTU == 0 {
+			params.OverlayMTU = 1500 - VXLANOverhead
+		}
+	} else {
+		if params.OverlayMTU == 0 {
+			mtu, err := NodeLinkMTU(nodeIP)
+			if err != nil {
+				return fmt.Errorf("overlay mtu (set --overlay-mtu): %w", err)
+			}
+			params.OverlayMTU = mtu - VXLANOverhead
+		}
+		ldp, err := newDataplane(f, rt)
+		if err != nil {
+			return err
+		}
+		defer ldp.Close()
+		dp = ldp
+	}
+	rt.Log.Info("route agent", "nodeIP", nodeIP, "device", params.Device, "vni", params.VNI, "port", params.Port,
+		"overlayMTU", params.OverlayMTU, "tunnelMTU", params.TunnelMTU, "dryRun", f.dryRun)
+
+	metrics := NewMetrics(rt.Metrics)
+	var runner *Runner
+	var agent *Agent
+	changed := func() {
+		agent.Changed()
+		runner.Kick()
+	}
+	var lister lazyLister
+	agent = NewAgent(AgentConfig{
+		Node:   Node{ClusterID: opts.ClusterID, Name: opts.NodeName, IP: nodeIP},
+		Params: params, Endpoints: &lister, Dataplane: dp, Metrics: metrics, Logger: rt.Log,
+	})
+	runner = NewRunner(RunnerConfig{MinInterval: f.minInterval, FullInterval: f.fullInterval}, func(ctx context.Context, full bool) error {
+		err := agent.Sync(ctx, full)
+		rt.SetReady("sync", err)
+		if err == nil {
+			rt.SetReady("startup", nil)
+		}
+		return err
+	})
+	l, err := WatchEndpoints(ctx, cfg, opts.Namespace, changed)
+	if err != nil {
+		return err
+	}
+	lister.set(l)
+	runner.Run(ctx)
+	return ctx.Err()
 }

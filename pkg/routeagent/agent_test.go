@@ -1,0 +1,245 @@
+package routeagent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
+)
+
+func endpoint(name, host, privateIP string, subnets ...string) *v1alpha1.Endpoint {
+	return &v1alpha1.Endpoint{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "causeway-system"},
+		Spec: v1alpha1.EndpointSpec{ClusterID: name, Hostname: host, CableDriver: v1alpha1.CableWireGuard,
+			PublicIP: "198.18.0.1", PrivateIP: privateIP, Port: 51820, Subnets: subnets},
+	}
+}
+
+func setValid(ep *v1alpha1.Endpoint, ok bool) {
+	st, reason := metav1.ConditionTrue, v1alpha1.ReasonValid
+	if !ok {
+		st, reason = metav1.ConditionFalse, v1alpha1.ReasonOverlappingCIDR
+	}
+	apimeta.SetStatusCondition(&ep.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionValid, Status: st,
+		Reason: reason, Message: "test", ObservedGeneration: ep.Generation})
+}
+
+func TestInputsFromEndpoints(t *testing.T) {
+	local := endpoint("c1", "n0", "172.18.1.10", "10.244.0.0/16")
+	good := endpoint("c3", "g", "", "10.245.0.0/16", "10.97.0.0/16")
+	setValid(good, true)
+	bad := endpoint("c4", "g", "", "10.246.0.0/16")
+	setValid(bad, false)
+	pending := endpoint("c5", "g", "", "10.247.0.0/16") // no condition yet
+	garbled := endpoint("c6", "g", "", "10.248.0.0/16", "nope")
+	setValid(garbled, true)
+	node := Node{ClusterID: "c1", Name: "n2", IP: nodeW}
+	in, notes := InputsFromEndpoints(node, []v1alpha1.Endpoint{*garbled, *pending, *bad, *good, *local}, Params{})
+	if in.Gateway == nil || in.Gateway.Hostname != "n0" || in.Gateway.NodeIP != nodeG0 {
+		t.Errorf("gateway %+v", in.Gateway)
+	}
+	got := fmt.Sprint(in.Remotes)
+	if want := "[{c3 [10.245.0.0/16 10.97.0.0/16]} {c6 [10.248.0.0/16]}]"; got != want {
+		t.Errorf("remotes %s, want %s", got, want)
+	}
+	joined := strings.Join(notes, "\n")
+	for _, w := range []string{"c4 is not Valid=True", "c5 is not Valid=True", `c6: subnet "nope"`} {
+		if !strings.Contains(joined, w) {
+			t.Errorf("notes %q lack %q", notes, w)
+		}
+	}
+
+	// A local Endpoint marked invalid or without a usable privateIP gives no gateway.
+	setValid(local, false)
+	if in, _ := InputsFromEndpoints(node, []v1alpha1.Endpoint{*local}, Params{}); in.Gateway != nil {
+		t.Errorf("invalid local endpoint used: %+v", in.Gateway)
+	}
+	noIP := endpoint("c1", "n0", "")
+	if in, _ := InputsFromEndpoints(node, []v1alpha1.Endpoint{*noIP}, Params{}); in.Gateway != nil {
+		t.Errorf("local endpoint without privateIP used: %+v", in.Gateway)
+	}
+}
+
+// The agent against a real API server: Endpoint changes reach the
+// dataplane, including a gateway failover and a remote turning invalid.
+func TestAgentFollowsEndpoints(t *testing.T) {
+	kc := kubetest.Start(t, "ra")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cl := kc.Client
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "causeway-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	create := func(ep *v1alpha1.Endpoint, valid *bool) *v1alpha1.Endpoint {
+		t.Helper()
+		if err := cl.Create(ctx, ep); err != nil {
+			t.Fatal(err)
+		}
+		if valid != nil {
+			setValid(ep, *valid)
+			if err := cl.Status().Update(ctx, ep); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ep
+	}
+	yes, no := true, false
+	localEP := create(endpoint("c1", "n0", "172.18.1.10", "10.244.0.0/16", "10.96.0.0/16"), &yes)
+	c3 := create(endpoint("c3", "g3", "", "10.245.0.0/16", "10.97.0.0/16"), &yes)
+	create(endpoint("c4", "g4", "", "10.244.0.0/16"), &no) // overlaps c1: refused by the gateway
+
+	dp := &FakeDataplane{}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	var runner *Runner
+	agent := NewAgent(AgentConfig{Node: Node{ClusterID: "c1", Name: "n2", IP: nodeW},
+		Params:    Params{LocalCIDRs: local},
+		Dataplane: dp, Metrics: m, Endpoints: nil})
+	var lister lazyLister
+	agent.cfg.Endpoints = &lister
+	runner = NewRunner(RunnerConfig{MinInterval: 10 * time.Millisecond}, agent.Sync)
+	l, err := WatchEndpoints(ctx, kc.Config, "causeway-system", func() { agent.Changed(); runner.Kick() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister.set(l)
+	go runner.Run(ctx)
+
+	waitFor := func(what string, ok func(DesiredState) bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if d, set := dp.Current(); set && ok(d) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		d, _ := dp.Current()
+		t.Fatalf("never reached %s; last state:\n%s", what, d)
+	}
+	routesVia := func(via string, dsts ...string) func(DesiredState) bool {
+		return func(d DesiredState) bool {
+			if len(d.Routes) != len(dsts) {
+				return false
+			}
+			for i, r := range d.Routes {
+				if r.Dst.String() != dsts[i] || r.Via.String() != via {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor("routes to c3 via n0", routesVia("241.18.1.10", "10.97.0.0/16", "10.245.0.0/16"))
+
+	// Gateway failover: the local Endpoint now names n1.
+	localEP.Spec.Hostname, localEP.Spec.PrivateIP = "n1", "172.18.1.11"
+	if err := cl.Update(ctx, localEP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("routes re-pointed to n1", routesVia("241.18.1.11", "10.97.0.0/16", "10.245.0.0/16"))
+	if d, _ := dp.Current(); d.Overlay.Peer.NodeIP != nodeG1 {
+		t.Fatalf("overlay peer %v, want n1", d.Overlay.Peer)
+	}
+
+	// The remote turns invalid: its routes go.
+	setValid(c3, false)
+	if err := cl.Status().Update(ctx, c3); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("c3 withdrawn", func(d DesiredState) bool { return len(d.Routes) == 0 })
+
+	// This node becomes the gateway: no routes, no peer.
+	setValid(c3, true)
+	if err := cl.Status().Update(ctx, c3); err != nil {
+		t.Fatal(err)
+	}
+	localEP.Spec.Hostname, localEP.Spec.PrivateIP = "n2", nodeW.String()
+	if err := cl.Update(ctx, localEP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("gateway role", func(d DesiredState) bool {
+		return d.Overlay.Peer == nil && len(d.Routes) == 0 && len(d.Rules.Chains["mangle"][ChainMSS]) == 4
+	})
+	if n := testutil.ToFloat64(m.GatewayChanges); n < 2 {
+		t.Errorf("gateway changes %v, want >= 2", n)
+	}
+	if testutil.ToFloat64(m.LastSuccess) == 0 {
+		t.Error("no last-success timestamp")
+	}
+	if testutil.CollectAndCount(m.ProgrammingLatency) != 1 {
+		t.Error("no programming latency histogram")
+	}
+}
+
+// A failed Set is retried (full) and the failure counted.
+func TestAgentRetriesFailedSet(t *testing.T) {
+	dp := &FakeDataplane{}
+	dp.FailWith(fmt.Errorf("netlink says no"))
+	m := NewMetrics(nil)
+	agent := NewAgent(AgentConfig{Node: Node{ClusterID: "c1", Name: "n2", IP: nodeW}, Dataplane: dp, Metrics: m,
+		Endpoints: staticLister{*endpoint("c1", "n0", "172.18.1.10", "10.244.0.0/16")}})
+	if err := agent.Sync(context.Background(), false); err == nil {
+		t.Fatal("failed Set not reported")
+	}
+	if _, ok := agent.Applied(); ok {
+		t.Fatal("failed state recorded as applied")
+	}
+	dp.FailWith(nil)
+	if err := agent.Sync(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if testutil.ToFloat64(m.SyncFailures) != 1 {
+		t.Errorf("failures %v", testutil.ToFloat64(m.SyncFailures))
+	}
+	// An unchanged partial sync does not touch the dataplane; a full one does.
+	n := dp.Sets()
+	agent.Sync(context.Background(), false)
+	if dp.Sets() != n {
+		t.Error("unchanged partial sync called Set")
+	}
+	agent.Sync(context.Background(), true)
+	if dp.Sets() != n+1 {
+		t.Error("full sync skipped Set")
+	}
+}
+
+type staticLister []v1alpha1.Endpoint
+
+func (s staticLister) ListEndpoints(context.Context) ([]v1alpha1.Endpoint, error) { return s, nil }
+
+func TestValidateFlags(t *testing.T) {
+	good := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU, nodeIP: "172.18.1.11"}
+	if err := validate(&good); err != nil {
+		t.Fatalf("good flags refused: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		mutate func(*flags)
+		want   string
+	}{
+		"vni":      {func(f *flags) { f.vni = 1 << 24 }, "--vxlan-vni"},
+		"port":     {func(f *flags) { f.port = 0 }, "--vxlan-port"},
+		"device":   {func(f *flags) { f.device = "a-very-long-device-name" }, "--vxlan-device"},
+		"mtu":      {func(f *flags) { f.overlayMTU = 100 }, "--overlay-mtu"},
+		"table":    {func(f *flags) { f.table = 255 }, "--route-table"},
+		"backend":  {func(f *flags) { f.iptablesBackend = "ebtables" }, "--iptables-backend"},
+		"node ip":  {func(f *flags) { f.nodeIP = "fd00::1" }, "--node-ip"},
+		"node ip2": {func(f *flags) { f.nodeIP = "banana" }, "--node-ip"},
+	} {
+		f := good
+		tc.mutate(&f)
+		if err := validate(&f); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error mentioning %s", name, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,400 @@
+package routeagent
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/causeway-net/causeway/pkg/lab/netlab"
+)
+
+func requireRoot(tb testing.TB) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: creates network namespaces")
+	}
+}
+
+// remoteSubnet stands for a remote cluster's pod CIDR; remoteIP lives on
+// lo (no dummy module here) in every gateway-node namespace, with an echo server.
+var (
+	remoteSubnet = netip.MustParsePrefix("10.245.0.0/16")
+	remoteIP     = netip.MustParseAddr("10.245.0.1")
+)
+
+// testbed is one lab cluster: n0 and n1 gateway candidates, n2 a worker
+// with one pod, all on the cluster's node network (a bridge), built with
+// the lab's own plumbing (pkg/lab/netlab) under a random prefix.
+type testbed struct {
+	h       *netlab.Host
+	cluster netlab.Cluster
+	pod     netlab.Pod
+}
+
+func newTestbed(t *testing.T) *testbed {
+	t.Helper()
+	requireRoot(t)
+	var b [3]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	h, err := netlab.NewHost(netlab.Config{Prefix: "rat" + hex.EncodeToString(b[:]) + "-",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := h.Teardown(); err != nil {
+			t.Errorf("teardown: %v", err)
+		}
+		if left, err := h.Leftovers(); err != nil || !left.Empty() {
+			t.Errorf("left behind after teardown: %v %v", left, err)
+		}
+	})
+	c, err := netlab.NewCluster(netlab.ClusterSpec{Name: "c1", Index: 1, Nodes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Apply(netlab.Topology{Prefix: h.Names().Prefix, Clusters: []netlab.Cluster{c}}); err != nil {
+		t.Fatalf("apply topology: %v", err)
+	}
+	pod := netlab.Pod{Cluster: "c1", Node: "n2", Namespace: "default", Name: "client",
+		IP: netip.MustParseAddr("10.244.2.2")}
+	if err := h.EnsurePod(pod); err != nil {
+		t.Fatalf("pod: %v", err)
+	}
+	tb := &testbed{h: h, cluster: c, pod: pod}
+	tb.sh(t, h.Names().PodOf(pod), "sysctl -qw net.ipv4.tcp_timestamps=1")
+	for _, n := range []string{"n0", "n1"} {
+		tb.startRemote(t, n)
+	}
+	// Strict reverse-path filtering everywhere, as on many distributions:
+	// the dataplane must cope with it.
+	for _, n := range c.Nodes {
+		tb.sh(t, tb.nodeNS(n.Name), "sysctl -qw net.ipv4.conf.all.rp_filter=1 net.ipv4.conf.eth0.rp_filter=1")
+	}
+	return tb
+}
+
+func (tb *testbed) nodeNS(node string) string { return tb.h.Names().Node("c1", node) }
+
+func (tb *testbed) nodeIP(node string) netip.Addr {
+	n, _ := tb.cluster.Node(node)
+	return n.Address.Addr()
+}
+
+func (tb *testbed) sh(t *testing.T, ns, script string) string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %s: %v\n%s", ns, script, err, out)
+	}
+	return string(out)
+}
+
+// startRemote puts remoteIP on the node's lo and serves one
+// line per connection: "<node> mss=<MSS the client's SYN announced, as the
+// server sees it>".
+func (tb *testbed) startRemote(t *testing.T, node string) {
+	t.Helper()
+	ns := tb.nodeNS(node)
+	err := tb.h.Do(ns, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: remoteIP.AsSlice(), Mask: net.CIDRMask(32, 32)}})
+	})
+	if err != nil {
+		t.Fatalf("remote subnet in %s: %v", node, err)
+	}
+	ln, err := tb.h.Listen(ns, "tcp", netip.AddrPortFrom(remoteIP, 7000).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mss := -1
+			if raw, err := c.(*net.TCPConn).SyscallConn(); err == nil {
+				raw.Control(func(fd uintptr) {
+					if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+						mss = int(info.Snd_mss)
+					}
+				})
+			}
+			fmt.Fprintf(c, "%s mss=%d\n", node, mss)
+			io.Copy(c, c) // echo until the client closes
+			c.Close()
+		}
+	}()
+}
+
+// dialRemote connects from the pod to the remote address, checks the echo
+// of a 1 MiB payload (full-size segments through the overlay) and returns
+// the server's greeting.
+func (tb *testbed) dialRemote(t *testing.T) (string, error) {
+	t.Helper()
+	var c net.Conn
+	err := tb.h.Do(tb.h.Names().PodOf(tb.pod), func() error {
+		var err error
+		c, err = (&net.Dialer{Timeout: 3 * time.Second}).Dial("tcp", netip.AddrPortFrom(remoteIP, 7000).String())
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	defer c.Close()
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("read greeting: %w", err)
+	}
+	payload := make([]byte, 1<<20)
+	rand.Read(payload)
+	go c.Write(payload)
+	got := make([]byte, len(payload))
+	if _, err := io.ReadFull(r, got); err != nil {
+		return "", fmt.Errorf("read echo: %w", err)
+	}
+	if string(got) != string(payload) {
+		return "", errors.New("echo differs from payload")
+	}
+	return strings.TrimSpace(line), nil
+}
+
+func (tb *testbed) dataplane(t *testing.T, node string) *Linux {
+	t.Helper()
+	dp, err := NewLinux(LinuxConfig{Netns: filepath.Join("/run/netns", tb.nodeNS(node))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dp.Close)
+	return dp
+}
+
+func (tb *testbed) desired(node, gateway string) DesiredState {
+	in := Inputs{
+		NodeName: node, NodeIP: tb.nodeIP(node),
+		Remotes: []Remote{{ClusterID: "c3", Subnets: []netip.Prefix{remoteSubnet}}},
+		Params:  Params{LocalCIDRs: []netip.Prefix{tb.cluster.PodCIDR, tb.cluster.ServiceCIDR}},
+	}
+	if gateway != "" {
+		in.Gateway = &Gateway{Hostname: gateway, NodeIP: tb.nodeIP(gateway)}
+	}
+	return Compute(in)
+}
+
+func set(t *testing.T, dp Dataplane, d DesiredState) Report {
+	t.Helper()
+	rep, err := dp.Set(context.Background(), d)
+	if err != nil {
+		t.Fatalf("set: %v", err)
+	}
+	return rep
+}
+
+func TestDataplaneOverlayFailoverCleanup(t *testing.T) {
+	tb := newTestbed(t)
+	worker := tb.dataplane(t, "n2")
+	gw0 := tb.dataplane(t, "n0")
+	gw1 := tb.dataplane(t, "n1")
+
+	if _, err := tb.dialRemote(t); err == nil {
+		t.Fatal("remote subnet reachable before any route was programmed")
+	}
+
+	// n0 is the active gateway: it only receives on the overlay.
+	set(t, gw0, tb.desired("n0", "n0"))
+	set(t, gw1, tb.desired("n1", "n0"))
+	rep := set(t, worker, tb.desired("n2", "n0"))
+	if rep.Changes == nil {
+		t.Fatal("first Set reported no changes")
+	}
+	greeting, err := tb.dialRemote(t)
+	if err != nil {
+		t.Fatalf("pod -> remote subnet via gateway n0: %v", err)
+	}
+	// The SYN left n2 through the overlay: its MSS is clamped to
+	// min(overlay 1450, tunnel 1420) - 40 = 1380; unclamped it would be
+	// 1460. The server's send MSS is that minus the 12-byte timestamp
+	// option (timestamps are on in the pod, see newTestbed).
+	if want := "n0 mss=1368"; greeting != want {
+		t.Fatalf("greeting %q, want %q", greeting, want)
+	}
+	if rx := rxPackets(t, tb, "n0", DefaultDevice); rx == 0 {
+		t.Fatal("gateway n0 received nothing on the overlay device")
+	}
+
+	// An equal Set changes nothing, also through a fresh dataplane (restart).
+	if rep := set(t, worker, tb.desired("n2", "n0")); len(rep.Changes) != 0 || rep.OutsideFlush {
+		t.Fatalf("equal Set changed %v (outside flush %v)", rep.Changes, rep.OutsideFlush)
+	}
+	restarted := tb.dataplane(t, "n2")
+	if rep := set(t, restarted, tb.desired("n2", "n0")); len(rep.Changes) != 0 {
+		t.Fatalf("Set after restart changed %v", rep.Changes)
+	}
+
+	// Failover to n1: traffic follows, n0's overlay entries are pruned.
+	set(t, gw0, tb.desired("n0", "n1"))
+	set(t, gw1, tb.desired("n1", "n1"))
+	set(t, worker, tb.desired("n2", "n1"))
+	if greeting, err := tb.dialRemote(t); err != nil || !strings.HasPrefix(greeting, "n1 ") {
+		t.Fatalf("after failover: greeting %q, err %v; want n1", greeting, err)
+	}
+	routes := strings.TrimSpace(tb.sh(t, tb.nodeNS("n2"), "ip route show table all proto 148"))
+	if want := "10.245.0.0/16 via 241.18.1.11 dev vx-causeway metric 100 onlink"; routes != want {
+		t.Fatalf("routes after failover:\n%s\nwant\n%s", routes, want)
+	}
+	fdb := tb.sh(t, tb.nodeNS("n2"), "bridge fdb show dev "+DefaultDevice)
+	if strings.Contains(fdb, tb.nodeIP("n0").String()) || !strings.Contains(fdb, tb.nodeIP("n1").String()) {
+		t.Fatalf("fdb after failover:\n%s", fdb)
+	}
+
+	// No gateway known: remote subnets fail fast instead of leaking.
+	set(t, worker, tb.desired("n2", ""))
+	_, err = tb.dialRemote(t)
+	if !errors.Is(err, syscall.EHOSTUNREACH) && !errors.Is(err, syscall.ENETUNREACH) {
+		t.Fatalf("without gateway: dial error %v, want host/net unreachable", err)
+	}
+	set(t, worker, tb.desired("n2", "n1"))
+	if _, err := tb.dialRemote(t); err != nil {
+		t.Fatalf("gateway back: %v", err)
+	}
+
+	// Cleanup leaves no device, owned route or chain.
+	for _, n := range []string{"n0", "n1", "n2"} {
+		dp := map[string]*Linux{"n0": gw0, "n1": gw1, "n2": worker}[n]
+		if err := dp.Cleanup(context.Background()); err != nil {
+			t.Fatalf("cleanup %s: %v", n, err)
+		}
+		ns := tb.nodeNS(n)
+		if out := tb.sh(t, ns, "ip -d link show type vxlan"); strings.TrimSpace(out) != "" {
+			t.Errorf("%s: vxlan devices left:\n%s", n, out)
+		}
+		if out := tb.sh(t, ns, "ip route show table all proto 148"); strings.TrimSpace(out) != "" {
+			t.Errorf("%s: routes left:\n%s", n, out)
+		}
+		if out := tb.sh(t, ns, "iptables-save"); strings.Contains(out, "CAUSEWAY") {
+			t.Errorf("%s: chains left:\n%s", n, out)
+		}
+	}
+	if _, err := tb.dialRemote(t); err == nil {
+		t.Fatal("remote subnet still reachable after cleanup")
+	}
+}
+
+func TestDataplaneRepairsOutsideFlush(t *testing.T) {
+	tb := newTestbed(t)
+	worker := tb.dataplane(t, "n2")
+	set(t, tb.dataplane(t, "n0"), tb.desired("n0", "n0"))
+	want := tb.desired("n2", "n0")
+	if rep := set(t, worker, want); !rep.OutsideFlush {
+		t.Error("first Set on a fresh node: canary should be reported missing")
+	}
+	ns := tb.nodeNS("n2")
+	mssRule := "-A " + ChainMSS + " -d " + remoteSubnet.String()
+
+	// Someone flushes our chain: the next Set puts the rules back.
+	tb.sh(t, ns, "iptables -t mangle -F "+ChainMSS)
+	if out := tb.sh(t, ns, "iptables-save -t mangle"); strings.Contains(out, mssRule) {
+		t.Fatal("flush did not flush")
+	}
+	rep := set(t, worker, want)
+	if len(rep.Changes) == 0 || rep.OutsideFlush {
+		t.Fatalf("after chain flush: changes %v, outside flush %v", rep.Changes, rep.OutsideFlush)
+	}
+	if out := tb.sh(t, ns, "iptables-save -t mangle"); !strings.Contains(out, mssRule) {
+		t.Fatalf("rule not restored:\n%s", out)
+	}
+
+	// Someone flushes and deletes everything in mangle (firewall reload):
+	// the canary reports it and the next Set restores chain and jump.
+	tb.sh(t, ns, "iptables -t mangle -F && iptables -t mangle -X")
+	rep = set(t, worker, want)
+	if !rep.OutsideFlush {
+		t.Error("deleted canary not reported")
+	}
+	out := tb.sh(t, ns, "iptables-save -t mangle")
+	if !strings.Contains(out, mssRule) || strings.Count(out, "-j "+ChainMSS) != 1 {
+		t.Fatalf("mangle not restored to one jump + rules:\n%s", out)
+	}
+	// A duplicate jump added outside is removed; foreign rules stay.
+	tb.sh(t, ns, `iptables -t mangle -A POSTROUTING -m comment --comment "causeway route agent" -j `+ChainMSS+
+		` && iptables -t mangle -A POSTROUTING -p udp -j ACCEPT`)
+	set(t, worker, want)
+	out = tb.sh(t, ns, "iptables-save -t mangle")
+	if strings.Count(out, "-j "+ChainMSS) != 1 || !strings.Contains(out, "-A POSTROUTING -p udp -j ACCEPT") {
+		t.Fatalf("duplicate jump not removed or foreign rule touched:\n%s", out)
+	}
+	if _, err := tb.dialRemote(t); err != nil {
+		t.Fatalf("traffic after repairs: %v", err)
+	}
+}
+
+func rxPackets(t *testing.T, tb *testbed, node, dev string) uint64 {
+	t.Helper()
+	var rx uint64
+	err := tb.h.Do(tb.nodeNS(node), func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return err
+		}
+		rx = l.Attrs().Statistics.RxPackets
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rx
+}
+
+// `route-agent --cleanup`, run inside a programmed node, leaves nothing
+// the agent owns and nothing else touched.
+func TestCleanupCommand(t *testing.T) {
+	tb := newTestbed(t)
+	set(t, tb.dataplane(t, "n2"), tb.desired("n2", "n0"))
+	ns := tb.nodeNS("n2")
+	tb.sh(t, ns, "iptables -t mangle -A POSTROUTING -p udp -j ACCEPT")
+	before := tb.sh(t, ns, "ip route show table all proto 76")
+	err := tb.h.Do(ns, func() error {
+		cmd := NewCommand()
+		cmd.SetArgs([]string{"--cleanup", "--log-level", "warn"})
+		return cmd.Execute()
+	})
+	if err != nil {
+		t.Fatalf("route-agent --cleanup: %v", err)
+	}
+	if out := tb.sh(t, ns, "ip -d link show type vxlan; ip route show table all proto 148"); strings.TrimSpace(out) != "" {
+		t.Errorf("left after --cleanup:\n%s", out)
+	}
+	out := tb.sh(t, ns, "iptables-save")
+	if strings.Contains(out, "CAUSEWAY") || !strings.Contains(out, "-A POSTROUTING -p udp -j ACCEPT") {
+		t.Errorf("iptables after --cleanup:\n%s", out)
+	}
+	if after := tb.sh(t, ns, "ip route show table all proto 76"); after != before || before == "" {
+		t.Errorf("lab routes changed by --cleanup:\n%s\nwas\n%s", after, before)
+	}
+}

@@ -1,0 +1,383 @@
+package routeagent
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// The node contract: numbers and names this package owns on a node (see
+// README.md). They differ from pkg/cable's (VNI 4242, port 4789, route
+// protocol 157) and the lab's (route protocols 76/77).
+const (
+	// DefaultDevice is the VXLAN overlay device between nodes and the
+	// active gateway node.
+	DefaultDevice = "vx-causeway"
+	// DefaultVNI is the overlay's VXLAN network identifier.
+	DefaultVNI = 4343
+	// DefaultPort is the overlay's UDP port on the node network.
+	DefaultPort = 4799
+	// VXLANOverhead is what VXLAN over IPv4 adds to an inner frame.
+	VXLANOverhead = 50
+	// RouteProtocol marks every route the route agent installs
+	// ("proto 148" in `ip route`); only routes with it are ever changed.
+	RouteProtocol = 148
+	// RouteMetric is the priority of the route agent's routes. pkg/cable
+	// installs its routes with metric 0, so on a node that becomes the
+	// active gateway the tunnel routes win at once, before the agent
+	// catches up, and the two never replace each other's routes.
+	RouteMetric = 100
+	// DefaultTunnelMTU is the smallest MTU on the way between clusters
+	// (pkg/cable's WireGuard default), used for MSS clamping.
+	DefaultTunnelMTU = 1420
+)
+
+// Chains the route agent owns.
+const (
+	ChainMSS     = "CAUSEWAY-MSS"     // mangle, jumped to from POSTROUTING
+	ChainForward = "CAUSEWAY-FORWARD" // filter, jumped to from FORWARD
+	ChainCanary  = "CAUSEWAY-CANARY"  // mangle, empty; gone = outside flush
+)
+
+// overlayFirstOctet starts the overlay addresses: 241.b.c.d for node
+// a.b.c.d. They are never routed between nodes; they exist only as the
+// address of each node's overlay device and as on-link next hops.
+const overlayFirstOctet = 241
+
+// OverlayAddr is the overlay address of the node with IPv4 node address a:
+// 241.b.c.d for a.b.c.d. Two nodes of one cluster whose node addresses
+// share the last three octets would collide (Compute reports it).
+func OverlayAddr(a netip.Addr) netip.Addr {
+	b := a.As4()
+	return netip.AddrFrom4([4]byte{overlayFirstOctet, b[1], b[2], b[3]})
+}
+
+// OverlayMAC is the MAC address of the overlay device of the node with
+// IPv4 node address a: locally administered 02:cb followed by a.
+func OverlayMAC(a netip.Addr) net.HardwareAddr {
+	b := a.As4()
+	return net.HardwareAddr{0x02, 0xcb, b[0], b[1], b[2], b[3]}
+}
+
+// Params are the node-wide settings that do not come from the API.
+type Params struct {
+	// Device, VNI and Port of the overlay; zero values pick the defaults.
+	Device string
+	VNI    int
+	Port   int
+	// OverlayMTU is the overlay device's MTU: the node interface's MTU
+	// minus VXLANOverhead (the daemon derives it).
+	OverlayMTU int
+	// TunnelMTU is the MTU of the tunnels between gateways.
+	TunnelMTU int
+	// Table is the route table (0 = main).
+	Table int
+	// LocalCIDRs are the local cluster's pod and service CIDRs: remote
+	// subnets overlapping them are never routed.
+	LocalCIDRs []netip.Prefix
+}
+
+func (p Params) withDefaults() Params {
+	if p.Device == "" {
+		p.Device = DefaultDevice
+	}
+	if p.VNI == 0 {
+		p.VNI = DefaultVNI
+	}
+	if p.Port == 0 {
+		p.Port = DefaultPort
+	}
+	if p.OverlayMTU == 0 {
+		p.OverlayMTU = 1500 - VXLANOverhead
+	}
+	if p.TunnelMTU == 0 {
+		p.TunnelMTU = DefaultTunnelMTU
+	}
+	return p
+}
+
+// Gateway is the local cluster's active gateway node.
+type Gateway struct {
+	Hostname string
+	NodeIP   netip.Addr
+}
+
+// Remote is one remote cluster whose Endpoint is Valid.
+type Remote struct {
+	ClusterID string
+	Subnets   []netip.Prefix
+}
+
+// Inputs is everything the desired state depends on.
+type Inputs struct {
+	NodeName string
+	NodeIP   netip.Addr
+	// Gateway is the local active gateway; nil when none is known.
+	Gateway *Gateway
+	Remotes []Remote
+	Params  Params
+}
+
+// Overlay is the VXLAN device on this node.
+type Overlay struct {
+	Device  string
+	VNI     int
+	Port    int
+	MTU     int
+	LocalIP netip.Addr       // VTEP source: the node address
+	Address netip.Addr       // assigned /32
+	MAC     net.HardwareAddr // device MAC
+	// Peer is the gateway node this node sends to; nil on the gateway.
+	Peer *Peer
+}
+
+// Peer is the far end of the overlay: FDB and neighbour entries.
+type Peer struct {
+	NodeIP  netip.Addr
+	Address netip.Addr
+	MAC     net.HardwareAddr
+}
+
+// Route is one route the agent owns. An invalid Via makes it an
+// unreachable route (no active gateway known: fail fast instead of
+// leaking remote traffic to a default route).
+type Route struct {
+	Dst netip.Prefix
+	Via netip.Addr
+}
+
+func (r Route) String() string {
+	if !r.Via.IsValid() {
+		return "unreachable " + r.Dst.String()
+	}
+	return r.Dst.String() + " via " + r.Via.String()
+}
+
+// Sysctl is one value the agent sets.
+type Sysctl struct {
+	Path  string // below /proc/sys, e.g. net/ipv4/conf/vx-causeway/rp_filter
+	Value string
+}
+
+// Rules are the iptables chains the agent owns, as rule specs (the part
+// after `-A <chain>`), per table and chain, plus the jumps into them.
+type Rules struct {
+	// Chains: table -> chain -> rules. Every owned chain is present, even
+	// when empty.
+	Chains map[string]map[string][]string
+	// Jumps: builtin chain -> owned chain, per table.
+	Jumps []Jump
+}
+
+// Jump is a rule in a builtin chain that jumps to an owned chain.
+type Jump struct {
+	Table, From, To string
+	// Insert puts the jump first; otherwise it is appended.
+	Insert bool
+}
+
+// Spec is the jump's rule spec, comment included (what iptables-save prints).
+func (j Jump) Spec() string {
+	return fmt.Sprintf(`-m comment --comment "causeway route agent" -j %s`, j.To)
+}
+
+// DesiredState is what the node should look like.
+type DesiredState struct {
+	// Overlay is nil when the node has no usable node address.
+	Overlay *Overlay
+	// RouteTable the routes live in (0 = main).
+	RouteTable int
+	// Routes sorted by destination.
+	Routes []Route
+	Rules  Rules
+	// Sysctls, including loose reverse-path filtering on the overlay
+	// device (packets enter it with sources routed elsewhere).
+	Sysctls []Sysctl
+	// LooseUplinkRPFilter asks the mechanism to loosen rp_filter on the
+	// interface towards the gateway when it is strict: replies from remote
+	// clusters arrive there while their sources are routed via the overlay.
+	LooseUplinkRPFilter bool
+	// Skipped explains remote subnets that were not programmed.
+	Skipped []string
+}
+
+// Equal reports whether two desired states program the same thing.
+func (d DesiredState) Equal(o DesiredState) bool {
+	return d.String() == o.String()
+}
+
+// String is a stable, complete rendering (used by Equal and in logs).
+func (d DesiredState) String() string {
+	var b strings.Builder
+	if o := d.Overlay; o != nil {
+		fmt.Fprintf(&b, "overlay %s vni %d port %d mtu %d local %s addr %s mac %s\n",
+			o.Device, o.VNI, o.Port, o.MTU, o.LocalIP, o.Address, o.MAC)
+		if p := o.Peer; p != nil {
+			fmt.Fprintf(&b, "peer %s addr %s mac %s\n", p.NodeIP, p.Address, p.MAC)
+		}
+	}
+	fmt.Fprintf(&b, "table %d\n", d.RouteTable)
+	for _, r := range d.Routes {
+		fmt.Fprintf(&b, "route %s\n", r)
+	}
+	for _, t := range sortedKeys(d.Rules.Chains) {
+		for _, c := range sortedKeys(d.Rules.Chains[t]) {
+			fmt.Fprintf(&b, "chain %s %s\n", t, c)
+			for _, r := range d.Rules.Chains[t][c] {
+				fmt.Fprintf(&b, "  %s\n", r)
+			}
+		}
+	}
+	for _, j := range d.Rules.Jumps {
+		fmt.Fprintf(&b, "jump %s %s -> %s insert=%v\n", j.Table, j.From, j.To, j.Insert)
+	}
+	for _, s := range d.Sysctls {
+		fmt.Fprintf(&b, "sysctl %s=%s\n", s.Path, s.Value)
+	}
+	fmt.Fprintf(&b, "loose-uplink %v\n", d.LooseUplinkRPFilter)
+	return b.String()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// Compute is the route agent's policy: the node's desired state from its
+// inputs. It has no I/O.
+//
+//   - Every node has the overlay device (the gateway receives on it).
+//   - A node that is not the active gateway points the overlay at the
+//     gateway node (FDB + neighbour) and routes every remote subnet via the
+//     gateway's overlay address; with no gateway known, remote subnets get
+//     unreachable routes.
+//   - The active gateway node gets no routes: pkg/cable routes the remote
+//     subnets into the tunnel there.
+//   - Every node clamps the MSS of TCP SYNs to and from remote subnets to
+//     min(overlay MTU, tunnel MTU) - 40 and accepts forwarded traffic to
+//     and from them.
+func Compute(in Inputs) DesiredState {
+	p := in.Params.withDefaults()
+	d := DesiredState{RouteTable: p.Table}
+	subnets, skipped := usableSubnets(in.Remotes, p.LocalCIDRs)
+	d.Skipped = skipped
+	d.Rules = renderRules(subnets, min(p.OverlayMTU, p.TunnelMTU)-40)
+	if !in.NodeIP.Is4() {
+		d.Skipped = append(d.Skipped, fmt.Sprintf("node address %v is not IPv4: no overlay, no routes", in.NodeIP))
+		return d
+	}
+	d.Overlay = &Overlay{
+		Device: p.Device, VNI: p.VNI, Port: p.Port, MTU: p.OverlayMTU,
+		LocalIP: in.NodeIP, Address: OverlayAddr(in.NodeIP), MAC: OverlayMAC(in.NodeIP),
+	}
+	d.Sysctls = []Sysctl{
+		{Path: "net/ipv4/conf/" + p.Device + "/rp_filter", Value: "2"},
+		{Path: "net/ipv4/ip_forward", Value: "1"},
+	}
+	gw := in.Gateway
+	isGateway := gw != nil && (gw.Hostname == in.NodeName || gw.NodeIP == in.NodeIP)
+	switch {
+	case isGateway:
+		// pkg/cable owns the routes here.
+	case gw == nil || !gw.NodeIP.Is4():
+		for _, s := range subnets {
+			d.Routes = append(d.Routes, Route{Dst: s})
+		}
+	case OverlayAddr(gw.NodeIP) == OverlayAddr(in.NodeIP):
+		d.Skipped = append(d.Skipped, fmt.Sprintf("gateway %s (%s) and this node (%s) share the overlay address %s",
+			gw.Hostname, gw.NodeIP, in.NodeIP, OverlayAddr(in.NodeIP)))
+		for _, s := range subnets {
+			d.Routes = append(d.Routes, Route{Dst: s})
+		}
+	default:
+		d.Overlay.Peer = &Peer{NodeIP: gw.NodeIP, Address: OverlayAddr(gw.NodeIP), MAC: OverlayMAC(gw.NodeIP)}
+		for _, s := range subnets {
+			d.Routes = append(d.Routes, Route{Dst: s, Via: d.Overlay.Peer.Address})
+		}
+		d.LooseUplinkRPFilter = len(subnets) > 0
+	}
+	return d
+}
+
+// usableSubnets returns the sorted IPv4 remote subnets that may be routed:
+// canonical, not the default route, not overlapping a local CIDR and not
+// overlapping another remote cluster's subnet (both are dropped then).
+func usableSubnets(remotes []Remote, local []netip.Prefix) ([]netip.Prefix, []string) {
+	var skipped []string
+	type owned struct {
+		p       netip.Prefix
+		cluster string
+	}
+	var cands []owned
+	for _, r := range remotes {
+		for _, s := range r.Subnets {
+			switch {
+			case !s.IsValid() || !s.Addr().Is4():
+				skipped = append(skipped, fmt.Sprintf("%s: %v is not an IPv4 CIDR", r.ClusterID, s))
+			case s.Masked() != s || s.Bits() == 0:
+				skipped = append(skipped, fmt.Sprintf("%s: %s is not a canonical, non-default CIDR", r.ClusterID, s))
+			case slices.ContainsFunc(local, s.Overlaps):
+				skipped = append(skipped, fmt.Sprintf("%s: %s overlaps a local CIDR", r.ClusterID, s))
+			default:
+				cands = append(cands, owned{s, r.ClusterID})
+			}
+		}
+	}
+	var out []netip.Prefix
+	for i, c := range cands {
+		clash := ""
+		for j, o := range cands {
+			if i != j && o.cluster != c.cluster && c.p.Overlaps(o.p) {
+				clash = o.cluster
+				break
+			}
+		}
+		if clash != "" {
+			skipped = append(skipped, fmt.Sprintf("%s: %s overlaps a subnet of %s", c.cluster, c.p, clash))
+			continue
+		}
+		out = append(out, c.p)
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	out = slices.Compact(out)
+	slices.Sort(skipped)
+	return out, skipped
+}
+
+// renderRules builds the owned chains for the usable remote subnets.
+func renderRules(subnets []netip.Prefix, mss int) Rules {
+	var mssRules, fwdRules []string
+	for _, s := range subnets {
+		for _, dir := range []string{"-d", "-s"} {
+			mssRules = append(mssRules, fmt.Sprintf(
+				"%s %s -p tcp -m tcp --tcp-flags SYN,RST SYN -m tcpmss --mss %d:65535 -j TCPMSS --set-mss %d",
+				dir, s, mss+1, mss))
+		}
+	}
+	for _, s := range subnets {
+		for _, dir := range []string{"-d", "-s"} {
+			fwdRules = append(fwdRules, fmt.Sprintf("%s %s -j ACCEPT", dir, s))
+		}
+	}
+	return Rules{
+		Chains: map[string]map[string][]string{
+			"mangle": {ChainMSS: mssRules, ChainCanary: nil},
+			"filter": {ChainForward: fwdRules},
+		},
+		Jumps: []Jump{
+			{Table: "mangle", From: "POSTROUTING", To: ChainMSS, Insert: true},
+			{Table: "filter", From: "FORWARD", To: ChainForward},
+		},
+	}
+}

@@ -1,0 +1,187 @@
+package routeagent
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var (
+	nodeW  = netip.MustParseAddr("172.18.1.12")
+	nodeG0 = netip.MustParseAddr("172.18.1.10")
+	nodeG1 = netip.MustParseAddr("172.18.1.11")
+	local  = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/16")}
+	c3     = Remote{ClusterID: "c3", Subnets: []netip.Prefix{netip.MustParsePrefix("10.245.0.0/16"), netip.MustParsePrefix("10.97.0.0/16")}}
+	c4     = Remote{ClusterID: "c4", Subnets: []netip.Prefix{netip.MustParsePrefix("10.246.0.0/16")}}
+)
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+func TestComputeStates(t *testing.T) {
+	g0 := &Gateway{Hostname: "n0", NodeIP: nodeG0}
+	for name, tc := range map[string]struct {
+		in         Inputs
+		wantPeer   netip.Addr // invalid: no peer
+		wantRoutes []string
+		wantSkip   []string
+		wantLoose  bool
+		noOverlay  bool
+	}{
+		"worker routes via the gateway's overlay address": {
+			in:         Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Remotes: []Remote{c3, c4}},
+			wantPeer:   nodeG0,
+			wantRoutes: []string{"10.97.0.0/16 via 241.18.1.10", "10.245.0.0/16 via 241.18.1.10", "10.246.0.0/16 via 241.18.1.10"},
+			wantLoose:  true,
+		},
+		"the active gateway node has no routes (pkg/cable owns them)": {
+			in: Inputs{NodeName: "n0", NodeIP: nodeG0, Gateway: g0, Remotes: []Remote{c3}},
+		},
+		"gateway recognised by address when the hostname differs": {
+			in: Inputs{NodeName: "n0.example", NodeIP: nodeG0, Gateway: g0, Remotes: []Remote{c3}},
+		},
+		"no gateway known: unreachable routes": {
+			in:         Inputs{NodeName: "n2", NodeIP: nodeW, Remotes: []Remote{c3}},
+			wantRoutes: []string{"unreachable 10.97.0.0/16", "unreachable 10.245.0.0/16"},
+		},
+		"no remotes: overlay only": {
+			in:       Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0},
+			wantPeer: nodeG0,
+		},
+		"bad remote subnets are skipped, others kept": {
+			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Params: Params{LocalCIDRs: local}, Remotes: []Remote{
+				{ClusterID: "bad", Subnets: []netip.Prefix{pfx("0.0.0.0/0"), pfx("10.244.5.0/24"), pfx("10.9.1.1/16"), pfx("fd00::/64"), {}}},
+				c4,
+			}},
+			wantPeer:   nodeG0,
+			wantRoutes: []string{"10.246.0.0/16 via 241.18.1.10"},
+			wantSkip:   []string{"0.0.0.0/0", "10.244.5.0/24 overlaps a local", "10.9.1.1/16", "fd00::/64", "invalid Prefix"},
+			wantLoose:  true,
+		},
+		"two remotes claiming overlapping subnets: both dropped": {
+			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Remotes: []Remote{
+				c3, {ClusterID: "c5", Subnets: []netip.Prefix{pfx("10.245.1.0/24")}},
+			}},
+			wantPeer:   nodeG0,
+			wantRoutes: []string{"10.97.0.0/16 via 241.18.1.10"},
+			wantSkip:   []string{"c3: 10.245.0.0/16 overlaps a subnet of c5", "c5: 10.245.1.0/24 overlaps a subnet of c3"},
+			wantLoose:  true,
+		},
+		"gateway colliding on the overlay address: unreachable": {
+			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: &Gateway{Hostname: "x", NodeIP: netip.MustParseAddr("192.18.1.12")},
+				Remotes: []Remote{c4}},
+			wantRoutes: []string{"unreachable 10.246.0.0/16"},
+			wantSkip:   []string{"share the overlay address 241.18.1.12"},
+		},
+		"IPv6 node: nothing but rules": {
+			in:        Inputs{NodeName: "n2", NodeIP: netip.MustParseAddr("fd00::2"), Gateway: g0, Remotes: []Remote{c4}},
+			noOverlay: true,
+			wantSkip:  []string{"not IPv4"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := Compute(tc.in)
+			if tc.noOverlay != (d.Overlay == nil) {
+				t.Fatalf("overlay %v, want none=%v", d.Overlay, tc.noOverlay)
+			}
+			if d.Overlay != nil {
+				o := d.Overlay
+				if o.Device != DefaultDevice || o.VNI != DefaultVNI || o.Port != DefaultPort || o.LocalIP != tc.in.NodeIP ||
+					o.Address != OverlayAddr(tc.in.NodeIP) || o.MAC.String() != OverlayMAC(tc.in.NodeIP).String() {
+					t.Errorf("overlay %+v", o)
+				}
+				if got := o.Peer; tc.wantPeer.IsValid() != (got != nil) || got != nil &&
+					(got.NodeIP != tc.wantPeer || got.Address != OverlayAddr(tc.wantPeer) || got.MAC.String() != OverlayMAC(tc.wantPeer).String()) {
+					t.Errorf("peer %+v, want node %v", got, tc.wantPeer)
+				}
+				if !slices.Contains(d.Sysctls, Sysctl{Path: "net/ipv4/conf/vx-causeway/rp_filter", Value: "2"}) {
+					t.Errorf("no loose rp_filter on the overlay device: %v", d.Sysctls)
+				}
+			}
+			var routes []string
+			for _, r := range d.Routes {
+				routes = append(routes, r.String())
+			}
+			if !slices.Equal(routes, tc.wantRoutes) {
+				t.Errorf("routes %q, want %q", routes, tc.wantRoutes)
+			}
+			if d.LooseUplinkRPFilter != tc.wantLoose {
+				t.Errorf("loose uplink %v, want %v", d.LooseUplinkRPFilter, tc.wantLoose)
+			}
+			skipped := strings.Join(d.Skipped, "\n")
+			if len(d.Skipped) != len(tc.wantSkip) {
+				t.Errorf("skipped:\n%s\nwant %d entries", skipped, len(tc.wantSkip))
+			}
+			for _, w := range tc.wantSkip {
+				if !strings.Contains(skipped, w) {
+					t.Errorf("skipped:\n%s\nwant one mentioning %q", skipped, w)
+				}
+			}
+			// Rules cover exactly the routed (or unreachable) subnets.
+			var ruleSubnets []string
+			for _, r := range d.Rules.Chains["filter"][ChainForward] {
+				if strings.HasPrefix(r, "-d ") {
+					ruleSubnets = append(ruleSubnets, strings.Fields(r)[1])
+				}
+			}
+			var routed []string
+			for _, r := range d.Routes {
+				routed = append(routed, r.Dst.String())
+			}
+			if d.Overlay != nil && d.Overlay.Peer == nil && len(d.Routes) == 0 {
+				routed = ruleSubnets // gateway node: rules, no routes
+			}
+			if d.Overlay != nil && !slices.Equal(ruleSubnets, routed) {
+				t.Errorf("forward rules for %v, routes for %v", ruleSubnets, routed)
+			}
+		})
+	}
+}
+
+func TestComputeMSS(t *testing.T) {
+	for _, tc := range []struct {
+		overlay, tunnel, want int
+	}{
+		{0, 0, 1380},       // defaults: overlay 1450, WireGuard 1420
+		{8951, 1420, 1380}, // jumbo node network, WireGuard WAN
+		{1450, 1450, 1410}, // VXLAN cable
+		{1400, 1450, 1360}, // small node network
+	} {
+		d := Compute(Inputs{NodeName: "n2", NodeIP: nodeW, Remotes: []Remote{c4},
+			Params: Params{OverlayMTU: tc.overlay, TunnelMTU: tc.tunnel}})
+		rules := d.Rules.Chains["mangle"][ChainMSS]
+		if len(rules) != 2 {
+			t.Fatalf("mss rules %q", rules)
+		}
+		for _, r := range rules {
+			if !strings.HasSuffix(r, " --set-mss "+strconv.Itoa(tc.want)) || !strings.Contains(r, "--mss "+strconv.Itoa(tc.want+1)+":65535") {
+				t.Errorf("overlay %d tunnel %d: rule %q, want set-mss %d only above it", tc.overlay, tc.tunnel, r, tc.want)
+			}
+		}
+	}
+}
+
+// The desired state depends on the set of inputs, not their order.
+func TestComputeOrderIndependent(t *testing.T) {
+	remotes := []Remote{c3, c4, {ClusterID: "c5", Subnets: []netip.Prefix{pfx("10.245.1.0/24"), pfx("10.250.0.0/16")}},
+		{ClusterID: "c6", Subnets: []netip.Prefix{pfx("0.0.0.0/0")}}}
+	in := Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: &Gateway{Hostname: "n0", NodeIP: nodeG0}, Remotes: remotes,
+		Params: Params{LocalCIDRs: local}}
+	want := Compute(in).String()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		shuffled := slices.Clone(remotes)
+		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		for i := range shuffled {
+			s := slices.Clone(shuffled[i].Subnets)
+			rng.Shuffle(len(s), func(a, b int) { s[a], s[b] = s[b], s[a] })
+			shuffled[i].Subnets = s
+		}
+		in.Remotes = shuffled
+		if got := Compute(in).String(); got != want {
+			t.Fatalf("order changed the desired state:\n%s\nwant\n%s", got, want)
+		}
+	}
+}

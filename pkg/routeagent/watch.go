@@ -1,0 +1,86 @@
+package routeagent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/kube"
+)
+
+// informerLister lists Endpoints from an informer cache.
+type informerLister struct {
+	c  cache.Cache
+	ns string
+}
+
+func (l informerLister) ListEndpoints(ctx context.Context) ([]v1alpha1.Endpoint, error) {
+	var list v1alpha1.EndpointList
+	if err := l.c.List(ctx, &list, client.InNamespace(l.ns)); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// WatchEndpoints starts an informer on the Endpoints of namespace ns and
+// calls changed on every add, update and delete. It returns once the cache
+// has synced; the informer stops with ctx.
+func WatchEndpoints(ctx context.Context, cfg *rest.Config, ns string, changed func()) (EndpointLister, error) {
+	c, err := cache.New(cfg, cache.Options{
+		Scheme:            kube.NewScheme(),
+		DefaultNamespaces: map[string]cache.Config{ns: {}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("endpoint cache: %w", err)
+	}
+	inf, err := c.GetInformer(ctx, &v1alpha1.Endpoint{})
+	if err != nil {
+		return nil, fmt.Errorf("endpoint informer: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	}); err != nil {
+		return nil, fmt.Errorf("endpoint informer handler: %w", err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		select {
+		case err := <-errc:
+			return nil, fmt.Errorf("endpoint cache: %w", err)
+		default:
+			return nil, fmt.Errorf("endpoint cache did not sync: %w", ctx.Err())
+		}
+	}
+	return informerLister{c: c, ns: ns}, nil
+}
+
+// NodeInternalIP reads the node's InternalIP from its Node object.
+func NodeInternalIP(ctx context.Context, cfg *rest.Config, name string) (netip.Addr, error) {
+	cl, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	var node corev1.Node
+	if err := cl.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		return netip.Addr{}, fmt.Errorf("get node %s: %w", name, err)
+	}
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+			return ip, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("node %s has no IPv4 InternalIP", name)
+}
