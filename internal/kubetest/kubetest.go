@@ -91,8 +91,22 @@ func skipIfShort(t testing.TB) {
 }
 
 // start may run off the test goroutine: it reports errors instead of
-// failing t, and only registers cleanups.
+// failing t, and only registers cleanups. Ports are picked free and then
+// handed to the processes, so on a busy machine another process can take
+// one in between: a failed start is retried with fresh ports.
 func start(t testing.TB, name string, opts ...Option) (*Cluster, error) {
+	var errs []error
+	for attempt := 0; attempt < 3; attempt++ {
+		c, err := startOnce(t, name, opts...)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+func startOnce(t testing.TB, name string, opts ...Option) (*Cluster, error) {
 	cfg := controlplane.Config{Name: name, Dir: filepath.Join(t.TempDir(), name)}
 	for _, o := range opts {
 		o(&cfg)

@@ -115,6 +115,8 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp 
 	}
 	ds := []daemon{{"route-agent", []string{
 		"--metrics-addr=127.0.0.1:9532",
+		"--node-ip=" + n.Address.Addr().String(),
+		"--tunnel-mtu=1420", // WireGuard
 		"--cgroup-root=" + h.Cgroups().Node(c.Name, n.Name),
 	}}}
 	if n.Name == c.Nodes[0].Name {
