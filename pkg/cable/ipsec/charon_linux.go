@@ -50,7 +50,7 @@ func session(f Files) (*vici.Session, error) {
 // ensureCharon adopts the charon of f if it runs and answers on its
 // socket, otherwise starts one in the namespace netnsPath. It returns the
 // pid and whether it was adopted.
-func ensureCharon(ctx context.Context, f Files, netnsPath string, log *slog.Logger) (int, bool, error) {
+func ensureCharon(ctx context.Context, f Files, netnsPath string, plugins []string, log *slog.Logger) (int, bool, error) {
 	if len(f.Socket) > maxSocketPath {
 		return 0, false, fmt.Errorf("vici socket path %s longer than %d bytes", f.Socket, maxSocketPath)
 	}
@@ -82,7 +82,7 @@ func ensureCharon(ctx context.Context, f Files, netnsPath string, log *slog.Logg
 			return 0, false, fmt.Errorf("remove stale %s: %w", p, err)
 		}
 	}
-	if err := writeFileAtomic(f.Conf, []byte(StrongSwanConf(f)), 0o600); err != nil {
+	if err := writeFileAtomic(f.Conf, []byte(StrongSwanConf(f, plugins)), 0o600); err != nil {
 		return 0, false, err
 	}
 	out, err := os.OpenFile(f.Stdout, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -118,7 +118,7 @@ func ensureCharon(ctx context.Context, f Files, netnsPath string, log *slog.Logg
 			_, err = s.Call(ctx, "version", nil)
 			s.Close()
 			if err == nil && charonPID(f) == pid {
-				log.Info("started charon", "pid", pid, "conf", f.Conf, "vici", f.Socket)
+				log.Info("started charon", "pid", pid, "conf", f.Conf, "vici", f.Socket, "plugins", plugins)
 				return pid, false, nil
 			}
 		}

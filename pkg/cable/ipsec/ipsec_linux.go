@@ -28,6 +28,8 @@ type Driver struct {
 	files   Files
 	localID string
 	localTS []netip.Prefix
+	plugins []string
+	esp     []string
 
 	mu    sync.Mutex
 	h     *netlink.Handle
@@ -80,7 +82,9 @@ func newDriver(ctx context.Context, local cable.LocalEndpoint) (*Driver, error) 
 		return nil, err
 	}
 	d.h = h
-	pid, adopted, err := ensureCharon(ctx, d.files, local.Netns, log)
+	plugins, gcm := Plugins(PluginInstalled)
+	d.plugins, d.esp = plugins, ESPProposals(gcm)
+	pid, adopted, err := ensureCharon(ctx, d.files, local.Netns, plugins, log)
 	if err != nil {
 		h.Close()
 		return nil, fmt.Errorf("ipsec: %w", err)
@@ -168,7 +172,7 @@ func (d *Driver) peers(valid []cable.Connection) ([]Peer, []cable.Connection, []
 			continue
 		}
 		out = append(out, Peer{ClusterID: c.ClusterID, Remote: c.Endpoint, LocalTS: d.localTS,
-			RemoteTS: c.Subnets, PSK: psk})
+			RemoteTS: c.Subnets, PSK: psk, ESP: d.esp})
 		ok = append(ok, c)
 	}
 	return out, ok, errs

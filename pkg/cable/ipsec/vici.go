@@ -30,7 +30,7 @@ func ConnMessage(localID string, local netip.Addr, p Peer) (*vici.Message, error
 		"mode":          "tunnel",
 		"local_ts":      prefixStrings(p.LocalTS),
 		"remote_ts":     prefixStrings(p.RemoteTS),
-		"esp_proposals": []string{ESPProposal},
+		"esp_proposals": p.ESP,
 		"start_action":  "none",
 		"dpd_action":    "restart",
 		"close_action":  "start",
