@@ -425,6 +425,36 @@ func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 	return out, nil
 }
 
+// removeCharonRouting deletes rules for CharonTable and its routes.
+func (d *Driver) removeCharonRouting() error {
+	var errs []error
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rules, err := d.h.RuleList(fam)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list rules: %w", err))
+			continue
+		}
+		for _, r := range rules {
+			if r.Table == CharonTable {
+				if err := d.h.RuleDel(&r); err != nil {
+					errs = append(errs, fmt.Errorf("delete rule for table %d: %w", CharonTable, err))
+				}
+			}
+		}
+		rs, err := d.h.RouteListFiltered(fam, &netlink.Route{Table: CharonTable}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list routes of table %d: %w", CharonTable, err))
+			continue
+		}
+		for _, r := range rs {
+			if err := d.h.RouteDel(&r); err != nil {
+				errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Close implements cable.Driver: charon keeps running with its
 // connections and SAs (and the TUN and routes stay), so traffic is not
 // interrupted; a new driver with the same state dir adopts it.
@@ -456,6 +486,11 @@ func (d *Driver) Cleanup(ctx context.Context) error {
 		pid = d.pid
 	}
 	if err := stopCharon(pid); err != nil {
+		errs = append(errs, err)
+	}
+	// charon removes its rule and routes on SIGTERM; after a crash
+	// (SIGKILL) they would stay: remove what is left.
+	if err := d.removeCharonRouting(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(d.files.Dir); err != nil {

@@ -2,6 +2,7 @@ package ipsec
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"time"
@@ -137,6 +138,15 @@ func TestIPsecDetails(t *testing.T) {
 	if len(st) != 1 || !st[0].Connected || st[0].LastHandshake.IsZero() || st[0].RxBytes <= 0 || st[0].TxBytes <= 0 {
 		t.Fatalf("status after traffic: %+v", st)
 	}
+	// The negotiated ESP algorithm: AES-GCM where the plugins provide it.
+	log, err := os.ReadFile(a.files.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, gcm := Plugins(PluginInstalled)
+	if want := map[bool]string{true: "ESP:AES_GCM_16_128", false: "ESP:AES_CBC_128/HMAC_SHA2_256_128"}[gcm]; !strings.Contains(string(log), want) {
+		t.Errorf("charon log does not show %s selected", want)
+	}
 	for _, what := range []string{"policy", "state"} {
 		if out := xfrm(t, tp.GwA, what); out != "" {
 			t.Errorf("kernel xfrm %s with userspace ESP: %q", what, out)
@@ -205,5 +215,49 @@ func TestIPsecDetails(t *testing.T) {
 	}
 	if charonPID(a.files) != 0 || unix.Kill(pid, 0) == nil {
 		t.Error("charon still running after cleanup")
+	}
+}
+
+// After charon is killed (its TUN, routes and SAs die with it, its rule
+// stays), a new driver starts a fresh charon, Set reloads the connection
+// and re-adds the routes, and Cleanup removes the stale rule.
+func TestIPsecCharonCrash(t *testing.T) {
+	requireCharon(t)
+	tp := cabletest.New(t)
+	cabletest.EchoServer(t, tp.PodB, netip.AddrPortFrom(cabletest.PodB, cabletest.EchoPort))
+	cabletest.EchoServer(t, tp.PodA, netip.AddrPortFrom(cabletest.PodA, cabletest.EchoPort))
+	ctx := context.Background()
+	stateA := t.TempDir()
+	a := newTest(t, tp, "a", stateA)
+	b := newTest(t, tp, "b", t.TempDir())
+	cabletest.Connect(t, a, b, testPort)
+	cabletest.WaitTraffic(t, tp)
+
+	pid := a.Pid()
+	a.Close()
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := cabletest.Eventually(10*time.Second, func() error {
+		if unix.Kill(pid, 0) == nil || cabletest.LinkExists(tp.GwA, TUNName) {
+			return fmt.Errorf("charon %d or its tun still there", pid)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a = newTest(t, tp, "a", stateA)
+	if a.Pid() == pid {
+		t.Fatal("adopted a dead charon")
+	}
+	if err := a.Set(ctx, []cable.Connection{cabletest.ConnTo("b", testPort, cable.Key{})}); err != nil {
+		t.Fatal(err)
+	}
+	cabletest.WaitTraffic(t, tp)
+	if err := a.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := cabletest.Run(t, "ip", "-n", tp.GwA, "rule"); strings.Contains(out, "0xca5e") {
+		t.Errorf("stale charon rule left after cleanup: %q", out)
 	}
 }
