@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/causeway-net/causeway/pkg/cable"
@@ -65,10 +66,26 @@ func Plugins(installed func(name string) bool) (plugins []string, gcm bool) {
 	for _, p := range FastPlugins {
 		if installed(p) {
 			plugins = append(plugins, p)
-			gcm = gcm || p == "openssl" || p == "gcm"
 		}
 	}
-	return append(plugins, BasePlugins...), gcm
+	plugins = append(plugins, BasePlugins...)
+	return plugins, HasGCM(plugins)
+}
+
+// HasGCM reports whether plugins include an AES-GCM implementation.
+func HasGCM(plugins []string) bool {
+	return slices.Contains(plugins, "openssl") || slices.Contains(plugins, "gcm")
+}
+
+// LoadedPlugins returns the plugins of a strongswan.conf written by
+// StrongSwanConf (its "load = ..." line).
+func LoadedPlugins(conf string) []string {
+	for _, line := range strings.Split(conf, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "load = "); ok {
+			return strings.Fields(rest)
+		}
+	}
+	return nil
 }
 
 // PluginInstalled reports whether charon's plugin name is installed.

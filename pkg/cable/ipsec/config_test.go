@@ -64,6 +64,9 @@ func TestStrongSwanConf(t *testing.T) {
 			t.Errorf("strongswan.conf lacks %q:\n%s", want, conf)
 		}
 	}
+	if got := LoadedPlugins(conf); !slices.Equal(got, BasePlugins) {
+		t.Errorf("LoadedPlugins: %v", got)
+	}
 	if strings.Count(conf, "{") != strings.Count(conf, "}") {
 		t.Errorf("unbalanced braces:\n%s", conf)
 	}

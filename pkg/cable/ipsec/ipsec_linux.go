@@ -41,16 +41,14 @@ type Driver struct {
 var _ cable.Driver = (*Driver)(nil)
 
 // New starts (or adopts) the gateway's charon in local.Netns with its
-// files under <local.StateDir>/ipsec and renames charon's TUN to
-// local.Interface.
+// files under <local.StateDir>/ipsec. The tunnel device is charon's TUN
+// (TUNName); local.Interface is not used.
 func New(ctx context.Context, local cable.LocalEndpoint) (cable.Driver, error) {
 	return newDriver(ctx, local)
 }
 
 func newDriver(ctx context.Context, local cable.LocalEndpoint) (*Driver, error) {
 	switch {
-	case local.Interface == "":
-		return nil, errors.New("ipsec: interface name required")
 	case local.ClusterID == "":
 		return nil, errors.New("ipsec: cluster ID required (IKE identity)")
 	case !local.Address.IsValid():
@@ -90,6 +88,15 @@ func newDriver(ctx context.Context, local cable.LocalEndpoint) (*Driver, error) 
 		return nil, fmt.Errorf("ipsec: %w", err)
 	}
 	d.pid = pid
+	if adopted {
+		// The running charon has the plugins of its start.
+		if b, err := os.ReadFile(d.files.Conf); err == nil {
+			if p := LoadedPlugins(string(b)); len(p) > 0 {
+				d.plugins = p
+				d.esp = ESPProposals(HasGCM(p))
+			}
+		}
+	}
 	if err := d.ensureTUN(); err != nil {
 		if !adopted {
 			stopCharon(pid)
