@@ -22,6 +22,7 @@ import (
 
 	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/pkg/cable/internal/cabletest"
+	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/cable/vxlan"
 	"github.com/causeway-net/causeway/pkg/cable/wireguard"
 )
@@ -35,8 +36,9 @@ const (
 // BenchmarkTunnelThroughput measures one TCP stream pod A -> pod B through
 // gateway A, the WAN veth and gateway B, over: plain routing (the raw veth
 // baseline), the vxlan driver, the wireguard driver (embedded wireguard-go
-// here) and a wireguard-go device configured by hand with IpcSet (no
-// driver code), all in the same run. Each path gets a fresh topology.
+// here), a wireguard-go device configured by hand with IpcSet (no
+// driver code) and the ipsec driver (strongSwan charon, ESP in userspace
+// with kernel-libipsec), all in the same run. Each path gets a fresh topology.
 // The TCP sender and receiver are goroutines of the test process (so they
 // share the CPUs with an embedded wireguard-go). Metrics: Gbit/s and the
 // ratio to raw veth (x-veth). Run with
@@ -120,6 +122,10 @@ func runPaths(b *testing.B, measure func(*testing.B, *cabletest.Topo) (int64, ti
 		{"vxlan", setupDriver(func(ctx context.Context, l cable.LocalEndpoint) (cable.Driver, error) { return vxlan.New(ctx, l) }, 4789)},
 		{"wireguard", setupDriver(func(ctx context.Context, l cable.LocalEndpoint) (cable.Driver, error) { return wireguard.New(ctx, l) }, 51820)},
 		{"wireguard-go-by-hand", setupByHand},
+		{"ipsec", setupDriver(func(ctx context.Context, l cable.LocalEndpoint) (cable.Driver, error) {
+			l.SharedSecret = []byte("benchmark secret")
+			return ipsec.New(ctx, l)
+		}, ipsec.IKEPort)},
 	}
 	for _, p := range paths {
 		b.Run(p.name, func(b *testing.B) {

@@ -64,6 +64,14 @@ type LocalEndpoint struct {
 	// RouteTable is the routing table that receives the routes for remote
 	// subnets; 0 means the main table.
 	RouteTable int
+	// Subnets are the local cluster's subnets. The ipsec driver uses them
+	// as its local traffic selectors (empty: any, narrowed by the peer);
+	// other drivers ignore them.
+	Subnets []netip.Prefix
+	// SharedSecret is a clusterset-wide secret from which the ipsec
+	// driver derives each pair's pre-shared key when a Connection has no
+	// PresharedKey (see ipsec.DerivePSK); other drivers ignore it.
+	SharedSecret []byte
 	// Logger is used for driver logs; nil discards.
 	Logger *slog.Logger
 }
@@ -77,7 +85,9 @@ type Connection struct {
 	// PublicKey is the remote's public key (WireGuard); zero for drivers
 	// without keys.
 	PublicKey Key
-	// PresharedKey is an optional additional symmetric key (WireGuard).
+	// PresharedKey is an optional additional symmetric key (WireGuard);
+	// for ipsec the IKE pre-shared key of this pair (it overrides the
+	// key derived from LocalEndpoint.SharedSecret).
 	PresharedKey *Key
 	// Subnets are the remote cluster's validated subnets. Only these are
 	// routed into the tunnel and accepted from it.

@@ -6,15 +6,17 @@ package drivers
 import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/cable/vxlan"
 	"github.com/causeway-net/causeway/pkg/cable/wireguard"
 )
 
-// Registry returns the drivers by their API names ("wireguard", "vxlan").
-// IPsec is not implemented yet.
+// Registry returns the drivers by their API names ("wireguard", "vxlan",
+// "ipsec").
 func Registry() cable.Registry {
 	return cable.Registry{
 		string(v1alpha1.CableWireGuard): wireguard.New,
 		string(v1alpha1.CableVXLAN):     vxlan.New,
+		string(v1alpha1.CableIPsec):     ipsec.New,
 	}
 }

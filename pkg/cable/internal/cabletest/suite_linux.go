@@ -23,9 +23,9 @@ type Factory func(t testing.TB, tp *Topo, side, stateDir string) cable.Driver
 func (tp *Topo) Local(side string, port uint16, stateDir string) cable.LocalEndpoint {
 	l := cable.LocalEndpoint{ClusterID: side, Interface: tp.IfName(side), Port: port, StateDir: stateDir}
 	if side == "a" {
-		l.Address, l.Netns = WANA, Path(tp.GwA)
+		l.Address, l.Netns, l.Subnets = WANA, Path(tp.GwA), []netip.Prefix{SubnetA}
 	} else {
-		l.Address, l.Netns = WANB, Path(tp.GwB)
+		l.Address, l.Netns, l.Subnets = WANB, Path(tp.GwB), []netip.Prefix{SubnetB}
 	}
 	return l
 }

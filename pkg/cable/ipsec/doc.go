@@ -1,0 +1,10 @@
+// Package ipsec is the IKEv2/IPsec cable driver. It runs one strongSwan
+// charon daemon per gateway (per network namespace), configured only
+// through charon's VICI socket (github.com/strongswan/govici): one IKE
+// connection per remote gateway, authenticated with a pre-shared key,
+// tunnel-mode CHILD_SAs whose traffic selectors are the local subnets and
+// the peer's validated subnets. ESP is done by charon's kernel-libipsec
+// plugin (userspace ESP over a TUN device) so that it works on kernels
+// without ESP; the driver renames that TUN to LocalEndpoint.Interface and
+// owns the routes to the remote subnets through it.
+package ipsec

@@ -1,0 +1,263 @@
+package ipsec
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/cable/internal/cabletest"
+)
+
+const testPort = IKEPort
+
+var testSecret = []byte("causeway ipsec test clusterset secret")
+
+// requireCharon skips when strongSwan's charon or its kernel-libipsec
+// plugin is not installed on the machine.
+func requireCharon(t testing.TB) {
+	t.Helper()
+	cabletest.RequireRoot(t)
+	if _, err := os.Stat(Charon); err != nil {
+		t.Skipf("strongSwan charon missing (%v): install strongswan-charon", err)
+	}
+	if _, err := os.Stat("/usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so"); err != nil {
+		t.Skipf("kernel-libipsec plugin missing (%v): install libcharon-extra-plugins", err)
+	}
+}
+
+func newTest(t testing.TB, tp *cabletest.Topo, side, stateDir string) *Driver {
+	t.Helper()
+	requireCharon(t)
+	l := tp.Local(side, testPort, stateDir)
+	l.SharedSecret = testSecret
+	l.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := newDriver(context.Background(), l)
+	if err != nil {
+		t.Fatalf("new ipsec %s: %v", side, err)
+	}
+	t.Cleanup(func() {
+		d.Close()
+		// Stop a charon the test left running (a failed test).
+		if pid := charonPID(d.files); pid != 0 {
+			stopCharon(pid)
+		}
+	})
+	return d
+}
+
+func factory(t testing.TB, tp *cabletest.Topo, side, stateDir string) cable.Driver {
+	t.Helper()
+	return newTest(t, tp, side, stateDir)
+}
+
+func xfrm(t testing.TB, ns, what string) string {
+	t.Helper()
+	return strings.TrimSpace(cabletest.Run(t, "ip", "-n", ns, "xfrm", what))
+}
+
+func TestIPsec(t *testing.T) {
+	requireCharon(t)
+	var pids []int
+	var dirs []string
+	var tp *cabletest.Topo
+	cabletest.RunSuite(t, testPort, func(t testing.TB, topo *cabletest.Topo, side, stateDir string) cable.Driver {
+		tp = topo
+		d := newTest(t, topo, side, stateDir)
+		pids = append(pids, d.Pid())
+		dirs = append(dirs, d.files.Dir)
+		return d
+	})
+	if t.Failed() {
+		return
+	}
+	// After the suite's Cleanup: no charon, no state, no xfrm state.
+	for _, pid := range pids {
+		if _, err := os.Stat("/proc/" + itoa(pid)); err == nil {
+			if comm, _ := os.ReadFile("/proc/" + itoa(pid) + "/comm"); strings.TrimSpace(string(comm)) == "charon" {
+				t.Errorf("charon %d still running after cleanup", pid)
+			}
+		}
+	}
+	for _, dir := range dirs {
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("state dir %s left after cleanup", dir)
+		}
+	}
+	for _, ns := range []string{tp.GwA, tp.GwB} {
+		for _, what := range []string{"policy", "state"} {
+			if out := xfrm(t, ns, what); out != "" {
+				t.Errorf("xfrm %s left in %s: %q", what, ns, out)
+			}
+		}
+		if cabletest.LinkExists(ns, TUNName) {
+			t.Errorf("tun device %s left in %s", TUNName, ns)
+		}
+		if out := cabletest.Run(t, "ip", "-n", ns, "rule"); strings.Contains(out, "0xca5e") {
+			t.Errorf("charon's rule left in %s: %q", ns, out)
+		}
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// The ESP data path is userspace: no xfrm state or policy in the kernel,
+// kernel-libipsec's own routes sit in CharonTable behind a rule that never
+// matches, the driver's proto-157 routes carry the traffic; status has
+// handshake time and byte counts; a restarted driver adopts the same
+// charon; a wrong PSK keeps the tunnel down; Cleanup removes charon's
+// rule and routes.
+func TestIPsecDetails(t *testing.T) {
+	requireCharon(t)
+	tp := cabletest.New(t)
+	cabletest.EchoServer(t, tp.PodB, netip.AddrPortFrom(cabletest.PodB, cabletest.EchoPort))
+	cabletest.EchoServer(t, tp.PodA, netip.AddrPortFrom(cabletest.PodA, cabletest.EchoPort))
+	ctx := context.Background()
+	stateA := t.TempDir()
+	a := newTest(t, tp, "a", stateA)
+	b := newTest(t, tp, "b", t.TempDir())
+	if a.Pid() == b.Pid() {
+		t.Fatal("both gateways share one charon")
+	}
+	cabletest.Connect(t, a, b, testPort)
+	cabletest.WaitTraffic(t, tp)
+
+	st, err := a.Connections(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || !st[0].Connected || st[0].LastHandshake.IsZero() || st[0].RxBytes <= 0 || st[0].TxBytes <= 0 {
+		t.Fatalf("status after traffic: %+v", st)
+	}
+	// The negotiated ESP algorithm: AES-GCM where the plugins provide it.
+	log, err := os.ReadFile(a.files.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, gcm := Plugins(PluginInstalled)
+	if want := map[bool]string{true: "ESP:AES_GCM_16_128", false: "ESP:AES_CBC_128/HMAC_SHA2_256_128"}[gcm]; !strings.Contains(string(log), want) {
+		t.Errorf("charon log does not show %s selected", want)
+	}
+	for _, what := range []string{"policy", "state"} {
+		if out := xfrm(t, tp.GwA, what); out != "" {
+			t.Errorf("kernel xfrm %s with userspace ESP: %q", what, out)
+		}
+	}
+	if r := cabletest.OwnedRoutes(t, tp.GwA); !strings.Contains(r, cabletest.SubnetB.String()+" dev "+TUNName) {
+		t.Errorf("driver route: %q", r)
+	}
+	charonRoutes := cabletest.Run(t, "ip", "-n", tp.GwA, "route", "show", "table", strconv.Itoa(CharonTable))
+	if !strings.Contains(charonRoutes, cabletest.SubnetB.String()) {
+		t.Errorf("kernel-libipsec routes not in table %d: %q", CharonTable, charonRoutes)
+	}
+	if rules := cabletest.Run(t, "ip", "-n", tp.GwA, "rule"); !strings.Contains(rules, "fwmark 0xca5e0157 lookup 51806") {
+		t.Errorf("charon's rule not restricted to its mark: %q", rules)
+	}
+
+	// Restart: the new driver adopts the running charon.
+	pid := a.Pid()
+	a.Close()
+	a = newTest(t, tp, "a", stateA)
+	if a.Pid() != pid {
+		t.Fatalf("restart started charon %d instead of adopting %d", a.Pid(), pid)
+	}
+
+	// A wrong key on one side: the pair is re-keyed and never comes up.
+	bad := cabletest.ConnTo("a", testPort, cable.Key{})
+	wrong := cable.Key{7}
+	bad.PresharedKey = &wrong
+	if err := b.Set(ctx, []cable.Connection{bad}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cabletest.DialEcho(tp.PodB, netip.AddrPortFrom(cabletest.PodA, cabletest.EchoPort), "x", 3*time.Second); err == nil {
+		t.Fatal("traffic passed with mismatched pre-shared keys")
+	}
+	if st, _ := b.Connections(ctx); len(st) != 1 || st[0].Connected {
+		t.Fatalf("status with a wrong key: %+v", st)
+	}
+	if err := b.Set(ctx, []cable.Connection{cabletest.ConnTo("a", testPort, cable.Key{})}); err != nil {
+		t.Fatal(err)
+	}
+	cabletest.WaitTraffic(t, tp)
+
+	// No key at all is a validation error.
+	noKey := a.local
+	noKey.SharedSecret = nil
+	d := &Driver{local: noKey}
+	if _, _, errs := d.peers([]cable.Connection{cabletest.ConnTo("b", testPort, cable.Key{})}); len(errs) != 1 {
+		t.Fatalf("connection without a key: %v", errs)
+	}
+
+	for _, d := range []*Driver{a, b} {
+		if err := d.Cleanup(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ns := range []string{tp.GwA, tp.GwB} {
+		if out := cabletest.Run(t, "ip", "-n", ns, "rule"); strings.Contains(out, "0xca5e") {
+			t.Errorf("charon's rule left in %s: %q", ns, out)
+		}
+		if out := strings.TrimSpace(cabletest.Run(t, "ip", "-n", ns, "route", "show", "table", "all")); strings.Contains(out, "10.2.0.0/24") && ns == tp.GwA {
+			t.Errorf("route to the remote subnet left in %s: %q", ns, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(stateA, "ipsec")); err == nil {
+		t.Error("state dir left after cleanup")
+	}
+	if charonPID(a.files) != 0 || unix.Kill(pid, 0) == nil {
+		t.Error("charon still running after cleanup")
+	}
+}
+
+// After charon is killed (its TUN, routes and SAs die with it, its rule
+// stays), a new driver starts a fresh charon, Set reloads the connection
+// and re-adds the routes, and Cleanup removes the stale rule.
+func TestIPsecCharonCrash(t *testing.T) {
+	requireCharon(t)
+	tp := cabletest.New(t)
+	cabletest.EchoServer(t, tp.PodB, netip.AddrPortFrom(cabletest.PodB, cabletest.EchoPort))
+	cabletest.EchoServer(t, tp.PodA, netip.AddrPortFrom(cabletest.PodA, cabletest.EchoPort))
+	ctx := context.Background()
+	stateA := t.TempDir()
+	a := newTest(t, tp, "a", stateA)
+	b := newTest(t, tp, "b", t.TempDir())
+	cabletest.Connect(t, a, b, testPort)
+	cabletest.WaitTraffic(t, tp)
+
+	pid := a.Pid()
+	a.Close()
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := cabletest.Eventually(10*time.Second, func() error {
+		if unix.Kill(pid, 0) == nil || cabletest.LinkExists(tp.GwA, TUNName) {
+			return fmt.Errorf("charon %d or its tun still there", pid)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a = newTest(t, tp, "a", stateA)
+	if a.Pid() == pid {
+		t.Fatal("adopted a dead charon")
+	}
+	if err := a.Set(ctx, []cable.Connection{cabletest.ConnTo("b", testPort, cable.Key{})}); err != nil {
+		t.Fatal(err)
+	}
+	cabletest.WaitTraffic(t, tp)
+	if err := a.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := cabletest.Run(t, "ip", "-n", tp.GwA, "rule"); strings.Contains(out, "0xca5e") {
+		t.Errorf("stale charon rule left after cleanup: %q", out)
+	}
+}
