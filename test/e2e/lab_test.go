@@ -18,7 +18,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/pkg/controlplane"
 	"github.com/causeway-net/causeway/pkg/lab"
@@ -210,6 +212,8 @@ func TestLab(t *testing.T) {
 		t.Errorf("c3 resolved whereami.demo.svc.cluster.local: %s", out)
 	}
 
+	l.checkMCS(ctx)
+
 	// The Causeway daemons run supervised in the node namespaces, and a
 	// crashed one is restarted.
 	l.checkDaemonRestart("c3/n0/gateway")
@@ -248,6 +252,108 @@ func TestLab(t *testing.T) {
 	if out, _ := exec.Command("pgrep", "-f", l.Dir).Output(); len(out) > 0 {
 		t.Errorf("processes of the lab still running: %s", out)
 	}
+}
+
+// checkMCS exports whereami from c1 and c2 and checks issue 5's lab
+// promise: one ServiceImport with one clusterset VIP in all three
+// clusters, EndpointSlices from both sources, the name resolving to the
+// VIP through stock CoreDNS; then unexports c2.
+func (l *Lab) checkMCS(ctx context.Context) {
+	l.t.Helper()
+	for _, c := range []string{"c1", "c2"} {
+		if out, err := l.causewayctl("export", "demo/whereami", "--cluster", c); err != nil {
+			l.t.Fatalf("export from %s: %v\n%s", c, err, out)
+		}
+	}
+	var vip string
+	waitFor(l.t, "ServiceImport with one VIP and slices from c1 and c2 in every cluster", func() error {
+		vips := map[string]bool{}
+		for _, c := range []string{"c1", "c2", "c3"} {
+			si := &mcsv1beta1.ServiceImport{}
+			if err := l.Client(c).Get(ctx, client.ObjectKey{Namespace: "demo", Name: "whereami"}, si); err != nil {
+				return fmt.Errorf("%s: %w", c, err)
+			}
+			if len(si.Spec.IPs) != 1 {
+				return fmt.Errorf("%s: ServiceImport IPs %v", c, si.Spec.IPs)
+			}
+			vips[si.Spec.IPs[0]] = true
+			vip = si.Spec.IPs[0]
+			sources, err := sliceSources(ctx, l.Client(c))
+			if err != nil {
+				return err
+			}
+			if !sources["c1"] || !sources["c2"] {
+				return fmt.Errorf("%s: multicluster slices from %v, want c1 and c2", c, sources)
+			}
+		}
+		if len(vips) != 1 {
+			return fmt.Errorf("VIPs differ between clusters: %v", vips)
+		}
+		return nil
+	})
+	waitFor(l.t, "whereami.demo.svc.clusterset.local resolving to the VIP in c3", func() error {
+		out, err := l.Exec("c3/demo/client", "dig", "+short", "whereami.demo.svc.clusterset.local")
+		if err != nil || strings.TrimSpace(out) != vip {
+			return fmt.Errorf("dig: %v: %q, want %s", err, out, vip)
+		}
+		return nil
+	})
+	if out, err := l.causewayctl("unexport", "demo/whereami", "--cluster", "c2"); err != nil {
+		l.t.Fatalf("unexport from c2: %v\n%s", err, out)
+	}
+	waitFor(l.t, "c2's slices withdrawn everywhere, the VIP unchanged", func() error {
+		for _, c := range []string{"c1", "c2", "c3"} {
+			sources, err := sliceSources(ctx, l.Client(c))
+			if err != nil {
+				return err
+			}
+			if sources["c2"] || !sources["c1"] {
+				return fmt.Errorf("%s: slices from %v, want c1 only", c, sources)
+			}
+			si := &mcsv1beta1.ServiceImport{}
+			if err := l.Client(c).Get(ctx, client.ObjectKey{Namespace: "demo", Name: "whereami"}, si); err != nil {
+				return err
+			}
+			if len(si.Spec.IPs) != 1 || si.Spec.IPs[0] != vip {
+				return fmt.Errorf("%s: VIP %v, want %s", c, si.Spec.IPs, vip)
+			}
+		}
+		return nil
+	})
+}
+
+// sliceSources lists the source clusters of whereami's multicluster
+// EndpointSlices.
+func sliceSources(ctx context.Context, c client.Client) (map[string]bool, error) {
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := c.List(ctx, slices, client.InNamespace("demo"), client.MatchingLabels{"multicluster.kubernetes.io/service-name": "whereami"}); err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, s := range slices.Items {
+		out[s.Labels["multicluster.kubernetes.io/source-cluster"]] = true
+	}
+	return out, nil
+}
+
+// waitFor polls check for up to 30 s (a bound, not a speed assertion).
+func waitFor(t *testing.T, what string, check func() error) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err = check(); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+// causewayctl runs a causewayctl command on the lab's clusters.
+func (l *Lab) causewayctl(args ...string) (string, error) {
+	cmd := exec.Command(l.ctl, args...)
+	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // checkDaemonRestart kills a supervised daemon and waits until the
