@@ -1,0 +1,80 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/kube"
+)
+
+func TestJoin(t *testing.T) {
+	cps := kubetest.StartMany(t, "c1", "broker")
+	c1, b := cps["c1"], cps["broker"]
+	ctx := context.Background()
+	run := func(args ...string) (string, error) {
+		cmd := NewCommand()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"join", "--broker-kubeconfig", b.AdminKubeconfig, "--kubeconfig", c1.AdminKubeconfig}, args...))
+		err := cmd.Execute()
+		return out.String(), err
+	}
+
+	if out, err := run(); err == nil || !strings.Contains(out+err.Error(), "cluster.clusterset.k8s.io") {
+		t.Errorf("join without --cluster-id nor About API: err=%v out=%s, want an error naming the ClusterProperty", err, out)
+	}
+	if _, err := run("--cluster-id", "Bad_ID"); err == nil {
+		t.Error("join accepted cluster ID Bad_ID")
+	}
+	file := filepath.Join(t.TempDir(), "broker.kubeconfig")
+	for range 2 { // idempotent
+		if out, err := run("--cluster-id", "c1", "--output", file); err != nil {
+			t.Fatalf("join: %v\n%s", err, out)
+		}
+	}
+
+	sec := &corev1.Secret{}
+	if err := c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: BrokerSecret}, sec); err != nil {
+		t.Fatalf("broker Secret: %v", err)
+	}
+	fromFile, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(sec.Data["kubeconfig"], fromFile) {
+		t.Error("the Secret and --output hold different kubeconfigs")
+	}
+	rc, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["kubeconfig"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace("c1"), Name: "c1"},
+		Spec:       v1alpha1.ClusterSpec{ClusterID: "c1", PodCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/16"}},
+	}
+	if err := member.Create(ctx, own); err != nil {
+		t.Errorf("the joined identity cannot write its own broker namespace: %v", err)
+	}
+	other := own.DeepCopy()
+	other.Namespace, other.ResourceVersion = broker.Namespace("c2"), ""
+	if err := member.Create(ctx, other); err == nil {
+		t.Error("the joined identity wrote another cluster's namespace")
+	}
+}
