@@ -63,7 +63,7 @@ func (f *Fake) Set(ctx context.Context, desired map[ServiceKey][]Backend) error 
 	if f.closed {
 		return errors.New("vip fake: closed")
 	}
-	o := diff(f.maps, target(f.maps, desired))
+	o := plan(f.maps, desired)
 	applyOps(f.maps, o)
 	f.last = countOps(o)
 	f.sets++

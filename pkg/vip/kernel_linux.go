@@ -224,8 +224,7 @@ func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey][]Backend) erro
 		k.state, k.dirty = st, false
 	}
 	start := time.Now()
-	next := target(k.state, desired)
-	o := diff(k.state, next)
+	o := plan(k.state, desired)
 	if o.empty() {
 		return nil
 	}
@@ -233,9 +232,10 @@ func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey][]Backend) erro
 	if err := k.apply(ctx, o); err != nil {
 		return err
 	}
-	k.state, k.dirty = next, false
+	applyOps(k.state, o)
+	k.dirty = false
 	k.last = countOps(o)
-	k.log.Debug("vip maps synced", "services", len(next.services), "ops", k.last.Total(), "duration", time.Since(start))
+	k.log.Debug("vip maps synced", "services", len(k.state.services), "ops", k.last.Total(), "duration", time.Since(start))
 	return nil
 }
 

@@ -2,7 +2,6 @@ package vip
 
 import (
 	"cmp"
-	"maps"
 	"slices"
 )
 
@@ -53,48 +52,130 @@ func (o ops) empty() bool {
 // canonical returns bes sorted and without duplicates: the slot order, so that
 // the same set of backends in another order changes nothing.
 func canonical(bes []Backend) []Backend {
-	out := slices.Clone(bes)
-	slices.SortFunc(out, func(a, b Backend) int {
+	less := func(a, b Backend) int {
 		if c := a.Addr.Compare(b.Addr); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.Port, b.Port)
-	})
+	}
+	// Already strictly increasing (the common case): no copy.
+	if slices.IsSortedFunc(bes, func(a, b Backend) int {
+		if c := less(a, b); c != 0 {
+			return c
+		}
+		return -1 // equal neighbours are duplicates: not canonical
+	}) {
+		return bes
+	}
+	out := slices.Clone(bes)
+	slices.SortFunc(out, less)
 	return slices.Compact(out)
 }
 
-// target returns the map content that implements desired, keeping the ID of
-// every service already in cur. New services get the lowest IDs (from 1) that
-// no entry of cur uses, not even a stale backend, so a new service never
-// exposes slots written for another one.
-func target(cur mapState, desired map[ServiceKey][]Backend) mapState {
-	next := newMapState()
-	used := map[uint32]bool{}
+// plan returns the writes that make cur implement desired. Services already
+// in cur keep their ID; a new service gets the lowest ID (from 1) that no
+// entry of cur uses, not even a stale backend, so it never exposes slots
+// written for another service. Only changed entries are written; the Go-side
+// work is one pass over desired and cur.services, plus one pass over
+// cur.backends when cur is inconsistent (left half-written by a killed
+// daemon).
+func plan(cur mapState, desired map[ServiceKey][]Backend) ops {
+	o := ops{putBackends: map[backendKey]Backend{}, putServices: map[ServiceKey]service{}}
+	inconsistent := false
+	var added []ServiceKey
+	for k, bes := range desired {
+		s, ok := cur.services[k]
+		if !ok {
+			added = append(added, k)
+			continue
+		}
+		bes = canonical(bes)
+		for i, b := range bes {
+			bk := backendKey{ID: s.ID, Slot: uint32(i)}
+			if old, ok := cur.backends[bk]; !ok || old != b {
+				o.putBackends[bk] = b
+				if !ok && uint32(i) < s.Count {
+					inconsistent = true
+				}
+			}
+		}
+		if s.Count != uint32(len(bes)) {
+			o.putServices[k] = service{ID: s.ID, Count: uint32(len(bes))}
+			for slot := uint32(len(bes)); slot < s.Count; slot++ {
+				bk := backendKey{ID: s.ID, Slot: slot}
+				if _, ok := cur.backends[bk]; ok {
+					o.deleteBackends = append(o.deleteBackends, bk)
+				}
+			}
+		}
+	}
+	total := 0
+	for k, s := range cur.services {
+		total += int(s.Count)
+		if _, ok := desired[k]; ok {
+			continue
+		}
+		o.deleteServices = append(o.deleteServices, k)
+		for slot := range s.Count {
+			bk := backendKey{ID: s.ID, Slot: slot}
+			if _, ok := cur.backends[bk]; ok {
+				o.deleteBackends = append(o.deleteBackends, bk)
+			}
+		}
+	}
+	// A consistent state has exactly the slots 0..count-1 of every service.
+	if len(cur.backends) != total {
+		inconsistent = true
+	}
+	if inconsistent {
+		// Delete every backend no service (as it will be) exposes.
+		newCount := map[uint32]uint32{} // by ID, for services that stay
+		for k, s := range cur.services {
+			if bes, ok := desired[k]; ok {
+				newCount[s.ID] = uint32(len(canonical(bes)))
+			}
+		}
+		exposed := func(bk backendKey) bool {
+			n, ok := newCount[bk.ID]
+			return ok && bk.Slot < n
+		}
+		planned := map[backendKey]bool{}
+		for _, bk := range o.deleteBackends {
+			planned[bk] = true
+		}
+		for bk := range cur.backends {
+			if !planned[bk] && !exposed(bk) {
+				o.deleteBackends = append(o.deleteBackends, bk)
+			}
+		}
+	}
+	if len(added) == 0 {
+		return o
+	}
+	// IDs in use, stale backends' included.
+	used := make(map[uint32]bool, len(cur.services))
 	for _, s := range cur.services {
 		used[s.ID] = true
 	}
-	for k := range cur.backends {
-		used[k.ID] = true
+	if inconsistent {
+		for bk := range cur.backends {
+			used[bk.ID] = true
+		}
 	}
-	keys := slices.SortedFunc(maps.Keys(desired), compareKeys)
+	slices.SortFunc(added, compareKeys) // deterministic IDs
 	nextID := uint32(1)
-	for _, k := range keys {
-		s, ok := cur.services[k]
-		if !ok {
-			for used[nextID] {
-				nextID++
-			}
-			s.ID = nextID
-			used[nextID] = true
+	for _, k := range added {
+		for used[nextID] {
+			nextID++
 		}
+		used[nextID] = true
 		bes := canonical(desired[k])
-		s.Count = uint32(len(bes))
-		next.services[k] = s
+		o.putServices[k] = service{ID: nextID, Count: uint32(len(bes))}
 		for i, b := range bes {
-			next.backends[backendKey{ID: s.ID, Slot: uint32(i)}] = b
+			o.putBackends[backendKey{ID: nextID, Slot: uint32(i)}] = b
 		}
 	}
-	return next
+	return o
 }
 
 func compareKeys(a, b ServiceKey) int {
@@ -105,36 +186,6 @@ func compareKeys(a, b ServiceKey) int {
 		return c
 	}
 	return cmp.Compare(a.Proto, b.Proto)
-}
-
-// diff returns the writes that turn cur into next.
-func diff(cur, next mapState) ops {
-	o := ops{putBackends: map[backendKey]Backend{}, putServices: map[ServiceKey]service{}}
-	for k, b := range next.backends {
-		if old, ok := cur.backends[k]; !ok || old != b {
-			o.putBackends[k] = b
-		}
-	}
-	for k, s := range next.services {
-		if old, ok := cur.services[k]; !ok || old != s {
-			o.putServices[k] = s
-		}
-	}
-	for k := range cur.services {
-		if _, ok := next.services[k]; !ok {
-			o.deleteServices = append(o.deleteServices, k)
-		}
-	}
-	for k := range cur.backends {
-		if _, ok := next.backends[k]; !ok {
-			o.deleteBackends = append(o.deleteBackends, k)
-		}
-	}
-	slices.SortFunc(o.deleteServices, compareKeys)
-	slices.SortFunc(o.deleteBackends, func(a, b backendKey) int {
-		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Slot, b.Slot))
-	})
-	return o
 }
 
 // lookup resolves dst as the programs do: ok is false when dst is no service

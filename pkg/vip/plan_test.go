@@ -126,8 +126,8 @@ func TestPlanOrderNeverExposesMissingBackends(t *testing.T) {
 	for from, a := range states {
 		for to, b := range states {
 			cur := newMapState()
-			applyOps(cur, diff(cur, target(cur, a)))
-			o := diff(cur, target(cur, b))
+			applyOps(cur, plan(cur, a))
+			o := plan(cur, b)
 			steps := []ops{
 				{putBackends: o.putBackends},
 				{putServices: o.putServices},
