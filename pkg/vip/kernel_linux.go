@@ -295,6 +295,9 @@ func (k *Kernel) apply(ctx context.Context, o ops) error {
 func (k *Kernel) Services() (map[ServiceKey][]Backend, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.objs.VipServices == nil {
+		return nil, errors.New("vip datapath is closed")
+	}
 	st, err := readState(&k.objs)
 	if err != nil {
 		return nil, err
