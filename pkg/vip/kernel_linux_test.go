@@ -288,3 +288,27 @@ func TestOpenRefusesOtherSizes(t *testing.T) {
 		t.Fatalf("reopen with other sizes: %v, want ErrMapIncompatible", err)
 	}
 }
+
+// TestOpenMovesLinksToNewCgroup reopens the pins with another cgroup: the
+// programs leave the old cgroup and attach to the new one.
+func TestOpenMovesLinksToNewCgroup(t *testing.T) {
+	requireRoot(t)
+	pins, cg1, cg2 := newBPFFS(t), newCgroup(t), newCgroup(t)
+	k, err := Open(Config{PinDir: pins, CgroupPath: cg1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	k, err = Open(Config{PinDir: pins, CgroupPath: cg2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Cleanup() })
+	for _, h := range hooks {
+		if n1, n2 := attached(t, cg1, h.attach), attached(t, cg2, h.attach); n1 != 0 || n2 != 1 {
+			t.Errorf("%s: %d programs on the old cgroup, %d on the new one; want 0 and 1", h.pin, n1, n2)
+		}
+	}
+}
