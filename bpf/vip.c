@@ -1,0 +1,241 @@
+//go:build ignore
+
+// vip: socket-level translation of ClusterSet VIPs (IPv4), attached to a
+// cgroup v2 directory. Every socket address is in network byte order.
+//
+//   cgroup/connect4      connect() of TCP and UDP sockets: VIP:port → backend
+//   cgroup/sendmsg4      sendto()/sendmsg() of unconnected UDP: same, and
+//                        remembers (socket, backend) → VIP for the replies
+//   cgroup/recvmsg4      recvfrom()/recvmsg() of UDP: backend → VIP as source
+//   cgroup/getpeername4  getpeername() of connected sockets: backend → VIP
+//
+// Maps (see pkg/vip/README.md for the contract with the Go side):
+//
+//   vip_services  hash   struct svc_key {addr, port, proto}  → struct svc
+//   vip_backends  hash   struct backend_key {id, slot}        → struct addr4
+//   vip_rev_nat   LRU    struct rnat_key {cookie, backend}    → struct addr4 (VIP)
+//   vip_peers     socket storage: struct peer {vip, backend} of a connected
+//                 socket, freed with the socket
+//
+// A service with count == 0 rejects connect()/sendmsg() with EHOSTUNREACH.
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+/* errno value the application sees for a VIP without backends. */
+#define VIP_EHOSTUNREACH 113
+
+/* An IPv4 address and port, network byte order; pad is zero. */
+struct addr4 {
+	__u32 addr;
+	__u16 port;
+	__u16 pad;
+};
+
+/* A service: VIP, port (network byte order) and IP protocol (IPPROTO_TCP or
+ * IPPROTO_UDP); pad is zero. */
+struct svc_key {
+	__u32 addr;
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* What a service maps to: count backends in vip_backends under {id, 0..count-1}.
+ * flags is reserved (zero). */
+struct svc {
+	__u32 count;
+	__u32 id;
+	__u32 flags;
+};
+
+struct backend_key {
+	__u32 id;
+	__u32 slot;
+};
+
+/* Reverse NAT key of unconnected UDP: socket cookie and the backend it sent to. */
+struct rnat_key {
+	__u64 cookie;
+	__u32 addr;
+	__u16 port;
+	__u16 pad;
+};
+
+/* The VIP a connected socket asked for and the backend it was given. */
+struct peer {
+	struct addr4 vip;
+	struct addr4 backend;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536); /* set at load time */
+	__type(key, struct svc_key);
+	__type(value, struct svc);
+} vip_services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 262144); /* set at load time */
+	__type(key, struct backend_key);
+	__type(value, struct addr4);
+} vip_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144); /* set at load time */
+	__type(key, struct rnat_key);
+	__type(value, struct addr4);
+} vip_rev_nat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct peer);
+} vip_peers SEC(".maps");
+
+/* lookup_service returns the service ctx's destination addresses, or NULL. */
+static __always_inline struct svc *lookup_service(struct bpf_sock_addr *ctx)
+{
+	struct svc_key key = {
+		.addr = ctx->user_ip4,
+		/* user_port holds the port in network byte order in its low two bytes. */
+		.port = (__u16)ctx->user_port,
+		.proto = (__u8)ctx->protocol,
+	};
+	return bpf_map_lookup_elem(&vip_services, &key);
+}
+
+/* mix32 spreads the bits of a 64-bit value over 32 (a finaliser in the style
+ * of splitmix64), so that consecutive socket cookies pick different slots. */
+static __always_inline __u32 mix32(__u64 x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return (__u32)x;
+}
+
+/* pick_backend returns the backend in slot (hash % count) of svc, or NULL when
+ * the service has none. */
+static __always_inline struct addr4 *pick_backend(struct svc *svc, __u32 hash)
+{
+	__u32 count = svc->count;
+	if (count == 0)
+		return NULL;
+	struct backend_key key = {
+		.id = svc->id,
+		.slot = hash % count,
+	};
+	return bpf_map_lookup_elem(&vip_backends, &key);
+}
+
+/* reject fails the system call with EHOSTUNREACH (instead of the default
+ * EPERM of a program returning 0). */
+static __always_inline int reject(void)
+{
+	bpf_set_retval(-VIP_EHOSTUNREACH);
+	return 0;
+}
+
+SEC("cgroup/connect4")
+int vip_connect4(struct bpf_sock_addr *ctx)
+{
+	struct svc *svc = lookup_service(ctx);
+	if (!svc) {
+		/* Not a VIP: forget a VIP this socket may have connected to before,
+		 * so getpeername() reports the real peer. */
+		struct peer *old = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
+		if (old)
+			bpf_sk_storage_delete(&vip_peers, ctx->sk);
+		return 1;
+	}
+	struct addr4 *be = pick_backend(svc, bpf_get_prandom_u32());
+	if (!be)
+		return reject();
+
+	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (p) {
+		p->vip.addr = ctx->user_ip4;
+		p->vip.port = (__u16)ctx->user_port;
+		p->backend.addr = be->addr;
+		p->backend.port = be->port;
+	}
+	ctx->user_ip4 = be->addr;
+	ctx->user_port = be->port;
+	return 1;
+}
+
+SEC("cgroup/sendmsg4")
+int vip_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	struct svc *svc = lookup_service(ctx);
+	if (!svc)
+		return 1;
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+	/* The same socket keeps the same backend while the service's backends
+	 * do not change, so a request/response exchange stays on one backend. */
+	struct addr4 *be = pick_backend(svc, mix32(cookie ^ ((__u64)ctx->user_ip4 << 16) ^ (__u16)ctx->user_port));
+	if (!be)
+		return reject();
+
+	struct rnat_key key = {
+		.cookie = cookie,
+		.addr = be->addr,
+		.port = be->port,
+	};
+	struct addr4 vip = {
+		.addr = ctx->user_ip4,
+		.port = (__u16)ctx->user_port,
+	};
+	struct addr4 *old = bpf_map_lookup_elem(&vip_rev_nat, &key);
+	if (!old || old->addr != vip.addr || old->port != vip.port)
+		bpf_map_update_elem(&vip_rev_nat, &key, &vip, BPF_ANY);
+
+	ctx->user_ip4 = be->addr;
+	ctx->user_port = be->port;
+	return 1;
+}
+
+SEC("cgroup/recvmsg4")
+int vip_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	struct rnat_key key = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.addr = ctx->user_ip4,
+		.port = (__u16)ctx->user_port,
+	};
+	struct addr4 *vip = bpf_map_lookup_elem(&vip_rev_nat, &key);
+	if (vip) {
+		ctx->user_ip4 = vip->addr;
+		ctx->user_port = vip->port;
+		return 1;
+	}
+	/* A connected UDP socket: its peer is in vip_peers. */
+	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
+	if (p && p->backend.addr == ctx->user_ip4 && p->backend.port == (__u16)ctx->user_port) {
+		ctx->user_ip4 = p->vip.addr;
+		ctx->user_port = p->vip.port;
+	}
+	return 1;
+}
+
+SEC("cgroup/getpeername4")
+int vip_getpeername4(struct bpf_sock_addr *ctx)
+{
+	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
+	if (p && p->backend.addr == ctx->user_ip4 && p->backend.port == (__u16)ctx->user_port) {
+		ctx->user_ip4 = p->vip.addr;
+		ctx->user_port = p->vip.port;
+	}
+	return 1;
+}

@@ -1,0 +1,282 @@
+package vip
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// fillerVIP returns the VIP of the i-th filler service: 243.0.1.0 + i.
+func fillerVIP(i int) netip.Addr {
+	v := 243<<24 | 256 + i
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// manyServices returns n ≥ 2 services: vipA:80/TCP and vipA:80/UDP → be1,
+// and n-2 fillers with two backends each.
+func manyServices(n int) map[ServiceKey][]Backend {
+	m := map[ServiceKey][]Backend{{vipA, 80, TCP}: {be1}, {vipA, 80, UDP}: {be1}}
+	for i := range n - 2 {
+		a := fillerVIP(i).As4()
+		m[ServiceKey{fillerVIP(i), 80, TCP}] = []Backend{
+			{netip.AddrFrom4([4]byte{10, 96, a[2], a[3]}), 80},
+			{netip.AddrFrom4([4]byte{242, 1, a[2], a[3]}), uint16(30000 + i%1000)},
+		}
+	}
+	return m
+}
+
+// connectCase is one way of connecting: a client, UDP or TCP, a destination,
+// and the number of services in the map (0: the map does not matter).
+type connectCase struct {
+	name     string
+	c        *client
+	kind     string // "udp" (bare connect()) or "tcp" (connect + close)
+	addr     string
+	services int
+}
+
+// measure returns ns per connect() over n connects.
+func (cc connectCase) measure(tb testing.TB, n int) float64 {
+	tb.Helper()
+	res := cc.c.do(tb, "bench-%s %s %d", cc.kind, cc.addr, n)
+	f := strings.Fields(res)
+	if len(f) != 2 || f[0] != "ok" {
+		tb.Fatalf("%s: bench-%s %s: %s", cc.name, cc.kind, cc.addr, res)
+	}
+	ns, err := strconv.ParseFloat(f[1], 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ns / float64(n)
+}
+
+// BenchmarkConnect measures the cost of connect() seen by an application:
+// TCP connect+close (RST) over lo inside a namespace, and the bare connect()
+// system call of a UDP socket (no packet), without the hook, through the hook
+// with 1 … 100 000 services in the map, and through kube-proxy-style iptables
+// DNAT (nft backend, one rule per service in one chain, 10 000 rules, the
+// VIP's rule in the middle) in another namespace.
+//
+// Each case is a sub-benchmark (ns/connect). Because the machine is shared
+// and noisy, the ratios are then computed from interleaved rounds: every
+// round measures every case once (1 000 connects each), and the median and
+// minimum per case over the rounds are logged with the ratios.
+//
+//	go test -run '^$' -bench BenchmarkConnect -benchtime 2000x ./pkg/vip/
+func BenchmarkConnect(b *testing.B) {
+	f := newFixture(b)
+	f.cfg.MaxServices = 131072
+	f.cfg.MaxBackends = 262144
+	k := f.open(b)
+	b.Cleanup(func() { _ = k.Cleanup() })
+	hooked := startClient(b, f.ns, f.cg)
+	plain := startClient(b, f.ns, "")
+
+	// kube-proxy-style DNAT in its own namespace.
+	const rules = 10000
+	ipt := newNetNS(b)
+	ipt.mustRun(b, "ip", "addr", "add", "10.200.0.1/32", "dev", "lo")
+	ipt.mustRun(b, "ip", "route", "add", "243.0.0.0/12", "dev", "lo")
+	tcpEcho(b, ipt, be1.String(), "be1")
+	var rs strings.Builder
+	rs.WriteString("*nat\n:CW-SERVICES - [0:0]\n-A OUTPUT -j CW-SERVICES\n")
+	for i := range rules {
+		vip := fillerVIP(i)
+		if i == rules/2 {
+			vip = vipA
+		}
+		fmt.Fprintf(&rs, "-A CW-SERVICES -d %s/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination %s\n", vip, be1)
+	}
+	rs.WriteString("COMMIT\n")
+	if err := ipt.Do(func() error {
+		cmd := exec.Command("iptables-nft-restore")
+		cmd.Stdin = strings.NewReader(rs.String())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("iptables-nft-restore: %v: %s", err, out)
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	iptClient := startClient(b, ipt, "")
+
+	vip := ap(vipA, 80)
+	sizes := []int{2, 1000, 10000, 100000}
+	cases := []connectCase{
+		{name: "udp/no-hook", c: plain, kind: "udp", addr: be1.String()},
+		{name: "tcp/no-hook", c: plain, kind: "tcp", addr: be1.String()},
+		{name: "tcp/hook-miss", c: hooked, kind: "tcp", addr: be1.String()},
+		{name: fmt.Sprintf("tcp/iptables-dnat/rules=%d", rules), c: iptClient, kind: "tcp", addr: vip},
+		{name: fmt.Sprintf("tcp/iptables-miss/rules=%d", rules), c: iptClient, kind: "tcp", addr: be1.String()},
+	}
+	for _, n := range sizes {
+		cases = append(cases,
+			connectCase{name: fmt.Sprintf("udp/hook-vip/services=%d", n), c: hooked, kind: "udp", addr: vip, services: n},
+			connectCase{name: fmt.Sprintf("tcp/hook-vip/services=%d", n), c: hooked, kind: "tcp", addr: vip, services: n})
+	}
+	loaded := -1
+	load := func(n int) {
+		if n != 0 && n != loaded {
+			mustSet(b, k, manyServices(n))
+			loaded = n
+			// Let this process's GC and the kernel's deferred frees of
+			// deleted map elements finish before measuring.
+			runtime.GC()
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	for _, cc := range cases {
+		b.Run(cc.name, func(b *testing.B) {
+			load(cc.services)
+			b.ResetTimer()
+			b.ReportMetric(cc.measure(b, b.N), "ns/connect")
+		})
+	}
+
+	// The kernel's own accounting of the connect4 program (BPF_ENABLE_STATS,
+	// on while the returned fd is open): ns per run, free of scheduling noise.
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enable BPF run-time stats: %v", err)
+	}
+	defer stats.Close()
+	progStats := func() *ebpf.ProgramStats {
+		st, err := k.objs.VipConnect4.Stats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return st
+	}
+
+	const rounds, perRound = 9, 1000
+	samples := map[string][]float64{}
+	progNs := map[string][]float64{}
+	for range rounds {
+		for _, n := range append([]int{0}, sizes...) {
+			load(n)
+			for _, cc := range cases {
+				if cc.services != n {
+					continue
+				}
+				before := progStats()
+				samples[cc.name] = append(samples[cc.name], cc.measure(b, perRound))
+				after := progStats()
+				if runs := after.RunCount - before.RunCount; cc.c == hooked && runs > 0 {
+					progNs[cc.name] = append(progNs[cc.name], float64(after.Runtime-before.Runtime)/float64(runs))
+				}
+			}
+		}
+	}
+	med, low := map[string]float64{}, map[string]float64{}
+	names := make([]string, 0, len(samples))
+	for name, s := range samples {
+		sort.Float64s(s)
+		med[name], low[name] = s[len(s)/2], s[0]
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	b.Logf("%d interleaved rounds of %d connects each:   median        min (ns/connect)", rounds, perRound)
+	for _, name := range names {
+		b.Logf("  %-30s %9.0f  %9.0f", name, med[name], low[name])
+	}
+	b.Logf("vip_connect4 run time per call (kernel stats), median over rounds:")
+	for _, name := range names {
+		if p := progNs[name]; len(p) > 0 {
+			sort.Float64s(p)
+			b.Logf("  %-30s %6.0f ns/run", name, p[len(p)/2])
+		}
+	}
+	ratio := func(label, num, den string) {
+		b.Logf("%s: %s / %s = %.2f (median), %.2f (min)", label, num, den, med[num]/med[den], low[num]/low[den])
+	}
+	ratio("flatness (udp)", "udp/hook-vip/services=100000", "udp/hook-vip/services=2")
+	ratio("flatness (tcp)", "tcp/hook-vip/services=100000", "tcp/hook-vip/services=2")
+	ratio("hook vs none (tcp)", "tcp/hook-vip/services=10000", "tcp/no-hook")
+	ratio("iptables DNAT vs hook at 10 000", "tcp/iptables-dnat/rules=10000", "tcp/hook-vip/services=10000")
+	for _, n := range sizes {
+		name := fmt.Sprintf("udp/hook-vip/services=%d", n)
+		b.Logf("hook cost per bare connect() at %6d services: %+.0f ns (median), %+.0f ns (min)", n, med[name]-med["udp/no-hook"], low[name]-low["udp/no-hook"])
+	}
+}
+
+// BenchmarkSet measures programming the maps: Set of n services (two
+// backends each) into empty maps, and Set of the same n with one backend of
+// one service changed (what an endpoint removal costs).
+//
+//	go test -run '^$' -bench BenchmarkSet ./pkg/vip/
+func BenchmarkSet(b *testing.B) {
+	requireRoot(b)
+	k, err := Open(Config{PinDir: newBPFFS(b), CgroupPath: newCgroup(b), MaxServices: 131072, MaxBackends: 262144})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = k.Cleanup() })
+	ctx := context.Background()
+	for _, n := range []int{10000, 100000} {
+		desired := manyServices(n)
+		b.Run(fmt.Sprintf("from-empty/services=%d", n), func(b *testing.B) {
+			var cpu time.Duration
+			for range b.N {
+				b.StopTimer()
+				mustSet(b, k, nil)
+				b.StartTimer()
+				c0 := cpuTime(b)
+				mustSet(b, k, desired)
+				cpu += cpuTime(b) - c0
+			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "services/s")
+		})
+		b.Run(fmt.Sprintf("one-backend-change/services=%d", n), func(b *testing.B) {
+			if err := k.Set(ctx, desired); err != nil {
+				b.Fatal(err)
+			}
+			key := ServiceKey{fillerVIP(n / 2), 80, TCP}
+			orig := desired[key]
+			b.Cleanup(func() { desired[key] = orig })
+			b.ResetTimer()
+			defer reportCPU(b)()
+			for i := range b.N {
+				if i%2 == 0 {
+					desired[key] = orig[:1] // a backend removed
+				} else {
+					desired[key] = orig
+				}
+				mustSet(b, k, desired)
+			}
+			if ops := k.LastOps(); ops.Total() > 2 {
+				b.Fatalf("one change wrote %+v", ops)
+			}
+		})
+	}
+}
+
+// reportCPU, deferred, reports the process's CPU time (user + system, all
+// threads, so GC included) per iteration: on a shared machine it moves less
+// than wall time.
+func reportCPU(b *testing.B) func() {
+	start := cpuTime(b)
+	return func() {
+		b.ReportMetric(float64((cpuTime(b)-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}
+}
+
+func cpuTime(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

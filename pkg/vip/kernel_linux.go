@@ -1,0 +1,431 @@
+package vip
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/causeway-net/causeway/bpf"
+)
+
+// Default map sizes.
+const (
+	DefaultMaxServices   = 65536
+	DefaultMaxBackends   = 262144
+	DefaultMaxReverseNAT = 262144
+)
+
+// Config says where the kernel datapath lives on the node.
+type Config struct {
+	// PinDir is a directory on a bpffs mount holding the pinned maps and
+	// links, e.g. /sys/fs/bpf/causeway/vip (/sys/fs/bpf/<lab prefix>/vip in
+	// the lab). It is created if missing; it must belong to one Table.
+	PinDir string
+	// CgroupPath is the cgroup v2 directory the programs are attached to;
+	// they apply to every process in it and below (the cgroup v2 root on a
+	// real node, the node's cgroup in the lab).
+	CgroupPath string
+	// Map sizes; zero means the Default* value. A restart must use the same
+	// sizes as the pinned maps (or Cleanup first).
+	MaxServices   uint32
+	MaxBackends   uint32
+	MaxReverseNAT uint32
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Names of the pins under Config.PinDir.
+const (
+	pinServices = bpf.VipMapVipServices // "vip_services"
+	pinBackends = bpf.VipMapVipBackends // "vip_backends"
+	pinRevNAT   = bpf.VipMapVipRevNat   // "vip_rev_nat"
+	pinPeers    = bpf.VipMapVipPeers    // "vip_peers"
+)
+
+// hook is one program and where it attaches. Reverse translations attach
+// first, so a forward translation is never visible without its reverse.
+type hook struct {
+	pin    string // link pin name under PinDir
+	attach ebpf.AttachType
+	prog   func(*bpf.VipObjects) *ebpf.Program
+}
+
+var hooks = []hook{
+	{"link_getpeername4", ebpf.AttachCgroupInet4GetPeername, func(o *bpf.VipObjects) *ebpf.Program { return o.VipGetpeername4 }},
+	{"link_recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipRecvmsg4 }},
+	{"link_sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipSendmsg4 }},
+	{"link_connect4", ebpf.AttachCGroupInet4Connect, func(o *bpf.VipObjects) *ebpf.Program { return o.VipConnect4 }},
+}
+
+// Kernel is the Table backed by the eBPF programs of bpf/vip.c.
+type Kernel struct {
+	cfg    Config
+	log    *slog.Logger
+	limits Limits
+
+	mu    sync.Mutex
+	objs  bpf.VipObjects
+	links []link.Link
+	state mapState // what the maps hold, unless dirty
+	dirty bool     // a Set failed half-way: re-read the maps first
+	last  OpCounts
+}
+
+var _ Table = (*Kernel)(nil)
+
+// Open loads the programs, creates or adopts the pinned maps under
+// cfg.PinDir, and attaches the programs to cfg.CgroupPath. Pinned links from
+// an earlier run are adopted and switched to the new programs atomically
+// (BPF_LINK_UPDATE), so established connections and the translation of new
+// ones continue without a gap; the maps keep their content, which Open reads
+// back as the starting point of the next Set.
+func Open(cfg Config) (*Kernel, error) {
+	if cfg.PinDir == "" || cfg.CgroupPath == "" {
+		return nil, errors.New("open vip datapath: PinDir and CgroupPath are required")
+	}
+	if cfg.MaxServices == 0 {
+		cfg.MaxServices = DefaultMaxServices
+	}
+	if cfg.MaxBackends == 0 {
+		cfg.MaxBackends = DefaultMaxBackends
+	}
+	if cfg.MaxReverseNAT == 0 {
+		cfg.MaxReverseNAT = DefaultMaxReverseNAT
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	k := &Kernel{
+		cfg:    cfg,
+		log:    log.With("component", "vip"),
+		limits: Limits{Services: cfg.MaxServices, Backends: cfg.MaxBackends},
+	}
+	if err := requireBPFFS(cfg.PinDir); err != nil {
+		return nil, err
+	}
+	spec, err := bpf.LoadVip()
+	if err != nil {
+		return nil, fmt.Errorf("load vip spec: %w", err)
+	}
+	spec.Maps[pinServices].MaxEntries = cfg.MaxServices
+	spec.Maps[pinBackends].MaxEntries = cfg.MaxBackends
+	spec.Maps[pinRevNAT].MaxEntries = cfg.MaxReverseNAT
+	for _, m := range spec.Maps {
+		m.Pinning = ebpf.PinByName
+	}
+	err = spec.LoadAndAssign(&k.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}})
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		return nil, fmt.Errorf("load vip programs: maps pinned in %s have another layout or size (clean up first): %w", cfg.PinDir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load vip programs: %w", err)
+	}
+	if k.state, err = readState(&k.objs); err != nil {
+		_ = k.objs.Close()
+		return nil, err
+	}
+	if err := k.attach(); err != nil {
+		_ = k.Close()
+		return nil, err
+	}
+	k.log.Info("vip datapath ready", "pinDir", cfg.PinDir, "cgroup", cfg.CgroupPath,
+		"adoptedServices", len(k.state.services), "adoptedBackends", len(k.state.backends))
+	return k, nil
+}
+
+// requireBPFFS creates dir and checks that it is on a bpffs mount.
+func requireBPFFS(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create pin directory: %w", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	if st.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("pin directory %s is not on a bpf filesystem (mount -t bpf bpf /sys/fs/bpf)", dir)
+	}
+	return nil
+}
+
+// attach adopts or creates the four cgroup links.
+func (k *Kernel) attach() error {
+	var cg unix.Stat_t
+	if err := unix.Stat(k.cfg.CgroupPath, &cg); err != nil {
+		return fmt.Errorf("stat cgroup %s: %w", k.cfg.CgroupPath, err)
+	}
+	for _, h := range hooks {
+		prog := h.prog(&k.objs)
+		path := filepath.Join(k.cfg.PinDir, h.pin)
+		l, err := link.LoadPinnedLink(path, nil)
+		switch {
+		case err == nil:
+			info, ierr := l.Info()
+			if ierr == nil && info.Cgroup() != nil && info.Cgroup().CgroupId == cg.Ino && uint32(info.Cgroup().AttachType) == uint32(h.attach) {
+				if err := l.Update(prog); err != nil {
+					_ = l.Close()
+					return fmt.Errorf("update pinned link %s: %w", path, err)
+				}
+				k.links = append(k.links, l)
+				k.log.Debug("adopted link", "pin", path)
+				continue
+			}
+			// Attached elsewhere (another cgroup was configured): detach it.
+			k.log.Info("replacing pinned link attached to another cgroup", "pin", path)
+			if err := l.Unpin(); err != nil {
+				_ = l.Close()
+				return fmt.Errorf("unpin stale link %s: %w", path, err)
+			}
+			_ = l.Close()
+		case !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("load pinned link %s: %w", path, err)
+		}
+		l, err = link.AttachCgroup(link.CgroupOptions{Path: k.cfg.CgroupPath, Attach: h.attach, Program: prog})
+		if err != nil {
+			return fmt.Errorf("attach %s to %s: %w", prog, k.cfg.CgroupPath, err)
+		}
+		if err := l.Pin(path); err != nil {
+			_ = l.Close()
+			return fmt.Errorf("pin link %s: %w", path, err)
+		}
+		k.links = append(k.links, l)
+	}
+	return nil
+}
+
+// Set implements Table.
+func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey][]Backend) error {
+	if err := validate(desired, k.limits); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.objs.VipServices == nil {
+		return errors.New("vip datapath is closed")
+	}
+	if k.dirty {
+		st, err := readState(&k.objs)
+		if err != nil {
+			return err
+		}
+		k.state, k.dirty = st, false
+	}
+	start := time.Now()
+	o := plan(k.state, desired)
+	if o.empty() {
+		return nil
+	}
+	k.dirty = true // until every write below succeeded
+	if err := k.apply(ctx, o); err != nil {
+		return err
+	}
+	applyOps(k.state, o)
+	k.dirty = false
+	k.last = countOps(o)
+	k.log.Debug("vip maps synced", "services", len(k.state.services), "ops", k.last.Total(), "duration", time.Since(start))
+	return nil
+}
+
+// apply writes o in its order, one batch per step.
+func (k *Kernel) apply(ctx context.Context, o ops) error {
+	if len(o.putBackends) > 0 {
+		keys := make([]bpf.VipBackendKey, 0, len(o.putBackends))
+		vals := make([]bpf.VipAddr4, 0, len(o.putBackends))
+		for key, b := range o.putBackends {
+			keys = append(keys, bpf.VipBackendKey{Id: key.ID, Slot: key.Slot})
+			vals = append(vals, toAddr4(b.Addr, b.Port))
+		}
+		if _, err := k.objs.VipBackends.BatchUpdate(keys, vals, nil); err != nil {
+			return fmt.Errorf("write %d backends: %w", len(keys), err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(o.putServices) > 0 {
+		keys := make([]bpf.VipSvcKey, 0, len(o.putServices))
+		vals := make([]bpf.VipSvc, 0, len(o.putServices))
+		for key, s := range o.putServices {
+			keys = append(keys, toSvcKey(key))
+			vals = append(vals, bpf.VipSvc{Count: s.Count, Id: s.ID})
+		}
+		if _, err := k.objs.VipServices.BatchUpdate(keys, vals, nil); err != nil {
+			return fmt.Errorf("write %d services: %w", len(keys), err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(o.deleteServices) > 0 {
+		keys := make([]bpf.VipSvcKey, len(o.deleteServices))
+		for i, key := range o.deleteServices {
+			keys[i] = toSvcKey(key)
+		}
+		if _, err := k.objs.VipServices.BatchDelete(keys, nil); err != nil {
+			return fmt.Errorf("delete %d services: %w", len(keys), err)
+		}
+	}
+	if len(o.deleteBackends) > 0 {
+		keys := make([]bpf.VipBackendKey, len(o.deleteBackends))
+		for i, key := range o.deleteBackends {
+			keys[i] = bpf.VipBackendKey{Id: key.ID, Slot: key.Slot}
+		}
+		if _, err := k.objs.VipBackends.BatchDelete(keys, nil); err != nil {
+			return fmt.Errorf("delete %d backends: %w", len(keys), err)
+		}
+	}
+	return nil
+}
+
+// Services returns what the maps implement now, read from the kernel,
+// backends in slot order.
+func (k *Kernel) Services() (map[ServiceKey][]Backend, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.objs.VipServices == nil {
+		return nil, errors.New("vip datapath is closed")
+	}
+	st, err := readState(&k.objs)
+	if err != nil {
+		return nil, err
+	}
+	return st.desired(), nil
+}
+
+// LastOps returns the map writes of the last Set that changed anything.
+func (k *Kernel) LastOps() OpCounts {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.last
+}
+
+// Close releases the programs, maps and links of this process. The links and
+// maps stay pinned: the datapath keeps translating, and the next Open adopts
+// it.
+func (k *Kernel) Close() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var errs []error
+	for _, l := range k.links {
+		errs = append(errs, l.Close())
+	}
+	k.links = nil
+	errs = append(errs, k.objs.Close())
+	k.objs = bpf.VipObjects{}
+	return errors.Join(errs...)
+}
+
+// Cleanup closes k, detaches the programs and removes every pin (see the
+// package function Cleanup).
+func (k *Kernel) Cleanup() error {
+	return errors.Join(k.Close(), Cleanup(k.cfg.PinDir))
+}
+
+// Cleanup detaches the programs pinned under pinDir and removes the pins and
+// the directory, without needing an open Kernel (a daemon's --cleanup, or
+// uninstall). It is a no-op when pinDir does not exist. Sockets connected
+// through a VIP keep working; after Cleanup new connections to a VIP are no
+// longer translated.
+func Cleanup(pinDir string) error {
+	if _, err := os.Stat(pinDir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var errs []error
+	for _, h := range hooks {
+		path := filepath.Join(pinDir, h.pin)
+		l, err := link.LoadPinnedLink(path, nil)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			// Not a link we can load: remove the pin anyway.
+			errs = append(errs, fmt.Errorf("load pinned link %s: %w", path, err), removePin(path))
+			continue
+		}
+		if err := l.Unpin(); err != nil {
+			errs = append(errs, fmt.Errorf("unpin %s: %w", path, err))
+		}
+		errs = append(errs, l.Close()) // last reference: detaches
+	}
+	for _, name := range []string{pinServices, pinBackends, pinRevNAT, pinPeers} {
+		errs = append(errs, removePin(filepath.Join(pinDir, name)))
+	}
+	if err := os.Remove(pinDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove pin directory: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func removePin(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove pin %s: %w", path, err)
+	}
+	return nil
+}
+
+// readState reads vip_services and vip_backends.
+func readState(objs *bpf.VipObjects) (mapState, error) {
+	st := newMapState()
+	var sk bpf.VipSvcKey
+	var sv bpf.VipSvc
+	it := objs.VipServices.Iterate()
+	for it.Next(&sk, &sv) {
+		st.services[fromSvcKey(sk)] = service{ID: sv.Id, Count: sv.Count}
+	}
+	if err := it.Err(); err != nil {
+		return mapState{}, fmt.Errorf("read vip_services: %w", err)
+	}
+	var bk bpf.VipBackendKey
+	var bv bpf.VipAddr4
+	it = objs.VipBackends.Iterate()
+	for it.Next(&bk, &bv) {
+		addr, port := fromAddr4(bv)
+		st.backends[backendKey{ID: bk.Id, Slot: bk.Slot}] = Backend{Addr: addr, Port: port}
+	}
+	if err := it.Err(); err != nil {
+		return mapState{}, fmt.Errorf("read vip_backends: %w", err)
+	}
+	return st, nil
+}
+
+// Map layout conversions: addresses and ports in network byte order.
+
+func htons(p uint16) uint16 { return binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, p)) }
+
+func ntohs(p uint16) uint16 { return binary.BigEndian.Uint16(binary.NativeEndian.AppendUint16(nil, p)) }
+
+func addrU32(a netip.Addr) uint32 {
+	b := a.As4()
+	return binary.NativeEndian.Uint32(b[:])
+}
+
+func u32Addr(v uint32) netip.Addr {
+	return netip.AddrFrom4([4]byte(binary.NativeEndian.AppendUint32(nil, v)))
+}
+
+func toAddr4(a netip.Addr, port uint16) bpf.VipAddr4 {
+	return bpf.VipAddr4{Addr: addrU32(a), Port: htons(port)}
+}
+
+func fromAddr4(v bpf.VipAddr4) (netip.Addr, uint16) { return u32Addr(v.Addr), ntohs(v.Port) }
+
+func toSvcKey(k ServiceKey) bpf.VipSvcKey {
+	return bpf.VipSvcKey{Addr: addrU32(k.VIP), Port: htons(k.Port), Proto: uint8(k.Proto)}
+}
+
+func fromSvcKey(k bpf.VipSvcKey) ServiceKey {
+	return ServiceKey{VIP: u32Addr(k.Addr), Port: ntohs(k.Port), Proto: Proto(k.Proto)}
+}

@@ -1,0 +1,314 @@
+package vip
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+var (
+	vipA = netip.MustParseAddr("243.0.0.1")
+	vipB = netip.MustParseAddr("243.0.0.2")
+	be1  = Backend{netip.MustParseAddr("10.200.0.1"), 8081}
+	be2  = Backend{netip.MustParseAddr("10.200.0.2"), 8082}
+	// UDP backends listen on the same addresses, other ports.
+	be1u = Backend{netip.MustParseAddr("10.200.0.1"), 5301}
+	be2u = Backend{netip.MustParseAddr("10.200.0.2"), 5302}
+)
+
+// fixture is a namespace with two TCP and two UDP echo backends on 10.200.0.1
+// and 10.200.0.2 (on lo), a cgroup, a private bpffs and the datapath attached
+// to the cgroup.
+type fixture struct {
+	ns  *netNS
+	cg  string
+	cfg Config
+}
+
+func newFixture(tb testing.TB) *fixture {
+	tb.Helper()
+	requireRoot(tb)
+	f := &fixture{cg: newCgroup(tb), ns: newNetNS(tb)}
+	f.ns.mustRun(tb, "ip", "addr", "add", "10.200.0.1/32", "dev", "lo")
+	f.ns.mustRun(tb, "ip", "addr", "add", "10.200.0.2/32", "dev", "lo")
+	tcpEcho(tb, f.ns, be1.String(), "be1")
+	tcpEcho(tb, f.ns, be2.String(), "be2")
+	udpEcho(tb, f.ns, be1u.String(), "be1")
+	udpEcho(tb, f.ns, be2u.String(), "be2")
+	f.cfg = Config{PinDir: newBPFFS(tb), CgroupPath: f.cg, MaxServices: 1024, MaxBackends: 4096, MaxReverseNAT: 1024}
+	return f
+}
+
+func (f *fixture) open(tb testing.TB) *Kernel {
+	tb.Helper()
+	k, err := Open(f.cfg)
+	if err != nil {
+		tb.Fatalf("open: %+v", err)
+	}
+	return k
+}
+
+func mustSet(tb testing.TB, tbl Table, desired map[ServiceKey][]Backend) {
+	tb.Helper()
+	if err := tbl.Set(context.Background(), desired); err != nil {
+		tb.Fatalf("set: %v", err)
+	}
+}
+
+func ap(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
+
+// TestKernelTranslates checks every hook through a client process in the
+// cgroup: TCP load-balancing and getpeername, unconnected and connected UDP
+// with the VIP as the reply source, EHOSTUNREACH without backends, and a
+// backend removal taking effect for new connections.
+func TestKernelTranslates(t *testing.T) {
+	f := newFixture(t)
+	k := f.open(t)
+	t.Cleanup(func() {
+		if err := k.Cleanup(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	desired := map[ServiceKey][]Backend{
+		{vipA, 80, TCP}: {be2, be1},
+		{vipA, 53, UDP}: {be1u, be2u},
+		{vipB, 80, TCP}: {},
+		{vipB, 53, UDP}: nil,
+	}
+	mustSet(t, k, desired)
+	got, err := k.Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[ServiceKey][]Backend{
+		{vipA, 80, TCP}: {be1, be2},
+		{vipA, 53, UDP}: {be1u, be2u},
+		{vipB, 80, TCP}: {},
+		{vipB, 53, UDP}: {},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("maps hold %v, want %v", got, want)
+	}
+
+	c := startClient(t, f.ns, f.cg)
+	seen := map[string]int{}
+	for range 40 {
+		res := c.do(t, "tcp %s", ap(vipA, 80))
+		name, peer, ok := parseOK(t, res)
+		if !ok {
+			t.Fatalf("tcp to %s: %s", ap(vipA, 80), res)
+		}
+		if peer != ap(vipA, 80) {
+			t.Fatalf("getpeername = %s, want the VIP %s", peer, ap(vipA, 80))
+		}
+		seen[name]++
+	}
+	if seen["be1"] == 0 || seen["be2"] == 0 || len(seen) != 2 {
+		t.Fatalf("40 connections reached %v, want both be1 and be2", seen)
+	}
+
+	for _, cmd := range []string{"udp", "cudp"} {
+		seenUDP := map[string]bool{}
+		for range 20 {
+			res := c.do(t, "%s %s", cmd, ap(vipA, 53))
+			fields := strings.Fields(res)
+			if len(fields) < 3 || fields[0] != "ok" {
+				t.Fatalf("%s to %s: %s", cmd, ap(vipA, 53), res)
+			}
+			seenUDP[fields[1]] = true
+			if fields[2] != ap(vipA, 53) {
+				t.Fatalf("%s: reply source %s, want the VIP %s", cmd, fields[2], ap(vipA, 53))
+			}
+			if cmd == "cudp" && fields[3] != ap(vipA, 53) {
+				t.Fatalf("cudp: getpeername %s, want the VIP %s", fields[3], ap(vipA, 53))
+			}
+		}
+		if len(seenUDP) != 2 {
+			t.Errorf("%s: 20 sockets reached %v, want both backends", cmd, seenUDP)
+		}
+	}
+
+	// No backends: connect() and sendto() fail at once with EHOSTUNREACH.
+	for _, cmd := range []string{"tcp", "udp", "cudp"} {
+		port := uint16(80)
+		if cmd != "tcp" {
+			port = 53
+		}
+		if res := c.do(t, "%s %s", cmd, ap(vipB, port)); res != "err EHOSTUNREACH" {
+			t.Errorf("%s to %s without backends: %q, want err EHOSTUNREACH", cmd, ap(vipB, port), res)
+		}
+	}
+
+	// Remove be2: new connections go to be1 only.
+	desired[ServiceKey{vipA, 80, TCP}] = []Backend{be1}
+	mustSet(t, k, desired)
+	if ops := k.LastOps(); ops != (OpCounts{PutServices: 1, DeleteBackends: 1}) {
+		t.Errorf("removing one backend wrote %+v, want one service update and one backend delete", ops)
+	}
+	for range 20 {
+		if res := c.do(t, "tcp %s", ap(vipA, 80)); !strings.HasPrefix(res, "ok be1 ") {
+			t.Fatalf("after removing be2: %s, want be1", res)
+		}
+	}
+}
+
+func parseOK(t *testing.T, res string) (name, peer string, ok bool) {
+	t.Helper()
+	f := strings.Fields(res)
+	if len(f) != 3 || f[0] != "ok" {
+		return "", "", false
+	}
+	return f[1], f[2], true
+}
+
+// TestKernelRestartAdoptsAndCleanup closes the Table without cleanup (a
+// daemon restart), checks the datapath keeps working meanwhile, reopens it
+// from the pins with the same content, keeps an established connection, and
+// finally checks Cleanup removes every pin and attachment.
+func TestKernelRestartAdoptsAndCleanup(t *testing.T) {
+	f := newFixture(t)
+	k := f.open(t)
+	desired := map[ServiceKey][]Backend{{vipA, 80, TCP}: {be1, be2}}
+	mustSet(t, k, desired)
+
+	c := startClient(t, f.ns, f.cg)
+	if res := c.do(t, "open %s", ap(vipA, 80)); res != "ok "+ap(vipA, 80) {
+		t.Fatalf("open: %s", res)
+	}
+	first := c.do(t, "say")
+	if !strings.HasPrefix(first, "ok be") {
+		t.Fatalf("say: %s", first)
+	}
+
+	if err := k.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	// No process holds the objects now: the pins keep the datapath.
+	if res := c.do(t, "tcp %s", ap(vipA, 80)); !strings.HasPrefix(res, "ok be") {
+		t.Fatalf("new connection while no daemon runs: %s", res)
+	}
+
+	k2 := f.open(t)
+	got, err := k2.Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, desired) {
+		t.Fatalf("adopted maps hold %v, want %v", got, desired)
+	}
+	mustSet(t, k2, desired)
+	if ops := k2.LastOps(); ops.Total() != 0 {
+		t.Errorf("setting the adopted state again wrote %+v, want nothing", ops)
+	}
+	if res := c.do(t, "say"); res != first {
+		t.Errorf("established connection after restart: %q, want %q", res, first)
+	}
+	if res := c.do(t, "tcp %s", ap(vipA, 80)); !strings.HasPrefix(res, "ok be") {
+		t.Fatalf("new connection after restart: %s", res)
+	}
+	for _, h := range hooks {
+		if n := attached(t, f.cg, h.attach); n != 1 {
+			t.Errorf("%s: %d programs attached after restart, want 1", h.pin, n)
+		}
+	}
+
+	if err := k2.Cleanup(); err != nil {
+		t.Fatalf("cleanup: %v", err)
+	}
+	if _, err := os.Stat(f.cfg.PinDir); !errors.Is(err, os.ErrNotExist) {
+		entries, _ := os.ReadDir(f.cfg.PinDir)
+		t.Errorf("pin directory left behind: %v %v", err, entries)
+	}
+	for _, h := range hooks {
+		if n := attached(t, f.cg, h.attach); n != 0 {
+			t.Errorf("%s: %d programs still attached after cleanup", h.pin, n)
+		}
+	}
+	// Nothing translates the VIP any more (and nothing routes it here).
+	if res := c.do(t, "tcp %s", ap(vipA, 80)); strings.HasPrefix(res, "ok") {
+		t.Errorf("VIP still reachable after cleanup: %s", res)
+	}
+	// The established connection was never translated per packet: it lives on.
+	if res := c.do(t, "say"); !strings.HasPrefix(res, "ok be") {
+		t.Errorf("established connection after cleanup: %s", res)
+	}
+	if err := Cleanup(f.cfg.PinDir); err != nil {
+		t.Errorf("second cleanup: %v", err)
+	}
+}
+
+// attached returns how many programs of type at are attached to cgroup dir.
+func attached(t *testing.T, dir string, at ebpf.AttachType) int {
+	t.Helper()
+	cg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	res, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.Fd()), Attach: at})
+	if err != nil {
+		t.Fatalf("query programs of %s: %v", dir, err)
+	}
+	return len(res.Programs)
+}
+
+// TestOpenRefusesNonBPFFS checks the pin directory must be on bpffs.
+func TestOpenRefusesNonBPFFS(t *testing.T) {
+	requireRoot(t)
+	cg := newCgroup(t)
+	_, err := Open(Config{PinDir: filepath.Join(t.TempDir(), "vip"), CgroupPath: cg})
+	if err == nil || !strings.Contains(err.Error(), "not on a bpf filesystem") {
+		t.Fatalf("open on a non-bpffs directory: %v, want a refusal", err)
+	}
+}
+
+// TestOpenRefusesOtherSizes checks pinned maps of other sizes are not
+// silently replaced.
+func TestOpenRefusesOtherSizes(t *testing.T) {
+	requireRoot(t)
+	cfg := Config{PinDir: newBPFFS(t), CgroupPath: newCgroup(t), MaxServices: 128}
+	k, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Cleanup() })
+	cfg.MaxServices = 256
+	if k2, err := Open(cfg); !errors.Is(err, ebpf.ErrMapIncompatible) {
+		if k2 != nil {
+			_ = k2.Close()
+		}
+		t.Fatalf("reopen with other sizes: %v, want ErrMapIncompatible", err)
+	}
+}
+
+// TestOpenMovesLinksToNewCgroup reopens the pins with another cgroup: the
+// programs leave the old cgroup and attach to the new one.
+func TestOpenMovesLinksToNewCgroup(t *testing.T) {
+	requireRoot(t)
+	pins, cg1, cg2 := newBPFFS(t), newCgroup(t), newCgroup(t)
+	k, err := Open(Config{PinDir: pins, CgroupPath: cg1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	k, err = Open(Config{PinDir: pins, CgroupPath: cg2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Cleanup() })
+	for _, h := range hooks {
+		if n1, n2 := attached(t, cg1, h.attach), attached(t, cg2, h.attach); n1 != 0 || n2 != 1 {
+			t.Errorf("%s: %d programs on the old cgroup, %d on the new one; want 0 and 1", h.pin, n1, n2)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package vip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Proto is the IP protocol number of a service port.
+type Proto uint8
+
+// Protocols a service port may use.
+const (
+	TCP Proto = 6
+	UDP Proto = 17
+)
+
+func (p Proto) String() string {
+	switch p {
+	case TCP:
+		return "TCP"
+	case UDP:
+		return "UDP"
+	}
+	return fmt.Sprintf("proto(%d)", uint8(p))
+}
+
+// ServiceKey names one service port: a ClusterSet VIP, a port and a protocol.
+type ServiceKey struct {
+	VIP   netip.Addr
+	Port  uint16
+	Proto Proto
+}
+
+func (k ServiceKey) String() string {
+	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(k.VIP, k.Port), k.Proto)
+}
+
+// Backend is an address a VIP connection is sent to instead: a local service
+// or pod IP, a remote service address, or a global IP:port under globalnet.
+// Its port may differ from the VIP's.
+type Backend struct {
+	Addr netip.Addr
+	Port uint16
+}
+
+func (b Backend) String() string { return netip.AddrPortFrom(b.Addr, b.Port).String() }
+
+// Table is the VIP datapath as the route agent sees it.
+type Table interface {
+	// Set makes the datapath translate exactly the services in desired.
+	// A service with an empty backend list stays in the table and makes
+	// connect()/sendmsg() to it fail with EHOSTUNREACH; a VIP:port not in
+	// desired is left alone by the programs. Set validates all of desired
+	// before changing anything; on an error from the kernel the next Set
+	// re-reads the maps and converges.
+	Set(ctx context.Context, desired map[ServiceKey][]Backend) error
+	// Close releases the Table's resources. The kernel implementation leaves
+	// the programs attached and the maps pinned, so the datapath keeps
+	// working until a new Table adopts them or Cleanup removes them.
+	Close() error
+}
+
+// ErrInvalid is wrapped by Set's errors for desired states it refuses.
+var ErrInvalid = errors.New("invalid VIP table")
+
+// Limits bound the number of entries of the maps. Zero means no limit (the
+// fake) or the default (the kernel).
+type Limits struct {
+	Services uint32 // entries of vip_services
+	Backends uint32 // entries of vip_backends, summed over all services
+}
+
+// validate checks desired against what the programs can express and lim.
+func validate(desired map[ServiceKey][]Backend, lim Limits) error {
+	if lim.Services != 0 && len(desired) > int(lim.Services) {
+		return fmt.Errorf("%w: %d services, the map holds %d", ErrInvalid, len(desired), lim.Services)
+	}
+	total := 0
+	for k, bes := range desired {
+		if !k.VIP.Is4() {
+			return fmt.Errorf("%w: service %s: VIP is not IPv4", ErrInvalid, k)
+		}
+		if k.Port == 0 {
+			return fmt.Errorf("%w: service %s: port 0", ErrInvalid, k)
+		}
+		if k.Proto != TCP && k.Proto != UDP {
+			return fmt.Errorf("%w: service %s: protocol must be TCP or UDP", ErrInvalid, k)
+		}
+		for _, b := range bes {
+			if !b.Addr.Is4() {
+				return fmt.Errorf("%w: service %s: backend %s is not IPv4", ErrInvalid, k, b)
+			}
+			if b.Port == 0 {
+				return fmt.Errorf("%w: service %s: backend %s has port 0", ErrInvalid, k, b)
+			}
+		}
+		total += len(bes)
+	}
+	if lim.Backends != 0 && total > int(lim.Backends) {
+		return fmt.Errorf("%w: %d backends, the map holds %d", ErrInvalid, total, lim.Backends)
+	}
+	return nil
+}
