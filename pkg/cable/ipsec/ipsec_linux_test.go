@@ -55,11 +55,6 @@ func newTest(t testing.TB, tp *cabletest.Topo, side, stateDir string) *Driver {
 	return d
 }
 
-func factory(t testing.TB, tp *cabletest.Topo, side, stateDir string) cable.Driver {
-	t.Helper()
-	return newTest(t, tp, side, stateDir)
-}
-
 func xfrm(t testing.TB, ns, what string) string {
 	t.Helper()
 	return strings.TrimSpace(cabletest.Run(t, "ip", "-n", ns, "xfrm", what))
