@@ -68,10 +68,22 @@ func TestComputeEndpointValidation(t *testing.T) {
 		"address multicast":    {ep("c4", "224.0.0.1", 4500, keyB, "10.246.0.0/16"), v1alpha1.ReasonInvalidAddress},
 		"port zero":            {ep("c4", "198.18.4.10", 0, keyB, "10.246.0.0/16"), v1alpha1.ReasonInvalidAddress},
 		"port too big":         {ep("c4", "198.18.4.10", 70000, keyB, "10.246.0.0/16"), v1alpha1.ReasonInvalidAddress},
-		"health ip outside":    {func() *v1alpha1.EndpointSpec { e := ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16"); e.HealthCheckIP = "10.1.1.1"; return e }(), v1alpha1.ReasonInvalidAddress},
-		"health ip garbage":    {func() *v1alpha1.EndpointSpec { e := ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16"); e.HealthCheckIP = "x"; return e }(), v1alpha1.ReasonInvalidAddress},
-		"cluster id mismatch":  {ep("c3", "198.18.4.10", 4500, keyB, "10.246.0.0/16"), ReasonClusterIDMismatch},
-		"driver mismatch":      {func() *v1alpha1.EndpointSpec { e := ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16"); e.CableDriver = "vxlan"; return e }(), ReasonDriverMismatch},
+		"health ip outside": {func() *v1alpha1.EndpointSpec {
+			e := ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16")
+			e.HealthCheckIP = "10.1.1.1"
+			return e
+		}(), v1alpha1.ReasonInvalidAddress},
+		"health ip garbage": {func() *v1alpha1.EndpointSpec {
+			e := ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16")
+			e.HealthCheckIP = "x"
+			return e
+		}(), v1alpha1.ReasonInvalidAddress},
+		"cluster id mismatch": {ep("c3", "198.18.4.10", 4500, keyB, "10.246.0.0/16"), ReasonClusterIDMismatch},
+		"driver mismatch": {func() *v1alpha1.EndpointSpec {
+			e := ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16")
+			e.CableDriver = "vxlan"
+			return e
+		}(), ReasonDriverMismatch},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := Compute(local, []Remote{good3(), remote("c4", 5, nil, tc.ep)})
