@@ -179,38 +179,39 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		}
 	}
 
-	// Publish this cluster to its broker namespace.
-	ns := brokerNamespace(e.cfg.ClusterID)
-	if err := upsertCluster(ctx, e.broker, ns, e.cfg.ClusterID, e.localCluster(), nil); err != nil {
-		return fmt.Errorf("publish cluster: %w", err)
-	}
-	if err := upsertEndpoint(ctx, e.broker, ns, e.cfg.ClusterID, e.localEndpoint(t.driver.PublicKey()), nil); err != nil {
-		return fmt.Errorf("publish endpoint: %w", err)
-	}
-
-	// Read every cluster from the broker and decide.
+	// Dataplane first: decide from the broker cache and program the
+	// cable, then publish and mirror (API round trips) — on a failover
+	// the tunnel is up before anything is written.
 	remotes, err := e.readBroker(ctx)
 	if err != nil {
 		return err
 	}
 	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), CableDriver: e.cfg.CableDriver, Port: e.cfg.Port}
 	d := Compute(local, remotes)
-
-	if err := e.mirror(ctx, remotes, d); err != nil {
-		return err
-	}
-
-	var setErr error
+	var errs []error
 	if err := t.driver.Set(ctx, d.Connections); err != nil {
 		var verr *cable.ValidationError
 		if !errors.As(err, &verr) {
 			e.m.driverSetFails.Inc()
-			setErr = fmt.Errorf("program cable: %w", err)
+			errs = append(errs, fmt.Errorf("program cable: %w", err))
 		} else {
 			e.log.Warn("cable driver refused connections", "err", err)
 		}
 	}
 	t.prober.SetTargets(d.HealthTargets)
+
+	// Publish this cluster to its broker namespace: the Endpoint first,
+	// remote gateways wait for it.
+	ns := brokerNamespace(e.cfg.ClusterID)
+	if err := upsertEndpoint(ctx, e.broker, ns, e.cfg.ClusterID, e.localEndpoint(t.driver.PublicKey()), nil); err != nil {
+		errs = append(errs, fmt.Errorf("publish endpoint: %w", err))
+	}
+	if err := upsertCluster(ctx, e.broker, ns, e.cfg.ClusterID, e.localCluster(), nil); err != nil {
+		errs = append(errs, fmt.Errorf("publish cluster: %w", err))
+	}
+	if err := e.mirror(ctx, remotes, d); err != nil {
+		errs = append(errs, err)
+	}
 
 	now := time.Now()
 	programmed := map[string]v1alpha1.EndpointSpec{}
@@ -242,7 +243,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	}
 	e.m.remotes.WithLabelValues("valid").Set(float64(len(d.Connections)))
 	e.m.remotes.WithLabelValues("invalid").Set(float64(invalid))
-	return setErr
+	return errors.Join(errs...)
 }
 
 func (e *Engine) observeProbe(cluster string, rtt time.Duration) {

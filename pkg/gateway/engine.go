@@ -179,6 +179,12 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
+	// The lease alone is renewed every RetryPeriod: client-go's default
+	// 5 QPS would throttle it.
+	cfg.Local, cfg.Broker = rest.CopyConfig(cfg.Local), rest.CopyConfig(cfg.Broker)
+	for _, c := range []*rest.Config{cfg.Local, cfg.Broker} {
+		c.QPS, c.Burst = max(c.QPS, 100), max(c.Burst, 200)
+	}
 	scheme := kube.NewScheme()
 	local, err := client.New(cfg.Local, client.Options{Scheme: scheme})
 	if err != nil {
