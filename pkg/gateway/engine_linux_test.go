@@ -23,12 +23,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 )
 
@@ -204,6 +207,9 @@ func eventually(t *testing.T, what string, timeout time.Duration, f func() error
 // env is the shared API servers of the integration tests.
 type env struct {
 	c1, c3, broker *kubetest.Cluster
+	// identity is each cluster's broker identity (pkg/broker): it may
+	// write only its own broker namespace.
+	identity map[string]*rest.Config
 }
 
 func startEnv(t *testing.T) *env {
@@ -211,7 +217,7 @@ func startEnv(t *testing.T) *env {
 	klog.SetSlogLogger(logger("client-go"))
 	ctrllog.SetLogger(logr.FromSlogHandler(logger("controller-runtime").Handler()))
 	cs := kubetest.StartMany(t, "c1", "c3", "broker")
-	e := &env{c1: cs["c1"], c3: cs["c3"], broker: cs["broker"]}
+	e := &env{c1: cs["c1"], c3: cs["c3"], broker: cs["broker"], identity: map[string]*rest.Config{}}
 	ctx := context.Background()
 	for _, c := range []*kubetest.Cluster{e.c1, e.c3} {
 		if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "causeway-system"}}); err != nil {
@@ -219,7 +225,11 @@ func startEnv(t *testing.T) *env {
 		}
 	}
 	for _, id := range []string{"c1", "c3", "c9"} {
-		if err := e.broker.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: brokerNamespace(id)}}); err != nil {
+		kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.identity[id], err = clientcmd.RESTConfigFromKubeConfig(kc); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -247,15 +257,16 @@ func (e *env) reset(t *testing.T) {
 type gw struct {
 	e      *Engine
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{}
+	err    error // Run's result, once done is closed
 }
 
 func (g *gw) stop(t *testing.T) {
 	g.cancel()
 	select {
-	case err := <-g.done:
-		if err != nil && err != context.Canceled {
-			t.Errorf("engine stopped with %v", err)
+	case <-g.done:
+		if g.err != nil && g.err != context.Canceled {
+			t.Errorf("engine stopped with %v", g.err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("engine did not stop")
@@ -284,14 +295,17 @@ func (e *env) startGateway(t *testing.T, tp *topo, driver, cluster, node, ns, de
 	case "c3":
 		cfg.PodCIDRs, cfg.ServiceCIDRs, cfg.Local = []netip.Prefix{c3Pods}, []netip.Prefix{c3Svcs}, e.c3.Config
 	}
-	cfg.Broker = e.broker.Config // admin until pkg/broker identities land
+	cfg.Broker = e.identity[cluster]
 	en, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &gw{e: en, cancel: cancel, done: make(chan error, 1)}
-	go func() { g.done <- en.Run(ctx) }()
+	g := &gw{e: en, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		g.err = en.Run(ctx)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		<-g.done
@@ -386,7 +400,11 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 		Spec: v1alpha1.EndpointSpec{ClusterID: "c9", Hostname: "evil", CableDriver: v1alpha1.CableDriver(driver),
 			PublicIP: "198.18.0.99", Port: 4500, PublicKey: keyA, Subnets: []string{"0.0.0.0/0"}},
 	}
-	if err := env.broker.Client.Create(ctx, bad); err != nil {
+	c9, err := client.New(env.identity["c9"], client.Options{Scheme: env.broker.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c9.Create(ctx, bad); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []*kubetest.Cluster{env.c1, env.c3} {
