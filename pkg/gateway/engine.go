@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -276,7 +277,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		Client:     leaseClient.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.NodeName},
 	}
-	cleanedLeftovers := false
+	var cleanedLeftovers atomic.Bool // OnNewLeader runs on its own goroutine
 	for ctx.Err() == nil {
 		var activeDone chan struct{}
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -298,10 +299,9 @@ func (e *Engine) Run(ctx context.Context) error {
 					e.leader = id
 					e.mu.Unlock()
 					e.log.Info("gateway leader", "identity", id)
-					if id != e.cfg.NodeName && !cleanedLeftovers {
+					if id != e.cfg.NodeName && cleanedLeftovers.CompareAndSwap(false, true) {
 						// A passive candidate holds no tunnel: remove
 						// what a previous run of ours may have left.
-						cleanedLeftovers = true
 						e.removeLeftovers(ctx)
 					}
 				},
@@ -314,7 +314,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if activeDone != nil {
 			<-activeDone
 		}
-		cleanedLeftovers = true // runActive tore its tunnel down itself
+		cleanedLeftovers.Store(true) // runActive tore its tunnel down itself
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()

@@ -466,10 +466,12 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 
 	// 1. Clean stop of the active (SIGTERM path: lease released).
 	t0 := time.Now()
+	active := roleAt(b.e, v1alpha1.HAStatusActive)
 	a.stop(t)
 	probe.waitFrom(t, tp.gw1b)
 	gap := probe.gapSince(t0)
-	t.Logf("FIGURE %s failover, clean stop of the active (lease released): traffic gap %s", driver, gap.Round(time.Millisecond))
+	t.Logf("FIGURE %s failover, clean stop of the active (lease released): traffic gap %s (b active after %s)",
+		driver, gap.Round(time.Millisecond), (<-active).Sub(t0).Round(time.Millisecond))
 	if b.e.Role() != v1alpha1.HAStatusActive {
 		t.Errorf("b is %s after a stopped", b.e.Role())
 	}
@@ -493,13 +495,31 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 		return nil
 	})
 	time.Sleep(500 * time.Millisecond) // a steady stream from b before the crash
+	// The node dies: its WAN link goes down (a VXLAN tunnel would
+	// otherwise keep forwarding in the kernel without the process) and
+	// the process stops without releasing the lease.
 	t0 = time.Now()
+	active = roleAt(a.e, v1alpha1.HAStatusActive)
+	run(t, "ip", "-n", tp.gw1b, "link", "set", "wan0", "down")
 	b2.stop(t)
 	probe.waitFrom(t, tp.gw1a)
 	gap = probe.gapSince(t0)
-	t.Logf("FIGURE %s failover, crash of the active (lease expires): traffic gap %s", driver, gap.Round(time.Millisecond))
+	t.Logf("FIGURE %s failover, node failure of the active (lease expires): traffic gap %s (a active after %s)",
+		driver, gap.Round(time.Millisecond), (<-active).Sub(t0).Round(time.Millisecond))
 	probe.close()
 	t.Logf("%s: probe sent %d, answered %d", driver, probe.sent, len(probe.replies))
+}
+
+// roleAt reports when e reaches role (polled every 2 ms).
+func roleAt(e *Engine, role v1alpha1.HAStatus) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		for e.Role() != role {
+			time.Sleep(2 * time.Millisecond)
+		}
+		ch <- time.Now()
+	}()
+	return ch
 }
 
 // probe sends a UDP datagram every 5 ms and records who answered when.
