@@ -332,6 +332,9 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	if e.Role() == v1alpha1.HAStatusActive {
 		return
 	}
+	if ok, err := linkExists(e.cfg.Netns, e.cfg.TunnelDevice); err != nil || !ok {
+		return // nothing left (an embedded WireGuard device dies with its process)
+	}
 	d, err := e.newDriver(ctx)
 	if err != nil {
 		e.log.Warn("remove leftover tunnel", "err", err)

@@ -507,7 +507,9 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	t.Logf("FIGURE %s failover, node failure of the active (lease expires): traffic gap %s (a active after %s)",
 		driver, gap.Round(time.Millisecond), (<-active).Sub(t0).Round(time.Millisecond))
 	probe.close()
+	probe.mu.Lock()
 	t.Logf("%s: probe sent %d, answered %d", driver, probe.sent, len(probe.replies))
+	probe.mu.Unlock()
 }
 
 // roleAt reports when e reaches role (polled every 2 ms).

@@ -83,3 +83,18 @@ func ensureHealthAddr(nsPath, dev string, addr netip.Addr) error {
 	}
 	return nil
 }
+
+// linkExists reports whether device dev exists in the namespace.
+func linkExists(nsPath, dev string) (bool, error) {
+	h, err := netlinkHandle(nsPath)
+	if err != nil {
+		return false, err
+	}
+	defer h.Close()
+	_, err = h.LinkByName(dev)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -11,3 +11,5 @@ var errNotLinux = errors.New("the gateway needs Linux")
 
 func enableForwarding(string) error                     { return errNotLinux }
 func ensureHealthAddr(string, string, netip.Addr) error { return errNotLinux }
+
+func linkExists(string, string) (bool, error) { return false, errNotLinux }
