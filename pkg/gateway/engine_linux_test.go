@@ -355,7 +355,7 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	health1a, health1b, health3 := netip.MustParseAddr("10.244.255.1"), netip.MustParseAddr("10.244.255.2"), netip.MustParseAddr("10.245.255.1")
 	start := time.Now()
 	a := env.startGateway(t, tp, driver, "c1", "c1-gw-a", tp.gw1a, "1a", wan1a, health1a, true)
-	env.startGateway(t, tp, driver, "c3", "c3-gw", tp.gw3, "3", wan3, health3, true)
+	g3 := env.startGateway(t, tp, driver, "c3", "c3-gw", tp.gw3, "3", wan3, health3, true)
 
 	// Both clusters publish and mirror each other (and themselves).
 	for _, c := range []client.Client{env.c1.Client, env.c3.Client} {
@@ -510,6 +510,36 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	probe.mu.Lock()
 	t.Logf("%s: probe sent %d, answered %d", driver, probe.sent, len(probe.replies))
 	probe.mu.Unlock()
+
+	// SIGTERM path of c3: kernel state stays for adoption (VXLAN), the
+	// process-owned WireGuard device goes; then --cleanup removes the
+	// rest and c3's objects.
+	g3.stop(t)
+	out, _ := exec.Command("ip", "-n", tp.gw3, "link", "show", tp.dev("3")).CombinedOutput()
+	if exists := !strings.Contains(string(out), "does not exist"); exists != (driver == "vxlan") {
+		t.Errorf("after stop, tunnel device present = %v: %s", exists, out)
+	}
+	cfg := g3.e.cfg
+	cfg.Metrics = nil
+	cl, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Cleanup(ctx); err != nil {
+		t.Fatalf("cleanup: %v", err)
+	}
+	if out, _ := exec.Command("ip", "-n", tp.gw3, "link", "show", tp.dev("3")).CombinedOutput(); !strings.Contains(string(out), "does not exist") {
+		t.Errorf("device left after cleanup: %s", out)
+	}
+	if out, _ := exec.Command("ip", "-n", tp.gw3, "route", "show", "proto", "157").CombinedOutput(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("routes left after cleanup: %s", out)
+	}
+	if err := env.broker.Client.Get(ctx, client.ObjectKey{Namespace: brokerNamespace("c3"), Name: "c3"}, &v1alpha1.Endpoint{}); !apierrors.IsNotFound(err) {
+		t.Errorf("broker endpoint after cleanup: %v", err)
+	}
+	if _, err := gatewayObj(t, env.c3.Client, "c3-gw"); !apierrors.IsNotFound(err) {
+		t.Errorf("gateway object after cleanup: %v", err)
+	}
 }
 
 // roleAt reports when e reaches role (polled every 2 ms).
