@@ -6,10 +6,13 @@ package cmd_test
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -73,21 +76,44 @@ func TestBinaries(t *testing.T) {
 	t.Run("serve and stop", func(t *testing.T) {
 		cp := kubetest.Start(t, "c1")
 		for _, b := range daemons {
-			t.Run(b, func(t *testing.T) { runDaemon(t, filepath.Join(bin, b), cp.AdminKubeconfig) })
+			t.Run(b, func(t *testing.T) {
+				runDaemon(t, filepath.Join(bin, b), cp.AdminKubeconfig, extraArgs(t, b, cp.AdminKubeconfig)...)
+			})
 		}
 	})
 }
 
-func runDaemon(t *testing.T, path, kubeconfig string) {
-	addr := freeAddr(t)
-	var logs bytes.Buffer
-	args := []string{"--kubeconfig", kubeconfig, "--cluster-id", "c1", "--node-name", "n1", "--metrics-addr", addr}
-	if filepath.Base(path) == "route-agent" {
+// extraArgs are the flags a daemon needs beyond the common ones. The
+// route agent only computes (--dry-run); the gateway builds its tunnel in a namespace of its own (--netns), never in
+// the root namespace, and uses the cluster as its broker.
+func extraArgs(t *testing.T, daemon, kubeconfig string) []string {
+	switch daemon {
+	case "route-agent":
 		// This test runs in the root namespace: the route agent must only
 		// compute and log, never program the host.
-		args = append(args, "--dry-run", "--node-ip", "192.0.2.1")
+		return []string{"--dry-run", "--node-ip", "192.0.2.1"}
+	case "gateway":
+	default:
+		return nil
 	}
-	cmd := exec.Command(path, args...)
+	if os.Geteuid() != 0 {
+		t.Skip("the gateway needs root (network namespace)")
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	ns := "cmdgw" + hex.EncodeToString(b)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	return []string{"--broker-kubeconfig", kubeconfig, "--public-ip", "198.18.0.1", "--netns", "/run/netns/" + ns,
+		"--tunnel-device", ns, "--state-dir", t.TempDir(), "--pod-cidrs", "10.244.0.0/16", "--service-cidrs", "10.96.0.0/16"}
+}
+
+func runDaemon(t *testing.T, path, kubeconfig string, extra ...string) {
+	addr := freeAddr(t)
+	var logs bytes.Buffer
+	cmd := exec.Command(path, append([]string{"--kubeconfig", kubeconfig, "--cluster-id", "c1", "--node-name", "n1", "--metrics-addr", addr}, extra...)...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

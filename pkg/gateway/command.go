@@ -1,30 +1,144 @@
 // Package gateway is the gateway engine: candidates on gateway-labelled
-// nodes elect one active gateway per cluster, which publishes the
-// cluster's Endpoint to the broker and keeps a tunnel to every remote
-// active gateway through a pkg/cable driver.
+// nodes elect one active gateway per cluster with a Lease; the active one
+// publishes the cluster's Cluster and Endpoint to the broker, mirrors
+// every cluster's objects into the local cluster with a Valid condition
+// (Compute, the pure policy), keeps a tunnel to every valid remote
+// gateway through a pkg/cable driver, health-checks each tunnel and
+// reports it in its Gateway object. See README.md for the contract with
+// the node.
 package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/daemon"
 )
 
 // MetricsPort is the gateway's default /metrics port.
 const MetricsPort = 9531
 
+// flags are the gateway's own flags, beside daemon.Options.
+type flags struct {
+	publicIP, privateIP, healthCheckIP string
+	port                               uint16
+	cableDriver, tunnelDevice          string
+	mtu                                int
+	stateDir, netns                    string
+	routeTable                         int
+	leaseDuration, renewDeadline       time.Duration
+	retryPeriod                        time.Duration
+	cleanup                            bool
+}
+
 // NewCommand returns the gateway daemon's command.
 func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort)
-	return daemon.Command("gateway",
+	f := flags{
+		port: 4500, cableDriver: string(v1alpha1.CableWireGuard), tunnelDevice: "cw-gw",
+		stateDir: "/var/lib/causeway/gateway", leaseDuration: DefaultLeaseDuration,
+		renewDeadline: DefaultRenewDeadline, retryPeriod: DefaultRetryPeriod,
+	}
+	cmd := daemon.Command("gateway",
 		"Causeway gateway: elects the active gateway and builds tunnels to remote clusters",
 		`The gateway runs on every gateway-labelled node of a cluster (hostNetwork).
 One candidate per cluster becomes active through a Lease; it publishes the
 cluster's Endpoint to the broker and keeps an encrypted tunnel to every
-remote cluster's active gateway.`,
+remote cluster's active gateway.
+
+With --cleanup it removes everything it created (tunnel device and routes,
+its health-check address, this cluster's Endpoint in the broker if this
+node published it, its Gateway object) and exits.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
-			return rt.IdleUntilStopped(ctx, &opts)
+			cfg, err := f.config(&opts)
+			if err != nil {
+				return err
+			}
+			cfg.Metrics, cfg.Log = rt.Metrics, rt.Log
+			e, err := New(cfg)
+			if err != nil {
+				return err
+			}
+			if f.cleanup {
+				return e.Cleanup(ctx)
+			}
+			if err := rt.WaitForAPIServer(ctx, "local cluster", cfg.Local); err != nil {
+				return err
+			}
+			if err := rt.WaitForAPIServer(ctx, "broker", cfg.Broker); err != nil {
+				return err
+			}
+			rt.SetReady("startup", nil)
+			return e.Run(ctx)
 		})
+	fs := cmd.Flags()
+	fs.StringVar(&f.publicIP, "public-ip", f.publicIP, "address remote gateways connect to (required)")
+	fs.StringVar(&f.privateIP, "private-ip", f.privateIP, "this node's address on the cluster network, published for the route agent")
+	fs.Uint16Var(&f.port, "port", f.port, "UDP port of the tunnel (vxlan: every gateway of the ClusterSet must use the same)")
+	fs.StringVar(&f.cableDriver, "cable-driver", f.cableDriver, "tunnel driver: wireguard or vxlan")
+	fs.StringVar(&f.tunnelDevice, "tunnel-device", f.tunnelDevice, "tunnel device name, ≤ 15 bytes, unique on the machine")
+	fs.IntVar(&f.mtu, "mtu", f.mtu, "tunnel MTU (0: driver default)")
+	fs.StringVar(&f.stateDir, "state-dir", f.stateDir, "directory for the WireGuard private key (never leaves the node)")
+	fs.StringVar(&f.netns, "netns", f.netns, "network namespace path to build the tunnel in (default: the process's own)")
+	fs.IntVar(&f.routeTable, "route-table", f.routeTable, "routing table for remote subnets (0: main)")
+	fs.StringVar(&f.healthCheckIP, "health-check-ip", f.healthCheckIP, "address inside the pod CIDR put on the tunnel device and published for health checks (empty: none)")
+	fs.DurationVar(&f.leaseDuration, "lease-duration", f.leaseDuration, "gateway lease duration (whole seconds)")
+	fs.DurationVar(&f.renewDeadline, "renew-deadline", f.renewDeadline, "the active gives up leadership when it cannot renew within this")
+	fs.DurationVar(&f.retryPeriod, "retry-period", f.retryPeriod, "lease renew / acquire interval")
+	fs.BoolVar(&f.cleanup, "cleanup", false, "remove everything this gateway created and exit")
+	return cmd
+}
+
+func (f *flags) config(opts *daemon.Options) (Config, error) {
+	var errs []error
+	addr := func(name, s string, required bool) netip.Addr {
+		if s == "" {
+			if required {
+				errs = append(errs, fmt.Errorf("--%s is required", name))
+			}
+			return netip.Addr{}
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", name, err))
+		}
+		return a
+	}
+	cfg := Config{
+		ClusterID:     opts.ClusterID,
+		NodeName:      opts.NodeName,
+		Namespace:     opts.Namespace,
+		PublicIP:      addr("public-ip", f.publicIP, true),
+		PrivateIP:     addr("private-ip", f.privateIP, false),
+		HealthCheckIP: addr("health-check-ip", f.healthCheckIP, false),
+		Port:          f.port,
+		CableDriver:   f.cableDriver,
+		TunnelDevice:  f.tunnelDevice,
+		MTU:           f.mtu,
+		StateDir:      f.stateDir,
+		Netns:         f.netns,
+		RouteTable:    f.routeTable,
+		LeaseDuration: f.leaseDuration,
+		RenewDeadline: f.renewDeadline,
+		RetryPeriod:   f.retryPeriod,
+		ReleaseOnStop: true,
+		Drivers:       drivers.Registry(),
+	}
+	cfg.PodCIDRs, _ = daemon.ParsePrefixes(opts.PodCIDRs)
+	cfg.ServiceCIDRs, _ = daemon.ParsePrefixes(opts.ServiceCIDRs)
+	var err error
+	if cfg.Local, err = opts.RESTConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.Broker, err = opts.BrokerRESTConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	return cfg, errors.Join(errs...)
 }

@@ -6,7 +6,12 @@ import (
 	"os"
 	"path/filepath"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
 
 	"github.com/causeway-net/causeway/pkg/broker"
 )
@@ -33,12 +38,30 @@ func (s *State) joinBroker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	bc, err := s.Client("broker")
+	if err != nil {
+		return err
+	}
+	// Identities first, then every cluster announced in order, and only
+	// then the credentials handed to the daemons: when two clusters' CIDRs
+	// overlap, gateways keep the older one, so c1 must be announced before
+	// any gateway publishes (c1 before c2, as users of the lab expect; the
+	// gateways update these objects later).
+	ids := map[string][]byte{}
 	for _, c := range s.Members() {
 		raw, err := broker.EnsureClusterIdentity(ctx, admin, c)
 		if err != nil {
 			return fmt.Errorf("broker identity of %s: %w", c, err)
 		}
-		cfg, err := clientcmd.Load(raw)
+		ids[c] = raw
+	}
+	for _, c := range s.Members() {
+		if err := s.announce(ctx, bc, c); err != nil {
+			return err
+		}
+	}
+	for _, c := range s.Members() {
+		cfg, err := clientcmd.Load(ids[c])
 		if err != nil {
 			return fmt.Errorf("broker identity of %s: %w", c, err)
 		}
@@ -52,6 +75,19 @@ func (s *State) joinBroker(ctx context.Context) error {
 		if err := os.Chmod(path, 0o600); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func (s *State) announce(ctx context.Context, bc client.Client, cluster string) error {
+	c, _ := s.Topology.Cluster(cluster)
+	obj := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace(cluster), Name: cluster},
+		Spec: v1alpha1.ClusterSpec{ClusterID: cluster,
+			PodCIDRs: []string{c.PodCIDR.String()}, ServiceCIDRs: []string{c.ServiceCIDR.String()}},
+	}
+	if err := bc.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("announce cluster %s in the broker: %w", cluster, err)
 	}
 	return nil
 }

@@ -37,6 +37,9 @@ func Down(dir, prefix string, out io.Writer) error {
 	if !rep.Empty() {
 		p.say("removed: %s", rep)
 	}
+	if err := unmountBPFFS(filepath.Join(dir, "bpffs")); err != nil {
+		return err
+	}
 	if _, err := os.Stat(filepath.Join(dir, "lab.json")); err == nil {
 		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("remove %s: %w", dir, err)

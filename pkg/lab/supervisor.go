@@ -17,6 +17,9 @@ import (
 type Unit struct {
 	// Name is unique in the lab, e.g. "c1/kube-apiserver" or "c1/n0/kubelet".
 	Name string
+	// Spec is the unit's command line; a running supervisor whose units'
+	// specs differ from the lab's is stale.
+	Spec string
 	// Start starts the process; the supervisor waits for it and starts it
 	// again when it exits.
 	Start func() (*exec.Cmd, error)
@@ -25,6 +28,7 @@ type Unit struct {
 // UnitStatus is what `lab status` shows of a unit.
 type UnitStatus struct {
 	Name     string    `json:"name"`
+	Spec     string    `json:"spec"`
 	PID      int       `json:"pid,omitempty"`
 	Running  bool      `json:"running"`
 	Since    time.Time `json:"since,omitzero"`
@@ -56,7 +60,7 @@ func (s *Supervisor) Run(ctx context.Context, units []Unit) error {
 	stops := make([]chan struct{}, len(units))
 	for i, u := range units {
 		s.mu.Lock()
-		s.status[u.Name] = &UnitStatus{Name: u.Name}
+		s.status[u.Name] = &UnitStatus{Name: u.Name, Spec: u.Spec}
 		s.order = append(s.order, u.Name)
 		s.mu.Unlock()
 		stops[i] = make(chan struct{})

@@ -2,14 +2,25 @@ package lab
 
 import (
 	"fmt"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/causeway-net/causeway/pkg/controlplane"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
+
+// processUnit is a unit running p.
+func processUnit(h *netlab.Host, name string, p netlab.Process) Unit {
+	return Unit{
+		Name:  name,
+		Spec:  strings.Join(append([]string{p.Netns, p.Cgroup, p.Path}, p.Args...), " "),
+		Start: func() (*exec.Cmd, error) { return h.Start(p) },
+	}
+}
 
 // NodeAPIServer is where processes inside a node's namespace reach their
 // cluster's API server: the node's kubelet forwards it to the control
@@ -30,9 +41,7 @@ func (s *State) Units(h *netlab.Host) ([]Unit, error) {
 			return nil, err
 		}
 		for _, pc := range procs {
-			units = append(units, Unit{Name: pc.Name, Start: func() (*exec.Cmd, error) {
-				return h.Start(netlab.Process{Path: pc.Path, Args: pc.Args, LogPath: pc.LogFile})
-			}})
+			units = append(units, processUnit(h, pc.Name, netlab.Process{Path: pc.Path, Args: pc.Args, LogPath: pc.LogFile}))
 		}
 	}
 	for _, c := range s.Topology.Clusters {
@@ -43,38 +52,34 @@ func (s *State) Units(h *netlab.Host) ([]Unit, error) {
 		for _, n := range c.Nodes {
 			nodeName := s.NodeName(c.Name, n.Name)
 			logDir := filepath.Join(s.LogDir(), c.Name, n.Name)
-			units = append(units, Unit{Name: c.Name + "/" + n.Name + "/kubelet", Start: func() (*exec.Cmd, error) {
-				return h.Start(netlab.Process{
-					Path:    s.Self,
-					Args:    []string{"lab", "kubelet", "--dir", s.Dir, "--cluster", c.Name, "--node", n.Name},
-					LogPath: filepath.Join(logDir, "kubelet.log"),
-				})
-			}})
+			units = append(units, processUnit(h, c.Name+"/"+n.Name+"/kubelet", netlab.Process{
+				Path:    s.Self,
+				Args:    []string{"lab", "kubelet", "--dir", s.Dir, "--cluster", c.Name, "--node", n.Name},
+				LogPath: filepath.Join(logDir, "kubelet.log"),
+			}))
 			kubeconfig, err := cp.KubeconfigAt("kube-proxy-"+n.Name, NodeAPIServer, "system:kube-proxy", nil)
 			if err != nil {
 				return nil, err
 			}
-			units = append(units, Unit{Name: c.Name + "/" + n.Name + "/kube-proxy", Start: func() (*exec.Cmd, error) {
-				return h.Start(netlab.Process{
-					Netns:  h.Names().Node(c.Name, n.Name),
-					Cgroup: h.Cgroups().NodeSystem(c.Name, n.Name),
-					Path:   filepath.Join(s.BinDir, "kube-proxy"),
-					Args: []string{
-						"--kubeconfig=" + kubeconfig,
-						"--hostname-override=" + nodeName,
-						"--cluster-cidr=" + c.PodCIDR.String(),
-						"--proxy-mode=iptables",
-						"--metrics-bind-address=127.0.0.1:10249",
-						"--healthz-bind-address=127.0.0.1:10256",
-						// Conntrack sysctls are per host, not per
-						// namespace: leave them alone.
-						"--conntrack-max-per-core=0",
-						"--conntrack-tcp-timeout-established=0",
-						"--conntrack-tcp-timeout-close-wait=0",
-					},
-					LogPath: filepath.Join(logDir, "kube-proxy.log"),
-				})
-			}})
+			units = append(units, processUnit(h, c.Name+"/"+n.Name+"/kube-proxy", netlab.Process{
+				Netns:  h.Names().Node(c.Name, n.Name),
+				Cgroup: h.Cgroups().NodeSystem(c.Name, n.Name),
+				Path:   filepath.Join(s.BinDir, "kube-proxy"),
+				Args: []string{
+					"--kubeconfig=" + kubeconfig,
+					"--hostname-override=" + nodeName,
+					"--cluster-cidr=" + c.PodCIDR.String(),
+					"--proxy-mode=iptables",
+					"--metrics-bind-address=127.0.0.1:10249",
+					"--healthz-bind-address=127.0.0.1:10256",
+					// Conntrack sysctls are per host, not per
+					// namespace: leave them alone.
+					"--conntrack-max-per-core=0",
+					"--conntrack-tcp-timeout-established=0",
+					"--conntrack-tcp-timeout-close-wait=0",
+				},
+				LogPath: filepath.Join(logDir, "kube-proxy.log"),
+			}))
 			daemons, err := s.daemonUnits(h, c, n, cp)
 			if err != nil {
 				return nil, err
@@ -118,6 +123,8 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp 
 		"--node-ip=" + n.Address.Addr().String(),
 		"--tunnel-mtu=1420", // WireGuard
 		"--cgroup-root=" + h.Cgroups().Node(c.Name, n.Name),
+		"--bpffs=" + s.BPFFS(),
+		"--vip-pin-dir=" + s.VIPPinDir(c.Name, n.Name),
 	}}}
 	if n.Name == c.Nodes[0].Name {
 		// One MCS controller per cluster, like a one-replica Deployment.
@@ -125,7 +132,18 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp 
 	}
 	if n.Gateway() {
 		ds = append(ds,
-			daemon{"gateway", []string{"--metrics-addr=127.0.0.1:9531"}},
+			daemon{"gateway", []string{
+				"--metrics-addr=127.0.0.1:9531",
+				"--public-ip=" + n.WANAddress.Addr().String(),
+				"--private-ip=" + n.Address.Addr().String(),
+				"--cable-driver=wireguard",
+				"--port=4500",
+				// WireGuard UAPI sockets are machine-wide: the name
+				// carries the lab prefix.
+				"--tunnel-device=" + s.Prefix + c.Name + n.Name,
+				"--state-dir=" + filepath.Join(s.NodeStateDir(c.Name, n.Name), "gateway"),
+				"--health-check-ip=" + firstHost(n.PodCIDR).String(),
+			}},
 			daemon{"globalnet", []string{"--metrics-addr=127.0.0.1:9533"}})
 	}
 	var units []Unit
@@ -136,15 +154,13 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp 
 			continue
 		}
 		args := append(append([]string{}, common...), d.args...)
-		units = append(units, Unit{Name: c.Name + "/" + n.Name + "/" + d.name, Start: func() (*exec.Cmd, error) {
-			return h.Start(netlab.Process{
-				Netns:   h.Names().Node(c.Name, n.Name),
-				Cgroup:  h.Cgroups().NodeSystem(c.Name, n.Name),
-				Path:    path,
-				Args:    args,
-				LogPath: filepath.Join(logDir, d.name+".log"),
-			})
-		}})
+		units = append(units, processUnit(h, c.Name+"/"+n.Name+"/"+d.name, netlab.Process{
+			Netns:   h.Names().Node(c.Name, n.Name),
+			Cgroup:  h.Cgroups().NodeSystem(c.Name, n.Name),
+			Path:    path,
+			Args:    args,
+			LogPath: filepath.Join(logDir, d.name+".log"),
+		}))
 	}
 	return units, nil
 }
@@ -161,3 +177,7 @@ func APIServerHostPort(cp *controlplane.ControlPlane) (string, error) {
 	}
 	return u.Host, nil
 }
+
+// firstHost is the first address of a prefix (the node's pod slice .1,
+// which netlab never gives to a pod).
+func firstHost(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next() }

@@ -69,6 +69,9 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	}
 	p.say("network: %d clusters, %d nodes, WAN %s (namespaces %s*)", len(top.Clusters), nodes, top.WAN, cfg.Prefix)
 
+	if err := st.mountBPFFS(); err != nil {
+		return nil, err
+	}
 	// Certificates and kubeconfigs exist before the supervisor starts, so
 	// the supervisor only reads them.
 	units, err := st.Units(h)
@@ -174,7 +177,7 @@ func (s *State) supervisorStale(units []Unit) bool {
 		return err == nil
 	}
 	for i, u := range units {
-		if running[i].Name != u.Name {
+		if running[i].Name != u.Name || running[i].Spec != u.Spec {
 			return true
 		}
 	}

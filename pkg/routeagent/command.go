@@ -17,11 +17,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/causeway-net/causeway/pkg/daemon"
+	"github.com/causeway-net/causeway/pkg/vip"
 )
 
 // MetricsPort is the route agent's default /metrics port.
@@ -41,6 +44,16 @@ type flags struct {
 	fullInterval      time.Duration
 	cleanup           bool
 	dryRun            bool
+	vip               bool
+	vipPinDir         string
+}
+
+// pinDir is where the VIP datapath's maps and links are pinned.
+func (f *flags) pinDir() string {
+	if f.vipPinDir != "" {
+		return f.vipPinDir
+	}
+	return filepath.Join(f.bpffs, "causeway", "vip")
 }
 
 // NewCommand returns the route agent's command.
@@ -74,6 +87,8 @@ on the node and exits.`,
 	fs.DurationVar(&f.fullInterval, "full-sync-interval", f.fullInterval, "period of full syncs that repair outside changes")
 	fs.BoolVar(&f.cleanup, "cleanup", false, "remove every device, route and chain the route agent owns on this node, then exit")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "compute and log the desired state without programming the node")
+	fs.BoolVar(&f.vip, "vip", true, "load the eBPF clusterset VIP datapath and keep it equal to the ServiceImports and EndpointSlices")
+	fs.StringVar(&f.vipPinDir, "vip-pin-dir", "", "bpffs directory of the VIP datapath's pinned maps and links (default <bpffs>/causeway/vip)")
 
 	// --cleanup needs no cluster identity and no API server.
 	runE := cmd.RunE
@@ -89,6 +104,9 @@ on the node and exits.`,
 		defer dp.Close()
 		if err := dp.Cleanup(context.Background()); err != nil {
 			return fmt.Errorf("cleanup: %w", err)
+		}
+		if err := vip.Cleanup(f.pinDir()); err != nil {
+			return fmt.Errorf("cleanup VIP datapath: %w", err)
 		}
 		log.Info("cleanup done")
 		return nil
@@ -221,6 +239,33 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		return err
 	}
 	lister.set(l)
+	if f.vip && !f.dryRun {
+		table, err := vip.Open(vip.Config{PinDir: f.pinDir(), CgroupPath: f.cgroupRoot, Logger: rt.Log})
+		if err != nil {
+			return fmt.Errorf("VIP datapath: %w", err)
+		}
+		// Close keeps the programs attached and the maps pinned: VIPs keep
+		// working while the agent restarts.
+		defer table.Close()
+		services := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "causeway", Subsystem: "route_agent",
+			Name: "vip_services", Help: "Clusterset VIP service ports in the eBPF datapath."})
+		rt.Metrics.MustRegister(services)
+		// src is set before the runner runs (the go statement below).
+		var src VIPSource
+		vipRunner := NewRunner(RunnerConfig{MinInterval: f.minInterval, FullInterval: f.fullInterval}, func(ctx context.Context, _ bool) error {
+			n, err := SyncVIPs(ctx, src, table)
+			rt.SetReady("vip", err)
+			if err == nil {
+				services.Set(float64(n))
+			}
+			return err
+		})
+		rt.SetReady("vip", errors.New("not synced yet"))
+		if src, err = WatchVIPInputs(ctx, cfg, vipRunner.Kick); err != nil {
+			return err
+		}
+		go vipRunner.Run(ctx)
+	}
 	runner.Run(ctx)
 	return ctx.Err()
 }

@@ -1,0 +1,412 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"sort"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/cable"
+)
+
+// activeTerm is the state of one term as the active gateway.
+type activeTerm struct {
+	driver      cable.Driver
+	prober      prober
+	forwarding  bool
+	desired     Desired
+	endpoints   map[string]v1alpha1.EndpointSpec // programmed remotes' specs
+	setAt       map[string]time.Time             // when a remote was first programmed
+	lastStatus  gatewayStatus
+	lastWritten time.Time
+}
+
+// runActive is one term as the active gateway: it ends when lctx ends
+// (leadership lost or shutdown; runCtx tells which).
+func (e *Engine) runActive(lctx, runCtx context.Context) {
+	e.driverMu.Lock()
+	defer e.driverMu.Unlock()
+	e.setRole(v1alpha1.HAStatusActive)
+	e.m.leaderChanges.Inc()
+	start := time.Now()
+	e.log.Info("became the active gateway")
+	t := &activeTerm{prober: noProber{}, endpoints: map[string]v1alpha1.EndpointSpec{}, setAt: map[string]time.Time{}}
+	defer e.endTerm(t, runCtx)
+
+	if !e.bcache.WaitForCacheSync(lctx) {
+		return
+	}
+	resync := time.NewTicker(e.cfg.ResyncPeriod)
+	defer resync.Stop()
+	status := time.NewTicker(e.cfg.StatusInterval)
+	defer status.Stop()
+	var retry <-chan time.Time
+	backoff := 100 * time.Millisecond
+	first := true
+	for {
+		err := e.sync(lctx, t)
+		if lctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			e.m.syncFailures.Inc()
+			e.log.Error("sync failed, retrying", "err", err, "in", backoff)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, 5*time.Second)
+		} else {
+			retry = nil
+			backoff = 100 * time.Millisecond
+			e.m.lastSync.SetToCurrentTime()
+			if first {
+				first = false
+				e.log.Info("active gateway programmed", "took", time.Since(start), "connections", len(t.desired.Connections))
+				e.writeStatus(lctx, t, true)
+			}
+		}
+	wait:
+		select {
+		case <-lctx.Done():
+			return
+		case <-e.trigger:
+		case <-resync.C:
+		case <-retry:
+		case <-status.C:
+			e.writeStatus(lctx, t, false)
+			goto wait
+		}
+	}
+}
+
+// endTerm tears the term down: on shutdown the driver is closed (kernel
+// state stays for a restarted gateway to adopt); on a lost election the
+// tunnel is removed, since a passive candidate holds none.
+func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
+	e.setRole(v1alpha1.HAStatusPassive)
+	e.m.active.Set(0)
+	t.prober.Close()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), 5*time.Second)
+	defer cancel()
+	if t.driver != nil {
+		var err error
+		if runCtx.Err() != nil {
+			err = t.driver.Close()
+		} else {
+			err = t.driver.Cleanup(ctx)
+		}
+		if err != nil {
+			e.log.Warn("stop cable driver", "err", err)
+		}
+	}
+	for id := range t.endpoints {
+		e.m.connStatus.DeleteLabelValues(id, string(v1alpha1.Connecting))
+		e.m.connStatus.DeleteLabelValues(id, string(v1alpha1.Connected))
+		e.m.connStatus.DeleteLabelValues(id, string(v1alpha1.ConnError))
+	}
+	if runCtx.Err() == nil {
+		if err := e.writeGateway(ctx, gatewayStatus{role: v1alpha1.HAStatusPassive}); err != nil {
+			e.log.Warn("write gateway status", "err", err)
+		}
+	}
+	e.log.Info("no longer the active gateway")
+}
+
+// localEndpoint is the Endpoint this gateway publishes while active.
+func (e *Engine) localEndpoint(key cable.Key) v1alpha1.EndpointSpec {
+	spec := v1alpha1.EndpointSpec{
+		ClusterID:   e.cfg.ClusterID,
+		Hostname:    e.cfg.NodeName,
+		CableDriver: v1alpha1.CableDriver(e.cfg.CableDriver),
+		PublicIP:    e.cfg.PublicIP.String(),
+		Port:        int32(e.cfg.Port),
+		Subnets:     prefixStrings(e.cfg.subnets()),
+	}
+	if e.cfg.PrivateIP.IsValid() {
+		spec.PrivateIP = e.cfg.PrivateIP.String()
+	}
+	if !key.IsZero() {
+		spec.PublicKey = key.String()
+	}
+	if e.cfg.HealthCheckIP.IsValid() {
+		spec.HealthCheckIP = e.cfg.HealthCheckIP.String()
+	}
+	return spec
+}
+
+func (e *Engine) localCluster() v1alpha1.ClusterSpec {
+	return v1alpha1.ClusterSpec{
+		ClusterID:    e.cfg.ClusterID,
+		PodCIDRs:     prefixStrings(e.cfg.PodCIDRs),
+		ServiceCIDRs: prefixStrings(e.cfg.ServiceCIDRs),
+	}
+}
+
+// sync is one full pass: node prerequisites, publish, mirror, cable.
+func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
+	start := time.Now()
+	defer func() { e.m.syncDuration.Observe(time.Since(start).Seconds()) }()
+
+	if !t.forwarding {
+		if err := enableForwarding(e.cfg.Netns); err != nil {
+			return err
+		}
+		t.forwarding = true
+	}
+	if t.driver == nil {
+		d, err := e.newDriver(ctx)
+		if err != nil {
+			return err
+		}
+		t.driver = d
+	}
+	if e.cfg.HealthCheckIP.IsValid() {
+		if err := ensureHealthAddr(e.cfg.Netns, e.cfg.TunnelDevice, e.cfg.HealthCheckIP); err != nil {
+			return err
+		}
+		if _, ok := t.prober.(noProber); ok {
+			p, err := newICMPProber(e.cfg.Netns, e.cfg.HealthCheckIP, e.cfg.HealthInterval, e.log, e.observeProbe)
+			if err != nil {
+				return err
+			}
+			t.prober = p
+		}
+	}
+
+	// Dataplane first: decide from the broker cache and program the
+	// cable, then publish and mirror (API round trips) — on a failover
+	// the tunnel is up before anything is written.
+	remotes, err := e.readBroker(ctx)
+	if err != nil {
+		return err
+	}
+	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), CableDriver: e.cfg.CableDriver, Port: e.cfg.Port}
+	d := Compute(local, remotes)
+	var errs []error
+	if err := t.driver.Set(ctx, d.Connections); err != nil {
+		var verr *cable.ValidationError
+		if !errors.As(err, &verr) {
+			e.m.driverSetFails.Inc()
+			errs = append(errs, fmt.Errorf("program cable: %w", err))
+		} else {
+			e.log.Warn("cable driver refused connections", "err", err)
+		}
+	}
+	t.prober.SetTargets(d.HealthTargets)
+
+	// Publish this cluster to its broker namespace: the Endpoint first,
+	// remote gateways wait for it.
+	ns := brokerNamespace(e.cfg.ClusterID)
+	if err := upsertEndpoint(ctx, e.broker, ns, e.cfg.ClusterID, e.localEndpoint(t.driver.PublicKey()), nil); err != nil {
+		errs = append(errs, fmt.Errorf("publish endpoint: %w", err))
+	}
+	if err := upsertCluster(ctx, e.broker, ns, e.cfg.ClusterID, e.localCluster(), nil); err != nil {
+		errs = append(errs, fmt.Errorf("publish cluster: %w", err))
+	}
+	if err := e.mirror(ctx, remotes, d); err != nil {
+		errs = append(errs, err)
+	}
+
+	now := time.Now()
+	programmed := map[string]v1alpha1.EndpointSpec{}
+	for _, r := range remotes {
+		for _, c := range d.Connections {
+			if c.ClusterID == r.ClusterID {
+				programmed[r.ClusterID] = *r.Endpoint
+				if old, ok := t.endpoints[r.ClusterID]; !ok || !reflect.DeepEqual(old, *r.Endpoint) {
+					t.setAt[r.ClusterID] = now
+				}
+			}
+		}
+	}
+	for id := range t.endpoints {
+		if _, ok := programmed[id]; !ok {
+			delete(t.setAt, id)
+			for _, s := range []v1alpha1.ConnectionStatus{v1alpha1.Connecting, v1alpha1.Connected, v1alpha1.ConnError} {
+				e.m.connStatus.DeleteLabelValues(id, string(s))
+			}
+		}
+	}
+	t.endpoints = programmed
+	t.desired = d
+	invalid := 0
+	for _, c := range d.Clusters {
+		if c.Endpoint != nil && !c.Endpoint.Valid {
+			invalid++
+		}
+	}
+	e.m.remotes.WithLabelValues("valid").Set(float64(len(d.Connections)))
+	e.m.remotes.WithLabelValues("invalid").Set(float64(invalid))
+	return errors.Join(errs...)
+}
+
+func (e *Engine) observeProbe(cluster string, rtt time.Duration) {
+	if rtt < 0 {
+		e.m.probesLost.WithLabelValues(cluster).Inc()
+		return
+	}
+	e.m.rtt.WithLabelValues(cluster).Observe(rtt.Seconds())
+}
+
+// readBroker collects every cluster's Cluster and Endpoint from the broker
+// cache. Objects outside a cluster namespace or not named after the
+// namespace's cluster are ignored.
+func (e *Engine) readBroker(ctx context.Context) ([]Remote, error) {
+	var eps v1alpha1.EndpointList
+	if err := e.broker.List(ctx, &eps); err != nil {
+		return nil, fmt.Errorf("list broker endpoints: %w", err)
+	}
+	var cls v1alpha1.ClusterList
+	if err := e.broker.List(ctx, &cls); err != nil {
+		return nil, fmt.Errorf("list broker clusters: %w", err)
+	}
+	byID := map[string]*Remote{}
+	get := func(obj metav1.Object) *Remote {
+		id, ok := clusterIDFromNamespace(obj.GetNamespace())
+		if !ok || obj.GetName() != id {
+			return nil
+		}
+		if byID[id] == nil {
+			byID[id] = &Remote{ClusterID: id}
+		}
+		return byID[id]
+	}
+	for i := range eps.Items {
+		if r := get(&eps.Items[i]); r != nil {
+			r.Endpoint = &eps.Items[i].Spec
+			r.EndpointCreated = eps.Items[i].CreationTimestamp.Time
+		}
+	}
+	for i := range cls.Items {
+		if r := get(&cls.Items[i]); r != nil {
+			r.Cluster = &cls.Items[i].Spec
+			r.ClusterCreated = cls.Items[i].CreationTimestamp.Time
+		}
+	}
+	out := make([]Remote, 0, len(byID))
+	for _, r := range byID {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ClusterID < out[j].ClusterID })
+	return out, nil
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// upsertEndpoint makes the Endpoint ns/name have spec (and, when cond is
+// not nil, that Valid condition). It returns whether the condition
+// changed through changed.
+func upsertEndpoint(ctx context.Context, c client.Client, ns, name string, spec v1alpha1.EndpointSpec, cond *metav1.Condition) error {
+	_, err := upsertEndpointCond(ctx, c, ns, name, spec, cond)
+	return err
+}
+
+func upsertEndpointCond(ctx context.Context, c client.Client, ns, name string, spec v1alpha1.EndpointSpec, cond *metav1.Condition) (bool, error) {
+	obj := &v1alpha1.Endpoint{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		obj = &v1alpha1.Endpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{v1alpha1.LabelClusterID: spec.ClusterID}}, Spec: spec}
+		if err := c.Create(ctx, obj); err != nil {
+			return false, fmt.Errorf("create endpoint %s/%s: %w", ns, name, err)
+		}
+	case err != nil:
+		return false, fmt.Errorf("get endpoint %s/%s: %w", ns, name, err)
+	case !reflect.DeepEqual(obj.Spec, spec):
+		obj.Spec = spec
+		if err := c.Update(ctx, obj); err != nil {
+			return false, fmt.Errorf("update endpoint %s/%s: %w", ns, name, err)
+		}
+	}
+	if cond == nil {
+		return false, nil
+	}
+	cond.ObservedGeneration = obj.Generation
+	conds := obj.Status.Conditions
+	changed := setCondition(&conds, *cond)
+	if !changed && obj.Status.ObservedGeneration == obj.Generation {
+		return false, nil
+	}
+	obj.Status.Conditions = conds
+	obj.Status.ObservedGeneration = obj.Generation
+	if err := c.Status().Update(ctx, obj); err != nil {
+		return false, fmt.Errorf("update endpoint status %s/%s: %w", ns, name, err)
+	}
+	return changed, nil
+}
+
+func upsertCluster(ctx context.Context, c client.Client, ns, name string, spec v1alpha1.ClusterSpec, cond *metav1.Condition) error {
+	_, err := upsertClusterCond(ctx, c, ns, name, spec, cond)
+	return err
+}
+
+func upsertClusterCond(ctx context.Context, c client.Client, ns, name string, spec v1alpha1.ClusterSpec, cond *metav1.Condition) (bool, error) {
+	obj := &v1alpha1.Cluster{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		obj = &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{v1alpha1.LabelClusterID: spec.ClusterID}}, Spec: spec}
+		if err := c.Create(ctx, obj); err != nil {
+			return false, fmt.Errorf("create cluster %s/%s: %w", ns, name, err)
+		}
+	case err != nil:
+		return false, fmt.Errorf("get cluster %s/%s: %w", ns, name, err)
+	case !reflect.DeepEqual(obj.Spec, spec):
+		obj.Spec = spec
+		if err := c.Update(ctx, obj); err != nil {
+			return false, fmt.Errorf("update cluster %s/%s: %w", ns, name, err)
+		}
+	}
+	if cond == nil {
+		return false, nil
+	}
+	cond.ObservedGeneration = obj.Generation
+	conds := obj.Status.Conditions
+	changed := setCondition(&conds, *cond)
+	if !changed && obj.Status.ObservedGeneration == obj.Generation {
+		return false, nil
+	}
+	obj.Status.Conditions = conds
+	obj.Status.ObservedGeneration = obj.Generation
+	if err := c.Status().Update(ctx, obj); err != nil {
+		return false, fmt.Errorf("update cluster status %s/%s: %w", ns, name, err)
+	}
+	return changed, nil
+}
+
+// setCondition sets c in conds, keeping LastTransitionTime when the status
+// is unchanged; it reports whether status, reason or message changed.
+func setCondition(conds *[]metav1.Condition, c metav1.Condition) bool {
+	for i, old := range *conds {
+		if old.Type != c.Type {
+			continue
+		}
+		if old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message && old.ObservedGeneration == c.ObservedGeneration {
+			return false
+		}
+		c.LastTransitionTime = old.LastTransitionTime
+		if old.Status != c.Status {
+			c.LastTransitionTime = metav1.Now()
+		}
+		changed := old.Status != c.Status || old.Reason != c.Reason || old.Message != c.Message
+		(*conds)[i] = c
+		return changed
+	}
+	c.LastTransitionTime = metav1.Now()
+	*conds = append(*conds, c)
+	return true
+}

@@ -1,0 +1,235 @@
+package gateway
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/cable"
+)
+
+const (
+	keyA = "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw="
+	keyB = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+var local = Local{
+	ClusterID:   "c1",
+	Subnets:     []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/16")},
+	CableDriver: "wireguard",
+	Port:        4500,
+}
+
+func ep(id, ip string, port int32, key string, subnets ...string) *v1alpha1.EndpointSpec {
+	return &v1alpha1.EndpointSpec{ClusterID: id, Hostname: id + "-gw", CableDriver: "wireguard",
+		PublicIP: ip, Port: port, PublicKey: key, Subnets: subnets}
+}
+
+func cl(id string, pods, svcs []string) *v1alpha1.ClusterSpec {
+	return &v1alpha1.ClusterSpec{ClusterID: id, PodCIDRs: pods, ServiceCIDRs: svcs}
+}
+
+func remote(id string, age int, c *v1alpha1.ClusterSpec, e *v1alpha1.EndpointSpec) Remote {
+	at := t0.Add(time.Duration(age) * time.Minute)
+	return Remote{ClusterID: id, Cluster: c, ClusterCreated: at, Endpoint: e, EndpointCreated: at}
+}
+
+// good3 is a valid remote c3 (10.245/16 + 10.97/16), created at minute 0.
+func good3() Remote {
+	return remote("c3", 0, cl("c3", []string{"10.245.0.0/16"}, []string{"10.97.0.0/16"}),
+		ep("c3", "198.18.3.10", 4500, keyA, "10.245.0.0/16", "10.97.0.0/16"))
+}
+
+func TestComputeEndpointValidation(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ep     *v1alpha1.EndpointSpec
+		reason string
+	}{
+		"default route":        {ep("c4", "198.18.4.10", 4500, keyB, "0.0.0.0/0"), v1alpha1.ReasonInvalidCIDR},
+		"local pod cidr":       {ep("c4", "198.18.4.10", 4500, keyB, "10.244.5.0/24"), v1alpha1.ReasonOverlappingCIDR},
+		"local service cidr":   {ep("c4", "198.18.4.10", 4500, keyB, "10.0.0.0/8"), v1alpha1.ReasonOverlappingCIDR},
+		"other cluster's cidr": {ep("c4", "198.18.4.10", 4500, keyB, "10.245.1.0/24"), v1alpha1.ReasonOverlappingCIDR},
+		"host bits":            {ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.1/16"), v1alpha1.ReasonInvalidCIDR},
+		"garbage cidr":         {ep("c4", "198.18.4.10", 4500, keyB, "banana"), v1alpha1.ReasonInvalidCIDR},
+		"no subnets":           {ep("c4", "198.18.4.10", 4500, keyB), v1alpha1.ReasonInvalidCIDR},
+		"self overlap":         {ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16", "10.246.1.0/24"), v1alpha1.ReasonInvalidCIDR},
+		"key not base64":       {ep("c4", "198.18.4.10", 4500, "not-a-key!", "10.246.0.0/16"), v1alpha1.ReasonInvalidKey},
+		"key short":            {ep("c4", "198.18.4.10", 4500, "AAAA", "10.246.0.0/16"), v1alpha1.ReasonInvalidKey},
+		"key zero":             {ep("c4", "198.18.4.10", 4500, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", "10.246.0.0/16"), v1alpha1.ReasonInvalidKey},
+		"key missing":          {ep("c4", "198.18.4.10", 4500, "", "10.246.0.0/16"), v1alpha1.ReasonInvalidKey},
+		"address garbage":      {ep("c4", "198.18.4.300", 4500, keyB, "10.246.0.0/16"), v1alpha1.ReasonInvalidAddress},
+		"address unspecified":  {ep("c4", "0.0.0.0", 4500, keyB, "10.246.0.0/16"), v1alpha1.ReasonInvalidAddress},
+		"address loopback":     {ep("c4", "127.0.0.1", 4500, keyB, "10.246.0.0/16"), v1alpha1.ReasonInvalidAddress},
+		"address multicast":    {ep("c4", "224.0.0.1", 4500, keyB, "10.246.0.0/16"), v1alpha1.ReasonInvalidAddress},
+		"port zero":            {ep("c4", "198.18.4.10", 0, keyB, "10.246.0.0/16"), v1alpha1.ReasonInvalidAddress},
+		"port too big":         {ep("c4", "198.18.4.10", 70000, keyB, "10.246.0.0/16"), v1alpha1.ReasonInvalidAddress},
+		"health ip outside": {func() *v1alpha1.EndpointSpec {
+			e := ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16")
+			e.HealthCheckIP = "10.1.1.1"
+			return e
+		}(), v1alpha1.ReasonInvalidAddress},
+		"health ip garbage": {func() *v1alpha1.EndpointSpec {
+			e := ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16")
+			e.HealthCheckIP = "x"
+			return e
+		}(), v1alpha1.ReasonInvalidAddress},
+		"cluster id mismatch": {ep("c3", "198.18.4.10", 4500, keyB, "10.246.0.0/16"), ReasonClusterIDMismatch},
+		"driver mismatch": {func() *v1alpha1.EndpointSpec {
+			e := ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16")
+			e.CableDriver = "vxlan"
+			return e
+		}(), ReasonDriverMismatch},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := Compute(local, []Remote{good3(), remote("c4", 5, nil, tc.ep)})
+			st := find(t, d, "c4")
+			if st.Endpoint == nil || st.Endpoint.Valid || st.Endpoint.Reason != tc.reason {
+				t.Fatalf("c4 endpoint verdict = %+v, want invalid with reason %s", st.Endpoint, tc.reason)
+			}
+			if st.Endpoint.Message == "" {
+				t.Error("refusal without message")
+			}
+			// Nothing programmed for c4; c3 unaffected.
+			if len(d.Connections) != 1 || d.Connections[0].ClusterID != "c3" {
+				t.Fatalf("connections = %+v, want only c3", d.Connections)
+			}
+			if v := find(t, d, "c3"); !v.Endpoint.Valid || !v.Cluster.Valid {
+				t.Errorf("c3 affected: %+v %+v", v.Cluster, v.Endpoint)
+			}
+		})
+	}
+}
+
+func TestComputeValidConnection(t *testing.T) {
+	r := good3()
+	r.Endpoint.HealthCheckIP = "10.245.0.1"
+	r.Endpoint.Subnets = []string{"10.97.0.0/16", "10.245.0.0/16"}
+	own := remote("c1", 0, cl("c1", []string{"10.244.0.0/16"}, []string{"10.96.0.0/16"}),
+		ep("c1", "198.18.1.10", 4500, keyB, "10.244.0.0/16", "10.96.0.0/16"))
+	d := Compute(local, []Remote{r, own})
+	key, _ := cable.ParseKey(keyA)
+	want := []cable.Connection{{
+		ClusterID: "c3", Endpoint: netip.MustParseAddrPort("198.18.3.10:4500"), PublicKey: key,
+		Subnets: []netip.Prefix{netip.MustParsePrefix("10.97.0.0/16"), netip.MustParsePrefix("10.245.0.0/16")},
+	}}
+	if !reflect.DeepEqual(d.Connections, want) {
+		t.Fatalf("connections = %+v\nwant %+v", d.Connections, want)
+	}
+	if got := d.HealthTargets["c3"]; got != netip.MustParseAddr("10.245.0.1") {
+		t.Errorf("health target = %v", got)
+	}
+	// The own cluster is mirrored as valid and never a connection.
+	if st := find(t, d, "c1"); !st.Cluster.Valid || !st.Endpoint.Valid {
+		t.Errorf("own cluster = %+v %+v", st.Cluster, st.Endpoint)
+	}
+}
+
+func TestComputeClusterValidation(t *testing.T) {
+	for name, tc := range map[string]struct {
+		c      *v1alpha1.ClusterSpec
+		reason string
+	}{
+		"default route pods":  {cl("c4", []string{"0.0.0.0/0"}, []string{"10.98.0.0/16"}), v1alpha1.ReasonInvalidCIDR},
+		"overlaps local":      {cl("c4", []string{"10.244.0.0/16"}, []string{"10.98.0.0/16"}), v1alpha1.ReasonOverlappingCIDR},
+		"overlaps c3 (older)": {cl("c4", []string{"10.246.0.0/16"}, []string{"10.97.0.0/24"}), v1alpha1.ReasonOverlappingCIDR},
+		"id mismatch":         {cl("c9", []string{"10.246.0.0/16"}, []string{"10.98.0.0/16"}), ReasonClusterIDMismatch},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16", "10.98.0.0/16")
+			d := Compute(local, []Remote{good3(), remote("c4", 5, tc.c, e)})
+			st := find(t, d, "c4")
+			if st.Cluster.Valid || st.Cluster.Reason != tc.reason {
+				t.Fatalf("cluster verdict = %+v, want reason %s", st.Cluster, tc.reason)
+			}
+			// The Endpoint of an invalid cluster is refused too.
+			if st.Endpoint.Valid {
+				t.Fatalf("endpoint of invalid cluster accepted: %+v", st.Endpoint)
+			}
+			if len(d.Connections) != 1 || d.Connections[0].ClusterID != "c3" {
+				t.Fatalf("connections = %+v, want only c3", d.Connections)
+			}
+		})
+	}
+}
+
+func TestComputeEndpointOutsideCluster(t *testing.T) {
+	r := good3()
+	r.Endpoint.Subnets = []string{"10.245.0.0/16", "10.200.0.0/16"}
+	st := find(t, Compute(local, []Remote{r}), "c3")
+	if st.Endpoint.Valid || st.Endpoint.Reason != v1alpha1.ReasonInvalidCIDR {
+		t.Fatalf("endpoint announcing a subnet its cluster lacks: %+v", st.Endpoint)
+	}
+}
+
+// Two remotes overlapping each other: the older keeps working, the newer
+// is refused, whatever the order of input or the cluster IDs.
+func TestComputeRemoteOverlapOldestWins(t *testing.T) {
+	old := remote("zz", 0, nil, ep("zz", "198.18.5.10", 4500, keyA, "10.250.0.0/16"))
+	young := remote("aa", 10, nil, ep("aa", "198.18.6.10", 4500, keyB, "10.250.128.0/17"))
+	for i := 0; i < 10; i++ {
+		in := []Remote{old, young}
+		rand.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
+		d := Compute(local, in)
+		if len(d.Connections) != 1 || d.Connections[0].ClusterID != "zz" {
+			t.Fatalf("connections = %+v, want only the older zz", d.Connections)
+		}
+		if v := find(t, d, "aa").Endpoint; v.Valid || v.Reason != v1alpha1.ReasonOverlappingCIDR {
+			t.Fatalf("younger verdict = %+v", v)
+		}
+	}
+	// Same age: the lower cluster ID wins (deterministic).
+	young.EndpointCreated = old.EndpointCreated
+	d := Compute(local, []Remote{old, young})
+	if len(d.Connections) != 1 || d.Connections[0].ClusterID != "aa" {
+		t.Fatalf("tie: connections = %+v, want aa", d.Connections)
+	}
+	// An invalid older object does not block a valid newer one.
+	old.Endpoint.PublicKey = "bogus"
+	young.EndpointCreated = t0.Add(time.Hour)
+	d = Compute(local, []Remote{old, young})
+	if len(d.Connections) != 1 || d.Connections[0].ClusterID != "aa" {
+		t.Fatalf("invalid older blocks: connections = %+v", d.Connections)
+	}
+}
+
+func TestComputeVXLANPort(t *testing.T) {
+	lv := local
+	lv.CableDriver = "vxlan"
+	e := ep("c3", "198.18.3.10", 4789, "", "10.245.0.0/16")
+	e.CableDriver = "vxlan"
+	st := find(t, Compute(lv, []Remote{remote("c3", 0, nil, e)}), "c3")
+	if st.Endpoint.Valid || st.Endpoint.Reason != v1alpha1.ReasonInvalidAddress {
+		t.Fatalf("vxlan with another port: %+v", st.Endpoint)
+	}
+	e.Port = 4500
+	d := Compute(lv, []Remote{remote("c3", 0, nil, e)})
+	if len(d.Connections) != 1 || !d.Connections[0].PublicKey.IsZero() {
+		t.Fatalf("vxlan connection = %+v", d.Connections)
+	}
+}
+
+func TestVerdictCondition(t *testing.T) {
+	c := Verdict{Reason: v1alpha1.ReasonInvalidKey, Message: "m"}.Condition(3)
+	if c.Type != "Valid" || c.Status != "False" || c.ObservedGeneration != 3 || c.Reason != "InvalidKey" {
+		t.Fatalf("condition = %+v", c)
+	}
+	if valid.Condition(1).Status != "True" {
+		t.Fatal("valid condition not True")
+	}
+}
+
+func find(t *testing.T, d Desired, id string) ClusterState {
+	t.Helper()
+	for _, c := range d.Clusters {
+		if c.ClusterID == id {
+			return c
+		}
+	}
+	t.Fatalf("cluster %s missing from %+v", id, d.Clusters)
+	return ClusterState{}
+}

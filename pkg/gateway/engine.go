@@ -1,0 +1,376 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/kube"
+)
+
+// LeaseName is the gateway leader-election Lease in the local namespace.
+const LeaseName = "causeway-gateway"
+
+// Default lease timings, chosen for a failover below 2 s (see README):
+// a crashed active is replaced after at most LeaseDuration + RetryPeriod
+// (+ jitter); a stopped one releases the lease and is replaced within one
+// RetryPeriod. The Lease object stores whole seconds, so 1 s is the
+// shortest expressible duration.
+const (
+	DefaultLeaseDuration = 1 * time.Second
+	DefaultRenewDeadline = 700 * time.Millisecond
+	DefaultRetryPeriod   = 100 * time.Millisecond
+)
+
+// Config is everything the engine needs; cmd/gateway fills it from flags,
+// tests fill it directly.
+type Config struct {
+	ClusterID string
+	NodeName  string
+	// Namespace holds Causeway's objects in the local cluster.
+	Namespace    string
+	PodCIDRs     []netip.Prefix
+	ServiceCIDRs []netip.Prefix
+
+	// PublicIP and Port are what remote gateways connect to; PrivateIP is
+	// this node's address on the cluster network (for the route agent).
+	PublicIP  netip.Addr
+	PrivateIP netip.Addr
+	Port      uint16
+	// CableDriver names the pkg/cable driver; TunnelDevice its device
+	// (≤ 15 bytes, unique on the machine); MTU 0 = driver default.
+	CableDriver  string
+	TunnelDevice string
+	MTU          int
+	// StateDir keeps the WireGuard private key.
+	StateDir string
+	// Netns is the path of the network namespace the gateway's network
+	// lives in; empty = the process's own (the hostNetwork case).
+	Netns string
+	// RouteTable receives the routes to remote subnets (0 = main).
+	RouteTable int
+	// HealthCheckIP, when valid, is put on the tunnel device, published
+	// in the Endpoint and used as the source of health-check echoes.
+	HealthCheckIP  netip.Addr
+	HealthInterval time.Duration
+
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// ReleaseOnStop releases the lease when Run's context ends, so a
+	// stopped active hands over at once. Tests turn it off to simulate a
+	// crash.
+	ReleaseOnStop bool
+	// ResyncPeriod bounds how long a missed event can go unnoticed.
+	ResyncPeriod time.Duration
+	// StatusInterval is how often the Gateway status is refreshed; it is
+	// written when a connection changes state or every StatusMaxAge.
+	StatusInterval, StatusMaxAge time.Duration
+
+	// Local and Broker are the API clients' configurations.
+	Local, Broker *rest.Config
+	// Drivers builds the cable driver (drivers.Registry() normally).
+	Drivers cable.Registry
+	Metrics prometheus.Registerer
+	Log     *slog.Logger
+}
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = "causeway-system"
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = time.Second
+	}
+	if c.ResyncPeriod == 0 {
+		c.ResyncPeriod = 30 * time.Second
+	}
+	if c.StatusInterval == 0 {
+		c.StatusInterval = time.Second
+	}
+	if c.StatusMaxAge == 0 {
+		c.StatusMaxAge = 10 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.ClusterID == "" || c.NodeName == "" {
+		errs = append(errs, errors.New("cluster ID and node name are required"))
+	}
+	if len(c.PodCIDRs) == 0 || len(c.ServiceCIDRs) == 0 {
+		errs = append(errs, errors.New("pod and service CIDRs are required"))
+	}
+	if !c.PublicIP.IsValid() {
+		errs = append(errs, errors.New("public IP is required"))
+	}
+	if c.Port == 0 {
+		errs = append(errs, errors.New("port is required"))
+	}
+	if c.TunnelDevice == "" || len(c.TunnelDevice) > 15 {
+		errs = append(errs, fmt.Errorf("tunnel device %q: need 1 to 15 bytes", c.TunnelDevice))
+	}
+	if c.Drivers[c.CableDriver] == nil {
+		errs = append(errs, fmt.Errorf("cable driver %q: %w", c.CableDriver, cable.ErrUnknownDriver))
+	}
+	if c.HealthCheckIP.IsValid() && !slices.ContainsFunc(c.subnets(), func(p netip.Prefix) bool { return p.Contains(c.HealthCheckIP) }) {
+		errs = append(errs, fmt.Errorf("health-check IP %s is outside the pod and service CIDRs", c.HealthCheckIP))
+	}
+	if c.Local == nil || c.Broker == nil {
+		errs = append(errs, errors.New("local and broker API configurations are required"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) subnets() []netip.Prefix { return slices.Concat(c.PodCIDRs, c.ServiceCIDRs) }
+
+// Engine is one gateway candidate.
+type Engine struct {
+	cfg      Config
+	log      *slog.Logger
+	m        *metrics
+	local    client.Client
+	kube     kubernetes.Interface
+	broker   client.Client
+	bcache   cache.Cache
+	recorder record.EventRecorder
+	events   record.EventBroadcaster
+
+	trigger chan struct{} // capacity 1: "something changed, sync"
+
+	// driverMu serialises the driver's lifetimes (leftover removal and
+	// an active term never overlap).
+	driverMu sync.Mutex
+
+	mu     sync.Mutex
+	role   v1alpha1.HAStatus
+	leader string
+}
+
+// New validates cfg and builds the API clients; nothing is contacted yet.
+func New(cfg Config) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("gateway config: %w", err)
+	}
+	// The lease alone is renewed every RetryPeriod: client-go's default
+	// 5 QPS would throttle it.
+	cfg.Local, cfg.Broker = rest.CopyConfig(cfg.Local), rest.CopyConfig(cfg.Broker)
+	for _, c := range []*rest.Config{cfg.Local, cfg.Broker} {
+		c.QPS, c.Burst = max(c.QPS, 100), max(c.Burst, 200)
+	}
+	scheme := kube.NewScheme()
+	local, err := client.New(cfg.Local, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("local client: %w", err)
+	}
+	kc, err := kubernetes.NewForConfig(cfg.Local)
+	if err != nil {
+		return nil, fmt.Errorf("local clientset: %w", err)
+	}
+	bc, err := cache.New(cfg.Broker, cache.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("broker cache: %w", err)
+	}
+	broker, err := client.New(cfg.Broker, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: bc}})
+	if err != nil {
+		return nil, fmt.Errorf("broker client: %w", err)
+	}
+	eb := record.NewBroadcaster()
+	e := &Engine{
+		cfg: cfg, log: cfg.Log, m: newMetrics(cfg.Metrics),
+		local: local, kube: kc, broker: broker, bcache: bc,
+		events:   eb,
+		recorder: eb.NewRecorder(scheme, corev1.EventSource{Component: "causeway-gateway", Host: cfg.NodeName}),
+		trigger:  make(chan struct{}, 1),
+		role:     v1alpha1.HAStatusPassive,
+	}
+	return e, nil
+}
+
+// kick asks the active loop to sync soon.
+func (e *Engine) kick() {
+	select {
+	case e.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Role reports this candidate's current role.
+func (e *Engine) Role() v1alpha1.HAStatus {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.role
+}
+
+// Run takes part in the election until ctx ends. While active it
+// publishes, mirrors, programs the cable and health-checks; while passive
+// it holds no tunnel. On return the lease is released (ReleaseOnStop) and
+// the driver closed: kernel tunnel state stays for a restarted gateway to
+// adopt (see Cleanup for uninstall).
+func (e *Engine) Run(ctx context.Context) error {
+	e.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.kube.CoreV1().Events("")})
+	defer e.events.Shutdown()
+
+	// The broker informers run in every candidate, so that a passive one
+	// taking over starts from a warm cache.
+	for _, obj := range []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}} {
+		inf, err := e.bcache.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("broker informer: %w", err)
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { e.kick() },
+			UpdateFunc: func(any, any) { e.kick() },
+			DeleteFunc: func(any) { e.kick() },
+		}); err != nil {
+			return fmt.Errorf("broker event handler: %w", err)
+		}
+	}
+	cacheCtx, stopCache := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCache()
+	go func() {
+		if err := e.bcache.Start(cacheCtx); err != nil {
+			e.log.Error("broker cache stopped", "err", err)
+		}
+	}()
+
+	if err := e.writeGateway(ctx, gatewayStatus{role: v1alpha1.HAStatusPassive}); err != nil {
+		e.log.Warn("write gateway status", "err", err)
+	}
+
+	leaseCfg := rest.CopyConfig(e.cfg.Local)
+	leaseCfg.Timeout = e.cfg.RenewDeadline
+	leaseClient, err := kubernetes.NewForConfig(leaseCfg)
+	if err != nil {
+		return fmt.Errorf("lease client: %w", err)
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metaFor(e.cfg.Namespace, LeaseName),
+		Client:     leaseClient.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.NodeName},
+	}
+	var cleanedLeftovers atomic.Bool // OnNewLeader runs on its own goroutine
+	for ctx.Err() == nil {
+		var activeDone chan struct{}
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   e.cfg.LeaseDuration,
+			RenewDeadline:   e.cfg.RenewDeadline,
+			RetryPeriod:     e.cfg.RetryPeriod,
+			ReleaseOnCancel: e.cfg.ReleaseOnStop,
+			Name:            LeaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(lctx context.Context) {
+					activeDone = make(chan struct{})
+					defer close(activeDone)
+					e.runActive(lctx, ctx)
+				},
+				OnStoppedLeading: func() {},
+				OnNewLeader: func(id string) {
+					e.mu.Lock()
+					e.leader = id
+					e.mu.Unlock()
+					e.log.Info("gateway leader", "identity", id)
+					if id != e.cfg.NodeName && cleanedLeftovers.CompareAndSwap(false, true) {
+						// A passive candidate holds no tunnel: remove
+						// what a previous run of ours may have left.
+						e.removeLeftovers(ctx)
+					}
+				},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		le.Run(ctx)
+		if activeDone != nil {
+			<-activeDone
+		}
+		cleanedLeftovers.Store(true) // runActive tore its tunnel down itself
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := e.writeGateway(stopCtx, gatewayStatus{role: v1alpha1.HAStatusPassive}); err != nil {
+		e.log.Warn("write gateway status at stop", "err", err)
+	}
+	return ctx.Err()
+}
+
+// removeLeftovers deletes a tunnel device a previous active run of this
+// node left behind (Close keeps kernel state for adoption).
+func (e *Engine) removeLeftovers(ctx context.Context) {
+	e.driverMu.Lock()
+	defer e.driverMu.Unlock()
+	if e.Role() == v1alpha1.HAStatusActive {
+		return
+	}
+	if ok, err := linkExists(e.cfg.Netns, e.cfg.TunnelDevice); err != nil || !ok {
+		return // nothing left (an embedded WireGuard device dies with its process)
+	}
+	d, err := e.newDriver(ctx)
+	if err != nil {
+		e.log.Warn("remove leftover tunnel", "err", err)
+		return
+	}
+	if err := d.Cleanup(ctx); err != nil {
+		e.log.Warn("remove leftover tunnel", "err", err)
+	}
+}
+
+func (e *Engine) newDriver(ctx context.Context) (cable.Driver, error) {
+	if e.cfg.StateDir != "" {
+		if err := os.MkdirAll(e.cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("state dir: %w", err)
+		}
+	}
+	return e.cfg.Drivers.New(ctx, e.cfg.CableDriver, cable.LocalEndpoint{
+		ClusterID:  e.cfg.ClusterID,
+		Interface:  e.cfg.TunnelDevice,
+		Address:    e.cfg.PublicIP,
+		Port:       e.cfg.Port,
+		MTU:        e.cfg.MTU,
+		StateDir:   e.cfg.StateDir,
+		Netns:      e.cfg.Netns,
+		RouteTable: e.cfg.RouteTable,
+		Logger:     e.log.With("driver", e.cfg.CableDriver),
+	})
+}
+
+func (e *Engine) setRole(r v1alpha1.HAStatus) {
+	e.mu.Lock()
+	e.role = r
+	e.mu.Unlock()
+	if r == v1alpha1.HAStatusActive {
+		e.m.active.Set(1)
+	} else {
+		e.m.active.Set(0)
+	}
+}

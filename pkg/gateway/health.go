@@ -1,0 +1,131 @@
+package gateway
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+)
+
+// probeWindow is how many recent echoes loss and the RTT summary cover.
+const probeWindow = 10
+
+// probeStats summarises the recent health checks of one remote.
+type probeStats struct {
+	Sent     int // echoes sent in the window (answered or not)
+	Lost     int
+	Last     time.Duration // zero when the last echo got no answer yet
+	Min, Max time.Duration
+	Avg      time.Duration
+	// LastReply is when the last answer arrived (zero: never).
+	LastReply time.Time
+}
+
+// LossPercent is the share of unanswered echoes in the window.
+func (s probeStats) LossPercent() int32 {
+	if s.Sent == 0 {
+		return 0
+	}
+	return int32(100 * s.Lost / s.Sent)
+}
+
+// probeLog keeps the outcomes of the last probeWindow echoes to one remote.
+// It is the pure bookkeeping of the prober (no I/O).
+type probeLog struct {
+	rtts      []time.Duration // -1 = lost
+	lastReply time.Time
+}
+
+func (l *probeLog) add(rtt time.Duration, at time.Time) {
+	l.rtts = append(l.rtts, rtt)
+	if len(l.rtts) > probeWindow {
+		l.rtts = slices.Delete(l.rtts, 0, len(l.rtts)-probeWindow)
+	}
+	if rtt >= 0 {
+		l.lastReply = at
+	}
+}
+
+func (l *probeLog) stats() probeStats {
+	s := probeStats{Sent: len(l.rtts), LastReply: l.lastReply}
+	var sum time.Duration
+	n := 0
+	for i, r := range l.rtts {
+		if r < 0 {
+			s.Lost++
+			if i == len(l.rtts)-1 {
+				s.Last = 0
+			}
+			continue
+		}
+		if n == 0 || r < s.Min {
+			s.Min = r
+		}
+		if r > s.Max {
+			s.Max = r
+		}
+		sum += r
+		n++
+		s.Last = r
+	}
+	if n > 0 {
+		s.Avg = sum / time.Duration(n)
+	}
+	return s
+}
+
+// prober sends health-check echoes through the tunnels and reports RTT and
+// loss per remote cluster.
+type prober interface {
+	// SetTargets replaces the remotes to probe: cluster ID -> its
+	// health-check IP.
+	SetTargets(map[string]netip.Addr)
+	// Stats returns the current summary per probed cluster.
+	Stats() map[string]probeStats
+	Close() error
+}
+
+// noProber is used when the gateway has no health-check IP: it probes
+// nothing and connection status rests on the driver's view.
+type noProber struct{}
+
+func (noProber) SetTargets(map[string]netip.Addr) {}
+func (noProber) Stats() map[string]probeStats     { return nil }
+func (noProber) Close() error                     { return nil }
+
+// probeTable is the shared state of a real prober: targets and their logs.
+type probeTable struct {
+	mu      sync.Mutex
+	targets map[string]netip.Addr
+	logs    map[string]*probeLog
+}
+
+func (t *probeTable) SetTargets(targets map[string]netip.Addr) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.logs == nil {
+		t.logs = map[string]*probeLog{}
+	}
+	for id, addr := range t.targets {
+		if targets[id] != addr {
+			delete(t.logs, id) // a new address starts a new history
+		}
+	}
+	t.targets = map[string]netip.Addr{}
+	for id, addr := range targets {
+		t.targets[id] = addr
+		if t.logs[id] == nil {
+			t.logs[id] = &probeLog{}
+		}
+	}
+}
+
+func (t *probeTable) Stats() map[string]probeStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]probeStats, len(t.logs))
+	for id, l := range t.logs {
+		out[id] = l.stats()
+	}
+	return out
+}

@@ -1,0 +1,75 @@
+package gateway
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/cable"
+)
+
+func TestProbeLog(t *testing.T) {
+	var l probeLog
+	now := t0
+	for i := range 12 { // more than the window: the oldest two drop out
+		rtt := time.Duration(i+1) * time.Millisecond
+		if i%4 == 3 {
+			rtt = -1
+		}
+		l.add(rtt, now)
+	}
+	s := l.stats()
+	// Window holds outcomes 3..12: lost at i=3,7,11 -> 3 of 10.
+	if s.Sent != 10 || s.Lost != 3 || s.LossPercent() != 30 {
+		t.Fatalf("stats = %+v", s)
+	}
+	if s.Min != 3*time.Millisecond || s.Max != 11*time.Millisecond || s.Last != 0 {
+		t.Fatalf("min/max/last = %v/%v/%v", s.Min, s.Max, s.Last)
+	}
+	// avg of 3,5,6,7,9,10,11 ms
+	if s.Avg != 51*time.Millisecond/7 {
+		t.Fatalf("avg = %v", s.Avg)
+	}
+}
+
+func TestProbeTableKeepsHistoryPerAddress(t *testing.T) {
+	var tb probeTable
+	a := netip.MustParseAddr("10.245.0.1")
+	tb.SetTargets(map[string]netip.Addr{"c3": a})
+	tb.logs["c3"].add(time.Millisecond, t0)
+	tb.SetTargets(map[string]netip.Addr{"c3": a})
+	if tb.Stats()["c3"].Sent != 1 {
+		t.Fatal("same target lost its history")
+	}
+	tb.SetTargets(map[string]netip.Addr{"c3": netip.MustParseAddr("10.245.0.9")})
+	if tb.Stats()["c3"].Sent != 0 {
+		t.Fatal("new address kept the old history")
+	}
+	tb.SetTargets(nil)
+	if _, ok := tb.Stats()["c3"]; ok {
+		t.Fatal("removed target still reported")
+	}
+}
+
+func TestConnStatus(t *testing.T) {
+	now := t0.Add(time.Minute)
+	iv := time.Second
+	for name, tc := range map[string]struct {
+		drv       cable.Status
+		hasTarget bool
+		ps        probeStats
+		want      v1alpha1.ConnectionStatus
+	}{
+		"no target, handshake":    {cable.Status{Connected: true}, false, probeStats{}, v1alpha1.Connected},
+		"no target, no handshake": {cable.Status{}, false, probeStats{}, v1alpha1.Connecting},
+		"waiting first answer":    {cable.Status{}, true, probeStats{Sent: 2, Lost: 2}, v1alpha1.Connecting},
+		"never answered":          {cable.Status{}, true, probeStats{Sent: 5, Lost: 5}, v1alpha1.ConnError},
+		"answering":               {cable.Status{}, true, probeStats{Sent: 5, LastReply: now.Add(-time.Second)}, v1alpha1.Connected},
+		"answers stopped":         {cable.Status{Connected: true}, true, probeStats{Sent: 10, Lost: 4, LastReply: now.Add(-4 * time.Second)}, v1alpha1.ConnError},
+	} {
+		if got, msg := connStatus(tc.drv, tc.hasTarget, tc.ps, now, iv); got != tc.want || msg == "" {
+			t.Errorf("%s: %s (%q), want %s", name, got, msg, tc.want)
+		}
+	}
+}

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package gateway
+
+import (
+	"errors"
+	"net/netip"
+)
+
+var errNotLinux = errors.New("the gateway needs Linux")
+
+func enableForwarding(string) error                     { return errNotLinux }
+func ensureHealthAddr(string, string, netip.Addr) error { return errNotLinux }
+
+func linkExists(string, string) (bool, error) { return false, errNotLinux }

@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/cable"
+)
+
+// gatewayStatus is the plain value written to this node's Gateway.
+type gatewayStatus struct {
+	role  v1alpha1.HAStatus
+	local *v1alpha1.EndpointSpec
+	conns []v1alpha1.Connection
+}
+
+// connStatus decides a connection's state from the driver and the health
+// checks. It is pure: with a health-check target, the tunnel is connected
+// while echoes come back (an answer within 3 intervals), in error when
+// answers stopped, connecting before the first answer; without one the
+// driver's view decides.
+func connStatus(drv cable.Status, hasTarget bool, ps probeStats, now time.Time, interval time.Duration) (v1alpha1.ConnectionStatus, string) {
+	if !hasTarget {
+		if drv.Connected {
+			return v1alpha1.Connected, "tunnel up (no health-check IP published)"
+		}
+		return v1alpha1.Connecting, "waiting for the tunnel handshake"
+	}
+	switch {
+	case ps.LastReply.IsZero() && ps.Lost >= 5:
+		return v1alpha1.ConnError, fmt.Sprintf("no health-check answer in %d echoes", ps.Lost)
+	case ps.LastReply.IsZero():
+		return v1alpha1.Connecting, "waiting for the first health-check answer"
+	case now.Sub(ps.LastReply) > 3*interval:
+		return v1alpha1.ConnError, fmt.Sprintf("no health-check answer for %s", now.Sub(ps.LastReply).Round(time.Millisecond))
+	}
+	return v1alpha1.Connected, fmt.Sprintf("health checks answered, %d%% loss", ps.LossPercent())
+}
+
+// connections renders the term's connections for the Gateway status.
+func (e *Engine) connections(ctx context.Context, t *activeTerm) []v1alpha1.Connection {
+	var drv []cable.Status
+	if t.driver != nil {
+		drv, _ = t.driver.Connections(ctx)
+	}
+	byID := map[string]cable.Status{}
+	for _, s := range drv {
+		byID[s.ClusterID] = s
+	}
+	stats := t.prober.Stats()
+	now := time.Now()
+	var out []v1alpha1.Connection
+	for id, spec := range t.endpoints {
+		_, hasTarget := t.desired.HealthTargets[id]
+		ps := stats[id]
+		st, msg := connStatus(byID[id], hasTarget, ps, now, e.cfg.HealthInterval)
+		c := v1alpha1.Connection{ClusterID: id, Endpoint: spec, Status: st, StatusMessage: msg}
+		if hasTarget && ps.Sent > 0 {
+			c.LatencyRTT = &v1alpha1.LatencyRTT{LossPercent: ps.LossPercent()}
+			if ps.Avg > 0 {
+				c.LatencyRTT.Last = ps.Last.String()
+				c.LatencyRTT.Min = ps.Min.String()
+				c.LatencyRTT.Max = ps.Max.String()
+				c.LatencyRTT.Average = ps.Avg.String()
+			}
+		}
+		if hs := byID[id].LastHandshake; !hs.IsZero() {
+			c.LastHandshake = &metav1.Time{Time: hs.Truncate(time.Second)}
+		}
+		e.m.setConnStatus(id, st)
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ClusterID < out[j].ClusterID })
+	return out
+}
+
+// writeStatus refreshes the Gateway status of an active term: written when
+// a connection's state or the published endpoint changed, or when the
+// last write is older than StatusMaxAge (RTT figures alone do not cause a
+// write: bounded API load).
+func (e *Engine) writeStatus(ctx context.Context, t *activeTerm, force bool) {
+	var key cable.Key
+	if t.driver != nil {
+		key = t.driver.PublicKey()
+	}
+	ep := e.localEndpoint(key)
+	st := gatewayStatus{role: v1alpha1.HAStatusActive, local: &ep, conns: e.connections(ctx, t)}
+	if !force && sameShape(st, t.lastStatus) && time.Since(t.lastWritten) < e.cfg.StatusMaxAge {
+		return
+	}
+	if err := e.writeGateway(ctx, st); err != nil {
+		e.log.Warn("write gateway status", "err", err)
+		return
+	}
+	t.lastStatus, t.lastWritten = st, time.Now()
+}
+
+// sameShape compares two statuses ignoring RTT figures and messages.
+func sameShape(a, b gatewayStatus) bool {
+	if a.role != b.role || !reflect.DeepEqual(a.local, b.local) || len(a.conns) != len(b.conns) {
+		return false
+	}
+	for i := range a.conns {
+		x, y := a.conns[i], b.conns[i]
+		if x.ClusterID != y.ClusterID || x.Status != y.Status || !reflect.DeepEqual(x.Endpoint, y.Endpoint) ||
+			!reflect.DeepEqual(x.LastHandshake, y.LastHandshake) {
+			return false
+		}
+	}
+	return true
+}
+
+// writeGateway makes this node's Gateway object carry st.
+func (e *Engine) writeGateway(ctx context.Context, st gatewayStatus) error {
+	key := client.ObjectKey{Namespace: e.cfg.Namespace, Name: e.cfg.NodeName}
+	gw := &v1alpha1.Gateway{}
+	err := e.local.Get(ctx, key, gw)
+	if apierrors.IsNotFound(err) {
+		gw = &v1alpha1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			Labels: map[string]string{v1alpha1.LabelClusterID: e.cfg.ClusterID}}}
+		if err := e.local.Create(ctx, gw); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create gateway %s: %w", key.Name, err)
+		}
+		err = e.local.Get(ctx, key, gw)
+	}
+	if err != nil {
+		return fmt.Errorf("get gateway %s: %w", key.Name, err)
+	}
+	gw.Status.HAStatus = st.role
+	gw.Status.LocalEndpoint = st.local
+	gw.Status.Connections = st.conns
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Passive", Message: "standing by",
+		ObservedGeneration: gw.Generation}
+	if st.role == v1alpha1.HAStatusActive {
+		ready.Reason, ready.Message = "Active", fmt.Sprintf("active with %d connections", len(st.conns))
+	}
+	meta.SetStatusCondition(&gw.Status.Conditions, ready)
+	if err := e.local.Status().Update(ctx, gw); err != nil {
+		return fmt.Errorf("update gateway status %s: %w", key.Name, err)
+	}
+	return nil
+}

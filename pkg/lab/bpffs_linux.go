@@ -1,0 +1,58 @@
+package lab
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// BPFFS is the lab's own bpffs mount, where every node's route agent pins
+// its VIP datapath (<dir>/bpffs/<cluster>-<node>/vip). A private mount
+// keeps the host's /sys/fs/bpf untouched and goes away with `lab down`.
+func (s *State) BPFFS() string { return filepath.Join(s.Dir, "bpffs") }
+
+// VIPPinDir is a node's VIP pin directory.
+func (s *State) VIPPinDir(cluster, node string) string {
+	return filepath.Join(s.BPFFS(), cluster+"-"+node, "vip") // bpffs refuses names with dots
+}
+
+func (s *State) mountBPFFS() error {
+	dir := s.BPFFS()
+	if mounted(dir) {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+func unmountBPFFS(dir string) error {
+	if !mounted(dir) {
+		return nil
+	}
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmount bpffs %s: %w", dir, err)
+	}
+	return nil
+}
+
+// mounted reports whether dir is a mount point.
+func mounted(dir string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,207 @@
+package routeagent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/vip"
+)
+
+// LabelServiceName and LabelSourceCluster are the MCS API's labels on
+// multicluster EndpointSlices.
+const (
+	LabelServiceName   = "multicluster.kubernetes.io/service-name"
+	LabelSourceCluster = "multicluster.kubernetes.io/source-cluster"
+)
+
+// VIPDesired is the VIP table of a node: for every port of every
+// ClusterSetIP ServiceImport with an IPv4 clusterset VIP, the ready
+// endpoints of its multicluster EndpointSlices (all source clusters) at
+// the slice's port of the same name and protocol. A service whose slices
+// list no ready endpoint stays in the table with no backends, so that
+// connecting to it fails at once. Pure: same input, same output.
+func VIPDesired(imports []mcsv1beta1.ServiceImport, eps []discoveryv1.EndpointSlice) map[vip.ServiceKey][]vip.Backend {
+	bySvc := map[client.ObjectKey][]discoveryv1.EndpointSlice{}
+	for _, s := range eps {
+		name := s.Labels[LabelServiceName]
+		if name == "" || s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		k := client.ObjectKey{Namespace: s.Namespace, Name: name}
+		bySvc[k] = append(bySvc[k], s)
+	}
+	out := map[vip.ServiceKey][]vip.Backend{}
+	for _, si := range imports {
+		if si.Spec.Type != mcsv1beta1.ClusterSetIP {
+			continue
+		}
+		for _, ipStr := range si.Spec.IPs {
+			ip, err := netip.ParseAddr(ipStr)
+			if err != nil || !ip.Is4() {
+				continue
+			}
+			for _, p := range si.Spec.Ports {
+				proto, ok := vipProto(p.Protocol)
+				if !ok || p.Port < 1 || p.Port > 65535 {
+					continue
+				}
+				key := vip.ServiceKey{VIP: ip, Port: uint16(p.Port), Proto: proto}
+				out[key] = backendsFor(bySvc[client.ObjectKeyFromObject(&si)], p)
+			}
+		}
+	}
+	return out
+}
+
+func backendsFor(eps []discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) []vip.Backend {
+	seen := map[vip.Backend]bool{}
+	backends := []vip.Backend{}
+	for _, s := range eps {
+		port := slicePort(s, p)
+		if port == 0 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
+			for _, a := range e.Addresses {
+				addr, err := netip.ParseAddr(a)
+				if err != nil || !addr.Is4() {
+					continue
+				}
+				b := vip.Backend{Addr: addr, Port: port}
+				if !seen[b] {
+					seen[b] = true
+					backends = append(backends, b)
+				}
+			}
+		}
+	}
+	slices.SortFunc(backends, func(a, b vip.Backend) int {
+		if c := a.Addr.Compare(b.Addr); c != 0 {
+			return c
+		}
+		return int(a.Port) - int(b.Port)
+	})
+	return backends
+}
+
+// slicePort is the slice's port for the import's port: same name and
+// protocol (a single unnamed port matches an unnamed one).
+func slicePort(s discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) uint16 {
+	for _, sp := range s.Ports {
+		name, proto := "", corev1.ProtocolTCP
+		if sp.Name != nil {
+			name = *sp.Name
+		}
+		if sp.Protocol != nil {
+			proto = *sp.Protocol
+		}
+		want := p.Protocol
+		if want == "" {
+			want = corev1.ProtocolTCP
+		}
+		if name == p.Name && proto == want && sp.Port != nil && *sp.Port > 0 && *sp.Port <= 65535 {
+			return uint16(*sp.Port)
+		}
+	}
+	return 0
+}
+
+func vipProto(p corev1.Protocol) (vip.Proto, bool) {
+	switch p {
+	case corev1.ProtocolTCP, "":
+		return vip.TCP, true
+	case corev1.ProtocolUDP:
+		return vip.UDP, true
+	}
+	return 0, false
+}
+
+// VIPSource lists the inputs of VIPDesired.
+type VIPSource interface {
+	ListVIPInputs(ctx context.Context) ([]mcsv1beta1.ServiceImport, []discoveryv1.EndpointSlice, error)
+}
+
+type vipCache struct{ c cache.Cache }
+
+func (v vipCache) ListVIPInputs(ctx context.Context) ([]mcsv1beta1.ServiceImport, []discoveryv1.EndpointSlice, error) {
+	var imports mcsv1beta1.ServiceImportList
+	if err := v.c.List(ctx, &imports); err != nil {
+		return nil, nil, err
+	}
+	var eps discoveryv1.EndpointSliceList
+	if err := v.c.List(ctx, &eps); err != nil {
+		return nil, nil, err
+	}
+	return imports.Items, eps.Items, nil
+}
+
+// WatchVIPInputs watches ServiceImports and multicluster EndpointSlices in
+// every namespace and calls changed on every event.
+func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPSource, error) {
+	hasService, err := labels.NewRequirement(LabelServiceName, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cache.New(cfg, cache.Options{
+		Scheme: kube.NewScheme(),
+		ByObject: map[client.Object]cache.ByObject{
+			&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*hasService)},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("VIP cache: %w", err)
+	}
+	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, fmt.Errorf("VIP informer %T: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { changed() },
+			UpdateFunc: func(any, any) { changed() },
+			DeleteFunc: func(any) { changed() },
+		}); err != nil {
+			return nil, err
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		select {
+		case err := <-errc:
+			return nil, fmt.Errorf("VIP cache: %w", err)
+		default:
+			return nil, fmt.Errorf("VIP cache did not sync: %w", ctx.Err())
+		}
+	}
+	return vipCache{c: c}, nil
+}
+
+// SyncVIPs computes the node's VIP table from src and hands it to table.
+func SyncVIPs(ctx context.Context, src VIPSource, table vip.Table) (int, error) {
+	imports, eps, err := src.ListVIPInputs(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list VIP inputs: %w", err)
+	}
+	desired := VIPDesired(imports, eps)
+	if err := table.Set(ctx, desired); err != nil {
+		return 0, fmt.Errorf("program VIP table: %w", err)
+	}
+	return len(desired), nil
+}
