@@ -111,13 +111,15 @@ func (l *Lab) dumpLogs() {
 	}
 }
 
-// curlWhereami curls url from pod until every wanted pod name answered
-// (bounded by attempts) and returns the replies by pod name.
+// curlWhereami curls url from pod until an answer came and every wanted
+// pod name answered (bounded by attempts) and returns the replies by pod
+// name.
 func (l *Lab) curlWhereami(pod, url string, want []string, attempts int) map[string]apps.Identity {
 	l.t.Helper()
 	seen := map[string]apps.Identity{}
 	var errs []string
-	for i := 0; i < attempts && !hasAll(seen, want); i++ {
+	done := func() bool { return len(seen) > 0 && hasAll(seen, want) }
+	for i := 0; i < attempts && !done(); i++ {
 		out, err := l.Exec(pod, "curl", "-s", "-m", "3", url)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%v: %s", err, out))
@@ -131,7 +133,7 @@ func (l *Lab) curlWhereami(pod, url string, want []string, attempts int) map[str
 		}
 		seen[id.Pod] = id
 	}
-	if !hasAll(seen, want) {
+	if !done() {
 		l.t.Errorf("curl %s from %s: answers from %v after %d attempts, want all of %v; errors: %v", url, pod, keys(seen), attempts, want, errs)
 	}
 	return seen
@@ -212,6 +214,7 @@ func TestLab(t *testing.T) {
 		t.Errorf("c3 resolved whereami.demo.svc.cluster.local: %s", out)
 	}
 
+	l.checkCrossCluster(ctx)
 	l.checkMCS(ctx)
 
 	// The Causeway daemons run supervised in the node namespaces, and a
@@ -251,6 +254,49 @@ func TestLab(t *testing.T) {
 	}
 	if out, _ := exec.Command("pgrep", "-f", l.Dir).Output(); len(out) > 0 {
 		t.Errorf("processes of the lab still running: %s", out)
+	}
+}
+
+// checkCrossCluster checks issue 4's lab promise: c1 ↔ c3 pod-to-pod and
+// pod-to-ClusterIP traffic works in both directions through the gateways'
+// tunnel, and the server sees the client's pod address.
+func (l *Lab) checkCrossCluster(ctx context.Context) {
+	l.t.Helper()
+	c1 := l.Client("c1")
+	pods := &corev1.PodList{}
+	if err := c1.List(ctx, pods, client.InNamespace("demo"), client.MatchingLabels{"app": "whereami"}); err != nil {
+		l.t.Fatal(err)
+	}
+	var names []string
+	for _, p := range pods.Items {
+		names = append(names, p.Name)
+	}
+	svc := &corev1.Service{}
+	if err := c1.Get(ctx, client.ObjectKey{Namespace: "demo", Name: "whereami"}, svc); err != nil {
+		l.t.Fatal(err)
+	}
+	c3client := &corev1.Pod{}
+	if err := l.Client("c3").Get(ctx, client.ObjectKey{Namespace: "demo", Name: "client"}, c3client); err != nil {
+		l.t.Fatal(err)
+	}
+	// c3 → c1: a pod IP, then the ClusterIP (both replicas answer).
+	for _, p := range pods.Items {
+		ids := l.curlWhereami("c3/demo/client", "http://"+p.Status.PodIP+":8080", []string{p.Name}, 60)
+		if id, ok := ids[p.Name]; ok && !strings.HasPrefix(id.Client, c3client.Status.PodIP+":") {
+			l.t.Errorf("c1's pod saw client %s, want c3's client pod %s (no NAT without globalnet)", id.Client, c3client.Status.PodIP)
+		}
+	}
+	l.curlWhereami("c3/demo/client", "http://"+svc.Spec.ClusterIP, names, 60)
+
+	// c1 → c3: a whereami started inside c3's client pod.
+	srv := exec.Command(l.ctl, "lab", "--dir", l.Dir, "exec", "c3/demo/client", "--", l.ctl, "lab", "app", "whereami", "--port", "9000", "--cluster", "c3", "--pod", "client")
+	if err := srv.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	ids := l.curlWhereami("c1/demo/client", "http://"+c3client.Status.PodIP+":9000", []string{"client"}, 60)
+	if id, ok := ids["client"]; ok && id.Cluster != "c3" {
+		l.t.Errorf("c1 → c3 answered from %q", id.Cluster)
 	}
 }
 
@@ -301,6 +347,7 @@ func (l *Lab) checkMCS(ctx context.Context) {
 	if out, err := l.causewayctl("unexport", "demo/whereami", "--cluster", "c2"); err != nil {
 		l.t.Fatalf("unexport from c2: %v\n%s", err, out)
 	}
+	defer l.curlVIP(vip)
 	waitFor(l.t, "c2's slices withdrawn everywhere, the VIP unchanged", func() error {
 		for _, c := range []string{"c1", "c2", "c3"} {
 			sources, err := sliceSources(ctx, l.Client(c))
@@ -320,6 +367,20 @@ func (l *Lab) checkMCS(ctx context.Context) {
 		}
 		return nil
 	})
+}
+
+// curlVIP checks demo step 5 from c3: the clusterset VIP and the
+// clusterset name answer from c1's replicas (eBPF connect4 translation,
+// then the tunnel).
+func (l *Lab) curlVIP(vip string) {
+	l.t.Helper()
+	for _, url := range []string{"http://" + vip, "http://whereami.demo.svc.clusterset.local"} {
+		for _, id := range l.curlWhereami("c3/demo/client", url, nil, 60) {
+			if id.Cluster != "c1" {
+				l.t.Errorf("%s from c3 answered from %q, want c1", url, id.Cluster)
+			}
+		}
+	}
 }
 
 // sliceSources lists the source clusters of whereami's multicluster
