@@ -146,6 +146,8 @@ func TestExportAndShow(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// With no cluster named and no lab, show says how to name clusters.
+	t.Setenv("CAUSEWAY_LAB_DIR", t.TempDir())
 	if _, err := run(t, "show", "imports"); err == nil || !strings.Contains(err.Error(), "no clusters") {
 		t.Errorf("show without clusters: %v", err)
 	}
