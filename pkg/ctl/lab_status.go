@@ -128,8 +128,12 @@ func printLabStatus(ctx context.Context, cmd *cobra.Command, st *lab.State) erro
 		}
 		tw.Flush()
 	}
-	fmt.Fprintln(out, "\nTunnels: none (the gateway engine has not landed yet).")
-	return nil
+	fmt.Fprintln(out, "\nTunnels:")
+	var members []memberCluster
+	for _, name := range st.Members() {
+		members = append(members, memberCluster{Name: name, Client: clients[name]})
+	}
+	return showConnections(ctx, out, members, &outputFlags{format: "table"})
 }
 
 func newLabExecCommand(dir *string) *cobra.Command {
