@@ -81,7 +81,8 @@ func (r Runner) MeasureThroughput(ctx context.Context, server, client Endpoint, 
 		return Throughput{}, fmt.Errorf("iperf3 %s → %s: %v: %s", client.Name(), server.Name(), last, tail(out.String()))
 	}
 	var res struct {
-		End struct {
+		Error string `json:"error"`
+		End   struct {
 			SumReceived struct {
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
@@ -89,6 +90,9 @@ func (r Runner) MeasureThroughput(ctx context.Context, server, client Endpoint, 
 	}
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		return Throughput{}, fmt.Errorf("parse iperf3 output: %w: %s", err, tail(out.String()))
+	}
+	if res.Error != "" || res.End.SumReceived.BitsPerSecond <= 0 {
+		return Throughput{}, fmt.Errorf("iperf3 %s → %s measured nothing (%s): %s", client.Name(), server.Name(), res.Error, tail(out.String()))
 	}
 	return Throughput{Streams: streams, Gbps: res.End.SumReceived.BitsPerSecond / 1e9}, nil
 }
