@@ -215,6 +215,17 @@ func TestLab(t *testing.T) {
 	}
 
 	l.checkCrossCluster(ctx)
+	// diagnose fails overall (c2 has no tunnel: its CIDRs overlap c1's)
+	// but reports the c1 ↔ c3 tunnel healthy from both sides.
+	waitFor(t, "diagnose reporting the c1 ↔ c3 tunnel healthy", func() error {
+		out, _ := l.causewayctl("diagnose")
+		for _, want := range []string{"ok   c1: tunnel n0 → c3", "ok   c3: tunnel n0 → c1", "ok   c3/n1: chain CAUSEWAY-MSS", "c3: remote c2 refused"} {
+			if !strings.Contains(out, want) {
+				return fmt.Errorf("diagnose lacks %q:\n%s", want, out)
+			}
+		}
+		return nil
+	})
 	l.checkMCS(ctx)
 
 	// The Causeway daemons run supervised in the node namespaces, and a
