@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/causeway-net/causeway/pkg/daemon"
 	"github.com/causeway-net/causeway/pkg/vip"
@@ -240,6 +241,10 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 	}
 	lister.set(l)
 	if f.vip && !f.dryRun {
+		var st unix.Statfs_t
+		if err := unix.Statfs(f.bpffs, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+			return fmt.Errorf("VIP datapath: no bpffs at %s (mount -t bpf bpf %s, or run with --vip=false)", f.bpffs, f.bpffs)
+		}
 		table, err := vip.Open(vip.Config{PinDir: f.pinDir(), CgroupPath: f.cgroupRoot, Logger: rt.Log})
 		if err != nil {
 			return fmt.Errorf("VIP datapath: %w", err)

@@ -69,7 +69,9 @@ func TestDaemonProcessInLabNodes(t *testing.T) {
 		t.Helper()
 		args := append([]string{"--kubeconfig", kubeconfig, "--cluster-id", "c1", "--node-name", node,
 			"--node-ip", tb.nodeIP(node).String(), "--pod-cidrs", "10.244.0.0/16", "--service-cidrs", "10.96.0.0/16",
-			"--tunnel-mtu", "1420", "--metrics-addr", "127.0.0.1:9532"}, extra...)
+			"--tunnel-mtu", "1420", "--metrics-addr", "127.0.0.1:9532",
+			// The VIP datapath is tested in pkg/vip and the lab e2e.
+			"--vip=false"}, extra...)
 		cmd, err := tb.h.Start(netlab.Process{Netns: tb.nodeNS(node), Cgroup: tb.h.Cgroups().NodeSystem("c1", node),
 			Path: self, Args: args, Env: append(os.Environ(), mainEnv+"=1"), LogPath: filepath.Join(logDir, node+".log")})
 		if err != nil {

@@ -227,6 +227,7 @@ func TestLab(t *testing.T) {
 		return nil
 	})
 	l.checkMCS(ctx)
+	l.checkBrokerOutage(ctx)
 
 	// The Causeway daemons run supervised in the node namespaces, and a
 	// crashed one is restarted.
@@ -375,6 +376,65 @@ func (l *Lab) checkMCS(ctx context.Context) {
 			if len(si.Spec.IPs) != 1 || si.Spec.IPs[0] != vip {
 				return fmt.Errorf("%s: VIP %v, want %s", c, si.Spec.IPs, vip)
 			}
+		}
+		return nil
+	})
+}
+
+// checkBrokerOutage freezes the broker's API server (SIGSTOP): traffic
+// through the tunnel and the VIP keeps flowing, and an export made
+// meanwhile converges once the broker is back (SIGCONT).
+func (l *Lab) checkBrokerOutage(ctx context.Context) {
+	l.t.Helper()
+	st, err := lab.Load(l.Dir)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	units, err := st.Status()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	pid := 0
+	for _, u := range units {
+		if u.Name == "broker/kube-apiserver" {
+			pid = u.PID
+		}
+	}
+	if pid == 0 {
+		l.t.Fatal("no broker kube-apiserver in the supervisor's status")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		l.t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+
+	si := &mcsv1beta1.ServiceImport{}
+	if err := l.Client("c3").Get(ctx, client.ObjectKey{Namespace: "demo", Name: "whereami"}, si); err != nil || len(si.Spec.IPs) != 1 {
+		l.t.Fatalf("c3's ServiceImport: %v %+v", err, si.Spec)
+	}
+	l.curlVIP(si.Spec.IPs[0]) // the dataplane does not need the broker
+	if out, err := l.causewayctl("export", "demo/whereami", "--cluster", "c2"); err != nil {
+		l.t.Fatalf("export from c2 while the broker is down: %v\n%s", err, out)
+	}
+	time.Sleep(2 * time.Second) // the change cannot reach anyone yet
+	if sources, err := sliceSources(ctx, l.Client("c3")); err != nil || sources["c2"] {
+		l.t.Errorf("c3 got c2's slices while the broker was frozen: %v %v", sources, err)
+	}
+	resume()
+	waitFor(l.t, "c2's export reaching c3 after the broker is back", func() error {
+		sources, err := sliceSources(ctx, l.Client("c3"))
+		if err != nil {
+			return err
+		}
+		if !sources["c1"] || !sources["c2"] {
+			return fmt.Errorf("c3 has slices from %v, want c1 and c2", sources)
 		}
 		return nil
 	})
