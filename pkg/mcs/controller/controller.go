@@ -108,6 +108,8 @@ type Controller struct {
 	vips    map[types.NamespacedName]netip.Addr
 	exports map[types.NamespacedName]bool
 	imports map[types.NamespacedName]int // key -> number of slices
+	// waitingVIP are Services whose VIP allocation found the range full.
+	waitingVIP map[types.NamespacedName]bool
 }
 
 // New builds a controller for the local cluster (local) syncing through
@@ -187,6 +189,8 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		vips:     map[types.NamespacedName]netip.Addr{},
 		exports:  map[types.NamespacedName]bool{},
 		imports:  map[types.NamespacedName]int{},
+
+		waitingVIP: map[types.NamespacedName]bool{},
 	}
 	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient), c: c.bclient, live: c.breader})
 	if err := c.setup(); err != nil {
@@ -233,9 +237,17 @@ func (c *Controller) setup() error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: r.Spec.ServiceNamespace, Name: r.Spec.ServiceName}}}
 	})
+	// An allocation event concerns its Service, and any Service waiting for
+	// a free address (the range was exhausted).
 	vip := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		a := o.(*causewayv1alpha1.VIPAllocation)
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName}}}
+		out := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName}}}
+		c.mu.Lock()
+		for k := range c.waitingVIP {
+			out = append(out, reconcile.Request{NamespacedName: k})
+		}
+		c.mu.Unlock()
+		return out
 	})
 	slice := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		l := o.GetLabels()

@@ -38,6 +38,9 @@ func (c *Controller) sync(ctx context.Context, key types.NamespacedName) error {
 	if err != nil {
 		return err
 	}
+	if apierrors.IsConflict(exp.writeErr) {
+		return exp.writeErr // the cache lags behind the broker: retry, do not report it
+	}
 	m, importErr := c.syncImport(ctx, key, exp)
 	statusErr := c.syncExportStatus(ctx, exp, m, importErr)
 	return errors.Join(exp.writeErr, importErr, statusErr)
@@ -186,9 +189,10 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 		}
 	}
 	want := mcs.BuildServiceImport(m, key.Namespace, key.Name, vips)
-	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "imported"}
+	ready := metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
+		Reason: string(mcsv1beta1.ServiceImportReasonReady), Message: "imported"}
 	if vipErr != nil {
-		ready = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "VIPUnavailable", Message: vipErr.Error()}
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "VIPUnavailable", vipErr.Error()
 		if errors.Is(vipErr, mcs.ErrVIPRangeExhausted) {
 			ready.Reason = "VIPRangeExhausted"
 		}
@@ -238,12 +242,17 @@ func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.A
 		}
 	}
 	vip, err := c.alloc.Allocate(ctx, key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if errors.Is(err, mcs.ErrVIPRangeExhausted) {
+		c.waitingVIP[key] = true
+	} else {
+		delete(c.waitingVIP, key)
+	}
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	c.mu.Lock()
 	c.vips[key] = vip
-	c.mu.Unlock()
 	return vip, nil
 }
 
@@ -342,6 +351,7 @@ func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName)
 	c.mu.Lock()
 	_, hadVIP := c.vips[key]
 	delete(c.vips, key)
+	delete(c.waitingVIP, key)
 	c.mu.Unlock()
 	var held causewayv1alpha1.VIPAllocationList
 	if err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()}); err != nil {
