@@ -43,12 +43,12 @@ func TestClusterIdentity(t *testing.T) {
 
 	clients := map[string]client.Client{}
 	for _, id := range []string{"a", "b"} {
-		kc, err := broker.EnsureClusterIdentity(ctx, api.Config, id)
-		if err != nil {
+		if _, err := broker.EnsureClusterIdentity(ctx, api.Config, id); err != nil {
 			t.Fatalf("EnsureClusterIdentity(%s): %v", id, err)
 		}
 		// Idempotent: a second call succeeds and gives a working config too.
-		if kc, err = broker.EnsureClusterIdentity(ctx, api.Config, id); err != nil {
+		kc, err := broker.EnsureClusterIdentity(ctx, api.Config, id)
+		if err != nil {
 			t.Fatalf("EnsureClusterIdentity(%s) again: %v", id, err)
 		}
 		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
