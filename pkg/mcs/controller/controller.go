@@ -45,7 +45,7 @@ const (
 	DefaultDeadClusterTimeout = 10 * time.Second
 	DefaultLivenessDuration   = 3 * time.Second
 	DefaultResyncPeriod       = 5 * time.Minute
-	DefaultWorkers            = 4
+	DefaultWorkers            = 16
 	// LeaderElectionID is the Lease in the local Causeway namespace that
 	// elects the acting replica.
 	LeaderElectionID = "causeway-mcs-controller"
@@ -87,6 +87,8 @@ const (
 	indexRecordService   = "causeway.service"   // records by "<ns>/<name>"
 	indexRecordNamespace = "causeway.serviceNS" // records by service namespace
 	indexVIPService      = "causeway.vipService"
+	indexLocalSlice      = "causeway.localSlice"  // a Service's own EndpointSlices by Service name
+	indexImportSlice     = "causeway.importSlice" // our multi-cluster slices by Service name
 )
 
 // Controller is one cluster's MCS controller.
@@ -108,6 +110,8 @@ type Controller struct {
 	vips    map[types.NamespacedName]netip.Addr
 	exports map[types.NamespacedName]bool
 	imports map[types.NamespacedName]int // key -> number of slices
+	// sliceCount is the sum of imports' values.
+	sliceCount int
 	// waitingVIP are Services whose VIP allocation found the range full.
 	waitingVIP map[types.NamespacedName]bool
 }
@@ -225,6 +229,26 @@ func (c *Controller) setup() error {
 		return []string{a.Spec.ServiceNamespace + "/" + a.Spec.ServiceName}
 	}); err != nil {
 		return fmt.Errorf("index VIP allocations: %w", err)
+	}
+
+	// Slices are looked up per Service through indexes: a label selector
+	// would scan every slice of the namespace on each sync.
+	lcache := c.mgr.GetCache()
+	if err := lcache.IndexField(ctx, &discoveryv1.EndpointSlice{}, indexLocalSlice, func(o client.Object) []string {
+		if n := o.GetLabels()[discoveryv1.LabelServiceName]; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index EndpointSlices: %w", err)
+	}
+	if err := lcache.IndexField(ctx, &discoveryv1.EndpointSlice{}, indexImportSlice, func(o client.Object) []string {
+		if n := o.GetLabels()[mcsv1beta1.LabelServiceName]; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index EndpointSlices: %w", err)
 	}
 
 	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {

@@ -100,7 +100,7 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		return st, nil
 	}
 	var local discoveryv1.EndpointSliceList
-	if err := c.local.List(ctx, &local, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+	if err := c.local.List(ctx, &local, client.InNamespace(key.Namespace), client.MatchingFields{indexLocalSlice: key.Name}); err != nil {
 		return st, fmt.Errorf("list local EndpointSlices: %w", err)
 	}
 	spec.Endpoints = mcs.RecordEndpointsFromSlices(local.Items)
@@ -210,7 +210,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	}
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
 	var have discoveryv1.EndpointSliceList
-	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name}); err != nil {
+	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingFields{indexImportSlice: key.Name}); err != nil {
 		return &m, fmt.Errorf("list EndpointSlices: %w", err)
 	}
 	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(rendered, have.Items)); err != nil {
@@ -328,7 +328,7 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
 	var have discoveryv1.EndpointSliceList
-	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name}); err != nil {
+	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingFields{indexImportSlice: key.Name}); err != nil {
 		return fmt.Errorf("list EndpointSlices: %w", err)
 	}
 	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, have.Items)); err != nil {
@@ -437,17 +437,15 @@ func (c *Controller) setExported(key types.NamespacedName, on bool) {
 func (c *Controller) setImported(key types.NamespacedName, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sliceCount -= c.imports[key]
 	if n < 0 {
 		delete(c.imports, key)
 	} else {
 		c.imports[key] = n
-	}
-	total := 0
-	for _, v := range c.imports {
-		total += v
+		c.sliceCount += n
 	}
 	c.metrics.imports.Set(float64(len(c.imports)))
-	c.metrics.slices.Set(float64(total))
+	c.metrics.slices.Set(float64(c.sliceCount))
 }
 
 func mapsEqual(a, b map[string]string) bool {
