@@ -147,9 +147,14 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	resync := cfg.ResyncPeriod
 	strip := cache.TransformStripManagedFields()
 
-	le := 4 * time.Second
-	renew := 3 * time.Second
-	retry := 500 * time.Millisecond
+	// Leader election with client-go's usual timings: a short renew
+	// deadline lost leadership (and exited) while the API server was
+	// saturated by 10 000 imports. A standby replica takes over 15 s after
+	// a crash, at once after a clean shutdown (released on cancel); the
+	// imports already written stay meanwhile.
+	le := 15 * time.Second
+	renew := 10 * time.Second
+	retry := 2 * time.Second
 	mgr, err := manager.New(local, manager.Options{
 		Scheme:                        scheme,
 		Logger:                        logr.FromSlogHandler(cfg.Log.Handler()),
