@@ -328,6 +328,11 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		c.log.Debug("sync failed", "service", req.NamespacedName, "err", err)
 	}
+	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+		// The cache lags behind our own writes: try again shortly, without
+		// reporting an error or growing the backoff.
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
 	return reconcile.Result{}, err
 }
 
