@@ -23,6 +23,8 @@ func NewCommand() *cobra.Command {
 		resync      = DefaultResyncPeriod
 		workers     = DefaultWorkers
 		leaderElect = true
+		qps         = float32(200)
+		burst       = 400
 	)
 	cmd := daemon.Command("mcs-controller",
 		"Causeway MCS controller: ServiceExports to the broker, ServiceImports and EndpointSlices from it",
@@ -46,6 +48,7 @@ endpoints of clusters that stop renewing theirs.`,
 			if err != nil {
 				return err
 			}
+			local.QPS, local.Burst, brk.QPS, brk.Burst = qps, burst, qps, burst
 			if err := rt.WaitForAPIServer(ctx, "local cluster", local); err != nil {
 				return err
 			}
@@ -74,6 +77,8 @@ endpoints of clusters that stop renewing theirs.`,
 	fs.DurationVar(&liveness, "liveness-lease-duration", liveness, "duration of this cluster's liveness Lease in the broker (renewed every third)")
 	fs.DurationVar(&resync, "resync-period", resync, "full resync period")
 	fs.IntVar(&workers, "workers", workers, "Services synced in parallel")
+	fs.Float32Var(&qps, "kube-api-qps", qps, "client-side rate limit of requests to each API server (local and broker)")
+	fs.IntVar(&burst, "kube-api-burst", burst, "burst of requests to each API server above --kube-api-qps")
 	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "elect one acting replica per cluster")
 	return cmd
 }

@@ -45,7 +45,7 @@ const (
 	DefaultDeadClusterTimeout = 10 * time.Second
 	DefaultLivenessDuration   = 3 * time.Second
 	DefaultResyncPeriod       = 5 * time.Minute
-	DefaultWorkers            = 4
+	DefaultWorkers            = 16
 	// LeaderElectionID is the Lease in the local Causeway namespace that
 	// elects the acting replica.
 	LeaderElectionID = "causeway-mcs-controller"
@@ -87,6 +87,8 @@ const (
 	indexRecordService   = "causeway.service"   // records by "<ns>/<name>"
 	indexRecordNamespace = "causeway.serviceNS" // records by service namespace
 	indexVIPService      = "causeway.vipService"
+	indexLocalSlice      = "causeway.localSlice"  // a Service's own EndpointSlices by Service name
+	indexImportSlice     = "causeway.importSlice" // our multi-cluster slices by Service name
 )
 
 // Controller is one cluster's MCS controller.
@@ -108,6 +110,10 @@ type Controller struct {
 	vips    map[types.NamespacedName]netip.Addr
 	exports map[types.NamespacedName]bool
 	imports map[types.NamespacedName]int // key -> number of slices
+	// sliceCount is the sum of imports' values.
+	sliceCount int
+	// waitingVIP are Services whose VIP allocation found the range full.
+	waitingVIP map[types.NamespacedName]bool
 }
 
 // New builds a controller for the local cluster (local) syncing through
@@ -141,9 +147,14 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	resync := cfg.ResyncPeriod
 	strip := cache.TransformStripManagedFields()
 
-	le := 4 * time.Second
-	renew := 3 * time.Second
-	retry := 500 * time.Millisecond
+	// Leader election with client-go's usual timings: a short renew
+	// deadline lost leadership (and exited) while the API server was
+	// saturated by 10 000 imports. A standby replica takes over 15 s after
+	// a crash, at once after a clean shutdown (released on cancel); the
+	// imports already written stay meanwhile.
+	le := 15 * time.Second
+	renew := 10 * time.Second
+	retry := 2 * time.Second
 	mgr, err := manager.New(local, manager.Options{
 		Scheme:                        scheme,
 		Logger:                        logr.FromSlogHandler(cfg.Log.Handler()),
@@ -187,6 +198,8 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		vips:     map[types.NamespacedName]netip.Addr{},
 		exports:  map[types.NamespacedName]bool{},
 		imports:  map[types.NamespacedName]int{},
+
+		waitingVIP: map[types.NamespacedName]bool{},
 	}
 	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient), c: c.bclient, live: c.breader})
 	if err := c.setup(); err != nil {
@@ -223,6 +236,26 @@ func (c *Controller) setup() error {
 		return fmt.Errorf("index VIP allocations: %w", err)
 	}
 
+	// Slices are looked up per Service through indexes: a label selector
+	// would scan every slice of the namespace on each sync.
+	lcache := c.mgr.GetCache()
+	if err := lcache.IndexField(ctx, &discoveryv1.EndpointSlice{}, indexLocalSlice, func(o client.Object) []string {
+		if n := o.GetLabels()[discoveryv1.LabelServiceName]; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index EndpointSlices: %w", err)
+	}
+	if err := lcache.IndexField(ctx, &discoveryv1.EndpointSlice{}, indexImportSlice, func(o client.Object) []string {
+		if n := o.GetLabels()[mcsv1beta1.LabelServiceName]; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index EndpointSlices: %w", err)
+	}
+
 	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 	})
@@ -233,9 +266,17 @@ func (c *Controller) setup() error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: r.Spec.ServiceNamespace, Name: r.Spec.ServiceName}}}
 	})
+	// An allocation event concerns its Service, and any Service waiting for
+	// a free address (the range was exhausted).
 	vip := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		a := o.(*causewayv1alpha1.VIPAllocation)
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName}}}
+		out := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName}}}
+		c.mu.Lock()
+		for k := range c.waitingVIP {
+			out = append(out, reconcile.Request{NamespacedName: k})
+		}
+		c.mu.Unlock()
+		return out
 	})
 	slice := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		l := o.GetLabels()
@@ -286,6 +327,11 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 	c.metrics.observe(time.Since(start), err)
 	if err != nil {
 		c.log.Debug("sync failed", "service", req.NamespacedName, "err", err)
+	}
+	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+		// The cache lags behind our own writes: try again shortly, without
+		// reporting an error or growing the backoff.
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	return reconcile.Result{}, err
 }

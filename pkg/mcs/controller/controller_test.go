@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -451,4 +452,40 @@ func testBrokerOutage(t *testing.T, e *env) {
 	if err != nil || fmt.Sprint(eps) != fmt.Sprint(eps1) {
 		t.Errorf("endpoints changed while the broker was down: %v → %v (%v)", eps1, eps, err)
 	}
+}
+
+// TestVIPExhausted: a two-address VIP range and three Services: the third
+// import says why it has no VIP, and gets one once a Service leaves.
+func TestVIPExhausted(t *testing.T) {
+	e := newEnv(t, "c1")
+	e.cfg.VIPRange = mcs.MustParseVIPRange("243.1.0.0/30")
+	e.namespace("c1", "tiny")
+	e.start("c1")
+	c1 := e.c("c1")
+	for _, n := range []string{"a", "b"} {
+		svc := service(t, c1, "tiny", n, false, map[string]int32{"http": 80})
+		localSlice(t, c1, svc, 80, pod{ip: "10.244.1.1", ready: true})
+		export(t, c1, "tiny", n)
+		eventually(t, n+" imported", func() error { _, err := importVIP(c1, "tiny", n); return err })
+	}
+	svc := service(t, c1, "tiny", "c", false, map[string]int32{"http": 80})
+	localSlice(t, c1, svc, 80, pod{ip: "10.244.1.1", ready: true})
+	export(t, c1, "tiny", "c")
+	eventually(t, "third import not ready for lack of a VIP", func() error {
+		var si mcsv1beta1.ServiceImport
+		if err := c1.Get(context.Background(), types.NamespacedName{Namespace: "tiny", Name: "c"}, &si); err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(si.Status.Conditions, "Ready")
+		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "VIPRangeExhausted" || len(si.Spec.IPs) != 0 {
+			return fmt.Errorf("ServiceImport ips %v, Ready %+v", si.Spec.IPs, cond)
+		}
+		return nil
+	})
+	var list causewayv1alpha1.VIPAllocationList
+	if err := e.broker.Client.List(context.Background(), &list); err != nil || len(list.Items) != 2 {
+		t.Fatalf("%d allocations (%v), want 2: nothing half-allocated", len(list.Items), err)
+	}
+	unexport(t, c1, "tiny", "a")
+	eventually(t, "c gets the freed VIP", func() error { _, err := importVIP(c1, "tiny", "c"); return err })
 }

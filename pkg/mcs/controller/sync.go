@@ -38,6 +38,9 @@ func (c *Controller) sync(ctx context.Context, key types.NamespacedName) error {
 	if err != nil {
 		return err
 	}
+	if apierrors.IsConflict(exp.writeErr) {
+		return exp.writeErr // the cache lags behind the broker: retry, do not report it
+	}
 	m, importErr := c.syncImport(ctx, key, exp)
 	statusErr := c.syncExportStatus(ctx, exp, m, importErr)
 	return errors.Join(exp.writeErr, importErr, statusErr)
@@ -97,7 +100,7 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		return st, nil
 	}
 	var local discoveryv1.EndpointSliceList
-	if err := c.local.List(ctx, &local, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+	if err := c.local.List(ctx, &local, client.InNamespace(key.Namespace), client.MatchingFields{indexLocalSlice: key.Name}); err != nil {
 		return st, fmt.Errorf("list local EndpointSlices: %w", err)
 	}
 	spec.Endpoints = mcs.RecordEndpointsFromSlices(local.Items)
@@ -186,9 +189,10 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 		}
 	}
 	want := mcs.BuildServiceImport(m, key.Namespace, key.Name, vips)
-	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "imported"}
+	ready := metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
+		Reason: string(mcsv1beta1.ServiceImportReasonReady), Message: "imported"}
 	if vipErr != nil {
-		ready = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "VIPUnavailable", Message: vipErr.Error()}
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "VIPUnavailable", vipErr.Error()
 		if errors.Is(vipErr, mcs.ErrVIPRangeExhausted) {
 			ready.Reason = "VIPRangeExhausted"
 		}
@@ -206,7 +210,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	}
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
 	var have discoveryv1.EndpointSliceList
-	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name}); err != nil {
+	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingFields{indexImportSlice: key.Name}); err != nil {
 		return &m, fmt.Errorf("list EndpointSlices: %w", err)
 	}
 	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(rendered, have.Items)); err != nil {
@@ -238,12 +242,17 @@ func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.A
 		}
 	}
 	vip, err := c.alloc.Allocate(ctx, key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if errors.Is(err, mcs.ErrVIPRangeExhausted) {
+		c.waitingVIP[key] = true
+	} else {
+		delete(c.waitingVIP, key)
+	}
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	c.mu.Lock()
 	c.vips[key] = vip
-	c.mu.Unlock()
 	return vip, nil
 }
 
@@ -319,7 +328,7 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
 	var have discoveryv1.EndpointSliceList
-	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name}); err != nil {
+	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingFields{indexImportSlice: key.Name}); err != nil {
 		return fmt.Errorf("list EndpointSlices: %w", err)
 	}
 	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, have.Items)); err != nil {
@@ -342,6 +351,7 @@ func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName)
 	c.mu.Lock()
 	_, hadVIP := c.vips[key]
 	delete(c.vips, key)
+	delete(c.waitingVIP, key)
 	c.mu.Unlock()
 	var held causewayv1alpha1.VIPAllocationList
 	if err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()}); err != nil {
@@ -427,17 +437,15 @@ func (c *Controller) setExported(key types.NamespacedName, on bool) {
 func (c *Controller) setImported(key types.NamespacedName, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sliceCount -= c.imports[key]
 	if n < 0 {
 		delete(c.imports, key)
 	} else {
 		c.imports[key] = n
-	}
-	total := 0
-	for _, v := range c.imports {
-		total += v
+		c.sliceCount += n
 	}
 	c.metrics.imports.Set(float64(len(c.imports)))
-	c.metrics.slices.Set(float64(total))
+	c.metrics.slices.Set(float64(c.sliceCount))
 }
 
 func mapsEqual(a, b map[string]string) bool {
