@@ -25,6 +25,10 @@ import (
 
 var daemons = []string{"gateway", "route-agent", "globalnet"}
 
+// brokerDaemons also need a broker to run; their flags are checked here and
+// their behaviour in their packages' tests and the lab e2e.
+var brokerDaemons = []string{"mcs-controller"}
+
 func build(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -42,7 +46,7 @@ func TestBinaries(t *testing.T) {
 	bin := build(t)
 
 	t.Run("help", func(t *testing.T) {
-		for _, b := range append([]string{"causewayctl"}, daemons...) {
+		for _, b := range append(append([]string{"causewayctl"}, daemons...), brokerDaemons...) {
 			out, err := exec.Command(filepath.Join(bin, b), "--help").CombinedOutput()
 			if err != nil {
 				t.Errorf("%s --help: %v\n%s", b, err, out)
@@ -58,7 +62,7 @@ func TestBinaries(t *testing.T) {
 	})
 
 	t.Run("bad flags", func(t *testing.T) {
-		for _, b := range daemons {
+		for _, b := range append(daemons, brokerDaemons...) {
 			cmd := exec.Command(filepath.Join(bin, b), "--cluster-id", "Not_A_Label", "--pod-cidrs", "10.0.0.1/8", "--metrics-addr", "0")
 			out, err := cmd.CombinedOutput()
 			if err == nil {
