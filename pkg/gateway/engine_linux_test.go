@@ -31,6 +31,7 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 )
@@ -117,7 +118,7 @@ func newTopo(t *testing.T) *topo {
 // startUDPEcho answers every datagram on addr with name.
 func startUDPEcho(t *testing.T, nsPath string, addr netip.AddrPort, name string) {
 	var pc net.PacketConn
-	err := inNetns(nsPath, func() error {
+	err := netnsx.Do(nsPath, func() error {
 		var err error
 		pc, err = net.ListenPacket("udp4", addr.String())
 		return err
@@ -141,7 +142,7 @@ func startUDPEcho(t *testing.T, nsPath string, addr netip.AddrPort, name string)
 // tcpEcho listens in ns on addr and echoes lines back.
 func tcpEcho(t *testing.T, nsPath string, addr netip.AddrPort) {
 	var ln net.Listener
-	if err := inNetns(nsPath, func() error {
+	if err := netnsx.Do(nsPath, func() error {
 		var err error
 		ln, err = net.Listen("tcp4", addr.String())
 		return err
@@ -169,7 +170,7 @@ func tcpEcho(t *testing.T, nsPath string, addr netip.AddrPort) {
 // tcpRoundTrip dials addr from ns and checks one echoed line.
 func tcpRoundTrip(nsPath string, addr netip.AddrPort) error {
 	var c net.Conn
-	if err := inNetns(nsPath, func() error {
+	if err := netnsx.Do(nsPath, func() error {
 		var err error
 		c, err = net.DialTimeout("tcp4", addr.String(), 2*time.Second)
 		return err
@@ -570,7 +571,7 @@ type reply struct {
 
 func startProbe(t *testing.T, nsPath string, to netip.AddrPort) *probe {
 	p := &probe{stopped: make(chan struct{})}
-	if err := inNetns(nsPath, func() error {
+	if err := netnsx.Do(nsPath, func() error {
 		var err error
 		p.conn, err = net.Dial("udp4", to.String())
 		return err

@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+
+	"github.com/causeway-net/causeway/internal/netnsx"
 )
 
 // icmpProber sends one ICMP echo per interval to every target from the
@@ -42,7 +44,7 @@ type inflight struct {
 
 func newICMPProber(nsPath string, local netip.Addr, interval time.Duration, log *slog.Logger, onResult func(string, time.Duration)) (*icmpProber, error) {
 	var conn *icmp.PacketConn
-	err := inNetns(nsPath, func() error {
+	err := netnsx.Do(nsPath, func() error {
 		var err error
 		conn, err = icmp.ListenPacket("ip4:icmp", local.String())
 		return err

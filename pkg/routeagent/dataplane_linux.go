@@ -10,15 +10,15 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/causeway-net/causeway/internal/netnsx"
 )
 
 // LinuxConfig configures the Linux dataplane.
@@ -58,7 +58,7 @@ func (e ExecIPTables) Save(ctx context.Context, tables []string) (string, error)
 	var out bytes.Buffer
 	for _, t := range tables {
 		var stdout, stderr bytes.Buffer
-		err := inNetns(e.Netns, func() error {
+		err := netnsx.Do(e.Netns, func() error {
 			cmd := exec.CommandContext(ctx, bin, "-t", t)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			return cmd.Run()
@@ -75,7 +75,7 @@ func (e ExecIPTables) Save(ctx context.Context, tables []string) (string, error)
 func (e ExecIPTables) Restore(ctx context.Context, payload string) error {
 	bin := cmp(e.RestoreBin, "iptables-restore")
 	var stderr bytes.Buffer
-	err := inNetns(e.Netns, func() error {
+	err := netnsx.Do(e.Netns, func() error {
 		cmd := exec.CommandContext(ctx, bin, "-w", "5", "--noflush")
 		cmd.Stdin = strings.NewReader(payload)
 		cmd.Stderr = &stderr
@@ -119,7 +119,7 @@ func NewLinux(cfg LinuxConfig) (*Linux, error) {
 	if ipt == nil {
 		ipt = ExecIPTables{Netns: cfg.Netns}
 	}
-	h, err := handleAt(cfg.Netns)
+	h, err := netnsx.Handle(cfg.Netns)
 	if err != nil {
 		return nil, err
 	}
@@ -134,50 +134,6 @@ func (l *Linux) Close() {
 		l.h.Close()
 		l.h = nil
 	}
-}
-
-func handleAt(path string) (*netlink.Handle, error) {
-	if path == "" {
-		h, err := netlink.NewHandle()
-		if err != nil {
-			return nil, fmt.Errorf("open netlink: %w", err)
-		}
-		return h, nil
-	}
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		return nil, fmt.Errorf("open netns %s: %w", path, err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		return nil, fmt.Errorf("open netlink in %s: %w", path, err)
-	}
-	return h, nil
-}
-
-// inNetns runs fn on an OS thread switched into the namespace at path;
-// the thread is discarded afterwards. Empty path: the current namespace.
-func inNetns(path string, fn func() error) error {
-	if path == "" {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			errc <- fmt.Errorf("open netns %s: %w", path, err)
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", path, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
 }
 
 func (l *Linux) table() int {
@@ -507,7 +463,7 @@ func (l *Linux) deleteDevice(rep *Report) error {
 }
 
 func (l *Linux) syncSysctls(d DesiredState, rep *Report) error {
-	return inNetns(l.cfg.Netns, func() error {
+	return netnsx.Do(l.cfg.Netns, func() error {
 		for _, s := range d.Sysctls {
 			changed, err := writeSysctl(s.Path, s.Value)
 			if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/strongswan/govici/vici"
 	"golang.org/x/sys/unix"
 
-	"github.com/causeway-net/causeway/pkg/cable/internal/netnsx"
+	"github.com/causeway-net/causeway/internal/netnsx"
 )
 
 // maxSocketPath is the usable length of a unix socket path.

@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/causeway-net/causeway/pkg/cable"
-	"github.com/causeway-net/causeway/pkg/cable/internal/netnsx"
+	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/pkg/cable/internal/routes"
 )
 

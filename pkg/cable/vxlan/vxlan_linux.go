@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/causeway-net/causeway/pkg/cable"
-	"github.com/causeway-net/causeway/pkg/cable/internal/netnsx"
+	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/pkg/cable/internal/routes"
 )
 

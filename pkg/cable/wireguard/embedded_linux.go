@@ -14,7 +14,7 @@ import (
 	"golang.zx2c4.com/wireguard/ipc"
 	"golang.zx2c4.com/wireguard/tun"
 
-	"github.com/causeway-net/causeway/pkg/cable/internal/netnsx"
+	"github.com/causeway-net/causeway/internal/netnsx"
 )
 
 // embedded is a wireguard-go device running in this process over a TUN

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/causeway-net/causeway/pkg/cable/internal/netnsx"
+	"github.com/causeway-net/causeway/internal/netnsx"
 )
 
 // Fixed addresses of the topology.
