@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -228,6 +231,7 @@ func TestLab(t *testing.T) {
 	})
 	l.checkMCS(ctx)
 	l.checkBrokerOutage(ctx)
+	l.checkConflictAndHeadless(ctx)
 
 	// The Causeway daemons run supervised in the node namespaces, and a
 	// crashed one is restarted.
@@ -435,6 +439,70 @@ func (l *Lab) checkBrokerOutage(ctx context.Context) {
 		}
 		if !sources["c1"] || !sources["c2"] {
 			return fmt.Errorf("c3 has slices from %v, want c1 and c2", sources)
+		}
+		return nil
+	})
+}
+
+// checkConflictAndHeadless: two clusters exporting the same service with
+// clashing ports get Conflict=True (PortConflict) on both exports; and a
+// headless service of c1 resolves in c3 to c1's ready pod addresses
+// (demo step 8) through stock CoreDNS.
+func (l *Lab) checkConflictAndHeadless(ctx context.Context) {
+	l.t.Helper()
+	for cluster, port := range map[string]int32{"c1": 80, "c3": 81} {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "clash"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "nothing"},
+				Ports: []corev1.ServicePort{{Name: "http", Port: port, Protocol: corev1.ProtocolTCP}}},
+		}
+		if err := l.Client(cluster).Create(ctx, svc); err != nil {
+			l.t.Fatalf("%s: %v", cluster, err)
+		}
+		if out, err := l.causewayctl("export", "demo/clash", "--cluster", cluster); err != nil {
+			l.t.Fatalf("export clash from %s: %v\n%s", cluster, err, out)
+		}
+	}
+	waitFor(l.t, "Conflict=True PortConflict on both exports of demo/clash", func() error {
+		for _, cluster := range []string{"c1", "c3"} {
+			se := &mcsv1beta1.ServiceExport{}
+			if err := l.Client(cluster).Get(ctx, client.ObjectKey{Namespace: "demo", Name: "clash"}, se); err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
+			if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Reason, string(mcsv1beta1.ServiceExportReasonPortConflict)) {
+				return fmt.Errorf("%s: Conflict condition %+v", cluster, c)
+			}
+		}
+		return nil
+	})
+
+	headless := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "whereami-headless"},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "whereami"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}}},
+	}
+	if err := l.Client("c1").Create(ctx, headless); err != nil {
+		l.t.Fatal(err)
+	}
+	if out, err := l.causewayctl("export", "demo/whereami-headless", "--cluster", "c1"); err != nil {
+		l.t.Fatalf("export headless: %v\n%s", err, out)
+	}
+	pods := &corev1.PodList{}
+	if err := l.Client("c1").List(ctx, pods, client.InNamespace("demo"), client.MatchingLabels{"app": "whereami"}); err != nil {
+		l.t.Fatal(err)
+	}
+	var want []string
+	for _, p := range pods.Items {
+		want = append(want, p.Status.PodIP)
+	}
+	slices.Sort(want)
+	waitFor(l.t, "whereami-headless.demo.svc.clusterset.local resolving in c3 to c1's pods", func() error {
+		out, err := l.Exec("c3/demo/client", "dig", "+short", "whereami-headless.demo.svc.clusterset.local")
+		got := strings.Fields(out)
+		slices.Sort(got)
+		if err != nil || !slices.Equal(got, want) {
+			return fmt.Errorf("dig: %v: %q, want %v", err, out, want)
 		}
 		return nil
 	})
