@@ -16,8 +16,8 @@ import (
 	"github.com/strongswan/govici/vici"
 	"github.com/vishvananda/netlink"
 
-	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/pkg/cable/internal/routes"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/pkg/cable/internal/routes"
 )
 

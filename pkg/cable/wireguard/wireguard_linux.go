@@ -17,8 +17,8 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
-	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/pkg/cable/internal/routes"
 )
 
