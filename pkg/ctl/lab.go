@@ -88,7 +88,8 @@ never duplicates anything.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Clusters, "clusters", cfg.Clusters, "number of member clusters (c1…cN)")
-	f.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes per cluster; the first is the gateway")
+	f.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes per cluster")
+	f.IntVar(&cfg.Gateways, "gateways", 1, "gateway candidates per cluster (the first nodes); one is active, the others take over on failure")
 	f.StringSliceVar(&podCIDRs, "pod-cidr", nil, "a cluster's pod CIDR, as CLUSTER=CIDR (repeatable)")
 	f.StringSliceVar(&svcCIDRs, "service-cidr", nil, "a cluster's service CIDR, as CLUSTER=CIDR (repeatable)")
 	f.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "prefix of every namespace, cgroup and device the lab creates")

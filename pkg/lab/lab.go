@@ -38,8 +38,11 @@ type Config struct {
 	Prefix string
 	// Clusters is the number of member clusters (c1…cN).
 	Clusters int
-	// Nodes is the number of nodes per cluster; the first is the gateway.
+	// Nodes is the number of nodes per cluster.
 	Nodes int
+	// Gateways is how many of them (the first ones) are gateway
+	// candidates; default 1.
+	Gateways int
 	// PodCIDRs and ServiceCIDRs override a cluster's defaults, by name.
 	PodCIDRs, ServiceCIDRs map[string]string
 	// BinDir holds the Kubernetes binaries.
@@ -73,12 +76,18 @@ func (c Config) Topology() (netlab.Topology, error) {
 	if c.Nodes < 1 || c.Nodes > 16 {
 		return netlab.Topology{}, fmt.Errorf("--nodes %d: want 1 to 16", c.Nodes)
 	}
+	if c.Gateways == 0 {
+		c.Gateways = 1
+	}
+	if c.Gateways < 1 || c.Gateways > c.Nodes {
+		return netlab.Topology{}, fmt.Errorf("--gateways %d: want 1 to --nodes (%d)", c.Gateways, c.Nodes)
+	}
 	known := map[string]bool{}
 	t := netlab.Topology{Prefix: c.Prefix, WAN: netlab.DefaultWAN}
 	for i := 1; i <= c.Clusters; i++ {
 		name := fmt.Sprintf("c%d", i)
 		known[name] = true
-		spec := netlab.ClusterSpec{Name: name, Index: i, Nodes: c.Nodes, Gateways: 1,
+		spec := netlab.ClusterSpec{Name: name, Index: i, Nodes: c.Nodes, Gateways: c.Gateways,
 			PodCIDR: netlab.DefaultPodCIDR, ServiceCIDR: netlab.DefaultServiceCIDR}
 		if i >= 3 {
 			spec.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(242 + i), 0, 0}), 16)
