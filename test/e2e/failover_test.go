@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/lab"
 )
 
 // TestGatewayFailover runs a lab with two gateway candidates per cluster,
@@ -31,21 +30,8 @@ func TestGatewayFailover(t *testing.T) {
 	l.curlWhereami("c3/demo/client", "http://"+target.Status.PodIP+":8080", []string{target.Name}, 60)
 
 	active := l.activeGateway(ctx, "c1")
-	st, err := lab.Load(l.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	unit := "c1/" + active + "/gateway"
-	pid := 0
-	units, _ := st.Status()
-	for _, u := range units {
-		if u.Name == unit {
-			pid = u.PID
-		}
-	}
-	if pid == 0 {
-		t.Fatalf("no running unit %s", unit)
-	}
+	pid := l.unitPID(unit)
 
 	const interval, count = 20 * time.Millisecond, 500
 	type result struct {
@@ -59,7 +45,7 @@ func TestGatewayFailover(t *testing.T) {
 	}()
 	time.Sleep(2 * time.Second)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+		t.Fatalf("kill %s (pid %d): %v", unit, pid, err)
 	}
 	res := <-done
 	m := regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`).FindStringSubmatch(res.out)

@@ -556,6 +556,32 @@ func (l *Lab) causewayctl(args ...string) (string, error) {
 	return string(out), err
 }
 
+// unitPID waits until a supervised unit has been running for a moment
+// (status.json is rewritten every 2 s, and a daemon may restart once
+// while `lab up` finishes) and returns its live PID.
+func (l *Lab) unitPID(unit string) int {
+	l.t.Helper()
+	st, err := lab.Load(l.Dir)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	var last lab.UnitStatus
+	for i := 0; i < 100; i++ {
+		units, _ := st.Status()
+		for _, u := range units {
+			if u.Name == unit {
+				last = u
+			}
+		}
+		if last.Running && time.Since(last.Since) > 3*time.Second && syscall.Kill(last.PID, 0) == nil {
+			return last.PID
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	l.t.Fatalf("unit %s not running steadily: %+v", unit, last)
+	return 0
+}
+
 // checkDaemonRestart kills a supervised daemon and waits until the
 // supervisor has started it again.
 func (l *Lab) checkDaemonRestart(unit string) {
@@ -573,16 +599,13 @@ func (l *Lab) checkDaemonRestart(unit string) {
 		}
 		return lab.UnitStatus{}, false
 	}
-	before, ok := find()
-	if !ok || !before.Running {
-		l.t.Errorf("unit %s not running: %+v", unit, before)
-		return
-	}
-	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+	pid := l.unitPID(unit)
+	before, _ := find()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		l.t.Fatal(err)
 	}
 	for i := 0; i < 100; i++ {
-		if u, _ := find(); u.Running && u.PID != before.PID && u.Restarts > before.Restarts {
+		if u, _ := find(); u.Running && u.PID != pid && u.Restarts > before.Restarts {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
