@@ -305,91 +305,89 @@ func prefixStrings(ps []netip.Prefix) []string {
 	return out
 }
 
+// kind says how upsert reaches the spec and status of one of the two kinds
+// the gateway publishes and mirrors (Cluster, Endpoint).
+type kind[T client.Object, S any] struct {
+	name   string
+	new    func() T
+	spec   func(T) *S
+	status func(T) (conds *[]metav1.Condition, observed *int64)
+	id     func(S) string // cluster ID, for the label
+}
+
+var (
+	clusterKind = kind[*v1alpha1.Cluster, v1alpha1.ClusterSpec]{
+		name: "cluster",
+		new:  func() *v1alpha1.Cluster { return &v1alpha1.Cluster{} },
+		spec: func(o *v1alpha1.Cluster) *v1alpha1.ClusterSpec { return &o.Spec },
+		status: func(o *v1alpha1.Cluster) (*[]metav1.Condition, *int64) {
+			return &o.Status.Conditions, &o.Status.ObservedGeneration
+		},
+		id: func(s v1alpha1.ClusterSpec) string { return s.ClusterID },
+	}
+	endpointKind = kind[*v1alpha1.Endpoint, v1alpha1.EndpointSpec]{
+		name: "endpoint",
+		new:  func() *v1alpha1.Endpoint { return &v1alpha1.Endpoint{} },
+		spec: func(o *v1alpha1.Endpoint) *v1alpha1.EndpointSpec { return &o.Spec },
+		status: func(o *v1alpha1.Endpoint) (*[]metav1.Condition, *int64) {
+			return &o.Status.Conditions, &o.Status.ObservedGeneration
+		},
+		id: func(s v1alpha1.EndpointSpec) string { return s.ClusterID },
+	}
+)
+
 // upsertEndpoint makes the Endpoint ns/name have spec (and, when cond is
-// not nil, that Valid condition). It returns whether the condition
-// changed through changed.
+// not nil, that Valid condition).
 func upsertEndpoint(ctx context.Context, c client.Client, ns, name string, spec v1alpha1.EndpointSpec, cond *metav1.Condition) error {
-	_, err := upsertEndpointCond(ctx, c, ns, name, spec, cond)
+	_, err := upsert(ctx, c, endpointKind, ns, name, spec, cond)
 	return err
 }
 
-func upsertEndpointCond(ctx context.Context, c client.Client, ns, name string, spec v1alpha1.EndpointSpec, cond *metav1.Condition) (bool, error) {
-	obj := &v1alpha1.Endpoint{}
-	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
-	switch {
-	case apierrors.IsNotFound(err):
-		obj = &v1alpha1.Endpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-			Labels: map[string]string{v1alpha1.LabelClusterID: spec.ClusterID}}, Spec: spec}
-		if err := c.Create(ctx, obj); err != nil {
-			return false, fmt.Errorf("create endpoint %s/%s: %w", ns, name, err)
-		}
-	case err != nil:
-		return false, fmt.Errorf("get endpoint %s/%s: %w", ns, name, err)
-	case !reflect.DeepEqual(obj.Spec, spec):
-		obj.Spec = spec
-		if err := c.Update(ctx, obj); err != nil {
-			return false, fmt.Errorf("update endpoint %s/%s: %w", ns, name, err)
-		}
-	}
-	if cond == nil {
-		return false, nil
-	}
-	cond.ObservedGeneration = obj.Generation
-	conds := obj.Status.Conditions
-	changed := setCondition(&conds, *cond)
-	if !changed && obj.Status.ObservedGeneration == obj.Generation {
-		return false, nil
-	}
-	obj.Status.Conditions = conds
-	obj.Status.ObservedGeneration = obj.Generation
-	if err := c.Status().Update(ctx, obj); err != nil {
-		return false, fmt.Errorf("update endpoint status %s/%s: %w", ns, name, err)
-	}
-	return changed, nil
-}
-
+// upsertCluster does the same for a Cluster.
 func upsertCluster(ctx context.Context, c client.Client, ns, name string, spec v1alpha1.ClusterSpec, cond *metav1.Condition) error {
-	_, err := upsertClusterCond(ctx, c, ns, name, spec, cond)
+	_, err := upsert(ctx, c, clusterKind, ns, name, spec, cond)
 	return err
 }
 
-func upsertClusterCond(ctx context.Context, c client.Client, ns, name string, spec v1alpha1.ClusterSpec, cond *metav1.Condition) (bool, error) {
-	obj := &v1alpha1.Cluster{}
+// upsert makes the object ns/name of kind k have spec (and, when cond is
+// not nil, that condition) and reports whether the condition changed.
+func upsert[T client.Object, S any](ctx context.Context, c client.Client, k kind[T, S], ns, name string, spec S, cond *metav1.Condition) (bool, error) {
+	obj := k.new()
 	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
 	switch {
 	case apierrors.IsNotFound(err):
-		obj = &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-			Labels: map[string]string{v1alpha1.LabelClusterID: spec.ClusterID}}, Spec: spec}
+		obj = k.new()
+		obj.SetNamespace(ns)
+		obj.SetName(name)
+		obj.SetLabels(map[string]string{v1alpha1.LabelClusterID: k.id(spec)})
+		*k.spec(obj) = spec
 		if err := c.Create(ctx, obj); err != nil {
-			return false, fmt.Errorf("create cluster %s/%s: %w", ns, name, err)
+			return false, fmt.Errorf("create %s %s/%s: %w", k.name, ns, name, err)
 		}
 	case err != nil:
-		return false, fmt.Errorf("get cluster %s/%s: %w", ns, name, err)
-	case !reflect.DeepEqual(obj.Spec, spec):
-		obj.Spec = spec
+		return false, fmt.Errorf("get %s %s/%s: %w", k.name, ns, name, err)
+	case !reflect.DeepEqual(*k.spec(obj), spec):
+		*k.spec(obj) = spec
 		if err := c.Update(ctx, obj); err != nil {
-			return false, fmt.Errorf("update cluster %s/%s: %w", ns, name, err)
+			return false, fmt.Errorf("update %s %s/%s: %w", k.name, ns, name, err)
 		}
 	}
 	if cond == nil {
 		return false, nil
 	}
-	cond.ObservedGeneration = obj.Generation
-	conds := obj.Status.Conditions
-	changed := setCondition(&conds, *cond)
-	if !changed && obj.Status.ObservedGeneration == obj.Generation {
+	conds, observed := k.status(obj)
+	cond.ObservedGeneration = obj.GetGeneration()
+	changed := setCondition(conds, *cond)
+	if !changed && *observed == obj.GetGeneration() {
 		return false, nil
 	}
-	obj.Status.Conditions = conds
-	obj.Status.ObservedGeneration = obj.Generation
+	*observed = obj.GetGeneration()
 	if err := c.Status().Update(ctx, obj); err != nil {
-		return false, fmt.Errorf("update cluster status %s/%s: %w", ns, name, err)
+		return false, fmt.Errorf("update %s status %s/%s: %w", k.name, ns, name, err)
 	}
 	return changed, nil
 }
 
-// setCondition sets c in conds, keeping LastTransitionTime when the status
-// is unchanged; it reports whether status, reason or message changed.
 func setCondition(conds *[]metav1.Condition, c metav1.Condition) bool {
 	for i, old := range *conds {
 		if old.Type != c.Type {

@@ -29,7 +29,7 @@ func (e *Engine) mirror(ctx context.Context, remotes []Remote, d Desired) error 
 		if r.Cluster != nil && st.Cluster != nil {
 			wantCl[r.ClusterID] = true
 			cond := st.Cluster.Condition(0)
-			changed, err := upsertClusterCond(ctx, e.local, ns, r.ClusterID, *r.Cluster, &cond)
+			changed, err := upsert(ctx, e.local, clusterKind, ns, r.ClusterID, *r.Cluster, &cond)
 			if err != nil {
 				errs = append(errs, err)
 			} else if changed {
@@ -39,7 +39,7 @@ func (e *Engine) mirror(ctx context.Context, remotes []Remote, d Desired) error 
 		if r.Endpoint != nil && st.Endpoint != nil {
 			wantEp[r.ClusterID] = true
 			cond := st.Endpoint.Condition(0)
-			changed, err := upsertEndpointCond(ctx, e.local, ns, r.ClusterID, *r.Endpoint, &cond)
+			changed, err := upsert(ctx, e.local, endpointKind, ns, r.ClusterID, *r.Endpoint, &cond)
 			if err != nil {
 				errs = append(errs, err)
 			} else if changed {
