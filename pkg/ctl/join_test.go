@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,9 +73,13 @@ func TestJoin(t *testing.T) {
 	if err := member.Create(ctx, own); err != nil {
 		t.Errorf("the joined identity cannot write its own broker namespace: %v", err)
 	}
+	// Another member's namespace exists but is not c1's to write.
+	if _, err := broker.EnsureClusterIdentity(ctx, b.Config, "c2"); err != nil {
+		t.Fatal(err)
+	}
 	other := own.DeepCopy()
 	other.Namespace, other.ResourceVersion = broker.Namespace("c2"), ""
-	if err := member.Create(ctx, other); err == nil {
-		t.Error("the joined identity wrote another cluster's namespace")
+	if err := member.Create(ctx, other); !apierrors.IsForbidden(err) {
+		t.Errorf("the joined identity creating in c2's namespace: err=%v, want Forbidden", err)
 	}
 }
