@@ -126,12 +126,24 @@ func TestIPsecDetails(t *testing.T) {
 	cabletest.Connect(t, a, b, testPort)
 	cabletest.WaitTraffic(t, tp)
 
-	st, err := a.Connections(ctx)
+	// Both sides initiate and the duplicate IKE_SA is replaced, so the
+	// status may settle a moment after traffic flows; send traffic over
+	// whichever SA survives until it is counted.
+	err := cabletest.Eventually(20*time.Second, func() error {
+		if err := cabletest.DialEcho(tp.PodA, netip.AddrPortFrom(cabletest.PodB, cabletest.EchoPort), "count me", 2*time.Second); err != nil {
+			return err
+		}
+		st, err := a.Connections(ctx)
+		if err != nil {
+			return err
+		}
+		if len(st) != 1 || !st[0].Connected || st[0].LastHandshake.IsZero() || st[0].RxBytes <= 0 || st[0].TxBytes <= 0 {
+			return fmt.Errorf("status after traffic: %+v", st)
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if len(st) != 1 || !st[0].Connected || st[0].LastHandshake.IsZero() || st[0].RxBytes <= 0 || st[0].TxBytes <= 0 {
-		t.Fatalf("status after traffic: %+v", st)
 	}
 	// The negotiated ESP algorithm: AES-GCM where the plugins provide it.
 	log, err := os.ReadFile(a.files.Log)

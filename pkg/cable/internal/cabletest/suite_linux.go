@@ -2,6 +2,7 @@ package cabletest
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -96,13 +97,21 @@ func RunSuite(t *testing.T, port uint16, newDriver Factory) {
 	t.Run("up", func(t *testing.T) {
 		Connect(t, a, b, port)
 		WaitTraffic(t, tp)
+		// Status may lag traffic for a moment (IPsec: both sides initiate
+		// and a duplicate IKE_SA is replaced), so wait for it to settle.
 		for name, d := range map[string]cable.Driver{"a": a, "b": b} {
-			st, err := d.Connections(ctx)
+			err := Eventually(20*time.Second, func() error {
+				st, err := d.Connections(ctx)
+				if err != nil {
+					return err
+				}
+				if len(st) != 1 || !st[0].Connected {
+					return fmt.Errorf("%+v, want one connected", st)
+				}
+				return nil
+			})
 			if err != nil {
 				t.Fatalf("connections %s: %v", name, err)
-			}
-			if len(st) != 1 || !st[0].Connected {
-				t.Fatalf("connections %s: %+v, want one connected", name, st)
 			}
 		}
 		if r := OwnedRoutes(t, tp.GwA); !strings.Contains(r, SubnetB.String()) || strings.Contains(r, SubnetA.String()) {
