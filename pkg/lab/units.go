@@ -96,6 +96,17 @@ func (s *State) DaemonBinary(name string) string {
 	return filepath.Join(filepath.Dir(s.Self), name)
 }
 
+// MissingDaemons lists the daemon binaries not found next to causewayctl.
+func (s *State) MissingDaemons() []string {
+	var missing []string
+	for _, d := range []string{"gateway", "route-agent", "globalnet", "mcs-controller"} {
+		if _, err := os.Stat(s.DaemonBinary(d)); err != nil {
+			missing = append(missing, d)
+		}
+	}
+	return missing
+}
+
 // daemonUnits are the Causeway daemons of one node, run exactly as a
 // DaemonSet would run them: inside the node's network namespace (host
 // network), in the node's system cgroup, with a kubeconfig that reaches the

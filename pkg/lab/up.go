@@ -78,6 +78,10 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	if missing := st.MissingDaemons(); len(missing) > 0 {
+		p.say("WARNING: no %s next to %s: the lab runs without them, so cross-cluster traffic will not work (`make build` puts every binary in bin/)",
+			strings.Join(missing, ", "), st.Self)
+	}
 	if st.supervisorStale(units) {
 		p.say("the lab's processes changed (new binaries or units): restarting the supervisor")
 		if err := controlplane.StopPIDFile(st.supervisorPID(), 30*time.Second); err != nil {

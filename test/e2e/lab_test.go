@@ -232,6 +232,7 @@ func TestLab(t *testing.T) {
 	l.checkMCS(ctx)
 	l.checkBrokerOutage(ctx)
 	l.checkConflictAndHeadless(ctx)
+	l.checkHeadlessHostnames(ctx)
 
 	// The Causeway daemons run supervised in the node namespaces, and a
 	// crashed one is restarted.
