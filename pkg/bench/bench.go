@@ -4,6 +4,12 @@
 // between two fresh network namespaces in the same run, so every figure
 // comes with its ratio to that baseline (the machines are shared and
 // noisy; absolute numbers alone mean little).
+//
+// Propagation measures the control plane and the datapath together: how
+// long after a ServiceExport a pod of another cluster connects through the
+// clusterset VIP, and how long after a cluster's last backend pod is
+// deleted its backend is gone from the VIP map of every node (p50/p90/
+// p99/max of sequential samples).
 package bench
 
 import (

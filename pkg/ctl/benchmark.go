@@ -1,10 +1,15 @@
 package ctl
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -139,6 +144,132 @@ namespaces. Every figure is reported with its ratio to that baseline.`,
 		},
 	}
 	latency.Flags().IntVar(&r.Count, "count", r.Count, "number of round trips")
-	cmd.AddCommand(throughput, latency)
+	cmd.AddCommand(throughput, latency, newPropagationCommand(&dir, &output))
 	return cmd
+}
+
+// newPropagationCommand is `causewayctl benchmark propagation`.
+func newPropagationCommand(dir, output *string) *cobra.Command {
+	p := bench.Propagation{
+		Exporter:   "c1",
+		Client:     "c3/demo/client",
+		Namespace:  lab.DemoNamespace,
+		Selector:   map[string]string{"app": "whereami"},
+		Port:       80,
+		TargetPort: 8080,
+		Timeout:    2 * time.Minute,
+		Poll:       2 * time.Millisecond,
+	}
+	services, removals := 50, 20
+	cmd := &cobra.Command{
+		Use:   "propagation",
+		Short: "Export → reachable via the clusterset VIP, and endpoint removed → gone from every node's VIP map",
+		Long: `Measure the two convergence targets end to end in the lab (--from/--to do
+not apply here):
+
+  export: create --services Services in --export-cluster backed by the demo's
+  whereami pods and export them one at a time; for each, the time from
+  creating the ServiceExport until its ServiceImport (with the VIP) appears
+  in the client's cluster, and until a TCP connect from --client to
+  VIP:port succeeds (polled every 10 ms from inside the pod: eBPF connect4
+  translation on its node, route to the gateway, tunnel, backend).
+
+  removal: export a Service of its own, and --removals times add a backend
+  pod, wait until it is in the VIP backend map of every node of every
+  cluster (the route agents' pinned BPF maps, read every 2 ms), delete the
+  pod and time until its address is gone from every node's map.
+
+Everything the benchmark creates carries the label
+causeway.dev/benchmark=propagation and is deleted at the end (and at the
+start, should an earlier run have been interrupted).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			st, err := lab.Load(*dir)
+			if err != nil {
+				return err
+			}
+			if p.Self, err = os.Executable(); err != nil {
+				return err
+			}
+			p.Lab, p.Progress = st, cmd.ErrOrStderr()
+			if err := p.Cleanup(ctx); err != nil {
+				return fmt.Errorf("remove leftovers of an earlier run: %w", err)
+			}
+			res, err := runPropagation(ctx, &p, services, removals)
+			// Clean up even after an interrupt.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Timeout)
+			defer cancel()
+			if cerr := p.Cleanup(cctx); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
+			}
+			if err != nil {
+				return err
+			}
+			return printPropagation(cmd, *output, &p, res)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&services, "services", services, "services to export one at a time (0 skips the export measurement)")
+	f.IntVar(&removals, "removals", removals, "backend pods to remove one at a time (0 skips the removal measurement)")
+	f.StringVar(&p.Exporter, "export-cluster", p.Exporter, "cluster the services are created and exported in")
+	f.StringVar(&p.Client, "client", p.Client, "pod of another cluster that connects to the VIPs, <cluster>/<namespace>/<pod>")
+	f.DurationVar(&p.Timeout, "timeout", p.Timeout, "bound of one step (one export, one removal)")
+	return cmd
+}
+
+// propagationResult is what `benchmark propagation` reports.
+type propagationResult struct {
+	Services int                   `json:"services"`
+	Removals int                   `json:"removals"`
+	Export   *bench.ExportResult   `json:"export,omitempty"`
+	Withdraw *bench.WithdrawResult `json:"withdraw,omitempty"`
+}
+
+func runPropagation(ctx context.Context, p *bench.Propagation, services, removals int) (propagationResult, error) {
+	res := propagationResult{Services: services, Removals: removals}
+	if services > 0 {
+		e, err := p.MeasureExport(ctx, services)
+		if err != nil {
+			return res, fmt.Errorf("export: %w", err)
+		}
+		res.Export = &e
+	}
+	if removals > 0 {
+		w, err := p.MeasureWithdraw(ctx, removals)
+		if err != nil {
+			return res, fmt.Errorf("removal: %w", err)
+		}
+		res.Withdraw = &w
+	}
+	return res, nil
+}
+
+func printPropagation(cmd *cobra.Command, output string, p *bench.Propagation, res propagationResult) error {
+	if output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	row := func(name string, s bench.Stats) {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\n", name, s.N, s.P50MS, s.P90MS, s.P99MS, s.MaxMS)
+	}
+	client, _, _ := strings.Cut(p.Client, "/")
+	if e := res.Export; e != nil {
+		fmt.Fprintf(tw, "FROM SERVICEEXPORT CREATED IN %s TO\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
+		row("ServiceImport with VIP in "+client, e.Imported)
+		row("backend in the VIP map of the client's node", e.Programmed)
+		row("TCP connect to VIP ok from "+p.Client, e.Reachable)
+	}
+	if w := res.Withdraw; w != nil {
+		if res.Export != nil {
+			fmt.Fprintln(tw, "\t\t\t\t\t")
+		}
+		fmt.Fprintf(tw, "FROM BACKEND POD DELETED IN %s TO GONE FROM\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
+		for _, c := range w.Clusters {
+			row(fmt.Sprintf("VIP maps of %s (%d nodes)", c.Cluster, c.Nodes), c.Stats)
+		}
+		row("VIP maps of every node", w.All)
+	}
+	return tw.Flush()
 }

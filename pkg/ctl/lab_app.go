@@ -42,7 +42,23 @@ func newLabAppCommand() *cobra.Command {
 			return apps.RunClient(ctx)
 		},
 	}
-	cmd.AddCommand(whereami, client, newRRCommand())
+	cmd.AddCommand(whereami, client, newRRCommand(), newProbeCommand())
+	return cmd
+}
+
+func newProbeCommand() *cobra.Command {
+	var c apps.ProbeConfig
+	cmd := &cobra.Command{
+		Use:   "probe",
+		Short: "Read \"<id> <host:port>\" lines on stdin; print \"<id> ok <unix ns>\" once a TCP connect succeeds",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return apps.RunProbe(ctx, c, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+	c.AddFlags(cmd.Flags())
 	return cmd
 }
 

@@ -230,6 +230,7 @@ func TestLab(t *testing.T) {
 		return nil
 	})
 	l.checkMCS(ctx)
+	l.checkPropagation(ctx)
 	l.checkBrokerOutage(ctx)
 	l.checkConflictAndHeadless(ctx)
 	l.checkHeadlessHostnames(ctx)

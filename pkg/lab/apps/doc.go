@@ -14,4 +14,8 @@
 // not know give an error wrapping ErrUnknownImage, which the kubelet turns
 // into a waiting reason. Registry.Register is the seam for images backed by
 // real binaries (e.g. CoreDNS).
+//
+// Two more programs serve `causewayctl benchmark` inside lab pods: rr
+// (UDP request/response latency) and probe (the time of the first TCP
+// connect that succeeds to each target it is given).
 package apps

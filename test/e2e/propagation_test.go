@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/causeway-net/causeway/pkg/bench"
+)
+
+// checkPropagation runs `causewayctl benchmark propagation` with a few
+// samples: every export becomes reachable through its VIP from c3, every
+// removed backend leaves every node's VIP map (each sample is awaited
+// with a bound, so a count short of the request is a failure), the
+// figures are logged (not asserted: the machine is shared), and nothing
+// the benchmark created is left in any cluster.
+func (l *Lab) checkPropagation(ctx context.Context) {
+	l.t.Helper()
+	const n = 3
+	cmd := exec.Command(l.ctl, "benchmark", "propagation", "--services", "3", "--removals", "3", "--timeout", "90s", "-o", "json")
+	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		l.t.Fatalf("benchmark propagation: %v\n%s%s", err, stderr.String(), stdout.String())
+	}
+	l.t.Logf("benchmark propagation:\n%s%s", stderr.String(), stdout.String())
+	var res struct {
+		Export   *bench.ExportResult   `json:"export"`
+		Withdraw *bench.WithdrawResult `json:"withdraw"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		l.t.Fatalf("benchmark output is not JSON: %v\n%s", err, stdout.String())
+	}
+	if res.Export == nil || res.Withdraw == nil {
+		l.t.Fatalf("benchmark reported export %v, withdraw %v: want both", res.Export, res.Withdraw)
+	}
+	for name, s := range map[string]bench.Stats{"imported": res.Export.Imported, "programmed": res.Export.Programmed,
+		"reachable": res.Export.Reachable, "withdrawn everywhere": res.Withdraw.All} {
+		if s.N != n || s.P50MS <= 0 || s.MaxMS < s.P50MS {
+			l.t.Errorf("%s: %+v, want %d positive samples", name, s, n)
+		}
+	}
+	clusters := map[string]bool{}
+	for _, c := range res.Withdraw.Clusters {
+		clusters[c.Cluster] = true
+		if c.N != n || c.Nodes != 2 {
+			l.t.Errorf("withdrawal in %s: %+v, want %d samples over 2 nodes", c.Cluster, c, n)
+		}
+	}
+	if len(clusters) != 3 {
+		l.t.Errorf("withdrawal measured in clusters %v, want c1, c2 and c3", clusters)
+	}
+
+	for _, cluster := range []string{"c1", "c2", "c3"} {
+		c := l.Client(cluster)
+		mine := []client.ListOption{client.InNamespace("demo"), client.MatchingLabels{bench.LabelBenchmark: "propagation"}}
+		for _, list := range []client.ObjectList{&corev1.PodList{}, &corev1.ServiceList{}, &mcsv1beta1.ServiceExportList{}} {
+			if err := c.List(ctx, list, mine...); err != nil {
+				l.t.Fatal(err)
+			}
+			if n := meta.LenList(list); n > 0 {
+				l.t.Errorf("%s: %d benchmark objects left behind (%T)", cluster, n, list)
+			}
+		}
+		imports := &mcsv1beta1.ServiceImportList{}
+		if err := c.List(ctx, imports, client.InNamespace("demo")); err != nil {
+			l.t.Fatal(err)
+		}
+		for _, si := range imports.Items {
+			if strings.HasPrefix(si.Name, "propbench-") {
+				l.t.Errorf("%s: ServiceImport %s left behind", cluster, si.Name)
+			}
+		}
+	}
+}
