@@ -9,11 +9,16 @@ import (
 	"io"
 	"io/fs"
 	"slices"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -129,6 +134,68 @@ func InstallIdentities(ctx context.Context, c client.Client) error {
 	}
 	if err := Apply(ctx, c, objs, false); err != nil {
 		return fmt.Errorf("install identities: %w", err)
+	}
+	return waitGranted(ctx, c, objs)
+}
+
+// waitGranted waits until the API server grants every bound ServiceAccount
+// every rule of its roles: RBAC changes take effect asynchronously (the
+// authorizer's informers), and a daemon started meanwhile would be refused.
+func waitGranted(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
+	rules := map[string][]rbacv1.PolicyRule{} // kind/namespace/name
+	for _, o := range objs {
+		if o.GetKind() == "Role" || o.GetKind() == "ClusterRole" {
+			var r rbacv1.ClusterRole // a Role has the same rules field
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r); err != nil {
+				return fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+			}
+			rules[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = r.Rules
+		}
+	}
+	var reviews []authorizationv1.SubjectAccessReview
+	for _, o := range objs {
+		if o.GetKind() != "RoleBinding" && o.GetKind() != "ClusterRoleBinding" {
+			continue
+		}
+		var b rbacv1.RoleBinding // a ClusterRoleBinding has the same fields
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &b); err != nil {
+			return fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		for _, sub := range b.Subjects {
+			if sub.Kind != rbacv1.ServiceAccountKind {
+				continue
+			}
+			// How the API server names a ServiceAccount token's user.
+			user := "system:serviceaccount:" + sub.Namespace + ":" + sub.Name
+			groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + sub.Namespace, "system:authenticated"}
+			for _, r := range rules[b.RoleRef.Kind+"/"+o.GetNamespace()+"/"+b.RoleRef.Name] {
+				for _, res := range r.Resources {
+					resource, sub, _ := strings.Cut(res, "/")
+					reviews = append(reviews, authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+						User: user, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
+							Namespace: o.GetNamespace(), Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: resource, Subresource: sub}}})
+				}
+			}
+		}
+	}
+	var pending string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for len(reviews) > 0 {
+			r := reviews[0].DeepCopy()
+			if err := c.Create(ctx, r); err != nil {
+				return false, err
+			}
+			if !r.Status.Allowed {
+				a := r.Spec.ResourceAttributes
+				pending = fmt.Sprintf("%s may not yet %s %s/%s in %q", r.Spec.User, a.Verb, a.Resource, a.Subresource, a.Namespace)
+				return false, nil
+			}
+			reviews = reviews[1:]
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for the identities' rights (%s): %w", pending, err)
 	}
 	return nil
 }
