@@ -151,11 +151,11 @@ func diagnoseLab(st *lab.State) []finding {
 			mtu := fieldAfter(link, "mtu")
 			fs = append(fs, finding{err == nil && mtu != "", where + "overlay vx-causeway", "mtu " + mtu})
 			rules, err := nsRun(ns, "iptables-save")
-			for _, chain := range []string{"CAUSEWAY-MSS", "CAUSEWAY-FORWARD"} {
+			for _, chain := range []string{"CAUSEWAY-MSS", "CAUSEWAY-FORWARD", "CAUSEWAY-POSTROUTING"} {
 				fs = append(fs, finding{err == nil && strings.Contains(rules, "-j "+chain), where + "chain " + chain, "jumped to from the builtin chains"})
 			}
 			if n.Gateway() {
-				dev := st.Prefix + c.Name + n.Name
+				dev := st.TunnelDevice(c.Name, n.Name)
 				link, err := nsRun(ns, "ip", "-o", "link", "show", dev)
 				fs = append(fs, finding{err == nil, where + "tunnel device " + dev, "mtu " + fieldAfter(link, "mtu")})
 			}

@@ -95,6 +95,7 @@ never duplicates anything.`,
 	f.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "prefix of every namespace, cgroup and device the lab creates")
 	f.StringVar(&cfg.BinDir, "k8s-bin", cfg.BinDir, "directory with etcd, kube-apiserver, … (hack/k8s-binaries.sh)")
 	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not deploy the demo application")
+	f.StringVar(&cfg.Cable, "cable", lab.DefaultCable, "the gateways' cable driver: wireguard (embedded wireguard-go), ipsec (strongSwan charon, userspace ESP) or vxlan (unencrypted)")
 	return cmd
 }
 

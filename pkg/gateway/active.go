@@ -167,7 +167,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		t.driver = d
 	}
 	if e.cfg.HealthCheckIP.IsValid() {
-		if err := ensureHealthAddr(e.cfg.Netns, e.cfg.TunnelDevice, e.cfg.HealthCheckIP); err != nil {
+		if err := ensureHealthAddr(e.cfg.Netns, e.cfg.device(), e.cfg.HealthCheckIP); err != nil {
 			return err
 		}
 		if _, ok := t.prober.(noProber); ok {

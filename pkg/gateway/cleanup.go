@@ -50,6 +50,6 @@ func (e *Engine) Cleanup(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
-	e.log.Info("cleaned up", "device", e.cfg.TunnelDevice)
+	e.log.Info("cleaned up", "device", e.cfg.device())
 	return nil
 }

@@ -9,16 +9,19 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
+	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/daemon"
 )
 
@@ -31,7 +34,7 @@ type flags struct {
 	port                               uint16
 	cableDriver, tunnelDevice          string
 	mtu                                int
-	stateDir, netns                    string
+	stateDir, netns, pskFile           string
 	routeTable                         int
 	leaseDuration, renewDeadline       time.Duration
 	retryPeriod                        time.Duration
@@ -46,7 +49,8 @@ func NewCommand() *cobra.Command {
 		stateDir: "/var/lib/causeway/gateway", leaseDuration: DefaultLeaseDuration,
 		renewDeadline: DefaultRenewDeadline, retryPeriod: DefaultRetryPeriod,
 	}
-	cmd := daemon.Command("gateway",
+	var cmd *cobra.Command
+	cmd = daemon.Command("gateway",
 		"Causeway gateway: elects the active gateway and builds tunnels to remote clusters",
 		`The gateway runs on every gateway-labelled node of a cluster (hostNetwork).
 One candidate per cluster becomes active through a Lease; it publishes the
@@ -57,6 +61,9 @@ With --cleanup it removes everything it created (tunnel device and routes,
 its health-check address, this cluster's Endpoint in the broker if this
 node published it, its Gateway object) and exits.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
+			if f.cableDriver == string(v1alpha1.CableIPsec) && !cmd.Flags().Changed("port") {
+				f.port = ipsec.IKEPort // charon's fixed IKE port
+			}
 			cfg, err := f.config(&opts)
 			if err != nil {
 				return err
@@ -81,11 +88,12 @@ node published it, its Gateway object) and exits.`,
 	fs := cmd.Flags()
 	fs.StringVar(&f.publicIP, "public-ip", f.publicIP, "address remote gateways connect to (required)")
 	fs.StringVar(&f.privateIP, "private-ip", f.privateIP, "this node's address on the cluster network, published for the route agent")
-	fs.Uint16Var(&f.port, "port", f.port, "UDP port of the tunnel (vxlan: every gateway of the ClusterSet must use the same)")
-	fs.StringVar(&f.cableDriver, "cable-driver", f.cableDriver, "tunnel driver: wireguard or vxlan")
+	fs.Uint16Var(&f.port, "port", f.port, "UDP port of the tunnel (vxlan: every gateway of the ClusterSet must use the same; ipsec: 500, the default with it)")
+	fs.StringVar(&f.cableDriver, "cable-driver", f.cableDriver, "tunnel driver: wireguard, vxlan or ipsec")
+	fs.StringVar(&f.pskFile, "ipsec-psk-file", f.pskFile, "ipsec: file holding the clusterset-wide secret each pair's pre-shared key is derived from (the same on every gateway)")
 	fs.StringVar(&f.tunnelDevice, "tunnel-device", f.tunnelDevice, "tunnel device name, ≤ 15 bytes, unique on the machine")
 	fs.IntVar(&f.mtu, "mtu", f.mtu, "tunnel MTU (0: driver default)")
-	fs.StringVar(&f.stateDir, "state-dir", f.stateDir, "directory for the WireGuard private key (never leaves the node)")
+	fs.StringVar(&f.stateDir, "state-dir", f.stateDir, "directory for the WireGuard private key (never leaves the node) or charon's files (ipsec)")
 	fs.StringVar(&f.netns, "netns", f.netns, "network namespace path to build the tunnel in (default: the process's own)")
 	fs.IntVar(&f.routeTable, "route-table", f.routeTable, "routing table for remote subnets (0: main)")
 	fs.StringVar(&f.healthCheckIP, "health-check-ip", f.healthCheckIP, "address inside the pod CIDR put on the tunnel device and published for health checks (empty: none)")
@@ -130,6 +138,13 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 		RetryPeriod:   f.retryPeriod,
 		ReleaseOnStop: true,
 		Drivers:       drivers.Registry(),
+	}
+	if f.pskFile != "" {
+		b, err := os.ReadFile(f.pskFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--ipsec-psk-file: %w", err))
+		}
+		cfg.SharedSecret = bytes.TrimSpace(b)
 	}
 	cfg.PodCIDRs, _ = daemon.ParsePrefixes(opts.PodCIDRs)
 	cfg.ServiceCIDRs, _ = daemon.ParsePrefixes(opts.ServiceCIDRs)

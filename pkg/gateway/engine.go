@@ -26,6 +26,7 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
 
@@ -63,8 +64,11 @@ type Config struct {
 	CableDriver  string
 	TunnelDevice string
 	MTU          int
-	// StateDir keeps the WireGuard private key.
+	// StateDir keeps the WireGuard private key (ipsec: charon's files).
 	StateDir string
+	// SharedSecret is the clusterset-wide secret the ipsec driver derives
+	// each pair's pre-shared key from; other drivers ignore it.
+	SharedSecret []byte
 	// Netns is the path of the network namespace the gateway's network
 	// lives in; empty = the process's own (the hostNetwork case).
 	Netns string
@@ -134,6 +138,9 @@ func (c Config) validate() error {
 	if c.Port == 0 {
 		errs = append(errs, errors.New("port is required"))
 	}
+	if c.CableDriver == string(v1alpha1.CableIPsec) && len(c.SharedSecret) == 0 {
+		errs = append(errs, errors.New("the ipsec driver needs a shared secret (--ipsec-psk-file)"))
+	}
 	if c.TunnelDevice == "" || len(c.TunnelDevice) > 15 {
 		errs = append(errs, fmt.Errorf("tunnel device %q: need 1 to 15 bytes", c.TunnelDevice))
 	}
@@ -150,6 +157,15 @@ func (c Config) validate() error {
 }
 
 func (c Config) subnets() []netip.Prefix { return slices.Concat(c.PodCIDRs, c.ServiceCIDRs) }
+
+// device is the tunnel device the driver creates: TunnelDevice, except for
+// ipsec, whose device is charon's TUN (one per namespace).
+func (c Config) device() string {
+	if c.CableDriver == string(v1alpha1.CableIPsec) {
+		return ipsec.TUNName
+	}
+	return c.TunnelDevice
+}
 
 // Engine is one gateway candidate.
 type Engine struct {
@@ -339,7 +355,7 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	if e.Role() == v1alpha1.HAStatusActive {
 		return
 	}
-	if ok, err := linkExists(e.cfg.Netns, e.cfg.TunnelDevice); err != nil || !ok {
+	if ok, err := linkExists(e.cfg.Netns, e.cfg.device()); err != nil || !ok {
 		return // nothing left (an embedded WireGuard device dies with its process)
 	}
 	d, err := e.newDriver(ctx)
@@ -359,15 +375,17 @@ func (e *Engine) newDriver(ctx context.Context) (cable.Driver, error) {
 		}
 	}
 	return e.cfg.Drivers.New(ctx, e.cfg.CableDriver, cable.LocalEndpoint{
-		ClusterID:  e.cfg.ClusterID,
-		Interface:  e.cfg.TunnelDevice,
-		Address:    e.cfg.PublicIP,
-		Port:       e.cfg.Port,
-		MTU:        e.cfg.MTU,
-		StateDir:   e.cfg.StateDir,
-		Netns:      e.cfg.Netns,
-		RouteTable: e.cfg.RouteTable,
-		Logger:     e.log.With("driver", e.cfg.CableDriver),
+		ClusterID:    e.cfg.ClusterID,
+		Interface:    e.cfg.TunnelDevice,
+		Address:      e.cfg.PublicIP,
+		Port:         e.cfg.Port,
+		MTU:          e.cfg.MTU,
+		StateDir:     e.cfg.StateDir,
+		Netns:        e.cfg.Netns,
+		RouteTable:   e.cfg.RouteTable,
+		Subnets:      e.cfg.subnets(),
+		SharedSecret: e.cfg.SharedSecret,
+		Logger:       e.log.With("driver", e.cfg.CableDriver),
 	})
 }
 

@@ -12,6 +12,8 @@
 package lab
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,17 +53,37 @@ type Config struct {
 	Self string
 	// NoDemo skips deploying the demo application.
 	NoDemo bool
+	// Cable is the gateways' cable driver: wireguard (default), ipsec or
+	// vxlan.
+	Cable string
 }
+
+// Cable drivers the lab can run, with what the route agents and
+// gateways need to know about each.
+var cables = map[string]struct {
+	port uint16 // the gateways' tunnel port
+	mtu  int    // the tunnel MTU, for the route agents' MSS clamping
+}{
+	"wireguard": {port: 4500, mtu: 1420},
+	"vxlan":     {port: 4789, mtu: 1450},
+	"ipsec":     {port: 500, mtu: 1400},
+}
+
+// DefaultCable is the cable driver of a lab unless told otherwise.
+const DefaultCable = "wireguard"
 
 // State is the lab as written to <Dir>/lab.json by `lab up`; every other
 // command and process of the lab reads it.
 type State struct {
-	Dir      string            `json:"dir"`
-	Prefix   string            `json:"prefix"`
-	BinDir   string            `json:"binDir"`
-	Self     string            `json:"self"`
-	Topology netlab.Topology   `json:"topology"`
-	Demo     bool              `json:"demo"`
+	Dir      string          `json:"dir"`
+	Prefix   string          `json:"prefix"`
+	BinDir   string          `json:"binDir"`
+	Self     string          `json:"self"`
+	Topology netlab.Topology `json:"topology"`
+	Demo     bool            `json:"demo"`
+	// Cable is the gateways' cable driver (empty in labs from before
+	// the choice: wireguard).
+	Cable    string            `json:"cable,omitempty"`
 	Versions map[string]string `json:"versions"`
 }
 
@@ -142,6 +164,40 @@ func ParseCIDRFlags(flag string, vals []string) (map[string]string, error) {
 		out[k] = cidr
 	}
 	return out, nil
+}
+
+// CableDriver is the gateways' cable driver.
+func (s *State) CableDriver() string {
+	if s.Cable == "" {
+		return DefaultCable
+	}
+	return s.Cable
+}
+
+// TunnelDevice is the name of the tunnel device on a gateway node: the
+// lab prefix + cluster + node (machine-wide unique, for wireguard-go's
+// UAPI sockets), or charon's TUN for ipsec.
+func (s *State) TunnelDevice(cluster, node string) string {
+	if s.CableDriver() == "ipsec" {
+		return "ipsec0"
+	}
+	return s.Prefix + cluster + node
+}
+
+// PSKFile holds the clusterset-wide secret the ipsec gateways derive
+// their pre-shared keys from (written by `lab up`, mode 0600).
+func (s *State) PSKFile() string { return filepath.Join(s.Dir, "ipsec.psk") }
+
+// ensurePSK writes a random secret to PSKFile unless it exists.
+func (s *State) ensurePSK() error {
+	if _, err := os.Stat(s.PSKFile()); err == nil {
+		return nil
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	return os.WriteFile(s.PSKFile(), []byte(base64.StdEncoding.EncodeToString(b)+"\n"), 0o600)
 }
 
 // Paths.

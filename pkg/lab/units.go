@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/causeway-net/causeway/pkg/controlplane"
@@ -92,6 +93,17 @@ func (s *State) DaemonBinary(name string) string {
 	return filepath.Join(filepath.Dir(s.Self), name)
 }
 
+// MissingDaemons lists the daemon binaries not found next to causewayctl.
+func (s *State) MissingDaemons() []string {
+	var missing []string
+	for _, d := range []string{"gateway", "route-agent", "globalnet", "mcs-controller"} {
+		if _, err := os.Stat(s.DaemonBinary(d)); err != nil {
+			missing = append(missing, d)
+		}
+	}
+	return missing
+}
+
 // daemonUnits are the Causeway daemons of one node, run exactly as a
 // DaemonSet would run them: inside the node's network namespace (host
 // network), in the node's system cgroup, each with the kubeconfig of its
@@ -112,10 +124,11 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node) []U
 		name string
 		args []string
 	}
+	cable := cables[s.CableDriver()]
 	ds := []daemon{{"route-agent", []string{
 		"--metrics-addr=127.0.0.1:9532",
 		"--node-ip=" + n.Address.Addr().String(),
-		"--tunnel-mtu=1420", // WireGuard
+		"--tunnel-mtu=" + strconv.Itoa(cable.mtu),
 		"--cgroup-root=" + h.Cgroups().Node(c.Name, n.Name),
 		"--bpffs=" + s.BPFFS(),
 		"--vip-pin-dir=" + s.VIPPinDir(c.Name, n.Name),
@@ -125,19 +138,23 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node) []U
 		ds = append(ds, daemon{"mcs-controller", []string{"--metrics-addr=127.0.0.1:9534"}})
 	}
 	if n.Gateway() {
+		gw := []string{
+			"--metrics-addr=127.0.0.1:9531",
+			"--public-ip=" + n.WANAddress.Addr().String(),
+			"--private-ip=" + n.Address.Addr().String(),
+			"--cable-driver=" + s.CableDriver(),
+			"--port=" + strconv.Itoa(int(cable.port)),
+			// WireGuard UAPI sockets are machine-wide: the name
+			// carries the lab prefix (ipsec uses charon's ipsec0).
+			"--tunnel-device=" + s.Prefix + c.Name + n.Name,
+			"--state-dir=" + filepath.Join(s.NodeStateDir(c.Name, n.Name), "gateway"),
+			"--health-check-ip=" + firstHost(n.PodCIDR).String(),
+		}
+		if s.CableDriver() == "ipsec" {
+			gw = append(gw, "--ipsec-psk-file="+s.PSKFile())
+		}
 		ds = append(ds,
-			daemon{"gateway", []string{
-				"--metrics-addr=127.0.0.1:9531",
-				"--public-ip=" + n.WANAddress.Addr().String(),
-				"--private-ip=" + n.Address.Addr().String(),
-				"--cable-driver=wireguard",
-				"--port=4500",
-				// WireGuard UAPI sockets are machine-wide: the name
-				// carries the lab prefix.
-				"--tunnel-device=" + s.Prefix + c.Name + n.Name,
-				"--state-dir=" + filepath.Join(s.NodeStateDir(c.Name, n.Name), "gateway"),
-				"--health-check-ip=" + firstHost(n.PodCIDR).String(),
-			}},
+			daemon{"gateway", gw},
 			daemon{"globalnet", []string{"--metrics-addr=127.0.0.1:9533"}})
 	}
 	var units []Unit

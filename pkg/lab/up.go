@@ -42,10 +42,17 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Cable == "" {
+		cfg.Cable = DefaultCable
+	}
+	if _, ok := cables[cfg.Cable]; !ok {
+		return nil, fmt.Errorf("--cable %q: want wireguard, ipsec or vxlan", cfg.Cable)
+	}
 	st := &State{Dir: cfg.Dir, Prefix: cfg.Prefix, BinDir: cfg.BinDir, Self: cfg.Self, Topology: top, Demo: !cfg.NoDemo,
+		Cable:    cfg.Cable,
 		Versions: map[string]string{"kubernetes": controlplane.KubernetesVersion, "etcd": controlplane.EtcdVersion}}
 	if old, err := Load(cfg.Dir); err == nil {
-		if !reflect.DeepEqual(old.Topology, st.Topology) {
+		if !reflect.DeepEqual(old.Topology, st.Topology) || old.CableDriver() != st.CableDriver() {
 			return nil, fmt.Errorf("a lab of another shape is up in %s: run `causewayctl lab down` first", cfg.Dir)
 		}
 		p.say("lab already up in %s: checking and repairing", cfg.Dir)
@@ -54,6 +61,11 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	}
 	if err := st.save(); err != nil {
 		return nil, err
+	}
+	if st.Cable == "ipsec" {
+		if err := st.ensurePSK(); err != nil {
+			return nil, fmt.Errorf("ipsec secret: %w", err)
+		}
 	}
 
 	h, err := st.Host()
@@ -67,7 +79,7 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	for _, c := range top.Clusters {
 		nodes += len(c.Nodes)
 	}
-	p.say("network: %d clusters, %d nodes, WAN %s (namespaces %s*)", len(top.Clusters), nodes, top.WAN, cfg.Prefix)
+	p.say("network: %d clusters, %d nodes, WAN %s (namespaces %s*), %s gateways", len(top.Clusters), nodes, top.WAN, cfg.Prefix, st.Cable)
 
 	if err := st.mountBPFFS(); err != nil {
 		return nil, err
@@ -77,6 +89,10 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	units, err := st.Units(h)
 	if err != nil {
 		return nil, err
+	}
+	if missing := st.MissingDaemons(); len(missing) > 0 {
+		p.say("WARNING: no %s next to %s: the lab runs without them, so cross-cluster traffic will not work (`make build` puts every binary in bin/)",
+			strings.Join(missing, ", "), st.Self)
 	}
 	if st.supervisorStale(units) {
 		p.say("the lab's processes changed (new binaries or units): restarting the supervisor")

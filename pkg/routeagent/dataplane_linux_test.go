@@ -398,3 +398,112 @@ func TestCleanupCommand(t *testing.T) {
 		t.Errorf("lab routes changed by --cleanup:\n%s\nwas\n%s", after, before)
 	}
 }
+
+// kubeProxyRules are the nat rules kube-proxy (iptables mode,
+// --cluster-cidr=10.244.0.0/16) installs for a ClusterIP 10.96.0.10:80
+// whose endpoint is the pod on n2: traffic from outside the cluster CIDR
+// is marked for masquerade and KUBE-POSTROUTING masquerades it. The jump
+// to KUBE-POSTROUTING is inserted first, as kube-proxy does when it
+// starts after the route agent.
+const kubeProxyRules = `*nat
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SVC-TEST - [0:0]
+-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000
+-A KUBE-POSTROUTING -j MASQUERADE
+-A KUBE-SVC-TEST -d 10.96.0.10/32 -p tcp -m tcp --dport 80 ! -s 10.244.0.0/16 -j KUBE-MARK-MASQ
+-A KUBE-SVC-TEST -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.244.2.2:8080
+-A PREROUTING -j KUBE-SVC-TEST
+-A OUTPUT -j KUBE-SVC-TEST
+-I POSTROUTING 1 -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+COMMIT
+`
+
+// A remote client reaching a ClusterIP through the gateway keeps its
+// source address at the backend pod on another node: kube-proxy's
+// masquerade is skipped for remote subnets (our nat jump, moved back in
+// front of kube-proxy's), and the reply returns through the gateway that
+// did the DNAT (overlay route on the worker, loose rp_filter, conntrack).
+func TestDataplaneKeepsRemoteSourceThroughClusterIP(t *testing.T) {
+	tb := newTestbed(t)
+	gw := tb.dataplane(t, "n0")
+	worker := tb.dataplane(t, "n2")
+	set(t, gw, tb.desired("n0", "n0"))
+	set(t, worker, tb.desired("n2", "n0"))
+
+	// The backend in the pod on n2 answers with the client address it sees.
+	ln, err := tb.h.Listen(tb.h.Names().PodOf(tb.pod), "tcp", netip.AddrPortFrom(tb.pod.IP, 8080).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "%s\n", c.RemoteAddr().(*net.TCPAddr).IP)
+			c.Close()
+		}
+	}()
+	// The client is the remote address on the gateway node (remote
+	// traffic enters the cluster there), talking to the ClusterIP.
+	seenBy := func() (string, error) {
+		var c net.Conn
+		err := tb.h.Do(tb.nodeNS("n0"), func() error {
+			d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: remoteIP.AsSlice()}}
+			var err error
+			c, err = d.Dial("tcp", "10.96.0.10:80")
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		return strings.TrimSpace(line), err
+	}
+
+	ns := tb.nodeNS("n0")
+	cmd := exec.Command("ip", "netns", "exec", ns, "iptables-restore", "--noflush")
+	cmd.Stdin = strings.NewReader(kubeProxyRules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kube-proxy rules: %v\n%s", err, out)
+	}
+	// With kube-proxy's jump in front, the backend sees the gateway node:
+	// the test reproduces the problem.
+	if got, err := seenBy(); err != nil || got != tb.nodeIP("n0").String() {
+		t.Fatalf("kube-proxy's masquerade first: backend saw %q (err %v), want the gateway node %s", got, err, tb.nodeIP("n0"))
+	}
+	rep := set(t, gw, tb.desired("n0", "n0"))
+	if len(rep.Changes) == 0 {
+		t.Fatal("Set did not move the nat jump back in front of kube-proxy's")
+	}
+	out := tb.sh(t, ns, "iptables -t nat -S POSTROUTING")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(lines[1], "-j "+ChainNAT) || !strings.HasSuffix(lines[2], "-j KUBE-POSTROUTING") {
+		t.Fatalf("nat POSTROUTING:\n%s\nwant our jump, then kube-proxy's", out)
+	}
+	if got, err := seenBy(); err != nil || got != remoteIP.String() {
+		t.Fatalf("backend saw %q (err %v), want the remote client %s", got, err, remoteIP)
+	}
+	if rx := rxPackets(t, tb, "n0", DefaultDevice); rx == 0 {
+		t.Fatal("the reply did not come back through the overlay to the gateway")
+	}
+	if rep := set(t, gw, tb.desired("n0", "n0")); len(rep.Changes) != 0 {
+		t.Fatalf("equal Set changed %v", rep.Changes)
+	}
+
+	// Cleanup removes our chain and jump and leaves kube-proxy's.
+	if err := gw.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out = tb.sh(t, ns, "iptables-save -t nat")
+	if strings.Contains(out, "CAUSEWAY") || !strings.Contains(out, "-j KUBE-POSTROUTING") {
+		t.Fatalf("nat after cleanup:\n%s", out)
+	}
+}

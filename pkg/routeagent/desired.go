@@ -39,6 +39,11 @@ const (
 	ChainMSS     = "CAUSEWAY-MSS"     // mangle, jumped to from POSTROUTING
 	ChainForward = "CAUSEWAY-FORWARD" // filter, jumped to from FORWARD
 	ChainCanary  = "CAUSEWAY-CANARY"  // mangle, empty; gone = outside flush
+	// ChainNAT (nat, jumped to first from POSTROUTING) accepts traffic
+	// from remote clusters before any masquerading rule (kube-proxy's
+	// KUBE-POSTROUTING, a CNI's) can rewrite its source: a backend reached
+	// through a ClusterIP sees the remote pod's address.
+	ChainNAT = "CAUSEWAY-POSTROUTING"
 )
 
 // overlayFirstOctet starts the overlay addresses: 241.b.c.d for node
@@ -174,7 +179,10 @@ type Rules struct {
 // Jump is a rule in a builtin chain that jumps to an owned chain.
 type Jump struct {
 	Table, From, To string
-	// Insert puts the jump first; otherwise it is appended.
+	// Insert keeps the jump the first rule of its chain: a sync finding
+	// another rule in front of it (kube-proxy prepending its own jump
+	// after us) deletes and re-inserts it. Otherwise it is appended and
+	// its position is not checked.
 	Insert bool
 }
 
@@ -260,8 +268,8 @@ func sortedKeys[V any](m map[string]V) []string {
 //   - The active gateway node gets no routes: pkg/cable routes the remote
 //     subnets into the tunnel there.
 //   - Every node clamps the MSS of TCP SYNs to and from remote subnets to
-//     min(overlay MTU, tunnel MTU) - 40 and accepts forwarded traffic to
-//     and from them.
+//     min(overlay MTU, tunnel MTU) - 40, accepts forwarded traffic to
+//     and from them, and exempts traffic from them from source NAT.
 func Compute(in Inputs) DesiredState {
 	p := in.Params.withDefaults()
 	d := DesiredState{RouteTable: p.Table}
@@ -357,7 +365,7 @@ func usableSubnets(remotes []Remote, local []netip.Prefix) ([]netip.Prefix, []st
 
 // renderRules builds the owned chains for the usable remote subnets.
 func renderRules(subnets []netip.Prefix, mss int) Rules {
-	var mssRules, fwdRules []string
+	var mssRules, fwdRules, natRules []string
 	for _, s := range subnets {
 		for _, dir := range []string{"-d", "-s"} {
 			mssRules = append(mssRules, fmt.Sprintf(
@@ -370,14 +378,19 @@ func renderRules(subnets []netip.Prefix, mss int) Rules {
 			fwdRules = append(fwdRules, fmt.Sprintf("%s %s -j ACCEPT", dir, s))
 		}
 	}
+	for _, s := range subnets {
+		natRules = append(natRules, fmt.Sprintf("-s %s -j ACCEPT", s))
+	}
 	return Rules{
 		Chains: map[string]map[string][]string{
 			"mangle": {ChainMSS: mssRules, ChainCanary: nil},
 			"filter": {ChainForward: fwdRules},
+			"nat":    {ChainNAT: natRules},
 		},
 		Jumps: []Jump{
 			{Table: "mangle", From: "POSTROUTING", To: ChainMSS, Insert: true},
 			{Table: "filter", From: "FORWARD", To: ChainForward},
+			{Table: "nat", From: "POSTROUTING", To: ChainNAT, Insert: true},
 		},
 	}
 }

@@ -8,10 +8,10 @@ import (
 
 // ownedChains are the only chains the route agent ever creates, flushes
 // or deletes (other Causeway components have their own).
-var ownedChains = []string{ChainMSS, ChainForward, ChainCanary}
+var ownedChains = []string{ChainMSS, ChainForward, ChainCanary, ChainNAT}
 
 // ownedTables are the tables the owned chains live in.
-var ownedTables = []string{"filter", "mangle"}
+var ownedTables = []string{"filter", "mangle", "nat"}
 
 func isOwned(chain string) bool { return slices.Contains(ownedChains, chain) }
 
@@ -25,12 +25,15 @@ type savedTable struct {
 
 type savedJump struct {
 	from, spec string
+	// index is the rule's position in its chain (0 = first).
+	index int
 }
 
 // parseSave parses `iptables-save` output into tables.
 func parseSave(out string) map[string]*savedTable {
 	tables := map[string]*savedTable{}
 	var cur *savedTable
+	var count map[string]int // rules seen per chain of the current table
 	for _, line := range strings.Split(out, "\n") {
 		line = strings.TrimSpace(line)
 		switch {
@@ -38,6 +41,7 @@ func parseSave(out string) map[string]*savedTable {
 		case strings.HasPrefix(line, "*"):
 			cur = &savedTable{chains: map[string]bool{}, rules: map[string][]string{}}
 			tables[line[1:]] = cur
+			count = map[string]int{}
 		case cur == nil:
 		case line == "COMMIT":
 			cur = nil
@@ -46,12 +50,14 @@ func parseSave(out string) map[string]*savedTable {
 			cur.chains[name] = true
 		case strings.HasPrefix(line, "-A "):
 			chain, spec, _ := strings.Cut(line[3:], " ")
+			index := count[chain]
+			count[chain]++
 			if isOwned(chain) {
 				cur.rules[chain] = append(cur.rules[chain], spec)
 				continue
 			}
 			if target := jumpTarget(spec); isOwned(target) {
-				cur.jumps = append(cur.jumps, savedJump{from: chain, spec: spec})
+				cur.jumps = append(cur.jumps, savedJump{from: chain, spec: spec, index: index})
 			}
 		}
 	}
@@ -109,32 +115,49 @@ func planIptables(saved string, want Rules) iptablesPlan {
 				body = append(body, "-A "+c+" "+r)
 			}
 		}
-		// Jumps: keep exactly one of each wanted jump, delete the rest.
+		// Jumps: keep exactly one of each wanted jump, delete the rest
+		// and foreign-made jumps into owned chains. An Insert jump must
+		// be the first rule of its chain; when it is not (or has
+		// duplicates), every copy is deleted and one inserted at the top.
 		var wantJumps []Jump
 		for _, j := range want.Jumps {
 			if j.Table == table {
 				wantJumps = append(wantJumps, j)
 			}
 		}
-		kept := map[Jump]bool{}
+		var dels, adds []string
 		for _, h := range have.jumps {
-			i := slices.IndexFunc(wantJumps, func(j Jump) bool { return j.From == h.from && j.Spec() == h.spec })
-			if i >= 0 && !kept[wantJumps[i]] {
-				kept[wantJumps[i]] = true
-				continue
+			if !slices.ContainsFunc(wantJumps, func(j Jump) bool { return j.From == h.from && j.Spec() == h.spec }) {
+				dels = append(dels, "-D "+h.from+" "+h.spec)
 			}
-			body = append(body, "-D "+h.from+" "+h.spec)
 		}
 		for _, j := range wantJumps {
-			if kept[j] {
-				continue
+			var copies []savedJump
+			for _, h := range have.jumps {
+				if h.from == j.From && h.spec == j.Spec() {
+					copies = append(copies, h)
+				}
 			}
+			keep := len(copies) > 0
 			if j.Insert {
-				body = append(body, "-I "+j.From+" 1 "+j.Spec())
-			} else {
-				body = append(body, "-A "+j.From+" "+j.Spec())
+				keep = len(copies) == 1 && copies[0].index == 0
+			}
+			for i := range copies {
+				if keep && i == 0 {
+					continue
+				}
+				dels = append(dels, "-D "+j.From+" "+j.Spec())
+			}
+			switch {
+			case keep:
+			case j.Insert:
+				adds = append(adds, "-I "+j.From+" 1 "+j.Spec())
+			default:
+				adds = append(adds, "-A "+j.From+" "+j.Spec())
 			}
 		}
+		body = append(body, dels...)
+		body = append(body, adds...)
 		// Owned chains no longer wanted in this table are flushed and deleted
 		// (their jumps were deleted above).
 		for _, c := range ownedChains {

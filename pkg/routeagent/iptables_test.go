@@ -29,7 +29,12 @@ type fakeTable struct {
 var builtin = map[string][]string{
 	"filter": {"INPUT", "FORWARD", "OUTPUT"},
 	"mangle": {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"},
+	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
 }
+
+// kubeProxyJump is what kube-proxy prepends to nat POSTROUTING when it
+// misses it (at its start, possibly after the agent's first sync).
+const kubeProxyJump = `-m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING`
 
 func newFakeIPTables() *fakeIPTables {
 	f := &fakeIPTables{tables: map[string]*fakeTable{}}
@@ -185,6 +190,11 @@ func (f *fakeIPTables) checkEqual(t *testing.T, want Rules, step string) {
 			if !slices.Equal(jumps, wantJumps) {
 				t.Fatalf("%s: %s/%s jumps %q, want %q", step, tn, c, jumps, wantJumps)
 			}
+			for _, j := range want.Jumps {
+				if j.Table == tn && j.From == c && j.Insert && (len(tab.rules[c]) == 0 || tab.rules[c][0] != j.Spec()) {
+					t.Fatalf("%s: %s/%s: jump to %s not first: %q", step, tn, c, j.To, tab.rules[c])
+				}
+			}
 		}
 	}
 }
@@ -202,6 +212,8 @@ func TestPlanIptablesFirstSyncAndNoop(t *testing.T) {
 		`-I POSTROUTING 1 -m comment --comment "causeway route agent" -j CAUSEWAY-MSS`,
 		"*filter", "-A CAUSEWAY-FORWARD -s 10.246.0.0/16 -j ACCEPT",
 		`-A FORWARD -m comment --comment "causeway route agent" -j CAUSEWAY-FORWARD`,
+		"*nat", ":CAUSEWAY-POSTROUTING - [0:0]", "-A CAUSEWAY-POSTROUTING -s 10.246.0.0/16 -j ACCEPT",
+		`-I POSTROUTING 1 -m comment --comment "causeway route agent" -j CAUSEWAY-POSTROUTING`,
 	} {
 		if !strings.Contains(plan.Payload, line+"\n") {
 			t.Errorf("payload lacks %q:\n%s", line, plan.Payload)
@@ -214,9 +226,36 @@ func TestPlanIptablesFirstSyncAndNoop(t *testing.T) {
 	if f.restores != 1 {
 		t.Fatalf("%d restores, want 1 transaction", f.restores)
 	}
-	// Jumps into mangle go first, into filter last.
+	// Jumps into mangle and nat go first, into filter last.
 	if f.tables["mangle"].rules["POSTROUTING"][0] != (Jump{To: ChainMSS}).Spec() {
 		t.Error("mangle jump not first")
+	}
+	if f.tables["nat"].rules["POSTROUTING"][0] != (Jump{To: ChainNAT}).Spec() {
+		t.Error("nat jump not first")
+	}
+}
+
+// kube-proxy starting after the agent prepends its masquerading jump in
+// front of ours: the next sync moves ours back to the top in one
+// transaction, and kube-proxy's stays.
+func TestPlanIptablesKeepsNATJumpFirst(t *testing.T) {
+	f := newFakeIPTables()
+	want := Compute(Inputs{NodeName: "n2", NodeIP: nodeW, Remotes: []Remote{c4}}).Rules
+	f.apply(t, want)
+	nat := f.tables["nat"]
+	nat.rules["POSTROUTING"] = append([]string{kubeProxyJump}, nat.rules["POSTROUTING"]...)
+	plan := f.apply(t, want)
+	wantPayload := "*nat\n" +
+		`-D POSTROUTING -m comment --comment "causeway route agent" -j CAUSEWAY-POSTROUTING` + "\n" +
+		`-I POSTROUTING 1 -m comment --comment "causeway route agent" -j CAUSEWAY-POSTROUTING` + "\nCOMMIT\n"
+	if plan.Payload != wantPayload {
+		t.Fatalf("payload:\n%s\nwant:\n%s", plan.Payload, wantPayload)
+	}
+	if got := f.tables["nat"].rules["POSTROUTING"]; len(got) != 2 || got[0] != (Jump{To: ChainNAT}).Spec() || got[1] != kubeProxyJump {
+		t.Fatalf("nat POSTROUTING %q, want ours then kube-proxy's", got)
+	}
+	if plan := f.apply(t, want); plan.Payload != "" {
+		t.Fatalf("third sync not a no-op:\n%s", plan.Payload)
 	}
 }
 
@@ -255,6 +294,15 @@ func TestPlanIptablesConvergesFromAnyState(t *testing.T) {
 		func(f *fakeIPTables) { // jump without its comment, from another chain
 			if t := f.tables["mangle"]; slices.Contains(t.order, ChainMSS) {
 				t.rules["FORWARD"] = append(t.rules["FORWARD"], "-j "+ChainMSS)
+			}
+		},
+		func(f *fakeIPTables) { // kube-proxy prepends its jump in front of ours
+			t := f.tables["nat"]
+			t.rules["POSTROUTING"] = append([]string{kubeProxyJump}, t.rules["POSTROUTING"]...)
+		},
+		func(f *fakeIPTables) { // a duplicate of our first jump further down
+			if t := f.tables["nat"]; slices.Contains(t.order, ChainNAT) {
+				t.rules["POSTROUTING"] = append(t.rules["POSTROUTING"], (Jump{To: ChainNAT}).Spec())
 			}
 		},
 	}
@@ -307,7 +355,7 @@ COMMIT
 	if !slices.Equal(m.rules[ChainMSS], []string{"-d 10.2.0.0/16 -j RETURN"}) {
 		t.Errorf("rules %q", m.rules)
 	}
-	if len(m.jumps) != 1 || m.jumps[0].from != "POSTROUTING" {
+	if len(m.jumps) != 1 || m.jumps[0].from != "POSTROUTING" || m.jumps[0].index != 0 {
 		t.Errorf("jumps %+v", m.jumps)
 	}
 }

@@ -195,3 +195,13 @@ func (p Peer) Fingerprint(localID string) string {
 		IKEProposal, p.ESP, p.PSK[:])
 	return fmt.Sprintf("%x", h.Sum(nil)[:16])
 }
+
+// LastAddr is the last address of p (its broadcast address for IPv4).
+func LastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}

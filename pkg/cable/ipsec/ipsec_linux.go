@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/strongswan/govici/vici"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/pkg/cable"
@@ -134,6 +136,36 @@ func (d *Driver) ensureTUN() error {
 		return fmt.Errorf("set %s up: %w", TUNName, err)
 	}
 	d.link = link
+	return d.ensureSourceAddrs()
+}
+
+// ensureSourceAddrs gives every local traffic selector an address of the
+// namespace inside it: kernel-libipsec installs a route with such a
+// source for each outbound policy and fails the CHILD_SA when it finds
+// none (e.g. for the service CIDR, which no interface holds). A selector
+// without one gets its last address (the broadcast address of the CIDR,
+// which Kubernetes never allocates to a pod or a ClusterIP) as a /32
+// noprefixroute on the TUN, which goes away with the TUN.
+func (d *Driver) ensureSourceAddrs() error {
+	addrs, err := d.h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("list addresses: %w", err)
+	}
+	for _, ts := range d.local.Subnets {
+		if ts.Bits() == 0 || slices.ContainsFunc(addrs, func(a netlink.Addr) bool {
+			ip, ok := netip.AddrFromSlice(a.IP)
+			return ok && ts.Contains(ip.Unmap())
+		}) {
+			continue
+		}
+		last := LastAddr(ts)
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: last.AsSlice(), Mask: net.CIDRMask(last.BitLen(), last.BitLen())},
+			Flags: unix.IFA_F_NOPREFIXROUTE}
+		if err := d.h.AddrAdd(d.link, a); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add source address %s for %s to %s: %w", last, ts, TUNName, err)
+		}
+		d.log.Info("source address for a local traffic selector", "subnet", ts, "addr", last, "dev", TUNName)
+	}
 	return nil
 }
 
@@ -221,7 +253,9 @@ func (d *Driver) apply(ctx context.Context, peers []Peer) error {
 		return err
 	}
 	for _, sa := range sas {
-		if sa.State == "ESTABLISHED" || sa.State == "CONNECTING" {
+		// An IKE_SA without a CHILD_SA (the peer refused or could not
+		// install it) is initiated again: initiate reuses the IKE_SA.
+		if sa.State == "CONNECTING" || (sa.State == "ESTABLISHED" && sa.ChildInstalled) {
 			active[sa.Conn] = true
 		}
 	}
