@@ -4,7 +4,7 @@ GO ?= go
 MCS_API_DIR = $(shell $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 K8S_BIN ?= $(shell hack/k8s-binaries.sh --print-dir)
 
-.PHONY: help build generate generate-crds generate-bpf verify-generate lint test test-unit k8s-binaries lab
+.PHONY: help build generate generate-crds generate-rbac generate-bpf verify-generate lint test test-unit k8s-binaries lab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -12,13 +12,27 @@ help: ## list the targets
 build: ## build every binary into bin/
 	$(GO) build -o bin/ ./cmd/...
 
-generate: generate-crds generate-bpf ## regenerate deep-copy code, CRDs and eBPF objects
+generate: generate-crds generate-rbac generate-bpf ## regenerate deep-copy code, CRDs, RBAC roles and eBPF objects
 
 generate-crds: ## deep-copy code and CRD YAML (ours and mcs-api's) under deploy/crds
 	$(GO) tool controller-gen object paths=./api/...
 	$(GO) tool controller-gen crd paths=./api/... output:crd:dir=deploy/crds
 	install -m 0644 $(MCS_API_DIR)/config/crd/multicluster.x-k8s.io_serviceexports.yaml deploy/crds/
 	install -m 0644 $(MCS_API_DIR)/config/crd/multicluster.x-k8s.io_serviceimports.yaml deploy/crds/
+
+# Each daemon's least-privilege roles come from the +kubebuilder:rbac markers
+# next to the code that needs them: <daemon>=<package> below gives
+# deploy/rbac/<daemon>.yaml with ClusterRole and/or Role causeway-<daemon>
+# (bindings and ServiceAccounts: deploy/manifests/). A daemon without
+# markers (globalnet, a stub) gets no file and no rights.
+RBAC_DAEMONS = gateway=./pkg/gateway route-agent=./pkg/routeagent mcs-controller=./pkg/mcs/controller globalnet=./pkg/globalnet
+
+generate-rbac: ## least-privilege roles of each daemon under deploy/rbac
+	rm -f deploy/rbac/*.yaml
+	@set -e; for d in $(RBAC_DAEMONS); do \
+	  echo "controller-gen rbac $${d%%=*}"; \
+	  $(GO) tool controller-gen rbac:roleName=causeway-$${d%%=*},fileName=$${d%%=*}.yaml paths=$${d#*=} output:rbac:dir=deploy/rbac; \
+	done
 
 generate-bpf: ## compile bpf/*.c and regenerate the Go bindings (needs clang-19)
 	$(GO) generate ./bpf/...

@@ -163,3 +163,43 @@ func BinariesPresent() bool {
 	_, err := os.Stat(filepath.Join(controlplane.DefaultBinDir(), "kube-apiserver"))
 	return err == nil
 }
+
+// DaemonConfig gives the daemons their identities in the cluster, as the
+// install manifests do (kube.InstallIdentities: namespace causeway-system,
+// a ServiceAccount per daemon, the least-privilege roles generated into
+// deploy/rbac), and returns a client configuration acting as daemon's
+// ServiceAccount (a TokenRequest token): a daemon tested with it has
+// exactly the rights an installed one has. Create causeway-system before,
+// if the test creates it itself.
+func (c *Cluster) DaemonConfig(t testing.TB, daemon string) *rest.Config {
+	t.Helper()
+	token := c.daemonToken(t, daemon)
+	cfg := rest.AnonymousClientConfig(c.Config)
+	cfg.BearerToken = token
+	return cfg
+}
+
+// DaemonKubeconfig is DaemonConfig written as a kubeconfig file that
+// reaches the API server at server (e.g. through a forwarder).
+func (c *Cluster) DaemonKubeconfig(t testing.TB, daemon, server string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), kube.ServiceAccountName(daemon)+".kubeconfig")
+	if err := c.TokenKubeconfig(path, server, c.daemonToken(t, daemon)); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func (c *Cluster) daemonToken(t testing.TB, daemon string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := kube.InstallIdentities(ctx, c.Client); err != nil {
+		t.Fatal(err)
+	}
+	token, err := kube.ServiceAccountToken(ctx, c.Config, kube.Namespace, kube.ServiceAccountName(daemon), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}

@@ -34,8 +34,9 @@ func newJoinCommand() *cobra.Command {
 		Long: `Join a cluster to a ClusterSet: in the broker, create the cluster's namespace
 (cluster-<id>), ServiceAccount and RBAC (it may write only its own namespace
 and read the others), and store the resulting broker kubeconfig in the
-cluster as Secret causeway-system/causeway-broker, where the gateway and the
-MCS controller read it. The cluster ID is --cluster-id, or the About API's
+cluster as Secret causeway-system/causeway-broker, which the gateway and MCS
+controller Pods of deploy/manifests mount (the daemons' own ServiceAccounts
+may not read Secrets). The cluster ID is --cluster-id, or the About API's
 ClusterProperty cluster.clusterset.k8s.io when the cluster has one.
 Idempotent: joining again refreshes the credentials.`,
 		Example: `  causewayctl join --broker-kubeconfig broker-admin.yaml --kubeconfig c1.yaml --cluster-id c1`,

@@ -349,6 +349,12 @@ func upsertCluster(ctx context.Context, c client.Client, ns, name string, spec v
 	return err
 }
 
+// The mirrored Cluster and Endpoint objects (see mirror) are read,
+// written and pruned directly, never through a cache.
+//
+// +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=clusters;endpoints,verbs=get;list;create;update;delete
+// +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=clusters/status;endpoints/status,verbs=update
+
 // upsert makes the object ns/name of kind k have spec (and, when cond is
 // not nil, that condition) and reports whether the condition changed.
 func upsert[T client.Object, S any](ctx context.Context, c client.Client, k kind[T, S], ns, name string, spec S, cond *metav1.Condition) (bool, error) {

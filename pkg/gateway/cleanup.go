@@ -11,6 +11,8 @@ import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 )
 
+// +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=gateways,verbs=delete
+
 // Cleanup removes what this gateway created on the node and in the API
 // servers: the tunnel device (with its peers, routes and health-check
 // address), this cluster's Endpoint in the broker when this node

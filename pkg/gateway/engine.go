@@ -246,6 +246,13 @@ func (e *Engine) Role() v1alpha1.HAStatus {
 	return e.role
 }
 
+// Local rights of Run (make generate turns these into deploy/rbac): the
+// leader-election Lease and the Events of refused remotes, in Causeway's
+// namespace only.
+//
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=causeway-system,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups="",namespace=causeway-system,resources=events,verbs=create;patch
+
 // Run takes part in the election until ctx ends. While active it
 // publishes, mirrors, programs the cable and health-checks; while passive
 // it holds no tunnel. On return the lease is released (ReleaseOnStop) and

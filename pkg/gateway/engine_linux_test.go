@@ -211,6 +211,9 @@ type env struct {
 	// identity is each cluster's broker identity (pkg/broker): it may
 	// write only its own broker namespace.
 	identity map[string]*rest.Config
+	// local is the gateway's own ServiceAccount in each cluster, with the
+	// least-privilege roles of deploy/rbac.
+	local map[string]*rest.Config
 }
 
 func startEnv(t *testing.T) *env {
@@ -218,12 +221,13 @@ func startEnv(t *testing.T) *env {
 	klog.SetSlogLogger(logger("client-go"))
 	ctrllog.SetLogger(logr.FromSlogHandler(logger("controller-runtime").Handler()))
 	cs := kubetest.StartMany(t, "c1", "c3", "broker")
-	e := &env{c1: cs["c1"], c3: cs["c3"], broker: cs["broker"], identity: map[string]*rest.Config{}}
+	e := &env{c1: cs["c1"], c3: cs["c3"], broker: cs["broker"], identity: map[string]*rest.Config{}, local: map[string]*rest.Config{}}
 	ctx := context.Background()
-	for _, c := range []*kubetest.Cluster{e.c1, e.c3} {
+	for id, c := range map[string]*kubetest.Cluster{"c1": e.c1, "c3": e.c3} {
 		if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "causeway-system"}}); err != nil {
 			t.Fatal(err)
 		}
+		e.local[id] = c.DaemonConfig(t, "gateway")
 	}
 	for _, id := range []string{"c1", "c3", "c9"} {
 		kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, id)
@@ -292,11 +296,11 @@ func (e *env) startGateway(t *testing.T, tp *topo, driver, cluster, node, ns, de
 	}
 	switch cluster {
 	case "c1":
-		cfg.PodCIDRs, cfg.ServiceCIDRs, cfg.Local = []netip.Prefix{c1Pods}, []netip.Prefix{c1Svcs}, e.c1.Config
+		cfg.PodCIDRs, cfg.ServiceCIDRs = []netip.Prefix{c1Pods}, []netip.Prefix{c1Svcs}
 	case "c3":
-		cfg.PodCIDRs, cfg.ServiceCIDRs, cfg.Local = []netip.Prefix{c3Pods}, []netip.Prefix{c3Svcs}, e.c3.Config
+		cfg.PodCIDRs, cfg.ServiceCIDRs = []netip.Prefix{c3Pods}, []netip.Prefix{c3Svcs}
 	}
-	cfg.Broker = e.identity[cluster]
+	cfg.Local, cfg.Broker = e.local[cluster], e.identity[cluster]
 	en, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

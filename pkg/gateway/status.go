@@ -119,6 +119,9 @@ func sameShape(a, b gatewayStatus) bool {
 	return true
 }
 
+// +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=gateways,verbs=get;create
+// +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=gateways/status,verbs=update
+
 // writeGateway makes this node's Gateway object carry st.
 func (e *Engine) writeGateway(ctx context.Context, st gatewayStatus) error {
 	key := client.ObjectKey{Namespace: e.cfg.Namespace, Name: e.cfg.NodeName}

@@ -1,6 +1,8 @@
 // Package kube is the Kubernetes client plumbing Causeway's components
-// share: a scheme with every API type Causeway reads or writes, and the
-// installation of Causeway's and the MCS API's CRDs.
+// share: a scheme with every API type Causeway reads or writes, the
+// installation of Causeway's and the MCS API's CRDs, and the embedded
+// install manifests (the daemons' identities and least-privilege roles)
+// with server-side apply and ServiceAccount tokens.
 package kube
 
 import (

@@ -81,11 +81,7 @@ func (s *State) Units(h *netlab.Host) ([]Unit, error) {
 				},
 				LogPath: filepath.Join(logDir, "kube-proxy.log"),
 			}))
-			daemons, err := s.daemonUnits(h, c, n, cp)
-			if err != nil {
-				return nil, err
-			}
-			units = append(units, daemons...)
+			units = append(units, s.daemonUnits(h, c, n)...)
 		}
 	}
 	return units, nil
@@ -110,16 +106,14 @@ func (s *State) MissingDaemons() []string {
 
 // daemonUnits are the Causeway daemons of one node, run exactly as a
 // DaemonSet would run them: inside the node's network namespace (host
-// network), in the node's system cgroup, with a kubeconfig that reaches the
-// cluster through the kubelet's forwarder. Binaries that are missing are
-// skipped (the supervisor log says so).
-func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp *controlplane.ControlPlane) ([]Unit, error) {
-	kubeconfig, err := cp.KubeconfigAt("causeway-"+n.Name, NodeAPIServer, "system:causeway:"+n.Name, []string{"system:masters"})
-	if err != nil {
-		return nil, err
-	}
+// network), in the node's system cgroup, each with the kubeconfig of its
+// own ServiceAccount (least-privilege roles of deploy/rbac, written by
+// installIdentities once the API server runs; until then the daemon exits
+// and the supervisor restarts it) reaching the cluster through the
+// kubelet's forwarder. Binaries that are missing are skipped (the
+// supervisor log says so).
+func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node) []Unit {
 	common := []string{
-		"--kubeconfig=" + kubeconfig,
 		"--broker-kubeconfig=" + s.BrokerKubeconfig(c.Name),
 		"--cluster-id=" + c.Name,
 		"--node-name=" + s.NodeName(c.Name, n.Name),
@@ -170,7 +164,7 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp 
 		if _, err := os.Stat(path); err != nil {
 			continue
 		}
-		args := append(append([]string{}, common...), d.args...)
+		args := append(append([]string{"--kubeconfig=" + s.DaemonKubeconfig(c.Name, d.name)}, common...), d.args...)
 		units = append(units, processUnit(h, c.Name+"/"+n.Name+"/"+d.name, netlab.Process{
 			Netns:   h.Names().Node(c.Name, n.Name),
 			Cgroup:  h.Cgroups().NodeSystem(c.Name, n.Name),
@@ -179,7 +173,7 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node, cp 
 			LogPath: filepath.Join(logDir, d.name+".log"),
 		}))
 	}
-	return units, nil
+	return units
 }
 
 // NodeName is the Kubernetes Node name of a lab node: the node's name in

@@ -129,6 +129,11 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	}
 	p.say("CRDs installed (causeway.dev, multicluster.x-k8s.io)")
 
+	if err := st.installIdentities(ctx); err != nil {
+		return nil, err
+	}
+	p.say("daemon identities: a ServiceAccount each with least-privilege roles (deploy/rbac)")
+
 	if err := st.joinBroker(ctx); err != nil {
 		return nil, err
 	}

@@ -70,7 +70,7 @@ func TestAgentEndToEndFailover(t *testing.T) {
 			Params:    Params{OverlayMTU: 1450, LocalCIDRs: []netip.Prefix{tb.cluster.PodCIDR, tb.cluster.ServiceCIDR}},
 			Endpoints: &lister, Dataplane: dp})
 		runner := NewRunner(RunnerConfig{}, agent.Sync)
-		l, err := WatchEndpoints(ctx, kc.Config, "causeway-system", func() { agent.Changed(); runner.Kick() })
+		l, err := WatchEndpoints(ctx, kc.DaemonConfig(t, "route-agent"), "causeway-system", func() { agent.Changed(); runner.Kick() })
 		if err != nil {
 			t.Fatal(err)
 		}

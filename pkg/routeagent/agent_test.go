@@ -108,7 +108,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	var lister lazyLister
 	agent.cfg.Endpoints = &lister
 	runner = NewRunner(RunnerConfig{MinInterval: 10 * time.Millisecond}, agent.Sync)
-	l, err := WatchEndpoints(ctx, kc.Config, "causeway-system", func() { agent.Changed(); runner.Kick() })
+	l, err := WatchEndpoints(ctx, kc.DaemonConfig(t, "route-agent"), "causeway-system", func() { agent.Changed(); runner.Kick() })
 	if err != nil {
 		t.Fatal(err)
 	}

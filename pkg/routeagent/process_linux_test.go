@@ -46,10 +46,7 @@ func TestDaemonProcessInLabNodes(t *testing.T) {
 	if err := cl.Status().Update(ctx, remote); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := kc.KubeconfigAt("route-agent", "https://127.0.0.1:6443", "admin", []string{"system:masters"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := kc.DaemonKubeconfig(t, "route-agent", "https://127.0.0.1:6443")
 	apiAddr := strings.TrimPrefix(kc.URL, "https://")
 	self, err := os.Executable()
 	if err != nil {

@@ -151,6 +151,9 @@ func (v vipCache) ListVIPInputs(ctx context.Context) ([]mcsv1beta1.ServiceImport
 	return imports.Items, eps.Items, nil
 }
 
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch
+
 // WatchVIPInputs watches ServiceImports and multicluster EndpointSlices in
 // every namespace and calls changed on every event.
 func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPSource, error) {

@@ -29,6 +29,8 @@ func (l informerLister) ListEndpoints(ctx context.Context) ([]v1alpha1.Endpoint,
 	return list.Items, nil
 }
 
+// +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=endpoints,verbs=list;watch
+
 // WatchEndpoints starts an informer on the Endpoints of namespace ns and
 // calls changed on every add, update and delete. It returns once the cache
 // has synced; the informer stops with ctx.
@@ -63,6 +65,8 @@ func WatchEndpoints(ctx context.Context, cfg *rest.Config, ns string, changed fu
 	}
 	return informerLister{c: c, ns: ns}, nil
 }
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 
 // NodeInternalIP reads the node's InternalIP from its Node object.
 func NodeInternalIP(ctx context.Context, cfg *rest.Config, name string) (netip.Addr, error) {

@@ -20,12 +20,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/pkg/controlplane"
+	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab"
 	"github.com/causeway-net/causeway/pkg/lab/apps"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
@@ -238,6 +242,9 @@ func TestLab(t *testing.T) {
 	// The Causeway daemons run supervised in the node namespaces, and a
 	// crashed one is restarted.
 	l.checkDaemonRestart("c3/n0/gateway")
+	// Everything above ran with each daemon's own least-privilege
+	// ServiceAccount (deploy/rbac), none refused.
+	l.checkLeastPrivilege(ctx)
 
 	// A second up repairs or reports; it never duplicates.
 	before := podCount(t, l, "c1")
@@ -272,6 +279,69 @@ func TestLab(t *testing.T) {
 	}
 	if out, _ := exec.Command("pgrep", "-f", l.Dir).Output(); len(out) > 0 {
 		t.Errorf("processes of the lab still running: %s", out)
+	}
+}
+
+// checkLeastPrivilege checks that every Causeway daemon runs with a
+// kubeconfig of its own ServiceAccount (a token, no client certificate),
+// that this identity may not read Secrets, and that no daemon log shows a
+// request the API server refused for lack of rights.
+func (l *Lab) checkLeastPrivilege(ctx context.Context) {
+	l.t.Helper()
+	st, err := lab.Load(l.Dir)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	for _, cluster := range st.Members() {
+		cp, err := st.ControlPlane(cluster)
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		admin, err := cp.RESTConfig()
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		for _, d := range kube.Daemons {
+			cfg, err := clientcmd.BuildConfigFromFlags("", st.DaemonKubeconfig(cluster, d))
+			if err != nil {
+				l.t.Fatalf("%s %s: %v", cluster, d, err)
+			}
+			if cfg.BearerToken == "" || len(cfg.CertData) > 0 || cfg.CertFile != "" {
+				l.t.Errorf("%s %s: kubeconfig without a ServiceAccount token, or with a client certificate", cluster, d)
+			}
+			cfg.Host = admin.Host // the kubeconfig names the node's forwarder
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				l.t.Fatal(err)
+			}
+			_, err = cs.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+			if !apierrors.IsForbidden(err) {
+				l.t.Errorf("%s %s: list Secrets: %v, want Forbidden", cluster, d, err)
+			}
+		}
+	}
+	files, err := st.LogFiles()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	daemons := 0
+	for _, f := range files {
+		if !slices.ContainsFunc(kube.Daemons, func(d string) bool { return strings.HasSuffix(f.Unit, "/"+d) }) {
+			continue
+		}
+		daemons++
+		b, err := os.ReadFile(f.Path)
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(strings.ToLower(line), "forbidden") {
+				l.t.Errorf("%s: %s", f.Unit, line)
+			}
+		}
+	}
+	if daemons == 0 {
+		l.t.Errorf("no daemon log among %d log files", len(files))
 	}
 }
 

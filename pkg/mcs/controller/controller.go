@@ -116,6 +116,23 @@ type Controller struct {
 	waitingVIP map[types.NamespacedName]bool
 }
 
+// Local rights of the controller (make generate turns these into
+// deploy/rbac). Everything it reads goes through the manager's cache
+// (list and watch only); its writes are the ServiceImports and
+// EndpointSlices it owns and the status of ServiceExports. Leader
+// election takes a Lease and records Events in Causeway's namespace;
+// export Events go to the ServiceExport's namespace (events.k8s.io).
+//
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=list;watch
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports/status,verbs=patch
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=list;watch;create;update;delete
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports/status,verbs=patch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=services;namespaces,verbs=list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=causeway-system,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups="",namespace=causeway-system,resources=events,verbs=create;patch
+
 // New builds a controller for the local cluster (local) syncing through
 // the broker (brokerCfg, this cluster's broker identity).
 func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {

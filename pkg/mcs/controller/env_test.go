@@ -39,7 +39,10 @@ type env struct {
 	broker   *kubetest.Cluster
 	clusters map[string]*kubetest.Cluster
 	identity map[string]*rest.Config
-	cfg      controller.Config // template for every controller
+	// local is the MCS controller's own ServiceAccount in each cluster,
+	// with the least-privilege roles of deploy/rbac.
+	local map[string]*rest.Config
+	cfg   controller.Config // template for every controller
 
 	mu      sync.Mutex
 	running map[string]*running
@@ -55,7 +58,7 @@ func newEnv(t testing.TB, members ...string) *env {
 	t.Helper()
 	all := kubetest.StartMany(t, append(slices.Clone(members), "broker")...)
 	e := &env{t: t, broker: all["broker"], clusters: map[string]*kubetest.Cluster{}, identity: map[string]*rest.Config{},
-		running: map[string]*running{},
+		local: map[string]*rest.Config{}, running: map[string]*running{},
 		cfg: controller.Config{
 			DeadClusterTimeout: time.Second,
 			LivenessDuration:   time.Second,
@@ -75,6 +78,7 @@ func newEnv(t testing.TB, members ...string) *env {
 		cfg.QPS, cfg.Burst = 200, 400
 		e.identity[id] = cfg
 		e.namespace(id, "causeway-system")
+		e.local[id] = all[id].DaemonConfig(t, "mcs-controller")
 	}
 	t.Cleanup(e.stopAll)
 	return e
@@ -100,7 +104,7 @@ func (e *env) start(id string) {
 		level = slog.LevelDebug
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("cluster", id)
-	local := rest.CopyConfig(e.clusters[id].Config)
+	local := rest.CopyConfig(e.local[id])
 	local.QPS, local.Burst = 200, 400
 	c, err := controller.New(local, e.identity[id], cfg)
 	if err != nil {
