@@ -323,17 +323,27 @@ func (el *elector) renewOnce(ctx context.Context, l *coordinationv1.Lease) (*coo
 // release gives the Lease up (empty holder) so that another candidate
 // takes over at its next watch event instead of waiting for expiry.
 func (el *elector) release(ctx context.Context, l *coordinationv1.Lease) error {
-	if l == nil || holderOf(l) != el.identity {
-		return nil
+	for attempt := 0; ; attempt++ {
+		if l == nil || holderOf(l) != el.identity {
+			return nil
+		}
+		next := l.DeepCopy()
+		now := metav1.NewMicroTime(time.Now())
+		next.Spec.HolderIdentity, next.Spec.RenewTime, next.Spec.AcquireTime = nil, &now, &now
+		next.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+		_, err := el.writes.Update(ctx, next, metav1.UpdateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt > 0 {
+			return fmt.Errorf("release lease: %w", err)
+		}
+		// A renewal in flight when the term ended landed first: release
+		// the version it wrote (if the Lease is still ours).
+		if l, err = el.writes.Get(ctx, el.name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("release lease: re-read: %w", err)
+		}
 	}
-	next := l.DeepCopy()
-	now := metav1.NewMicroTime(time.Now())
-	next.Spec.HolderIdentity, next.Spec.RenewTime, next.Spec.AcquireTime = nil, &now, &now
-	next.Spec.LeaseDurationSeconds = ptr.To[int32](1)
-	if _, err := el.writes.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("release lease: %w", err)
-	}
-	return nil
 }
 
 func (el *elector) durationSeconds() int32 {

@@ -2,15 +2,19 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/causeway-net/causeway/internal/kubetest"
 )
@@ -37,10 +41,14 @@ type candidate struct {
 }
 
 func startCandidate(t *testing.T, kc kubernetes.Interface, ns, id string, release bool) *candidate {
+	return startCandidateWith(t, kc, ns, id, release, testLease, testDeadline, testRetry)
+}
+
+func startCandidateWith(t *testing.T, kc kubernetes.Interface, ns, id string, release bool, lease, deadline, retry time.Duration) *candidate {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &candidate{stop: cancel, done: make(chan struct{})}
-	c.el = newElector(kc.CoordinationV1(), kc.CoordinationV1(), ns, LeaseName, id, testLease, testDeadline, testRetry,
+	c.el = newElector(kc.CoordinationV1(), kc.CoordinationV1(), ns, LeaseName, id, lease, deadline, retry,
 		slog.New(slog.DiscardHandler), nil)
 	go c.el.watch(ctx)
 	go func() {
@@ -98,6 +106,7 @@ func holder(t *testing.T, kc kubernetes.Interface, ns string) *coordinationv1.Le
 }
 
 func TestElector(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard()) // kubetest's client; the elector logs to slog
 	cl := kubetest.Start(t, "lease")
 	kc := cl.Kube
 
@@ -179,6 +188,61 @@ func TestElector(t *testing.T) {
 		}
 		if h := ptr.Deref(holder(t, kc, ns).Spec.HolderIdentity, ""); h != "b" {
 			t.Errorf("holder %q, want b", h)
+		}
+	})
+
+	// With the defaults (1 s lease, renewals every 0.1 s) every renewal
+	// must count as one: an election that notices changes of the renew
+	// time only at whole seconds (as client-go's, which compares records
+	// serialised with second precision) takes a live holder's lease over
+	// up to a second early.
+	t.Run("default timings: crash takeover only after a full lease duration", func(t *testing.T) {
+		ns := "crash-defaults"
+		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			a := startCandidateWith(t, kc, ns, fmt.Sprintf("a%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod)
+			within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
+			b := startCandidateWith(t, kc, ns, fmt.Sprintf("b%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod)
+			time.Sleep(1500 * time.Millisecond) // b sees several renewals
+			a.stop()
+			<-a.done
+			a.mu.Lock()
+			lastRenewal, lead := a.renewed, a.terms
+			a.mu.Unlock()
+			within(t, "b leading after a's crash", func() bool { lead, _, _ := b.state(); return lead })
+			_, acquired, _ := b.state()
+			if gap := acquired.Sub(lastRenewal); gap < DefaultLeaseDuration {
+				t.Errorf("round %d: b acquired %v after a's last renewal (a had %d terms), before the lease duration %v", i, gap, lead, DefaultLeaseDuration)
+			} else {
+				t.Logf("round %d: b acquired %v after a's last renewal", i, gap.Round(time.Millisecond))
+			}
+			b.stop()
+			<-b.done
+			if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), LeaseName, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("release after a renewal it did not see", func(t *testing.T) {
+		ns := "kube-system"
+		el := newElector(kc.CoordinationV1(), kc.CoordinationV1(), ns, LeaseName, "a", testLease, testDeadline, testRetry,
+			slog.New(slog.DiscardHandler), nil)
+		ctx := context.Background()
+		l, _, err := el.tryAcquire(ctx, nil, time.Now())
+		if err != nil || l == nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		if _, err := el.renewOnce(ctx, l); err != nil { // the renewal in flight at the stop
+			t.Fatal(err)
+		}
+		if err := el.release(ctx, l); err != nil { // with the version before it
+			t.Fatal(err)
+		}
+		if h := holder(t, kc, ns).Spec.HolderIdentity; h != nil {
+			t.Errorf("holder %q after the release, want none", *h)
 		}
 	})
 
