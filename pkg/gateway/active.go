@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +29,7 @@ type activeTerm struct {
 	setAt       map[string]time.Time             // when a remote was first programmed
 	lastStatus  gatewayStatus
 	lastWritten time.Time
+	steps       []any // the last sync's steps: name, time since its start
 }
 
 // runActive is one term as the active gateway: it ends when lctx ends
@@ -67,7 +70,7 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 			e.m.lastSync.SetToCurrentTime()
 			if first {
 				first = false
-				e.log.Info("active gateway programmed", "took", time.Since(start), "connections", len(t.desired.Connections))
+				e.log.Info("active gateway programmed", append([]any{"took", time.Since(start).Round(time.Millisecond), "connections", len(t.desired.Connections)}, t.steps...)...)
 				e.writeStatus(lctx, t, true)
 			}
 		}
@@ -148,10 +151,12 @@ func (e *Engine) localCluster() v1alpha1.ClusterSpec {
 	}
 }
 
-// sync is one full pass: node prerequisites, publish, mirror, cable.
+// sync is one full pass: node prerequisites, cable, publish, mirror.
 func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	start := time.Now()
 	defer func() { e.m.syncDuration.Observe(time.Since(start).Seconds()) }()
+	t.steps = t.steps[:0]
+	step := func(name string) { t.steps = append(t.steps, name, time.Since(start).Round(time.Millisecond)) }
 
 	if !t.forwarding {
 		if err := enableForwarding(e.cfg.Netns); err != nil {
@@ -165,6 +170,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 			return err
 		}
 		t.driver = d
+		step("driver")
 	}
 	if e.cfg.HealthCheckIP.IsValid() {
 		if err := ensureHealthAddr(e.cfg.Netns, e.cfg.device(), e.cfg.HealthCheckIP); err != nil {
@@ -186,6 +192,12 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	if err != nil {
 		return err
 	}
+	// This cluster's own objects are the ones this gateway publishes:
+	// take them from the local spec rather than from the broker's echo,
+	// so that the local mirror (which the route agents follow) names the
+	// new active gateway without waiting for the broker round trip.
+	ownEP, ownCl := e.localEndpoint(t.driver.PublicKey()), e.localCluster()
+	remotes = withOwn(remotes, e.cfg.ClusterID, ownEP, ownCl)
 	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), CableDriver: e.cfg.CableDriver, Port: e.cfg.Port}
 	d := Compute(local, remotes)
 	var errs []error
@@ -199,18 +211,27 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		}
 	}
 	t.prober.SetTargets(d.HealthTargets)
+	step("cable")
 
-	// Publish this cluster to its broker namespace: the Endpoint first,
-	// remote gateways wait for it.
-	ns := brokerNamespace(e.cfg.ClusterID)
-	if err := upsertEndpoint(ctx, e.broker, ns, e.cfg.ClusterID, e.localEndpoint(t.driver.PublicKey()), nil); err != nil {
-		errs = append(errs, fmt.Errorf("publish endpoint: %w", err))
-	}
-	if err := upsertCluster(ctx, e.broker, ns, e.cfg.ClusterID, e.localCluster(), nil); err != nil {
-		errs = append(errs, fmt.Errorf("publish cluster: %w", err))
-	}
+	// Publish this cluster to its broker namespace (remote gateways wait
+	// for the Endpoint) while mirroring into the local cluster (its own
+	// Endpoint first: the route agents wait for it). The two talk to
+	// different API servers.
+	var pubErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pubErr = e.publish(ctx, ownEP, ownCl)
+	}()
 	if err := e.mirror(ctx, remotes, d); err != nil {
 		errs = append(errs, err)
+	}
+	step("mirrored")
+	wg.Wait()
+	step("published")
+	if pubErr != nil {
+		errs = append(errs, pubErr)
 	}
 
 	now := time.Now()
@@ -244,6 +265,33 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	e.m.remotes.WithLabelValues("valid").Set(float64(len(d.Connections)))
 	e.m.remotes.WithLabelValues("invalid").Set(float64(invalid))
 	return errors.Join(errs...)
+}
+
+// publish writes this cluster's Endpoint, then its Cluster, to its broker
+// namespace.
+func (e *Engine) publish(ctx context.Context, ep v1alpha1.EndpointSpec, cl v1alpha1.ClusterSpec) error {
+	ns := brokerNamespace(e.cfg.ClusterID)
+	if err := upsertEndpoint(ctx, e.broker, ns, e.cfg.ClusterID, ep, nil); err != nil {
+		return fmt.Errorf("publish endpoint: %w", err)
+	}
+	if err := upsertCluster(ctx, e.broker, ns, e.cfg.ClusterID, cl, nil); err != nil {
+		return fmt.Errorf("publish cluster: %w", err)
+	}
+	return nil
+}
+
+// withOwn returns remotes with the own cluster's Endpoint and Cluster
+// replaced by (or, before the first publication, set to) ep and cl; the
+// broker's creation times are kept.
+func withOwn(remotes []Remote, own string, ep v1alpha1.EndpointSpec, cl v1alpha1.ClusterSpec) []Remote {
+	out := slices.Clone(remotes)
+	i := slices.IndexFunc(out, func(r Remote) bool { return r.ClusterID == own })
+	if i < 0 {
+		out = append(out, Remote{ClusterID: own})
+		i = len(out) - 1
+	}
+	out[i].Endpoint, out[i].Cluster = &ep, &cl
+	return out
 }
 
 func (e *Engine) observeProbe(cluster string, rtt time.Duration) {

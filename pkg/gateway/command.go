@@ -99,7 +99,7 @@ node published it, its Gateway object) and exits.`,
 	fs.StringVar(&f.healthCheckIP, "health-check-ip", f.healthCheckIP, "address inside the pod CIDR put on the tunnel device and published for health checks (empty: none)")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", f.leaseDuration, "gateway lease duration (whole seconds)")
 	fs.DurationVar(&f.renewDeadline, "renew-deadline", f.renewDeadline, "the active gives up leadership when it cannot renew within this")
-	fs.DurationVar(&f.retryPeriod, "retry-period", f.retryPeriod, "lease renew / acquire interval")
+	fs.DurationVar(&f.retryPeriod, "retry-period", f.retryPeriod, "lease renew interval of the active (passive candidates watch the lease) and retry interval after a failed lease request")
 	fs.BoolVar(&f.cleanup, "cleanup", false, "remove everything this gateway created and exit")
 	return cmd
 }

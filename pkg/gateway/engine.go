@@ -18,9 +18,8 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -289,54 +288,55 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.log.Warn("write gateway status", "err", err)
 	}
 
+	// Lease reads and writes get their own request timeout (a renewal
+	// that takes longer than the renew deadline is useless); the watch
+	// uses the ordinary client.
 	leaseCfg := rest.CopyConfig(e.cfg.Local)
 	leaseCfg.Timeout = e.cfg.RenewDeadline
 	leaseClient, err := kubernetes.NewForConfig(leaseCfg)
 	if err != nil {
 		return fmt.Errorf("lease client: %w", err)
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metaFor(e.cfg.Namespace, LeaseName),
-		Client:     leaseClient.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.NodeName},
-	}
-	var cleanedLeftovers atomic.Bool // OnNewLeader runs on its own goroutine
-	for ctx.Err() == nil {
-		var activeDone chan struct{}
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   e.cfg.LeaseDuration,
-			RenewDeadline:   e.cfg.RenewDeadline,
-			RetryPeriod:     e.cfg.RetryPeriod,
-			ReleaseOnCancel: e.cfg.ReleaseOnStop,
-			Name:            LeaseName,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(lctx context.Context) {
-					activeDone = make(chan struct{})
-					defer close(activeDone)
-					e.runActive(lctx, ctx)
-				},
-				OnStoppedLeading: func() {},
-				OnNewLeader: func(id string) {
-					e.mu.Lock()
-					e.leader = id
-					e.mu.Unlock()
-					e.log.Info("gateway leader", "identity", id)
-					if id != e.cfg.NodeName && cleanedLeftovers.CompareAndSwap(false, true) {
-						// A passive candidate holds no tunnel: remove
-						// what a previous run of ours may have left.
-						e.removeLeftovers(ctx)
-					}
-				},
-			},
+	var cleanedLeftovers atomic.Bool // onNewLeader runs on its own goroutine
+	el := newElector(e.kube.CoordinationV1(), leaseClient.CoordinationV1(), e.cfg.Namespace, LeaseName, e.cfg.NodeName,
+		e.cfg.LeaseDuration, e.cfg.RenewDeadline, e.cfg.RetryPeriod, e.log, func(id string) {
+			e.mu.Lock()
+			e.leader = id
+			e.mu.Unlock()
+			e.log.Info("gateway leader", "identity", id)
+			if id != e.cfg.NodeName && cleanedLeftovers.CompareAndSwap(false, true) {
+				// A passive candidate holds no tunnel: remove what a
+				// previous run of ours may have left.
+				e.removeLeftovers(ctx)
+			}
 		})
-		if err != nil {
-			return fmt.Errorf("leader election: %w", err)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go el.watch(watchCtx)
+	for ctx.Err() == nil {
+		lease, sent := el.acquire(ctx)
+		if lease == nil {
+			break
 		}
-		le.Run(ctx)
-		if activeDone != nil {
-			<-activeDone
+		e.log.Info("acquired the gateway lease", "transitions", ptr.Deref(lease.Spec.LeaseTransitions, 0))
+		lctx, stopActive := context.WithCancel(ctx)
+		activeDone := make(chan struct{})
+		go func() {
+			defer close(activeDone)
+			e.runActive(lctx, ctx)
+		}()
+		lease = el.renew(lctx, lease, sent)
+		stopActive()
+		if ctx.Err() != nil && e.cfg.ReleaseOnStop {
+			// Hand over at once, before tearing down (a passive
+			// candidate sees the release at its next watch event).
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RenewDeadline)
+			if err := el.release(rctx, lease); err != nil {
+				e.log.Warn("release gateway lease", "err", err)
+			}
+			cancel()
 		}
+		<-activeDone
 		cleanedLeftovers.Store(true) // runActive tore its tunnel down itself
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)

@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,18 +26,14 @@ func (e *Engine) mirror(ctx context.Context, remotes []Remote, d Desired) error 
 	ns := e.cfg.Namespace
 	var errs []error
 	wantCl, wantEp := map[string]bool{}, map[string]bool{}
-	for _, r := range remotes {
+	// This cluster's own objects first: the route agents follow its
+	// Endpoint to the active gateway.
+	ordered := slices.Clone(remotes)
+	slices.SortStableFunc(ordered, func(a, b Remote) int {
+		return cmp.Compare(boolInt(a.ClusterID != e.cfg.ClusterID), boolInt(b.ClusterID != e.cfg.ClusterID))
+	})
+	for _, r := range ordered {
 		st := verdicts[r.ClusterID]
-		if r.Cluster != nil && st.Cluster != nil {
-			wantCl[r.ClusterID] = true
-			cond := st.Cluster.Condition(0)
-			changed, err := upsert(ctx, e.local, clusterKind, ns, r.ClusterID, *r.Cluster, &cond)
-			if err != nil {
-				errs = append(errs, err)
-			} else if changed {
-				e.event(ctx, &v1alpha1.Cluster{}, r.ClusterID, *st.Cluster)
-			}
-		}
 		if r.Endpoint != nil && st.Endpoint != nil {
 			wantEp[r.ClusterID] = true
 			cond := st.Endpoint.Condition(0)
@@ -44,6 +42,16 @@ func (e *Engine) mirror(ctx context.Context, remotes []Remote, d Desired) error 
 				errs = append(errs, err)
 			} else if changed {
 				e.event(ctx, &v1alpha1.Endpoint{}, r.ClusterID, *st.Endpoint)
+			}
+		}
+		if r.Cluster != nil && st.Cluster != nil {
+			wantCl[r.ClusterID] = true
+			cond := st.Cluster.Condition(0)
+			changed, err := upsert(ctx, e.local, clusterKind, ns, r.ClusterID, *r.Cluster, &cond)
+			if err != nil {
+				errs = append(errs, err)
+			} else if changed {
+				e.event(ctx, &v1alpha1.Cluster{}, r.ClusterID, *st.Cluster)
 			}
 		}
 	}
@@ -88,4 +96,11 @@ func (e *Engine) event(ctx context.Context, obj client.Object, name string, v Ve
 	}
 	e.recorder.Event(obj, corev1.EventTypeWarning, v.Reason, "refused: "+v.Message)
 	e.log.Warn("refused remote object", "kind", fmt.Sprintf("%T", obj), "cluster", name, "reason", v.Reason, "message", v.Message)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

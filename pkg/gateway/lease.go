@@ -1,0 +1,359 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+// elector elects one holder of a coordination.k8s.io Lease, with the
+// semantics of client-go's leaderelection (same Lease fields, so
+// kubectl and other tools read it the same way) but WATCHING the Lease
+// instead of polling it:
+//
+//   - a candidate notes the local time at which it first saw each
+//     version of the Lease (from the watch, or from a read after a
+//     conflict) and may take it over once leaseDurationSeconds have
+//     passed since without a new version, or at once when the holder
+//     released it (empty holder) or when the holder is itself (a
+//     restarted process adopting its own term). A timer fires at the
+//     expiry, so takeover does not wait for a poll; a released Lease is
+//     seen at the next watch event.
+//   - every write is conditional on the resourceVersion last seen, so
+//     two candidates can never both win; the loser re-reads.
+//   - the holder renews every retry period and steps down when it has not
+//     renewed for renewDeadline (< lease duration: it is gone before any
+//     other candidate may take over), or at once when a renewal finds
+//     another holder.
+//
+// Only local elapsed time is compared, never clocks of different nodes.
+type elector struct {
+	leases   coordclient.LeaseInterface // for the watch (no request timeout)
+	writes   coordclient.LeaseInterface // reads and writes, request timeout ≤ renewDeadline
+	name     string
+	identity string
+	duration time.Duration
+	deadline time.Duration // renew deadline
+	retry    time.Duration
+	log      *slog.Logger
+	// onNewLeader is called, on a goroutine of its own, whenever the
+	// observed holder changes to a non-empty identity.
+	onNewLeader func(identity string)
+
+	mu         sync.Mutex
+	synced     bool
+	observed   *coordinationv1.Lease // nil: no Lease (or not synced yet)
+	observedAt time.Time             // when this version was first seen here
+	leader     string                // last holder reported to onNewLeader
+	changed    chan struct{}         // capacity 1: observed changed
+}
+
+func newElector(watchClient, writeClient coordclient.LeasesGetter, namespace, name, identity string, duration, deadline, retry time.Duration, log *slog.Logger, onNewLeader func(string)) *elector {
+	return &elector{
+		leases: watchClient.Leases(namespace), writes: writeClient.Leases(namespace),
+		name: name, identity: identity, duration: duration, deadline: deadline, retry: retry,
+		log: log, onNewLeader: onNewLeader, changed: make(chan struct{}, 1),
+	}
+}
+
+// watch keeps the observed Lease current until ctx ends.
+func (el *elector) watch(ctx context.Context) {
+	sel := fields.OneTermEqualSelector("metadata.name", el.name).String()
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return el.leases.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return el.leases.Watch(ctx, o)
+		},
+	}
+	_, ctrl := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &coordinationv1.Lease{},
+		Handler: toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { el.observe(obj) },
+			UpdateFunc: func(_, obj any) { el.observe(obj) },
+			DeleteFunc: func(any) { el.observe(nil) },
+		},
+	})
+	go func() {
+		if toolscache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+			el.mu.Lock()
+			el.synced = true
+			el.mu.Unlock()
+			el.notify()
+		}
+	}()
+	ctrl.RunWithContext(ctx)
+}
+
+// observe records a version of the Lease (nil: deleted).
+func (el *elector) observe(obj any) {
+	l, _ := obj.(*coordinationv1.Lease)
+	el.mu.Lock()
+	if l != nil && l.Name != el.name {
+		el.mu.Unlock()
+		return
+	}
+	same := (l == nil && el.observed == nil) || (l != nil && el.observed != nil && l.ResourceVersion == el.observed.ResourceVersion)
+	var report string
+	if !same {
+		el.observed, el.observedAt = l, time.Now()
+		if h := holderOf(l); h != "" && h != el.leader {
+			el.leader, report = h, h
+		}
+	}
+	el.mu.Unlock()
+	if report != "" && el.onNewLeader != nil {
+		go el.onNewLeader(report) // may block (leftover removal): not on the watch
+	}
+	if !same {
+		el.notify()
+	}
+}
+
+func (el *elector) notify() {
+	select {
+	case el.changed <- struct{}{}:
+	default:
+	}
+}
+
+func holderOf(l *coordinationv1.Lease) string {
+	if l == nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// acquire blocks until this candidate holds the Lease or ctx ends (nil).
+// It returns the Lease as written and when that write was sent.
+func (el *elector) acquire(ctx context.Context) (*coordinationv1.Lease, time.Time) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		el.mu.Lock()
+		synced, cur, at := el.synced, el.observed, el.observedAt
+		el.mu.Unlock()
+		wait := el.retry
+		if synced {
+			sent := time.Now()
+			l, expiresIn, err := el.tryAcquire(ctx, cur, at)
+			switch {
+			case l != nil:
+				return l, sent
+			case err != nil:
+				el.log.Warn("acquire gateway lease", "err", err)
+			case expiresIn > 0:
+				wait = expiresIn
+			default:
+				wait = 0 // re-read after a conflict: try again at once
+			}
+		}
+		if wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return nil, time.Time{}
+			case <-el.changed:
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return nil, time.Time{}
+		}
+	}
+}
+
+// tryAcquire takes the Lease over if cur (seen since at) allows it. It
+// returns the written Lease on success; otherwise how long until cur
+// expires (0 after a conflict, when the caller should look again).
+func (el *elector) tryAcquire(ctx context.Context, cur *coordinationv1.Lease, at time.Time) (*coordinationv1.Lease, time.Duration, error) {
+	now := metav1.NewMicroTime(time.Now())
+	if cur == nil {
+		l, err := el.writes.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: el.name},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: ptr.To(el.identity), LeaseDurationSeconds: ptr.To(el.durationSeconds()),
+				AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr.To[int32](0),
+			},
+		}, metav1.CreateOptions{})
+		if err == nil {
+			el.observe(l)
+			return l, 0, nil
+		}
+		if apierrors.IsAlreadyExists(err) {
+			return nil, 0, el.reread(ctx)
+		}
+		return nil, 0, fmt.Errorf("create lease: %w", err)
+	}
+	holder := holderOf(cur)
+	if holder != "" && holder != el.identity {
+		if left := time.Until(at.Add(leaseDuration(cur, el.duration))); left > 0 {
+			return nil, left, nil
+		}
+	}
+	l := cur.DeepCopy()
+	transitions := ptr.Deref(l.Spec.LeaseTransitions, 0)
+	if holder != el.identity {
+		transitions++
+		l.Spec.AcquireTime = &now
+	}
+	if l.Spec.AcquireTime == nil {
+		l.Spec.AcquireTime = &now
+	}
+	l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(el.identity), &now
+	l.Spec.LeaseDurationSeconds, l.Spec.LeaseTransitions = ptr.To(el.durationSeconds()), &transitions
+	l, err := el.writes.Update(ctx, l, metav1.UpdateOptions{})
+	if err == nil {
+		el.observe(l)
+		return l, 0, nil
+	}
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil, 0, el.reread(ctx)
+	}
+	return nil, 0, fmt.Errorf("update lease: %w", err)
+}
+
+// reread fetches the Lease after a conflict (the watch may lag).
+func (el *elector) reread(ctx context.Context) error {
+	l, err := el.writes.Get(ctx, el.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		el.observe(nil)
+		return nil
+	case err != nil:
+		return fmt.Errorf("get lease: %w", err)
+	}
+	el.observe(l)
+	return nil
+}
+
+// renew keeps the Lease held (l is the last version written, its write
+// sent at renewed) until ctx ends or the renewals fail for renewDeadline
+// or find another holder; it returns the last version written.
+func (el *elector) renew(ctx context.Context, l *coordinationv1.Lease, renewed time.Time) *coordinationv1.Lease {
+	tick := time.NewTicker(el.retry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return l
+		case <-tick.C:
+		}
+		for {
+			if time.Since(renewed) > el.deadline {
+				el.log.Warn("could not renew the gateway lease in time: stepping down", "renewDeadline", el.deadline)
+				return l
+			}
+			sent := time.Now()
+			rctx, cancel := context.WithDeadline(ctx, renewed.Add(el.deadline))
+			next, err := el.renewOnce(rctx, l)
+			cancel()
+			if ctx.Err() != nil {
+				return l
+			}
+			if err == nil {
+				l, renewed = next, sent
+				break
+			}
+			if errors.Is(err, errLeaseLost) {
+				el.log.Warn("gateway lease taken by another candidate", "holder", holderOf(next))
+				return l
+			}
+			if next != nil {
+				l = next // a newer version of our own term: retry at once
+				continue
+			}
+			el.log.Warn("renew gateway lease", "err", err)
+			select {
+			case <-ctx.Done():
+				return l
+			case <-time.After(el.retry / 2):
+			}
+		}
+	}
+}
+
+var errLeaseLost = errors.New("lease held by another candidate")
+
+// renewOnce writes one renewal of l. After a conflict it re-reads the
+// Lease: still ours → the newer version and an error (retry with it);
+// another holder → errLeaseLost.
+func (el *elector) renewOnce(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	next := l.DeepCopy()
+	next.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+	got, err := el.writes.Update(ctx, next, metav1.UpdateOptions{})
+	if err == nil {
+		el.observe(got)
+		return got, nil
+	}
+	if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("renew lease: %w", err)
+	}
+	cur, gerr := el.writes.Get(ctx, el.name, metav1.GetOptions{})
+	if gerr != nil {
+		if apierrors.IsNotFound(gerr) {
+			el.observe(nil)
+			return nil, errLeaseLost
+		}
+		return nil, fmt.Errorf("renew lease: %w (re-read: %v)", err, gerr)
+	}
+	el.observe(cur)
+	if holderOf(cur) != el.identity {
+		return cur, errLeaseLost
+	}
+	return cur, fmt.Errorf("renew lease: %w", err)
+}
+
+// release gives the Lease up (empty holder) so that another candidate
+// takes over at its next watch event instead of waiting for expiry.
+func (el *elector) release(ctx context.Context, l *coordinationv1.Lease) error {
+	for attempt := 0; ; attempt++ {
+		if l == nil || holderOf(l) != el.identity {
+			return nil
+		}
+		next := l.DeepCopy()
+		now := metav1.NewMicroTime(time.Now())
+		next.Spec.HolderIdentity, next.Spec.RenewTime, next.Spec.AcquireTime = nil, &now, &now
+		next.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+		_, err := el.writes.Update(ctx, next, metav1.UpdateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt > 0 {
+			return fmt.Errorf("release lease: %w", err)
+		}
+		// A renewal in flight when the term ended landed first: release
+		// the version it wrote (if the Lease is still ours).
+		if l, err = el.writes.Get(ctx, el.name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("release lease: re-read: %w", err)
+		}
+	}
+}
+
+func (el *elector) durationSeconds() int32 {
+	return int32(max(1, (el.duration+time.Second-1)/time.Second))
+}
+
+// leaseDuration is the Lease's own duration (def when unset).
+func leaseDuration(l *coordinationv1.Lease, def time.Duration) time.Duration {
+	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		return def
+	}
+	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+}

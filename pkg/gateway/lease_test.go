@@ -1,0 +1,266 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/causeway-net/causeway/internal/kubetest"
+)
+
+// Generous timings: the API server shares a loaded machine, and a
+// renewal slower than the deadline would be a (correct) step-down that
+// the checks below do not expect.
+const (
+	testLease    = 4 * time.Second
+	testDeadline = 3 * time.Second
+	testRetry    = 250 * time.Millisecond
+)
+
+// candidate runs one elector: acquire, renew until stopped or lost.
+type candidate struct {
+	el       *elector
+	stop     context.CancelFunc // ends the run without releasing (a crash)
+	mu       sync.Mutex
+	leading  bool
+	acquired time.Time // when it last acquired
+	renewed  time.Time // send time of its last successful write while leading
+	terms    int
+	done     chan struct{}
+}
+
+func startCandidate(t *testing.T, kc kubernetes.Interface, ns, id string, release bool) *candidate {
+	return startCandidateWith(t, kc, ns, id, release, testLease, testDeadline, testRetry)
+}
+
+func startCandidateWith(t *testing.T, kc kubernetes.Interface, ns, id string, release bool, lease, deadline, retry time.Duration) *candidate {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &candidate{stop: cancel, done: make(chan struct{})}
+	c.el = newElector(kc.CoordinationV1(), kc.CoordinationV1(), ns, LeaseName, id, lease, deadline, retry,
+		slog.New(slog.DiscardHandler), nil)
+	go c.el.watch(ctx)
+	go func() {
+		defer close(c.done)
+		for ctx.Err() == nil {
+			l, sent := c.el.acquire(ctx)
+			if l == nil {
+				return
+			}
+			c.mu.Lock()
+			c.leading, c.acquired, c.renewed = true, time.Now(), sent
+			c.terms++
+			c.mu.Unlock()
+			last := c.el.renew(ctx, l, sent)
+			c.mu.Lock()
+			c.leading = false
+			c.renewed = last.Spec.RenewTime.Time
+			c.mu.Unlock()
+			if ctx.Err() != nil && release {
+				rctx, rc := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := c.el.release(rctx, last); err != nil {
+					t.Errorf("%s: release: %v", id, err)
+				}
+				rc()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-c.done })
+	return c
+}
+
+func (c *candidate) state() (leading bool, acquired time.Time, terms int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leading, c.acquired, c.terms
+}
+
+func within(t *testing.T, what string, check func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if check() {
+			return
+		}
+	}
+	t.Fatalf("%s: not within 60 s", what)
+}
+
+func holder(t *testing.T, kc kubernetes.Interface, ns string) *coordinationv1.Lease {
+	t.Helper()
+	l, err := kc.CoordinationV1().Leases(ns).Get(context.Background(), LeaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestElector(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard()) // kubetest's client; the elector logs to slog
+	cl := kubetest.Start(t, "lease")
+	kc := cl.Kube
+
+	t.Run("one leader, release hands over", func(t *testing.T) {
+		ns := "default"
+		a := startCandidate(t, kc, ns, "a", true)
+		b := startCandidate(t, kc, ns, "b", true)
+		var first, second *candidate
+		within(t, "a leader", func() bool {
+			la, _, _ := a.state()
+			lb, _, _ := b.state()
+			switch {
+			case la && lb:
+				t.Fatal("a and b lead at once")
+			case la:
+				first, second = a, b
+			case lb:
+				first, second = b, a
+			}
+			return first != nil
+		})
+		l := holder(t, kc, ns)
+		if want := first.el.identity; ptr.Deref(l.Spec.HolderIdentity, "") != want {
+			t.Fatalf("lease holder %q, want %q", ptr.Deref(l.Spec.HolderIdentity, ""), want)
+		}
+		// While the leader renews, the other candidate waits (one lease
+		// duration and more).
+		for end := time.Now().Add(testLease + time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			if lead, _, _ := second.state(); lead {
+				t.Fatalf("%s took over a lease %s was renewing", second.el.identity, first.el.identity)
+			}
+		}
+		if lead, _, terms := first.state(); !lead || terms != 1 {
+			t.Fatalf("%s: leading %v after %d terms, want one uninterrupted term", first.el.identity, lead, terms)
+		}
+		before := ptr.Deref(holder(t, kc, ns).Spec.LeaseTransitions, 0)
+		first.stop() // releases the lease
+		<-first.done
+		within(t, second.el.identity+" leading after the release", func() bool { lead, _, _ := second.state(); return lead })
+		l = holder(t, kc, ns)
+		if ptr.Deref(l.Spec.HolderIdentity, "") != second.el.identity || ptr.Deref(l.Spec.LeaseTransitions, 0) != before+1 {
+			t.Errorf("after the hand-over: holder %q transitions %d, want %q and %d",
+				ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, 0), second.el.identity, before+1)
+		}
+	})
+
+	t.Run("crash: takeover only after expiry, restart adopts its own term", func(t *testing.T) {
+		ns := "kube-public"
+		a := startCandidate(t, kc, ns, "a", false)
+		within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
+		b := startCandidate(t, kc, ns, "b", false)
+		// A restarted a (same identity) adopts its unexpired term: no
+		// transition, same acquire time.
+		before := holder(t, kc, ns)
+		a.stop()
+		<-a.done
+		a2 := startCandidate(t, kc, ns, "a", false)
+		within(t, "restarted a leading", func() bool { lead, _, _ := a2.state(); return lead })
+		if lb, _, _ := b.state(); lb {
+			t.Fatal("b took over while a restarted")
+		}
+		after := holder(t, kc, ns)
+		if ptr.Deref(after.Spec.LeaseTransitions, 0) != ptr.Deref(before.Spec.LeaseTransitions, 0) ||
+			!after.Spec.AcquireTime.Equal(before.Spec.AcquireTime) {
+			t.Errorf("restart adopted with transitions %d→%d, acquire time %v→%v; want unchanged",
+				ptr.Deref(before.Spec.LeaseTransitions, 0), ptr.Deref(after.Spec.LeaseTransitions, 0), before.Spec.AcquireTime, after.Spec.AcquireTime)
+		}
+		// Crash (no release): b takes over, never before a lease
+		// duration has passed since a's last renewal was sent.
+		a2.stop()
+		<-a2.done
+		a2.mu.Lock()
+		lastRenewal := a2.renewed
+		a2.mu.Unlock()
+		within(t, "b leading after a's crash", func() bool { lead, _, _ := b.state(); return lead })
+		_, acquired, _ := b.state()
+		if gap := acquired.Sub(lastRenewal); gap < testLease {
+			t.Errorf("b acquired %v after a's last renewal, before the lease duration %v", gap, testLease)
+		}
+		if h := ptr.Deref(holder(t, kc, ns).Spec.HolderIdentity, ""); h != "b" {
+			t.Errorf("holder %q, want b", h)
+		}
+	})
+
+	// With the defaults (1 s lease, renewals every 0.1 s) every renewal
+	// must count as one: an election that notices changes of the renew
+	// time only at whole seconds (as client-go's, which compares records
+	// serialised with second precision) takes a live holder's lease over
+	// up to a second early.
+	t.Run("default timings: crash takeover only after a full lease duration", func(t *testing.T) {
+		ns := "crash-defaults"
+		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			a := startCandidateWith(t, kc, ns, fmt.Sprintf("a%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod)
+			within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
+			b := startCandidateWith(t, kc, ns, fmt.Sprintf("b%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod)
+			time.Sleep(1500 * time.Millisecond) // b sees several renewals
+			a.stop()
+			<-a.done
+			a.mu.Lock()
+			lastRenewal, lead := a.renewed, a.terms
+			a.mu.Unlock()
+			within(t, "b leading after a's crash", func() bool { lead, _, _ := b.state(); return lead })
+			_, acquired, _ := b.state()
+			if gap := acquired.Sub(lastRenewal); gap < DefaultLeaseDuration {
+				t.Errorf("round %d: b acquired %v after a's last renewal (a had %d terms), before the lease duration %v", i, gap, lead, DefaultLeaseDuration)
+			} else {
+				t.Logf("round %d: b acquired %v after a's last renewal", i, gap.Round(time.Millisecond))
+			}
+			b.stop()
+			<-b.done
+			if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), LeaseName, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("release after a renewal it did not see", func(t *testing.T) {
+		ns := "kube-system"
+		el := newElector(kc.CoordinationV1(), kc.CoordinationV1(), ns, LeaseName, "a", testLease, testDeadline, testRetry,
+			slog.New(slog.DiscardHandler), nil)
+		ctx := context.Background()
+		l, _, err := el.tryAcquire(ctx, nil, time.Now())
+		if err != nil || l == nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		if _, err := el.renewOnce(ctx, l); err != nil { // the renewal in flight at the stop
+			t.Fatal(err)
+		}
+		if err := el.release(ctx, l); err != nil { // with the version before it
+			t.Fatal(err)
+		}
+		if h := holder(t, kc, ns).Spec.HolderIdentity; h != nil {
+			t.Errorf("holder %q after the release, want none", *h)
+		}
+	})
+
+	t.Run("a leader whose lease is taken steps down", func(t *testing.T) {
+		ns := "kube-node-lease"
+		a := startCandidate(t, kc, ns, "a", false)
+		within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
+		within(t, "an intruder writing the lease", func() bool {
+			l := holder(t, kc, ns)
+			l.Spec.HolderIdentity = ptr.To("intruder")
+			_, err := kc.CoordinationV1().Leases(ns).Update(context.Background(), l, metav1.UpdateOptions{})
+			return err == nil // a conflict with a renewal: read again
+		})
+		within(t, "a stepping down", func() bool { lead, _, _ := a.state(); return !lead })
+		a.stop()
+		<-a.done
+		if h := ptr.Deref(holder(t, kc, ns).Spec.HolderIdentity, ""); h != "intruder" {
+			t.Errorf("holder %q after a stepped down, want intruder (a must not overwrite it)", h)
+		}
+	})
+}
