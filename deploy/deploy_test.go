@@ -301,7 +301,8 @@ var daemonAccess = map[string]struct{ allowed, denied []access }{
 	"gateway": {
 		allowed: []access{
 			{"get", "coordination.k8s.io", "leases", "", sys}, {"create", "coordination.k8s.io", "leases", "", sys},
-			{"update", "coordination.k8s.io", "leases", "", sys}, {"create", "", "events", "", sys}, {"patch", "", "events", "", sys},
+			{"update", "coordination.k8s.io", "leases", "", sys}, {"list", "coordination.k8s.io", "leases", "", sys},
+			{"watch", "coordination.k8s.io", "leases", "", sys}, {"create", "", "events", "", sys}, {"patch", "", "events", "", sys},
 			{"create", "causeway.dev", "clusters", "", sys}, {"update", "causeway.dev", "endpoints", "", sys},
 			{"delete", "causeway.dev", "endpoints", "", sys}, {"list", "causeway.dev", "clusters", "", sys},
 			{"update", "causeway.dev", "endpoints", "status", sys}, {"update", "causeway.dev", "clusters", "status", sys},

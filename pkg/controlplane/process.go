@@ -129,7 +129,13 @@ func (p *Process) Stop(grace time.Duration) {
 }
 
 // LogTail returns up to n bytes from the end of the process's log.
-func (p *Process) LogTail(n int64) string { return LogTail(p.cfg.LogFile, n) }
+// A nil Process (one adopted, not started here) has no log to show.
+func (p *Process) LogTail(n int64) string {
+	if p == nil {
+		return ""
+	}
+	return LogTail(p.cfg.LogFile, n)
+}
 
 // LogTail returns up to n bytes from the end of file.
 func LogTail(file string, n int64) string {

@@ -249,7 +249,7 @@ func (e *Engine) Role() v1alpha1.HAStatus {
 // leader-election Lease and the Events of refused remotes, in Causeway's
 // namespace only.
 //
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=causeway-system,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=causeway-system,resources=leases,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",namespace=causeway-system,resources=events,verbs=create;patch
 
 // Run takes part in the election until ctx ends. While active it
