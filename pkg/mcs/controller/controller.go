@@ -145,7 +145,28 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	}
 	scheme := kube.NewScheme()
 	resync := cfg.ResyncPeriod
-	strip := cache.TransformStripManagedFields()
+	// Each type is cached once (one informer shared by the watches and
+	// the client's reads), through a transform keeping what is read.
+	slim := newSlimmer()
+	localCache := cache.Options{
+		SyncPeriod:       &resync,
+		DefaultTransform: stripManagedFields,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Service{}:            {Transform: slim.service},
+			&discoveryv1.EndpointSlice{}: {Transform: slim.endpointSlice},
+			&mcsv1beta1.ServiceExport{}:  {Transform: slim.serviceExport},
+			&mcsv1beta1.ServiceImport{}:  {Transform: slim.serviceImport},
+			&corev1.Namespace{}:          {Transform: slim.namespace},
+		},
+	}
+	brokerCache := cache.Options{
+		SyncPeriod:       &resync,
+		DefaultTransform: stripManagedFields,
+		ByObject: map[client.Object]cache.ByObject{
+			&causewayv1alpha1.ServiceExportRecord{}: {Transform: slim.record},
+			&causewayv1alpha1.VIPAllocation{}:       {Transform: slim.vipAllocation},
+		},
+	}
 
 	// Leader election with client-go's usual timings: a short renew
 	// deadline lost leadership (and exited) while the API server was
@@ -158,7 +179,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	mgr, err := manager.New(local, manager.Options{
 		Scheme:                        scheme,
 		Logger:                        logr.FromSlogHandler(cfg.Log.Handler()),
-		Cache:                         cache.Options{SyncPeriod: &resync, DefaultTransform: strip},
+		Cache:                         localCache,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                cfg.LeaderElection,
@@ -175,7 +196,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	}
 	bc, err := cluster.New(brokerCfg, func(o *cluster.Options) {
 		o.Scheme = scheme
-		o.Cache = cache.Options{SyncPeriod: &resync, DefaultTransform: strip}
+		o.Cache = brokerCache
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker client: %w", err)
