@@ -38,6 +38,9 @@ type Options struct {
 	// MetricsAddr is where /metrics, /healthz and /readyz are served;
 	// empty or "0" turns the listener off.
 	MetricsAddr string
+	// Profiling also serves Go's pprof handlers under /debug/pprof/ on
+	// the metrics listener.
+	Profiling bool
 }
 
 // DefaultOptions returns the defaults for a daemon whose metrics listen on
@@ -68,6 +71,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: text or json")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, `address serving /metrics, /healthz and /readyz ("0" to disable)`)
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "also serve Go pprof profiles under /debug/pprof/ on the metrics address")
 }
 
 // Validate reports every malformed option at once.

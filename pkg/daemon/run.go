@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"sync"
@@ -93,7 +94,7 @@ func RunContext(ctx context.Context, component string, opts *Options, work func(
 			return fmt.Errorf("listen for metrics on %s: %w", opts.MetricsAddr, err)
 		}
 		rt.Addr = ln.Addr().String()
-		srv = &http.Server{Handler: rt.mux(), ReadHeaderTimeout: 5 * time.Second}
+		srv = &http.Server{Handler: rt.mux(opts.Profiling), ReadHeaderTimeout: 5 * time.Second}
 		go func() { srvErr <- srv.Serve(ln) }()
 		log.Info("serving metrics and health", "addr", rt.Addr)
 	}
@@ -136,8 +137,15 @@ func RunContext(ctx context.Context, component string, opts *Options, work func(
 	return nil
 }
 
-func (r *Runtime) mux() *http.ServeMux {
+func (r *Runtime) mux(profiling bool) *http.ServeMux {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")

@@ -210,7 +210,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local clientset: %w", err)
 	}
-	bc, err := cache.New(cfg.Broker, cache.Options{Scheme: scheme})
+	bc, err := cache.New(cfg.Broker, cache.Options{Scheme: scheme, DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return nil, fmt.Errorf("broker cache: %w", err)
 	}

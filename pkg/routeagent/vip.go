@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
@@ -33,8 +34,8 @@ const (
 // the slice's port of the same name and protocol. A service whose slices
 // list no ready endpoint stays in the table with no backends, so that
 // connecting to it fails at once. Pure: same input, same output.
-func VIPDesired(imports []mcsv1beta1.ServiceImport, eps []discoveryv1.EndpointSlice) map[vip.ServiceKey][]vip.Backend {
-	bySvc := map[client.ObjectKey][]discoveryv1.EndpointSlice{}
+func VIPDesired(imports []*mcsv1beta1.ServiceImport, eps []*discoveryv1.EndpointSlice) map[vip.ServiceKey][]vip.Backend {
+	bySvc := map[client.ObjectKey][]*discoveryv1.EndpointSlice{}
 	for _, s := range eps {
 		name := s.Labels[LabelServiceName]
 		if name == "" || s.AddressType != discoveryv1.AddressTypeIPv4 {
@@ -59,15 +60,14 @@ func VIPDesired(imports []mcsv1beta1.ServiceImport, eps []discoveryv1.EndpointSl
 					continue
 				}
 				key := vip.ServiceKey{VIP: ip, Port: uint16(p.Port), Proto: proto}
-				out[key] = backendsFor(bySvc[client.ObjectKeyFromObject(&si)], p)
+				out[key] = backendsFor(bySvc[client.ObjectKeyFromObject(si)], p)
 			}
 		}
 	}
 	return out
 }
 
-func backendsFor(eps []discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) []vip.Backend {
-	seen := map[vip.Backend]bool{}
+func backendsFor(eps []*discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) []vip.Backend {
 	backends := []vip.Backend{}
 	for _, s := range eps {
 		port := slicePort(s, p)
@@ -83,11 +83,7 @@ func backendsFor(eps []discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) []vi
 				if err != nil || !addr.Is4() {
 					continue
 				}
-				b := vip.Backend{Addr: addr, Port: port}
-				if !seen[b] {
-					seen[b] = true
-					backends = append(backends, b)
-				}
+				backends = append(backends, vip.Backend{Addr: addr, Port: port})
 			}
 		}
 	}
@@ -97,12 +93,12 @@ func backendsFor(eps []discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) []vi
 		}
 		return int(a.Port) - int(b.Port)
 	})
-	return backends
+	return slices.Compact(backends)
 }
 
 // slicePort is the slice's port for the import's port: same name and
 // protocol (a single unnamed port matches an unnamed one).
-func slicePort(s discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) uint16 {
+func slicePort(s *discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) uint16 {
 	for _, sp := range s.Ports {
 		name, proto := "", corev1.ProtocolTCP
 		if sp.Name != nil {
@@ -132,23 +128,30 @@ func vipProto(p corev1.Protocol) (vip.Proto, bool) {
 	return 0, false
 }
 
-// VIPSource lists the inputs of VIPDesired.
+// VIPSource lists the inputs of VIPDesired. The objects may be shared
+// with a cache: callers must not modify them.
 type VIPSource interface {
-	ListVIPInputs(ctx context.Context) ([]mcsv1beta1.ServiceImport, []discoveryv1.EndpointSlice, error)
+	ListVIPInputs(ctx context.Context) ([]*mcsv1beta1.ServiceImport, []*discoveryv1.EndpointSlice, error)
 }
 
-type vipCache struct{ c cache.Cache }
+// vipCache reads the informers' stores directly: a sync at 10 000
+// imports then allocates no copy of the objects, only the two slices of
+// pointers.
+type vipCache struct{ imports, slices toolscache.Store }
 
-func (v vipCache) ListVIPInputs(ctx context.Context) ([]mcsv1beta1.ServiceImport, []discoveryv1.EndpointSlice, error) {
-	var imports mcsv1beta1.ServiceImportList
-	if err := v.c.List(ctx, &imports); err != nil {
-		return nil, nil, err
+func (v vipCache) ListVIPInputs(context.Context) ([]*mcsv1beta1.ServiceImport, []*discoveryv1.EndpointSlice, error) {
+	return storeList[*mcsv1beta1.ServiceImport](v.imports), storeList[*discoveryv1.EndpointSlice](v.slices), nil
+}
+
+func storeList[T any](s toolscache.Store) []T {
+	objs := s.List()
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		if t, ok := o.(T); ok {
+			out = append(out, t)
+		}
 	}
-	var eps discoveryv1.EndpointSliceList
-	if err := v.c.List(ctx, &eps); err != nil {
-		return nil, nil, err
-	}
-	return imports.Items, eps.Items, nil
+	return out
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=list;watch
@@ -161,20 +164,32 @@ func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPS
 	if err != nil {
 		return nil, err
 	}
+	// The caches keep only what VIPDesired reads (slimImport,
+	// slimSlice), and syncs read the cached objects themselves (VIPDesired
+	// only reads them): at 10 000 imports the cache is the agent's largest
+	// memory cost.
 	c, err := cache.New(cfg, cache.Options{
 		Scheme: kube.NewScheme(),
 		ByObject: map[client.Object]cache.ByObject{
-			&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*hasService)},
+			&mcsv1beta1.ServiceImport{}: {Transform: slimImport, UnsafeDisableDeepCopy: ptrTo(true)},
+			&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*hasService), Transform: slimSlice,
+				UnsafeDisableDeepCopy: ptrTo(true)},
 		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("VIP cache: %w", err)
 	}
+	var stores []toolscache.Store
 	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
 		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
 			return nil, fmt.Errorf("VIP informer %T: %w", obj, err)
 		}
+		si, ok := inf.(toolscache.SharedIndexInformer)
+		if !ok {
+			return nil, fmt.Errorf("VIP informer %T: %T has no store", obj, inf)
+		}
+		stores = append(stores, si.GetStore())
 		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { changed() },
 			UpdateFunc: func(any, any) { changed() },
@@ -193,8 +208,55 @@ func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPS
 			return nil, fmt.Errorf("VIP cache did not sync: %w", ctx.Err())
 		}
 	}
-	return vipCache{c: c}, nil
+	return vipCache{imports: stores[0], slices: stores[1]}, nil
 }
+
+// slimImport keeps of a ServiceImport what VIPDesired reads: its
+// identity, type, IPs and ports.
+func slimImport(in any) (any, error) {
+	si, ok := in.(*mcsv1beta1.ServiceImport)
+	if !ok {
+		return in, nil
+	}
+	out := &mcsv1beta1.ServiceImport{
+		TypeMeta:   si.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: si.Namespace, Name: si.Name, UID: si.UID, ResourceVersion: si.ResourceVersion},
+		Spec:       mcsv1beta1.ServiceImportSpec{Type: si.Spec.Type, IPs: si.Spec.IPs},
+	}
+	if len(si.Spec.Ports) > 0 {
+		out.Spec.Ports = make([]mcsv1beta1.ServicePort, len(si.Spec.Ports))
+		for i, p := range si.Spec.Ports {
+			out.Spec.Ports[i] = mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port}
+		}
+	}
+	return out, nil
+}
+
+// slimSlice keeps of a multicluster EndpointSlice what VIPDesired reads:
+// its identity, service-name label, address type, ports, and each
+// endpoint's addresses and ready condition.
+func slimSlice(in any) (any, error) {
+	s, ok := in.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return in, nil
+	}
+	out := &discoveryv1.EndpointSlice{
+		TypeMeta: s.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion,
+			Labels: map[string]string{LabelServiceName: s.Labels[LabelServiceName]}},
+		AddressType: s.AddressType,
+		Ports:       s.Ports,
+	}
+	if len(s.Endpoints) > 0 {
+		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
+		for i, e := range s.Endpoints {
+			out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: discoveryv1.EndpointConditions{Ready: e.Conditions.Ready}}
+		}
+	}
+	return out, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // SyncVIPs computes the node's VIP table from src and hands it to table.
 func SyncVIPs(ctx context.Context, src VIPSource, table vip.Table) (int, error) {

@@ -14,8 +14,8 @@ import (
 	"github.com/causeway-net/causeway/pkg/vip"
 )
 
-func slice(ns, svc, cluster string, ports map[string]int32, proto corev1.Protocol, eps map[string]*bool) discoveryv1.EndpointSlice {
-	s := discoveryv1.EndpointSlice{
+func slice(ns, svc, cluster string, ports map[string]int32, proto corev1.Protocol, eps map[string]*bool) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: svc + "-" + cluster, Labels: map[string]string{LabelServiceName: svc, LabelSourceCluster: cluster}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 	}
@@ -29,8 +29,8 @@ func slice(ns, svc, cluster string, ports map[string]int32, proto corev1.Protoco
 }
 
 func TestVIPDesired(t *testing.T) {
-	imp := func(ns, name, ip string, typ mcsv1beta1.ServiceImportType, ports ...mcsv1beta1.ServicePort) mcsv1beta1.ServiceImport {
-		si := mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: mcsv1beta1.ServiceImportSpec{Type: typ, Ports: ports}}
+	imp := func(ns, name, ip string, typ mcsv1beta1.ServiceImportType, ports ...mcsv1beta1.ServicePort) *mcsv1beta1.ServiceImport {
+		si := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: mcsv1beta1.ServiceImportSpec{Type: typ, Ports: ports}}
 		if ip != "" {
 			si.Spec.IPs = []string{ip}
 		}
@@ -46,13 +46,13 @@ func TestVIPDesired(t *testing.T) {
 	}
 
 	got := VIPDesired(
-		[]mcsv1beta1.ServiceImport{
+		[]*mcsv1beta1.ServiceImport{
 			imp("demo", "whereami", "243.0.0.10", mcsv1beta1.ClusterSetIP, http, echo),
 			imp("demo", "headless", "", mcsv1beta1.Headless, http),             // no VIP: not in the table
 			imp("demo", "nobody", "243.0.0.11", mcsv1beta1.ClusterSetIP, http), // no slices: no backends
 			imp("other", "whereami", "243.0.0.12", mcsv1beta1.ClusterSetIP, http),
 		},
-		[]discoveryv1.EndpointSlice{
+		[]*discoveryv1.EndpointSlice{
 			slice("demo", "whereami", "c1", map[string]int32{"http": 80}, corev1.ProtocolTCP, map[string]*bool{"10.96.0.5": ptr.To(true)}),
 			slice("demo", "whereami", "c3", map[string]int32{"http": 80}, corev1.ProtocolTCP, map[string]*bool{"10.97.0.9": nil, "10.97.0.8": ptr.To(false)}),
 			slice("demo", "whereami", "c3", map[string]int32{"echo": 8080}, corev1.ProtocolUDP, map[string]*bool{"10.97.0.9": ptr.To(true)}),

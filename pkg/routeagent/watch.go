@@ -38,6 +38,7 @@ func WatchEndpoints(ctx context.Context, cfg *rest.Config, ns string, changed fu
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:            kube.NewScheme(),
 		DefaultNamespaces: map[string]cache.Config{ns: {}},
+		DefaultTransform:  cache.TransformStripManagedFields(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("endpoint cache: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -236,8 +237,12 @@ func BenchmarkEndpointChange(b *testing.B) {
 // $MCS_BENCH_SERVICES (default 1000) Services exported from c1: time to
 // converge from nothing (records, VIPs, imports and slices in both
 // clusters), time of a full resync after a restart (nothing to change),
-// and each controller's RSS. Baseline: the time to write the
-// ServiceExports themselves.
+// and each controller's RSS and Go heap in use. Baselines: the time to
+// write the ServiceExports themselves, and the memory of the same binary
+// idle (started for c1 before any Service exists). With
+// $MCS_BENCH_PROFILE_DIR set, heap profiles of both controllers are saved
+// there after convergence; $BENCH_GOMEMLIMIT is passed to the controllers
+// as GOMEMLIMIT (Go's soft memory limit).
 func BenchmarkScale(b *testing.B) {
 	n := 1000
 	if s := os.Getenv("MCS_BENCH_SERVICES"); s != "" {
@@ -251,6 +256,12 @@ func BenchmarkScale(b *testing.B) {
 	for _, id := range []string{"c1", "c2"} {
 		e.namespace(id, "bench")
 	}
+	dir := b.TempDir()
+	idle := startDaemon(b, bin, dir, e, "c1")
+	idle.waitReady(b)
+	idleMem := idle.memory(b)
+	idle.stop(b)
+
 	c1 := e.c("c1")
 	ctx := context.Background()
 	work := make(chan int)
@@ -287,7 +298,6 @@ func BenchmarkScale(b *testing.B) {
 	wg.Wait()
 	baseline := time.Since(start)
 
-	dir := b.TempDir()
 	procs := map[string]*daemonProc{}
 	b.ResetTimer()
 	start = time.Now()
@@ -298,29 +308,51 @@ func BenchmarkScale(b *testing.B) {
 		procs[id].waitMetric(b, "causeway_mcs_imports", float64(n))
 	}
 	converge := time.Since(start)
-	rss := map[string]int{}
+	mem := map[string]memory{}
 	for _, id := range []string{"c1", "c2"} {
-		rss[id] = procs[id].rssKiB(b)
+		mem[id] = procs[id].memory(b)
+		if pd := os.Getenv("MCS_BENCH_PROFILE_DIR"); pd != "" {
+			procs[id].saveHeapProfile(b, filepath.Join(pd, fmt.Sprintf("mcs-%s-%d.heap", id, n)))
+		}
 	}
 	procs["c2"].stop(b)
 	start = time.Now()
 	procs["c2"] = startDaemon(b, bin, dir, e, "c2")
 	procs["c2"].waitMetric(b, "causeway_mcs_imports", float64(n))
 	resync := time.Since(start)
-	rssAfter := procs["c2"].rssKiB(b)
+	after := procs["c2"].memory(b)
 	b.StopTimer()
 	for _, p := range procs {
 		p.stop(b)
 	}
 	b.ReportMetric(converge.Seconds(), "converge-s")
 	b.ReportMetric(resync.Seconds(), "resync-s")
-	b.ReportMetric(float64(rss["c1"])/1024, "c1-RSS-MiB")
-	b.ReportMetric(float64(rss["c2"])/1024, "c2-RSS-MiB")
+	b.ReportMetric(mem["c1"].rssMiB(), "c1-RSS-MiB")
+	b.ReportMetric(mem["c2"].rssMiB(), "c2-RSS-MiB")
+	b.ReportMetric(mem["c1"].peakMiB(), "c1-peak-RSS-MiB")
+	b.ReportMetric(mem["c1"].heapMiB(), "c1-heap-MiB")
+	b.ReportMetric(mem["c2"].heapMiB(), "c2-heap-MiB")
+	b.ReportMetric(idleMem.rssMiB(), "idle-RSS-MiB")
+	b.ReportMetric(mem["c1"].rssMiB()/idleMem.rssMiB(), "c1-RSS/idle")
 	b.ReportMetric(converge.Seconds()/baseline.Seconds(), "converge/baseline")
 	b.Logf("%d services exported from c1: writing the ServiceExports %.2fs (baseline); converge in c1+c2 from nothing %.2fs (%.1f× baseline); "+
-		"full resync after restarting c2's controller %.2fs; RSS c1 %.1f MiB (exporter+importer), c2 %.1f MiB (importer), c2 after restart %.1f MiB",
-		n, baseline.Seconds(), converge.Seconds(), converge.Seconds()/baseline.Seconds(), resync.Seconds(),
-		float64(rss["c1"])/1024, float64(rss["c2"])/1024, float64(rssAfter)/1024)
+		"full resync after restarting c2's controller %.2fs",
+		n, baseline.Seconds(), converge.Seconds(), converge.Seconds()/baseline.Seconds(), resync.Seconds())
+	b.Logf("memory: idle controller %s; c1 (exporter+importer) %s (RSS %.1f× idle); c2 (importer) %s; c2 after restart %s",
+		idleMem, mem["c1"], mem["c1"].rssMiB()/idleMem.rssMiB(), mem["c2"], after)
+}
+
+// memory is a daemon's resident set and Go heap in use.
+type memory struct {
+	rssKiB, peakKiB int // VmRSS, VmHWM
+	heapBytes       float64
+}
+
+func (m memory) rssMiB() float64  { return float64(m.rssKiB) / 1024 }
+func (m memory) heapMiB() float64 { return m.heapBytes / (1 << 20) }
+func (m memory) peakMiB() float64 { return float64(m.peakKiB) / 1024 }
+func (m memory) String() string {
+	return fmt.Sprintf("RSS %.1f MiB (peak %.1f MiB), heap in use %.1f MiB", m.rssMiB(), m.peakMiB(), m.heapMiB())
 }
 
 type daemonProc struct {
@@ -347,8 +379,14 @@ func startDaemon(b *testing.B, bin, dir string, e *env, id string) *daemonProc {
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command(bin, "--kubeconfig", e.clusters[id].AdminKubeconfig, "--broker-kubeconfig", bk, "--cluster-id", id,
-		"--metrics-addr", addr, "--log-level", "warn", "--node-name", "bench")
+		"--metrics-addr", addr, "--log-level", "warn", "--node-name", "bench", "--profiling",
+		// One replica: a leader election lost while the API servers are
+		// saturated would end the run; it is not what is measured.
+		"--leader-elect=false")
 	cmd.Stderr = os.Stderr
+	if v := os.Getenv("BENCH_GOMEMLIMIT"); v != "" {
+		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+v) // the Go runtime's soft memory limit
+	}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -394,18 +432,74 @@ func (p *daemonProc) waitMetric(b *testing.B, name string, want float64) {
 	}
 }
 
-func (p *daemonProc) rssKiB(b *testing.B) int {
+// waitReady waits until the daemon answers /readyz with 200.
+func (p *daemonProc) waitReady(b *testing.B) {
+	url := strings.TrimSuffix(p.metrics, "/metrics") + "/readyz"
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s never ready", url)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// memory reads the daemon's RSS, and its Go heap in use from /metrics.
+func (p *daemonProc) memory(b *testing.B) memory {
+	b.Helper()
+	heap, ok := p.metric("go_memstats_heap_inuse_bytes")
+	if !ok {
+		b.Fatal("no go_memstats_heap_inuse_bytes in /metrics")
+	}
+	rss, peak := p.rssKiB(b)
+	return memory{rssKiB: rss, peakKiB: peak, heapBytes: heap}
+}
+
+func (p *daemonProc) saveHeapProfile(b *testing.B, path string) {
+	b.Helper()
+	resp, err := http.Get(strings.TrimSuffix(p.metrics, "/metrics") + "/debug/pprof/heap")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// rssKiB returns the daemon's resident set and its peak (VmRSS, VmHWM).
+func (p *daemonProc) rssKiB(b *testing.B) (rss, peak int) {
+	b.Helper()
 	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, l := range strings.Split(string(s), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return kb
+	field := func(name string) int {
+		for _, l := range strings.Split(string(s), "\n") {
+			if v, ok := strings.CutPrefix(l, name+":"); ok {
+				kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+				if err != nil {
+					b.Fatalf("%s %q: %v", name, v, err)
+				}
+				return kb
+			}
 		}
+		b.Fatalf("no %s for pid %d", name, p.cmd.Process.Pid)
+		return 0
 	}
-	return 0
+	return field("VmRSS"), field("VmHWM")
 }
 
 func brokerKubeconfig(e *env, id string) ([]byte, error) {

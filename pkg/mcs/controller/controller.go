@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -84,12 +85,51 @@ type Config struct {
 
 // Cache index names.
 const (
-	indexRecordService   = "causeway.service"   // records by "<ns>/<name>"
-	indexRecordNamespace = "causeway.serviceNS" // records by service namespace
+	indexRecordService   = "causeway.service"   // records by "<ns>/<name>" of the Service
+	indexRecordNamespace = "causeway.serviceNS" // records by Service namespace
 	indexVIPService      = "causeway.vipService"
-	indexLocalSlice      = "causeway.localSlice"  // a Service's own EndpointSlices by Service name
-	indexImportSlice     = "causeway.importSlice" // our multi-cluster slices by Service name
+	indexLocalSlice      = "causeway.localSlice"  // a Service's own EndpointSlices by "<ns>/<name>"
+	indexImportSlice     = "causeway.importSlice" // our multi-cluster slices by "<ns>/<name>"
 )
+
+// index looks objects up through indexes added to an informer.
+type index struct{ indexer toolscache.Indexer }
+
+func newIndex(ctx context.Context, c cache.Cache, obj client.Object, indexers toolscache.Indexers) (*index, error) {
+	inf, err := c.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, err
+	}
+	if err := inf.AddIndexers(indexers); err != nil {
+		return nil, err
+	}
+	si, ok := inf.(toolscache.SharedIndexInformer)
+	if !ok {
+		return nil, fmt.Errorf("informer %T has no indexer", inf)
+	}
+	return &index{indexer: si.GetIndexer()}, nil
+}
+
+// list returns the cached objects under value in the named index. They
+// are the cache's own: callers must copy before modifying.
+func (x *index) list(name, value string) ([]any, error) {
+	return x.indexer.ByIndex(name, value)
+}
+
+// slices returns copies of the EndpointSlices under value.
+func (x *index) slices(name, value string) ([]discoveryv1.EndpointSlice, error) {
+	objs, err := x.list(name, value)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			out = append(out, *s.DeepCopy())
+		}
+	}
+	return out, nil
+}
 
 // Controller is one cluster's MCS controller.
 type Controller struct {
@@ -105,6 +145,10 @@ type Controller struct {
 	live     *liveness
 	metrics  *metrics
 	trigger  chan event.GenericEvent
+
+	// recordIndex indexes the broker's ServiceExportRecords, sliceIndex the
+	// local EndpointSlices (see setup).
+	recordIndex, sliceIndex *index
 
 	mu      sync.Mutex
 	vips    map[types.NamespacedName]netip.Addr
@@ -162,7 +206,28 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	}
 	scheme := kube.NewScheme()
 	resync := cfg.ResyncPeriod
-	strip := cache.TransformStripManagedFields()
+	// Each type is cached once (one informer shared by the watches and
+	// the client's reads), through a transform keeping what is read.
+	slim := newSlimmer()
+	localCache := cache.Options{
+		SyncPeriod:       &resync,
+		DefaultTransform: stripManagedFields,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Service{}:            {Transform: slim.service},
+			&discoveryv1.EndpointSlice{}: {Transform: slim.endpointSlice},
+			&mcsv1beta1.ServiceExport{}:  {Transform: slim.serviceExport},
+			&mcsv1beta1.ServiceImport{}:  {Transform: slim.serviceImport},
+			&corev1.Namespace{}:          {Transform: slim.namespace},
+		},
+	}
+	brokerCache := cache.Options{
+		SyncPeriod:       &resync,
+		DefaultTransform: stripManagedFields,
+		ByObject: map[client.Object]cache.ByObject{
+			&causewayv1alpha1.ServiceExportRecord{}: {Transform: slim.record},
+			&causewayv1alpha1.VIPAllocation{}:       {Transform: slim.vipAllocation},
+		},
+	}
 
 	// Leader election with client-go's usual timings: a short renew
 	// deadline lost leadership (and exited) while the API server was
@@ -175,7 +240,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	mgr, err := manager.New(local, manager.Options{
 		Scheme:                        scheme,
 		Logger:                        logr.FromSlogHandler(cfg.Log.Handler()),
-		Cache:                         cache.Options{SyncPeriod: &resync, DefaultTransform: strip},
+		Cache:                         localCache,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                cfg.LeaderElection,
@@ -192,7 +257,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	}
 	bc, err := cluster.New(brokerCfg, func(o *cluster.Options) {
 		o.Scheme = scheme
-		o.Cache = cache.Options{SyncPeriod: &resync, DefaultTransform: strip}
+		o.Cache = brokerCache
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker client: %w", err)
@@ -234,16 +299,31 @@ func (c *Controller) ownNamespace() string { return broker.Namespace(c.cfg.Clust
 
 func (c *Controller) setup() error {
 	ctx := context.Background()
+	// Records and slices are looked up through indexes of their informers
+	// (a label selector would scan every slice of the namespace on each
+	// sync). They are plain informer indexes, one key per object, rather
+	// than the cache's field indexes, which store every key twice (with
+	// and without the object's namespace): at 10 000 Services the index
+	// sets were the largest item of the heap after the objects themselves.
 	bcache := c.broker.GetCache()
-	if err := bcache.IndexField(ctx, &causewayv1alpha1.ServiceExportRecord{}, indexRecordService, func(o client.Object) []string {
-		r := o.(*causewayv1alpha1.ServiceExportRecord)
-		return []string{r.Spec.ServiceNamespace + "/" + r.Spec.ServiceName}
-	}); err != nil {
-		return fmt.Errorf("index records: %w", err)
-	}
-	if err := bcache.IndexField(ctx, &causewayv1alpha1.ServiceExportRecord{}, indexRecordNamespace, func(o client.Object) []string {
-		return []string{o.(*causewayv1alpha1.ServiceExportRecord).Spec.ServiceNamespace}
-	}); err != nil {
+	var err error
+	c.recordIndex, err = newIndex(ctx, bcache, &causewayv1alpha1.ServiceExportRecord{}, toolscache.Indexers{
+		indexRecordService: func(o any) ([]string, error) {
+			r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
+			if !ok {
+				return nil, nil
+			}
+			return []string{r.Spec.ServiceNamespace + "/" + r.Spec.ServiceName}, nil
+		},
+		indexRecordNamespace: func(o any) ([]string, error) {
+			r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
+			if !ok {
+				return nil, nil
+			}
+			return []string{r.Spec.ServiceNamespace}, nil
+		},
+	})
+	if err != nil {
 		return fmt.Errorf("index records: %w", err)
 	}
 	if err := bcache.IndexField(ctx, &causewayv1alpha1.VIPAllocation{}, indexVIPService, func(o client.Object) []string {
@@ -252,24 +332,26 @@ func (c *Controller) setup() error {
 	}); err != nil {
 		return fmt.Errorf("index VIP allocations: %w", err)
 	}
-
-	// Slices are looked up per Service through indexes: a label selector
-	// would scan every slice of the namespace on each sync.
-	lcache := c.mgr.GetCache()
-	if err := lcache.IndexField(ctx, &discoveryv1.EndpointSlice{}, indexLocalSlice, func(o client.Object) []string {
-		if n := o.GetLabels()[discoveryv1.LabelServiceName]; n != "" {
-			return []string{n}
+	// A slice is indexed under "<namespace>/<service>" by the label of its
+	// kind: kubernetes.io/service-name (the Service's own slices) or
+	// multicluster.kubernetes.io/service-name (imported slices).
+	byLabel := func(label string) toolscache.IndexFunc {
+		return func(o any) ([]string, error) {
+			s, ok := o.(*discoveryv1.EndpointSlice)
+			if !ok {
+				return nil, nil
+			}
+			if n := s.Labels[label]; n != "" {
+				return []string{s.Namespace + "/" + n}, nil
+			}
+			return nil, nil
 		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index EndpointSlices: %w", err)
 	}
-	if err := lcache.IndexField(ctx, &discoveryv1.EndpointSlice{}, indexImportSlice, func(o client.Object) []string {
-		if n := o.GetLabels()[mcsv1beta1.LabelServiceName]; n != "" {
-			return []string{n}
-		}
-		return nil
-	}); err != nil {
+	c.sliceIndex, err = newIndex(ctx, c.mgr.GetCache(), &discoveryv1.EndpointSlice{}, toolscache.Indexers{
+		indexLocalSlice:  byLabel(discoveryv1.LabelServiceName),
+		indexImportSlice: byLabel(mcsv1beta1.LabelServiceName),
+	})
+	if err != nil {
 		return fmt.Errorf("index EndpointSlices: %w", err)
 	}
 
@@ -306,18 +388,19 @@ func (c *Controller) setup() error {
 		return nil
 	})
 	namespace := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		var list causewayv1alpha1.ServiceExportRecordList
-		if err := c.bclient.List(ctx, &list, client.MatchingFields{indexRecordNamespace: o.GetName()}); err != nil {
+		recs, err := c.recordIndex.list(indexRecordNamespace, o.GetName())
+		if err != nil {
 			return nil
 		}
-		out := make([]reconcile.Request, 0, len(list.Items))
-		for _, r := range list.Items {
+		out := make([]reconcile.Request, 0, len(recs))
+		for _, r := range recs {
+			r := r.(*causewayv1alpha1.ServiceExportRecord)
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.Spec.ServiceNamespace, Name: r.Spec.ServiceName}})
 		}
 		return out
 	})
 
-	err := builder.ControllerManagedBy(c.mgr).
+	err = builder.ControllerManagedBy(c.mgr).
 		Named("mcs").
 		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
 		Watches(&mcsv1beta1.ServiceExport{}, byName).

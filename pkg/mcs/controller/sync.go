@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -99,11 +98,11 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		withdraw()
 		return st, nil
 	}
-	var local discoveryv1.EndpointSliceList
-	if err := c.local.List(ctx, &local, client.InNamespace(key.Namespace), client.MatchingFields{indexLocalSlice: key.Name}); err != nil {
+	local, err := c.sliceIndex.slices(indexLocalSlice, key.String())
+	if err != nil {
 		return st, fmt.Errorf("list local EndpointSlices: %w", err)
 	}
-	spec.Endpoints = mcs.RecordEndpointsFromSlices(local.Items)
+	spec.Endpoints = mcs.RecordEndpointsFromSlices(local)
 	st.record = &spec
 
 	switch {
@@ -137,18 +136,22 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 // write only their own namespace, and this keeps one from speaking for
 // another.
 func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, error) {
-	var list causewayv1alpha1.ServiceExportRecordList
-	if err := c.bclient.List(ctx, &list, client.MatchingFields{indexRecordService: key.String()}); err != nil {
+	list, err := c.recordIndex.list(indexRecordService, key.String())
+	if err != nil {
 		return nil, fmt.Errorf("list records: %w", err)
 	}
 	var out []mcs.ExportRecord
-	for _, r := range list.Items {
+	for _, o := range list {
+		r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
+		if !ok {
+			continue
+		}
 		id, ok := broker.ClusterIDFromNamespace(r.Namespace)
 		if !ok || id != r.Spec.ClusterID || id == c.cfg.ClusterID || r.DeletionTimestamp != nil ||
 			r.Name != mcs.RecordName(key.Namespace, key.Name) {
 			continue
 		}
-		out = append(out, r.Spec)
+		out = append(out, *r.Spec.DeepCopy())
 	}
 	if exp.record != nil {
 		out = append(out, *exp.record)
@@ -209,11 +212,11 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 		}
 	}
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
-	var have discoveryv1.EndpointSliceList
-	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingFields{indexImportSlice: key.Name}); err != nil {
+	have, err := c.sliceIndex.slices(indexImportSlice, key.String())
+	if err != nil {
 		return &m, fmt.Errorf("list EndpointSlices: %w", err)
 	}
-	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(rendered, have.Items)); err != nil {
+	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(rendered, have)); err != nil {
 		return &m, err
 	}
 	c.setImported(key, len(rendered))
@@ -327,11 +330,11 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 // VIP.
 func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
-	var have discoveryv1.EndpointSliceList
-	if err := c.local.List(ctx, &have, client.InNamespace(key.Namespace), client.MatchingFields{indexImportSlice: key.Name}); err != nil {
+	have, err := c.sliceIndex.slices(indexImportSlice, key.String())
+	if err != nil {
 		return fmt.Errorf("list EndpointSlices: %w", err)
 	}
-	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, have.Items)); err != nil {
+	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, have)); err != nil {
 		errs = append(errs, err)
 	}
 	si := &mcsv1beta1.ServiceImport{}

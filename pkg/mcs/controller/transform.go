@@ -1,0 +1,255 @@
+package controller
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/mcs"
+)
+
+// The informer caches hold every Service, EndpointSlice, ServiceExport and
+// Namespace of the cluster, most of which are never exported. The
+// transforms below keep of each object only what the controller reads, so
+// that the caches cost a fraction of the objects' full size. Objects the
+// controller writes back whole (ServiceImports, its own EndpointSlices,
+// broker records) are only stripped of managedFields.
+
+// slimmer holds the transforms; they share one Interner for strings that
+// repeat across objects (namespaces, label keys, condition texts).
+type slimmer struct {
+	in *kube.Interner
+	// yes and no are shared by the cached objects' *bool fields (the
+	// cache hands out deep copies, so nothing writes through them).
+	yes, no *bool
+}
+
+func newSlimmer() *slimmer {
+	yes, no := true, false
+	return &slimmer{in: kube.NewInterner(4096), yes: &yes, no: &no}
+}
+
+// boolPtr returns the shared pointer for *p.
+func (t *slimmer) boolPtr(p *bool) *bool {
+	switch {
+	case p == nil:
+		return nil
+	case *p:
+		return t.yes
+	default:
+		return t.no
+	}
+}
+
+func (t *slimmer) strPtr(p *string) *string {
+	if p == nil {
+		return nil
+	}
+	v := t.in.String(*p)
+	return &v
+}
+
+// Labels whose values repeat across objects.
+var sharedLabelValues = []string{discoveryv1.LabelManagedBy, mcsv1beta1.LabelSourceCluster, mcs.LabelVIPServiceNamespace}
+
+// stripManagedFields is the default transform of every cache.
+func stripManagedFields(in any) (any, error) {
+	if obj, err := meta.Accessor(in); err == nil && obj.GetManagedFields() != nil {
+		obj.SetManagedFields(nil)
+	}
+	return in, nil
+}
+
+// slimMeta keeps the identity of an object: name, namespace, UID,
+// resourceVersion, generation, creation and deletion timestamps, and the
+// labels named in keep (all labels when keep is nil).
+func slimMeta(m metav1.ObjectMeta, keep ...string) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{
+		Name:              m.Name,
+		Namespace:         m.Namespace,
+		UID:               m.UID,
+		ResourceVersion:   m.ResourceVersion,
+		Generation:        m.Generation,
+		CreationTimestamp: m.CreationTimestamp,
+		DeletionTimestamp: m.DeletionTimestamp,
+	}
+	for _, k := range keep {
+		if v, ok := m.Labels[k]; ok {
+			if out.Labels == nil {
+				out.Labels = make(map[string]string, len(keep))
+			}
+			out.Labels[k] = v
+		}
+	}
+	return out
+}
+
+// service keeps what mcs.NewExportRecord reads.
+func (t *slimmer) service(in any) (any, error) {
+	s, ok := in.(*corev1.Service)
+	if !ok {
+		return stripManagedFields(in)
+	}
+	out := &corev1.Service{
+		TypeMeta:   s.TypeMeta,
+		ObjectMeta: slimMeta(s.ObjectMeta),
+		Spec: corev1.ServiceSpec{
+			Type:                  s.Spec.Type,
+			ClusterIP:             s.Spec.ClusterIP,
+			ClusterIPs:            s.Spec.ClusterIPs,
+			IPFamilies:            s.Spec.IPFamilies,
+			SessionAffinity:       s.Spec.SessionAffinity,
+			SessionAffinityConfig: s.Spec.SessionAffinityConfig,
+			InternalTrafficPolicy: s.Spec.InternalTrafficPolicy,
+			TrafficDistribution:   s.Spec.TrafficDistribution,
+		},
+	}
+	out.Namespace = t.in.String(out.Namespace)
+	out.Spec.Type = corev1.ServiceType(t.in.String(string(out.Spec.Type)))
+	out.Spec.SessionAffinity = corev1.ServiceAffinity(t.in.String(string(out.Spec.SessionAffinity)))
+	if len(s.Spec.Ports) > 0 {
+		out.Spec.Ports = make([]corev1.ServicePort, len(s.Spec.Ports))
+		for i, p := range s.Spec.Ports {
+			out.Spec.Ports[i] = corev1.ServicePort{Name: t.in.String(p.Name), Protocol: corev1.Protocol(t.in.String(string(p.Protocol))),
+				Port: p.Port, AppProtocol: p.AppProtocol}
+		}
+	}
+	return out, nil
+}
+
+// endpointSlice keeps this controller's own multi-cluster slices whole
+// (they are compared with the desired ones and written back), and of the
+// cluster's other slices what mcs.RecordEndpointsFromSlices and the
+// indexes read: the service-name and managed-by labels, the address type,
+// ports, and each endpoint's addresses, conditions, hostname, node name
+// and zone.
+func (t *slimmer) endpointSlice(in any) (any, error) {
+	s, ok := in.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return stripManagedFields(in)
+	}
+	if s.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
+		s.ManagedFields = nil
+		t.in.Meta(&s.ObjectMeta, sharedLabelValues...)
+		s.AddressType = discoveryv1.AddressType(t.in.String(string(s.AddressType)))
+		for i := range s.Endpoints {
+			t.endpoint(&s.Endpoints[i])
+		}
+		return s, nil
+	}
+	out := &discoveryv1.EndpointSlice{
+		TypeMeta: s.TypeMeta,
+		ObjectMeta: slimMeta(s.ObjectMeta, discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy,
+			mcsv1beta1.LabelServiceName),
+		AddressType: discoveryv1.AddressType(t.in.String(string(s.AddressType))),
+		Ports:       s.Ports,
+	}
+	t.in.Meta(&out.ObjectMeta, sharedLabelValues...)
+	if len(s.Endpoints) > 0 {
+		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
+		for i, e := range s.Endpoints {
+			out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions,
+				Hostname: e.Hostname, NodeName: e.NodeName, Zone: e.Zone}
+			t.endpoint(&out.Endpoints[i])
+		}
+	}
+	return out, nil
+}
+
+// endpoint shares the condition pointers and node and zone names.
+func (t *slimmer) endpoint(e *discoveryv1.Endpoint) {
+	e.Conditions.Ready = t.boolPtr(e.Conditions.Ready)
+	e.Conditions.Serving = t.boolPtr(e.Conditions.Serving)
+	e.Conditions.Terminating = t.boolPtr(e.Conditions.Terminating)
+	e.NodeName = t.strPtr(e.NodeName)
+	e.Zone = t.strPtr(e.Zone)
+}
+
+// serviceExport drops labels and annotations (often a large
+// last-applied-configuration): the controller reads the spec and status
+// and patches only the status.
+func (t *slimmer) serviceExport(in any) (any, error) {
+	se, ok := in.(*mcsv1beta1.ServiceExport)
+	if !ok {
+		return stripManagedFields(in)
+	}
+	se.ObjectMeta = slimMeta(se.ObjectMeta)
+	se.Namespace = t.in.String(se.Namespace)
+	t.in.Conditions(se.Status.Conditions)
+	return se, nil
+}
+
+// serviceImport keeps the whole object (it is compared with the desired
+// one and written back) and shares its repeated strings.
+func (t *slimmer) serviceImport(in any) (any, error) {
+	si, ok := in.(*mcsv1beta1.ServiceImport)
+	if !ok {
+		return stripManagedFields(in)
+	}
+	si.ManagedFields = nil
+	t.in.Meta(&si.ObjectMeta)
+	si.Spec.Type = mcsv1beta1.ServiceImportType(t.in.String(string(si.Spec.Type)))
+	si.Spec.SessionAffinity = corev1.ServiceAffinity(t.in.String(string(si.Spec.SessionAffinity)))
+	for i := range si.Spec.Ports {
+		p := &si.Spec.Ports[i]
+		p.Name, p.Protocol = t.in.String(p.Name), corev1.Protocol(t.in.String(string(p.Protocol)))
+	}
+	for i := range si.Status.Clusters {
+		si.Status.Clusters[i].Cluster = t.in.String(si.Status.Clusters[i].Cluster)
+	}
+	t.in.Conditions(si.Status.Conditions)
+	return si, nil
+}
+
+// record keeps a broker ServiceExportRecord whole and shares its repeated
+// strings.
+func (t *slimmer) record(in any) (any, error) {
+	r, ok := in.(*causewayv1alpha1.ServiceExportRecord)
+	if !ok {
+		return stripManagedFields(in)
+	}
+	r.ManagedFields = nil
+	t.in.Meta(&r.ObjectMeta)
+	r.Spec.ClusterID = t.in.String(r.Spec.ClusterID)
+	r.Spec.ServiceNamespace = t.in.String(r.Spec.ServiceNamespace)
+	r.Spec.Type = mcsv1beta1.ServiceImportType(t.in.String(string(r.Spec.Type)))
+	for i := range r.Spec.Ports {
+		p := &r.Spec.Ports[i]
+		p.Name, p.Protocol = t.in.String(p.Name), corev1.Protocol(t.in.String(string(p.Protocol)))
+	}
+	for i := range r.Spec.Endpoints {
+		g := &r.Spec.Endpoints[i]
+		g.AddressType = t.in.String(g.AddressType)
+		for j := range g.Backends {
+			b := &g.Backends[j]
+			b.NodeName, b.Zone = t.in.String(b.NodeName), t.in.String(b.Zone)
+		}
+	}
+	return r, nil
+}
+
+// vipAllocation keeps a VIPAllocation whole and shares its namespace
+// strings.
+func (t *slimmer) vipAllocation(in any) (any, error) {
+	a, ok := in.(*causewayv1alpha1.VIPAllocation)
+	if !ok {
+		return stripManagedFields(in)
+	}
+	a.ManagedFields = nil
+	t.in.Meta(&a.ObjectMeta, sharedLabelValues...)
+	a.Spec.ServiceNamespace = t.in.String(a.Spec.ServiceNamespace)
+	return a, nil
+}
+
+// namespace keeps a Namespace's name and deletion timestamp.
+func (t *slimmer) namespace(in any) (any, error) {
+	ns, ok := in.(*corev1.Namespace)
+	if !ok {
+		return stripManagedFields(in)
+	}
+	return &corev1.Namespace{TypeMeta: ns.TypeMeta, ObjectMeta: slimMeta(ns.ObjectMeta)}, nil
+}

@@ -1,0 +1,294 @@
+package routeagent
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/lab/netlab"
+)
+
+// BenchmarkVIPMemory runs the real route agent process (VIP datapath on,
+// in a lab node namespace with a private bpffs) against a real API server
+// and measures its RSS and Go heap in use with $RA_BENCH_SERVICES (default
+// 10000) imported services (a ServiceImport with a clusterset VIP and a
+// multicluster EndpointSlice each) programmed into the BPF maps. Baseline:
+// the same agent idle, with no import, in the same run. $BENCH_GOMEMLIMIT
+// is passed to the agent as GOMEMLIMIT (Go's soft memory limit).
+//
+//	go test -run '^$' -bench BenchmarkVIPMemory -benchtime 1x ./pkg/routeagent/
+func BenchmarkVIPMemory(b *testing.B) {
+	requireRoot(b)
+	n := 10000
+	if s := os.Getenv("RA_BENCH_SERVICES"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	kc := kubetest.Start(b, "ravipmem")
+	ctx := context.Background()
+	cl := kc.Client
+	for _, ns := range []string{"causeway-system", "bench"} {
+		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	var rnd [3]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		b.Fatal(err)
+	}
+	h, err := netlab.NewHost(netlab.Config{Prefix: "rab" + hex.EncodeToString(rnd[:]) + "-",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if _, err := h.Teardown(); err != nil {
+			b.Errorf("teardown: %v", err)
+		}
+	})
+	c, err := netlab.NewCluster(netlab.ClusterSpec{Name: "c1", Index: 1, Nodes: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := h.Apply(netlab.Topology{Prefix: h.Names().Prefix, Clusters: []netlab.Cluster{c}}); err != nil {
+		b.Fatalf("apply topology: %v", err)
+	}
+	node, _ := c.Node("n0")
+	nodeNS := h.Names().Node("c1", "n0")
+	fctx, stopForward := context.WithCancel(ctx)
+	b.Cleanup(stopForward)
+	ln, err := h.Listen(nodeNS, "tcp", "127.0.0.1:6443")
+	if err != nil {
+		b.Fatal(err)
+	}
+	apiAddr := strings.TrimPrefix(kc.URL, "https://")
+	go netlab.Forward(fctx, ln, func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", apiAddr)
+	}, nil)
+	kubeconfig, err := kc.KubeconfigAt("route-agent-bench", "https://127.0.0.1:6443", "admin", []string{"system:masters"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bpffs := b.TempDir()
+	if err := unix.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
+		b.Fatalf("mount bpffs on %s: %v", bpffs, err)
+	}
+	b.Cleanup(func() {
+		if err := unix.Unmount(bpffs, unix.MNT_DETACH); err != nil {
+			b.Errorf("unmount bpffs %s: %v", bpffs, err)
+		}
+	})
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	logPath := filepath.Join(b.TempDir(), "agent.log")
+	b.Cleanup(func() {
+		if b.Failed() {
+			out, _ := os.ReadFile(logPath)
+			b.Logf("agent log:\n%s", out)
+		}
+	})
+	metricsURL := "http://127.0.0.1:9532/metrics"
+	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) {
+			return h.Dial(nodeNS, network, addr)
+		}}}
+	env := append(os.Environ(), mainEnv+"=1")
+	if v := os.Getenv("BENCH_GOMEMLIMIT"); v != "" {
+		env = append(env, "GOMEMLIMIT="+v) // the Go runtime's soft memory limit
+	}
+	start := func() *exec.Cmd {
+		b.Helper()
+		cmd, err := h.Start(netlab.Process{Netns: nodeNS, Cgroup: h.Cgroups().NodeSystem("c1", "n0"), Path: self,
+			Args: []string{"--kubeconfig", kubeconfig, "--cluster-id", "c1", "--node-name", "n0",
+				"--node-ip", node.Address.Addr().String(), "--pod-cidrs", "10.244.0.0/16", "--service-cidrs", "10.96.0.0/16",
+				"--tunnel-mtu", "1420", "--metrics-addr", "127.0.0.1:9532", "--log-level", "warn",
+				"--bpffs", bpffs, "--cgroup-root", h.Cgroups().Node("c1", "n0")},
+			Env: env, LogPath: logPath})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				_ = cmd.Wait()
+			}
+		})
+		return cmd
+	}
+	metric := func(name string) (float64, bool) {
+		resp, err := httpc.Get(metricsURL)
+		if err != nil {
+			return 0, false
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				return f, err == nil
+			}
+		}
+		return 0, false
+	}
+	waitServices := func(want float64) {
+		b.Helper()
+		deadline := time.Now().Add(30 * time.Minute)
+		for {
+			if v, ok := metric("causeway_route_agent_vip_services"); ok && v == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				v, _ := metric("causeway_route_agent_vip_services")
+				b.Fatalf("causeway_route_agent_vip_services is %v, want %v", v, want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	memory := func(cmd *exec.Cmd) agentMemory {
+		b.Helper()
+		heap, ok := metric("go_memstats_heap_inuse_bytes")
+		if !ok {
+			b.Fatal("no go_memstats_heap_inuse_bytes in /metrics")
+		}
+		rss, peak := rssKiB(b, cmd.Process.Pid)
+		return agentMemory{rssKiB: rss, peakKiB: peak, heapBytes: heap}
+	}
+
+	// Baseline: the same agent with nothing imported.
+	agent := start()
+	waitServices(0)
+	idle := memory(agent)
+
+	// n imports, written while the agent runs (as in a cluster).
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				createImport(b, ctx, cl, i)
+			}
+		})
+	}
+	b.ResetTimer()
+	t0 := time.Now()
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	waitServices(float64(n))
+	converge := time.Since(t0)
+	loaded := memory(agent)
+	b.StopTimer()
+
+	b.ReportMetric(loaded.rssMiB(), "RSS-MiB")
+	b.ReportMetric(loaded.peakMiB(), "peak-RSS-MiB")
+	b.ReportMetric(loaded.heapMiB(), "heap-MiB")
+	b.ReportMetric(idle.rssMiB(), "idle-RSS-MiB")
+	b.ReportMetric(loaded.rssMiB()/idle.rssMiB(), "RSS/idle")
+	b.Logf("route agent with the VIP datapath: idle %s; with %d imported services programmed %s (RSS %.1f× idle); "+
+		"writing the imports and programming them took %.1fs", idle, n, loaded, loaded.rssMiB()/idle.rssMiB(), converge.Seconds())
+}
+
+// createImport writes service s<i>'s ServiceImport (VIP 243.x.y.z) and
+// its multicluster EndpointSlice (one ready backend), shaped as the MCS
+// controller writes them.
+func createImport(b *testing.B, ctx context.Context, cl client.Client, i int) {
+	name := fmt.Sprintf("s%d", i)
+	si := &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
+		Spec: mcsv1beta1.ServiceImportSpec{
+			Type:  mcsv1beta1.ClusterSetIP,
+			IPs:   []string{fmt.Sprintf("243.%d.%d.%d", i>>16&0xf, i>>8&0xff, i&0xff)},
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+		},
+	}
+	if err := cl.Create(ctx, si); err != nil {
+		b.Error(err)
+		return
+	}
+	ready := true
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name + "-c1",
+			Labels: map[string]string{
+				LabelServiceName:                            name,
+				LabelSourceCluster:                          "c1",
+				discoveryv1.LabelManagedBy:                  "mcs-controller.causeway.dev",
+				"multicluster.kubernetes.io/service-import": name,
+			}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ref("http"), Protocol: ref(corev1.ProtocolTCP), Port: ref(int32(8080))}},
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses:  []string{fmt.Sprintf("10.244.%d.%d", i/250, i%250+1)},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ref(false)},
+		}},
+	}
+	if err := cl.Create(ctx, slice); err != nil {
+		b.Error(err)
+	}
+}
+
+// agentMemory is the agent's resident set and Go heap in use.
+type agentMemory struct {
+	rssKiB, peakKiB int // VmRSS, VmHWM
+	heapBytes       float64
+}
+
+func (m agentMemory) rssMiB() float64  { return float64(m.rssKiB) / 1024 }
+func (m agentMemory) heapMiB() float64 { return m.heapBytes / (1 << 20) }
+func (m agentMemory) peakMiB() float64 { return float64(m.peakKiB) / 1024 }
+func (m agentMemory) String() string {
+	return fmt.Sprintf("RSS %.1f MiB (peak %.1f MiB), heap in use %.1f MiB", m.rssMiB(), m.peakMiB(), m.heapMiB())
+}
+
+// rssKiB returns a process's resident set and its peak (VmRSS, VmHWM).
+func rssKiB(b *testing.B, pid int) (rss, peak int) {
+	b.Helper()
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	field := func(name string) int {
+		for _, l := range strings.Split(string(s), "\n") {
+			if v, ok := strings.CutPrefix(l, name+":"); ok {
+				kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+				if err != nil {
+					b.Fatalf("%s %q: %v", name, v, err)
+				}
+				return kb
+			}
+		}
+		b.Fatalf("no %s for pid %d", name, pid)
+		return 0
+	}
+	return field("VmRSS"), field("VmHWM")
+}
+
+func ref[T any](v T) *T { return &v }
