@@ -127,10 +127,15 @@ func TestLabIPsec(t *testing.T) {
 	if out, err := l.run("lab", "down", "--prefix", l.Prefix); err != nil || !strings.Contains(out, "nothing left") {
 		t.Fatalf("lab down: %v\n%s", err, out)
 	}
+	// SIGKILLed processes take a moment to exit (and may stay zombies
+	// until their reaper gets to them): wait for them to stop running.
 	for _, pid := range pids {
-		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "charon" {
-			t.Errorf("charon %d still runs after lab down", pid)
-		}
+		waitFor(t, fmt.Sprintf("charon %d gone after lab down", pid), func() error {
+			if runningAs(pid, "charon") {
+				return fmt.Errorf("charon %d still runs", pid)
+			}
+			return nil
+		})
 	}
 	h, err := netlab.NewHost(netlab.Config{Prefix: l.Prefix})
 	if err != nil {
@@ -152,4 +157,21 @@ func waitForLong(t *testing.T, what string, check func() error) {
 		}
 	}
 	t.Fatalf("%s: %v", what, err)
+}
+
+// runningAs tells whether process pid exists, is not a zombie, and has
+// the command name comm.
+func runningAs(pid int, comm string) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the name may contain spaces, the state follows
+	// the last ')'.
+	s := string(stat)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open || len(s) < end+3 {
+		return false
+	}
+	return s[open+1:end] == comm && s[end+2] != 'Z'
 }

@@ -88,6 +88,9 @@ func (h *Host) Teardown() (Report, error) {
 				rep.Processes = append(rep.Processes, pid)
 			}
 		}
+		if len(pids) > 0 {
+			errs = append(errs, h.waitNetnsEmpty(name, 10*time.Second))
+		}
 		if err := h.DeleteNetns(name); err != nil {
 			errs = append(errs, err)
 			continue
@@ -171,6 +174,20 @@ func (h *Host) killNetnsProcesses(name string) error {
 		}
 	}
 	return nil
+}
+
+// waitNetnsEmpty waits until no process runs in the named namespace any
+// more (a SIGKILLed process takes a moment to exit).
+func (h *Host) waitNetnsEmpty(name string, timeout time.Duration) error {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
+		pids, err := h.netnsPids(name)
+		if err != nil || len(pids) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("namespace %s: processes %v still run after SIGKILL", name, pids)
+		}
+	}
 }
 
 // netnsPids returns the processes (other than this one) whose network
