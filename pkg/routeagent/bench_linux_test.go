@@ -1,7 +1,6 @@
 package routeagent
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -29,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/internal/procmem"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
@@ -142,21 +142,7 @@ func BenchmarkVIPMemory(b *testing.B) {
 		})
 		return cmd
 	}
-	metric := func(name string) (float64, bool) {
-		resp, err := httpc.Get(metricsURL)
-		if err != nil {
-			return 0, false
-		}
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				return f, err == nil
-			}
-		}
-		return 0, false
-	}
+	metric := func(name string) (float64, bool) { return procmem.Metric(httpc, metricsURL, name) }
 	waitServices := func(want float64) {
 		b.Helper()
 		deadline := time.Now().Add(30 * time.Minute)
@@ -171,14 +157,13 @@ func BenchmarkVIPMemory(b *testing.B) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	memory := func(cmd *exec.Cmd) agentMemory {
+	memory := func(cmd *exec.Cmd) procmem.Memory {
 		b.Helper()
-		heap, ok := metric("go_memstats_heap_inuse_bytes")
-		if !ok {
-			b.Fatal("no go_memstats_heap_inuse_bytes in /metrics")
+		m, err := procmem.Read(httpc, cmd.Process.Pid, metricsURL)
+		if err != nil {
+			b.Fatal(err)
 		}
-		rss, peak := rssKiB(b, cmd.Process.Pid)
-		return agentMemory{rssKiB: rss, peakKiB: peak, heapBytes: heap}
+		return m
 	}
 
 	// Baseline: the same agent with nothing imported.
@@ -208,13 +193,13 @@ func BenchmarkVIPMemory(b *testing.B) {
 	loaded := memory(agent)
 	b.StopTimer()
 
-	b.ReportMetric(loaded.rssMiB(), "RSS-MiB")
-	b.ReportMetric(loaded.peakMiB(), "peak-RSS-MiB")
-	b.ReportMetric(loaded.heapMiB(), "heap-MiB")
-	b.ReportMetric(idle.rssMiB(), "idle-RSS-MiB")
-	b.ReportMetric(loaded.rssMiB()/idle.rssMiB(), "RSS/idle")
+	b.ReportMetric(loaded.RSSMiB(), "RSS-MiB")
+	b.ReportMetric(loaded.PeakMiB(), "peak-RSS-MiB")
+	b.ReportMetric(loaded.HeapMiB(), "heap-MiB")
+	b.ReportMetric(idle.RSSMiB(), "idle-RSS-MiB")
+	b.ReportMetric(loaded.RSSMiB()/idle.RSSMiB(), "RSS/idle")
 	b.Logf("route agent with the VIP datapath: idle %s; with %d imported services programmed %s (RSS %.1f× idle); "+
-		"writing the imports and programming them took %.1fs", idle, n, loaded, loaded.rssMiB()/idle.rssMiB(), converge.Seconds())
+		"writing the imports and programming them took %.1fs", idle, n, loaded, loaded.RSSMiB()/idle.RSSMiB(), converge.Seconds())
 }
 
 // createImport writes service s<i>'s ServiceImport (VIP 243.x.y.z) and
@@ -253,42 +238,6 @@ func createImport(b *testing.B, ctx context.Context, cl client.Client, i int) {
 	if err := cl.Create(ctx, slice); err != nil {
 		b.Error(err)
 	}
-}
-
-// agentMemory is the agent's resident set and Go heap in use.
-type agentMemory struct {
-	rssKiB, peakKiB int // VmRSS, VmHWM
-	heapBytes       float64
-}
-
-func (m agentMemory) rssMiB() float64  { return float64(m.rssKiB) / 1024 }
-func (m agentMemory) heapMiB() float64 { return m.heapBytes / (1 << 20) }
-func (m agentMemory) peakMiB() float64 { return float64(m.peakKiB) / 1024 }
-func (m agentMemory) String() string {
-	return fmt.Sprintf("RSS %.1f MiB (peak %.1f MiB), heap in use %.1f MiB", m.rssMiB(), m.peakMiB(), m.heapMiB())
-}
-
-// rssKiB returns a process's resident set and its peak (VmRSS, VmHWM).
-func rssKiB(b *testing.B, pid int) (rss, peak int) {
-	b.Helper()
-	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	field := func(name string) int {
-		for _, l := range strings.Split(string(s), "\n") {
-			if v, ok := strings.CutPrefix(l, name+":"); ok {
-				kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-				if err != nil {
-					b.Fatalf("%s %q: %v", name, v, err)
-				}
-				return kb
-			}
-		}
-		b.Fatalf("no %s for pid %d", name, pid)
-		return 0
-	}
-	return field("VmRSS"), field("VmHWM")
 }
 
 func ref[T any](v T) *T { return &v }

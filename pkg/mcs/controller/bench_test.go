@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -26,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/causeway-net/causeway/internal/procmem"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
@@ -308,7 +308,7 @@ func BenchmarkScale(b *testing.B) {
 		procs[id].waitMetric(b, "causeway_mcs_imports", float64(n))
 	}
 	converge := time.Since(start)
-	mem := map[string]memory{}
+	mem := map[string]procmem.Memory{}
 	for _, id := range []string{"c1", "c2"} {
 		mem[id] = procs[id].memory(b)
 		if pd := os.Getenv("MCS_BENCH_PROFILE_DIR"); pd != "" {
@@ -327,32 +327,19 @@ func BenchmarkScale(b *testing.B) {
 	}
 	b.ReportMetric(converge.Seconds(), "converge-s")
 	b.ReportMetric(resync.Seconds(), "resync-s")
-	b.ReportMetric(mem["c1"].rssMiB(), "c1-RSS-MiB")
-	b.ReportMetric(mem["c2"].rssMiB(), "c2-RSS-MiB")
-	b.ReportMetric(mem["c1"].peakMiB(), "c1-peak-RSS-MiB")
-	b.ReportMetric(mem["c1"].heapMiB(), "c1-heap-MiB")
-	b.ReportMetric(mem["c2"].heapMiB(), "c2-heap-MiB")
-	b.ReportMetric(idleMem.rssMiB(), "idle-RSS-MiB")
-	b.ReportMetric(mem["c1"].rssMiB()/idleMem.rssMiB(), "c1-RSS/idle")
+	b.ReportMetric(mem["c1"].RSSMiB(), "c1-RSS-MiB")
+	b.ReportMetric(mem["c2"].RSSMiB(), "c2-RSS-MiB")
+	b.ReportMetric(mem["c1"].PeakMiB(), "c1-peak-RSS-MiB")
+	b.ReportMetric(mem["c1"].HeapMiB(), "c1-heap-MiB")
+	b.ReportMetric(mem["c2"].HeapMiB(), "c2-heap-MiB")
+	b.ReportMetric(idleMem.RSSMiB(), "idle-RSS-MiB")
+	b.ReportMetric(mem["c1"].RSSMiB()/idleMem.RSSMiB(), "c1-RSS/idle")
 	b.ReportMetric(converge.Seconds()/baseline.Seconds(), "converge/baseline")
 	b.Logf("%d services exported from c1: writing the ServiceExports %.2fs (baseline); converge in c1+c2 from nothing %.2fs (%.1f× baseline); "+
 		"full resync after restarting c2's controller %.2fs",
 		n, baseline.Seconds(), converge.Seconds(), converge.Seconds()/baseline.Seconds(), resync.Seconds())
 	b.Logf("memory: idle controller %s; c1 (exporter+importer) %s (RSS %.1f× idle); c2 (importer) %s; c2 after restart %s",
-		idleMem, mem["c1"], mem["c1"].rssMiB()/idleMem.rssMiB(), mem["c2"], after)
-}
-
-// memory is a daemon's resident set and Go heap in use.
-type memory struct {
-	rssKiB, peakKiB int // VmRSS, VmHWM
-	heapBytes       float64
-}
-
-func (m memory) rssMiB() float64  { return float64(m.rssKiB) / 1024 }
-func (m memory) heapMiB() float64 { return m.heapBytes / (1 << 20) }
-func (m memory) peakMiB() float64 { return float64(m.peakKiB) / 1024 }
-func (m memory) String() string {
-	return fmt.Sprintf("RSS %.1f MiB (peak %.1f MiB), heap in use %.1f MiB", m.rssMiB(), m.peakMiB(), m.heapMiB())
+		idleMem, mem["c1"], mem["c1"].RSSMiB()/idleMem.RSSMiB(), mem["c2"], after)
 }
 
 type daemonProc struct {
@@ -404,19 +391,7 @@ func (p *daemonProc) stop(b *testing.B) {
 }
 
 func (p *daemonProc) metric(name string) (float64, bool) {
-	resp, err := http.Get(p.metrics)
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
+	return procmem.Metric(http.DefaultClient, p.metrics, name)
 }
 
 func (p *daemonProc) waitMetric(b *testing.B, name string, want float64) {
@@ -452,14 +427,13 @@ func (p *daemonProc) waitReady(b *testing.B) {
 }
 
 // memory reads the daemon's RSS, and its Go heap in use from /metrics.
-func (p *daemonProc) memory(b *testing.B) memory {
+func (p *daemonProc) memory(b *testing.B) procmem.Memory {
 	b.Helper()
-	heap, ok := p.metric("go_memstats_heap_inuse_bytes")
-	if !ok {
-		b.Fatal("no go_memstats_heap_inuse_bytes in /metrics")
+	m, err := procmem.Read(http.DefaultClient, p.cmd.Process.Pid, p.metrics)
+	if err != nil {
+		b.Fatal(err)
 	}
-	rss, peak := p.rssKiB(b)
-	return memory{rssKiB: rss, peakKiB: peak, heapBytes: heap}
+	return m
 }
 
 func (p *daemonProc) saveHeapProfile(b *testing.B, path string) {
@@ -477,29 +451,6 @@ func (p *daemonProc) saveHeapProfile(b *testing.B, path string) {
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		b.Fatal(err)
 	}
-}
-
-// rssKiB returns the daemon's resident set and its peak (VmRSS, VmHWM).
-func (p *daemonProc) rssKiB(b *testing.B) (rss, peak int) {
-	b.Helper()
-	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	field := func(name string) int {
-		for _, l := range strings.Split(string(s), "\n") {
-			if v, ok := strings.CutPrefix(l, name+":"); ok {
-				kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-				if err != nil {
-					b.Fatalf("%s %q: %v", name, v, err)
-				}
-				return kb
-			}
-		}
-		b.Fatalf("no %s for pid %d", name, p.cmd.Process.Pid)
-		return 0
-	}
-	return field("VmRSS"), field("VmHWM")
 }
 
 func brokerKubeconfig(e *env, id string) ([]byte, error) {
