@@ -42,7 +42,7 @@ func TestLabIPsec(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	waitForLong(t, "show connections: c1 ↔ c2 connected over ipsec", func() error {
+	waitForWithin(t, 2*time.Minute, "show connections: c1 ↔ c2 connected over ipsec", func() error {
 		out, err := l.causewayctl("show", "connections", "-o", "json")
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
@@ -144,19 +144,6 @@ func TestLabIPsec(t *testing.T) {
 	if left, err := h.Leftovers(); err != nil || !left.Empty() {
 		t.Errorf("left behind after down: %v %v", left, err)
 	}
-}
-
-// waitForLong polls check for up to 2 minutes (a bound, not a speed
-// assertion: IKE, the first health checks and a loaded machine).
-func waitForLong(t *testing.T, what string, check func() error) {
-	t.Helper()
-	var err error
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if err = check(); err == nil {
-			return
-		}
-	}
-	t.Fatalf("%s: %v", what, err)
 }
 
 // runningAs tells whether process pid exists, is not a zombie, and has

@@ -651,8 +651,15 @@ func sliceSources(ctx context.Context, c client.Client) (map[string]bool, error)
 // waitFor polls check for up to 30 s (a bound, not a speed assertion).
 func waitFor(t *testing.T, what string, check func() error) {
 	t.Helper()
+	waitForWithin(t, 30*time.Second, what, check)
+}
+
+// waitForWithin polls check until it succeeds or timeout passes (a bound
+// for a loaded machine, not a speed assertion).
+func waitForWithin(t *testing.T, timeout time.Duration, what string, check func() error) {
+	t.Helper()
 	var err error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if err = check(); err == nil {
 			return
 		}
