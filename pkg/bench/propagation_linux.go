@@ -253,11 +253,7 @@ func (p *Propagation) memberClients() (map[string]client.Client, error) {
 
 // watchClient is a client of cluster that can watch.
 func (p *Propagation) watchClient(cluster string) (client.WithWatch, error) {
-	cp, err := p.Lab.ControlPlane(cluster)
-	if err != nil {
-		return nil, err
-	}
-	rc, err := cp.RESTConfig()
+	rc, err := p.Lab.RESTConfig(cluster)
 	if err != nil {
 		return nil, err
 	}

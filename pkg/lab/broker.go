@@ -30,11 +30,7 @@ func (s *State) BrokerKubeconfig(cluster string) string {
 // ServiceAccount, RBAC, token; pkg/broker), the way `causewayctl join`
 // does, and writes it where the cluster's daemons read it.
 func (s *State) joinBroker(ctx context.Context) error {
-	bcp, err := s.ControlPlane("broker")
-	if err != nil {
-		return err
-	}
-	admin, err := bcp.RESTConfig()
+	admin, err := s.RESTConfig("broker")
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/controlplane"
@@ -278,13 +279,19 @@ func (s *State) Host() (*netlab.Host, error) {
 	return netlab.NewHost(netlab.Config{Prefix: s.Prefix})
 }
 
-// Client is an admin client of a cluster's (or the broker's) API server.
-func (s *State) Client(name string) (client.Client, error) {
+// RESTConfig is an admin REST config of a cluster's (or the broker's) API
+// server.
+func (s *State) RESTConfig(name string) (*rest.Config, error) {
 	cp, err := s.ControlPlane(name)
 	if err != nil {
 		return nil, err
 	}
-	rc, err := cp.RESTConfig()
+	return cp.RESTConfig()
+}
+
+// Client is an admin client of a cluster's (or the broker's) API server.
+func (s *State) Client(name string) (client.Client, error) {
+	rc, err := s.RESTConfig(name)
 	if err != nil {
 		return nil, err
 	}

@@ -115,11 +115,7 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	p.say("control planes ready: broker, %s", strings.Join(st.Members(), ", "))
 
 	if err := forEach(append([]string{"broker"}, st.Members()...), func(name string) error {
-		cp, err := st.ControlPlane(name)
-		if err != nil {
-			return err
-		}
-		rc, err := cp.RESTConfig()
+		rc, err := st.RESTConfig(name)
 		if err != nil {
 			return err
 		}
