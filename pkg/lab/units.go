@@ -164,14 +164,19 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node) []U
 		if _, err := os.Stat(path); err != nil {
 			continue
 		}
-		args := append(append([]string{"--kubeconfig=" + s.DaemonKubeconfig(c.Name, d.name)}, common...), d.args...)
-		units = append(units, processUnit(h, c.Name+"/"+n.Name+"/"+d.name, netlab.Process{
+		kubeconfig := s.DaemonKubeconfig(c.Name, d.name)
+		args := append(append([]string{"--kubeconfig=" + kubeconfig}, common...), d.args...)
+		u := processUnit(h, c.Name+"/"+n.Name+"/"+d.name, netlab.Process{
 			Netns:   h.Names().Node(c.Name, n.Name),
 			Cgroup:  h.Cgroups().NodeSystem(c.Name, n.Name),
 			Path:    path,
 			Args:    args,
 			LogPath: filepath.Join(logDir, d.name+".log"),
-		}))
+		})
+		// Written by `lab up` once the identities exist: starting before
+		// would only fail and back off.
+		u.Needs = []string{kubeconfig, s.BrokerKubeconfig(c.Name)}
+		units = append(units, u)
 	}
 	return units
 }

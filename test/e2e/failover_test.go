@@ -97,6 +97,23 @@ func TestGatewayFailover(t *testing.T) {
 	// gateway at once: a restarted candidate holding the same identity
 	// may renew its own unexpired lease before the passive acquires it,
 	// and this test is about the passive taking over.
+	// Another candidate runs steadily and stands by: one still starting
+	// (or backing off) could not take over while the supervisor is frozen.
+	var standby string
+	waitWithin(t, time.Minute, "another c1 gateway candidate standing by", func() error {
+		gws := &v1alpha1.GatewayList{}
+		if err := c1.List(ctx, gws, client.InNamespace("causeway-system")); err != nil {
+			return err
+		}
+		for _, g := range gws.Items {
+			if g.Name != old && g.Status.HAStatus == v1alpha1.HAStatusPassive {
+				standby = g.Name
+				return nil
+			}
+		}
+		return fmt.Errorf("no passive candidate besides %s", old)
+	})
+	l.unitPID("c1/" + standby + "/gateway")
 	unit := "c1/" + old + "/gateway"
 	pid := l.unitPID(unit)
 	st, err := lab.Load(l.Dir)
