@@ -20,6 +20,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"github.com/causeway-net/causeway/internal/testserve"
 	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/pkg/cable/internal/cabletest"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
@@ -262,21 +263,12 @@ func inNetns(path string, fn func() error) error {
 // with the count (8 bytes, big endian).
 func startSink(b *testing.B, ns string, addr netip.AddrPort) {
 	ln := cabletest.Listen(b, ns, addr)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				n, _ := io.Copy(io.Discard, c)
-				var buf [8]byte
-				binary.BigEndian.PutUint64(buf[:], uint64(n))
-				c.Write(buf[:])
-			}()
-		}
-	}()
+	testserve.Serve(b, ln, func(c net.Conn) {
+		n, _ := io.Copy(io.Discard, c)
+		var buf [8]byte
+		binary.BigEndian.PutUint64(buf[:], uint64(n))
+		c.Write(buf[:])
+	})
 }
 
 // transfer sends for at most d or max bytes from ns to addr and returns

@@ -32,6 +32,7 @@ import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/internal/testserve"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 )
@@ -149,22 +150,12 @@ func tcpEcho(t *testing.T, nsPath string, addr netip.AddrPort) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				s := bufio.NewScanner(c)
-				for s.Scan() {
-					fmt.Fprintln(c, s.Text())
-				}
-			}()
+	testserve.Serve(t, ln, func(c net.Conn) {
+		s := bufio.NewScanner(c)
+		for s.Scan() {
+			fmt.Fprintln(c, s.Text())
 		}
-	}()
+	})
 }
 
 // tcpRoundTrip dials addr from ns and checks one echoed line.

@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/causeway-net/causeway/internal/testserve"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
@@ -129,26 +130,18 @@ func (tb *testbed) startRemote(t *testing.T, node string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mss := -1
-			if raw, err := c.(*net.TCPConn).SyscallConn(); err == nil {
-				raw.Control(func(fd uintptr) {
-					if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-						mss = int(info.Snd_mss)
-					}
-				})
-			}
-			fmt.Fprintf(c, "%s mss=%d\n", node, mss)
-			io.Copy(c, c) // echo until the client closes
-			c.Close()
+	testserve.Serve(t, ln, func(c net.Conn) {
+		mss := -1
+		if raw, err := c.(*net.TCPConn).SyscallConn(); err == nil {
+			raw.Control(func(fd uintptr) {
+				if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+					mss = int(info.Snd_mss)
+				}
+			})
 		}
-	}()
+		fmt.Fprintf(c, "%s mss=%d\n", node, mss)
+		io.Copy(c, c) // echo until the client closes
+	})
 }
 
 // dialRemote connects from the pod to the remote address, checks the echo
@@ -438,17 +431,9 @@ func TestDataplaneKeepsRemoteSourceThroughClusterIP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintf(c, "%s\n", c.RemoteAddr().(*net.TCPAddr).IP)
-			c.Close()
-		}
-	}()
+	testserve.Serve(t, ln, func(c net.Conn) {
+		fmt.Fprintf(c, "%s\n", c.RemoteAddr().(*net.TCPAddr).IP)
+	})
 	// The client is the remote address on the gateway node (remote
 	// traffic enters the cluster there), talking to the ClusterIP.
 	seenBy := func() (string, error) {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
+
+	"github.com/causeway-net/causeway/internal/testserve"
 )
 
 // clientEnv turns the test binary into the client process of the privileged
@@ -392,28 +394,18 @@ func tcpEcho(tb testing.TB, ns *netNS, addr, name string) {
 	if err := ns.Do(func() (err error) { ln, err = net.Listen("tcp4", addr); return err }); err != nil {
 		tb.Fatalf("listen %s: %v", addr, err)
 	}
-	tb.Cleanup(func() { _ = ln.Close() })
-	go func() {
+	testserve.Serve(tb, ln, func(c net.Conn) {
+		r := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			line, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if _, err := io.WriteString(c, name+" "+line); err != nil {
-						return
-					}
-				}
-			}()
+			if _, err := io.WriteString(c, name+" "+line); err != nil {
+				return
+			}
 		}
-	}()
+	})
 }
 
 // udpEcho answers every datagram on addr inside ns with "<name> <payload>".

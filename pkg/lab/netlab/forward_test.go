@@ -7,6 +7,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/causeway-net/causeway/internal/testserve"
 )
 
 // echoUpper serves on loopback, answering each line upper-cased.
@@ -16,22 +18,12 @@ func echoUpper(t *testing.T) net.Listener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				s := bufio.NewScanner(c)
-				for s.Scan() {
-					io.WriteString(c, strings.ToUpper(s.Text())+"\n")
-				}
-			}()
+	testserve.Serve(t, l, func(c net.Conn) {
+		s := bufio.NewScanner(c)
+		for s.Scan() {
+			io.WriteString(c, strings.ToUpper(s.Text())+"\n")
 		}
-	}()
+	})
 	return l
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/causeway-net/causeway/internal/testserve"
 	"github.com/causeway-net/causeway/pkg/lab/apps"
 )
 
@@ -337,17 +338,9 @@ func TestOneClusterPodToPodAcrossNodes(t *testing.T) {
 // serveIdentity answers every TCP connection accepted on l with the text
 // "<cluster> <client address>".
 func serveIdentity(t *testing.T, l net.Listener, cluster string) {
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintf(c, "%s %s\n", cluster, c.RemoteAddr())
-			c.Close()
-		}
-	}()
+	testserve.Serve(t, l, func(c net.Conn) {
+		fmt.Fprintf(c, "%s %s\n", cluster, c.RemoteAddr())
+	})
 }
 
 // ask dials addr from ns and returns the first line it reads.

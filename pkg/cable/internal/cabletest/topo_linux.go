@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/internal/testserve"
 )
 
 // Fixed addresses of the topology.
@@ -130,18 +131,9 @@ func Dial(ns string, addr netip.AddrPort, timeout time.Duration) (net.Conn, erro
 func EchoServer(t testing.TB, ns string, addr netip.AddrPort) {
 	t.Helper()
 	ln := Listen(t, ns, addr)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	testserve.Serve(t, ln, func(c net.Conn) {
+		io.Copy(c, c)
+	})
 }
 
 // Echo writes msg on c and reads it back within timeout.
