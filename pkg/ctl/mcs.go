@@ -1,9 +1,10 @@
 package ctl
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -120,7 +121,7 @@ func newShowExportsCommand(cs *clusterSetFlags, out *outputFlags) *cobra.Command
 			var cells [][]string
 			for _, r := range rows {
 				if r.Error != "" {
-					cells = append(cells, []string{r.Cluster, "-", "-", "-", "-", "-", "error: " + r.Error})
+					cells = append(cells, errorCells(r.Cluster, r.Error, 7))
 					continue
 				}
 				var msgs []string
@@ -149,16 +150,7 @@ func collectExports(ctx context.Context, clusters []memberCluster) []ExportRow {
 			rows = append(rows, ExportRow{Cluster: c.Name, Namespace: se.Namespace, Name: se.Name, Conditions: se.Status.Conditions})
 		}
 	}
-	sort.SliceStable(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		if a.Name != b.Name {
-			return a.Name < b.Name
-		}
-		return a.Cluster < b.Cluster
-	})
+	sortByService(rows, func(r ExportRow) (string, string, string) { return r.Namespace, r.Name, r.Cluster })
 	return rows
 }
 
@@ -219,7 +211,7 @@ func newShowImportsCommand(cs *clusterSetFlags, out *outputFlags) *cobra.Command
 			var cells [][]string
 			for _, r := range rows {
 				if r.Error != "" {
-					cells = append(cells, []string{r.Cluster, "-", "-", "-", "-", "-", "error: " + r.Error})
+					cells = append(cells, errorCells(r.Cluster, r.Error, 7))
 					continue
 				}
 				var eps []string
@@ -280,17 +272,27 @@ func collectImports(ctx context.Context, clusters []memberCluster) []ImportRow {
 			rows = append(rows, r)
 		}
 	}
-	sort.SliceStable(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		if a.Name != b.Name {
-			return a.Name < b.Name
-		}
-		return a.Cluster < b.Cluster
-	})
+	sortByService(rows, func(r ImportRow) (string, string, string) { return r.Namespace, r.Name, r.Cluster })
 	return rows
+}
+
+// sortByService orders rows by namespace, name, then cluster.
+func sortByService[T any](rows []T, key func(T) (namespace, name, cluster string)) {
+	slices.SortStableFunc(rows, func(a, b T) int {
+		an, am, ac := key(a)
+		bn, bm, bc := key(b)
+		return cmp.Or(cmp.Compare(an, bn), cmp.Compare(am, bm), cmp.Compare(ac, bc))
+	})
+}
+
+// errorCells is a table row of n columns for a cluster that could not be
+// read: its name, dashes, and the error in the last column.
+func errorCells(cluster, err string, n int) []string {
+	cells := []string{cluster}
+	for len(cells) < n-1 {
+		cells = append(cells, "-")
+	}
+	return append(cells, "error: "+err)
 }
 
 func dash(s string) string {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,21 @@ func TestExportAndShow(t *testing.T) {
 	t.Setenv("CAUSEWAY_LAB_DIR", t.TempDir())
 	if _, err := run(t, "show", "imports"); err == nil || !strings.Contains(err.Error(), "no clusters") {
 		t.Errorf("show without clusters: %v", err)
+	}
+}
+
+func TestTableHelpers(t *testing.T) {
+	if got, want := errorCells("c2", "refused", 4), []string{"c2", "-", "-", "error: refused"}; !slices.Equal(got, want) {
+		t.Errorf("errorCells = %q, want %q", got, want)
+	}
+	rows := []ExportRow{{Cluster: "c2", Namespace: "b", Name: "x"}, {Cluster: "c3", Namespace: "a", Name: "y"},
+		{Cluster: "c1", Namespace: "b", Name: "x"}, {Cluster: "c1", Namespace: "a", Name: "z"}}
+	sortByService(rows, func(r ExportRow) (string, string, string) { return r.Namespace, r.Name, r.Cluster })
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Namespace+"/"+r.Name+"@"+r.Cluster)
+	}
+	if want := []string{"a/y@c3", "a/z@c1", "b/x@c1", "b/x@c2"}; !slices.Equal(got, want) {
+		t.Errorf("sorted %q, want %q", got, want)
 	}
 }

@@ -84,7 +84,7 @@ func showGateways(ctx context.Context, w io.Writer, clusters []memberCluster, ou
 	var cells [][]string
 	for _, r := range rows {
 		if r.Error != "" {
-			cells = append(cells, []string{r.Cluster, "-", "-", "-", "-", "-", "error: " + r.Error})
+			cells = append(cells, errorCells(r.Cluster, r.Error, 7))
 			continue
 		}
 		driver, public, conns := "-", "-", fmt.Sprint(len(r.Connections))
@@ -127,7 +127,7 @@ func showConnections(ctx context.Context, w io.Writer, clusters []memberCluster,
 	var cells [][]string
 	for _, r := range rows {
 		if r.Error != "" {
-			cells = append(cells, []string{r.Cluster, "-", "-", "-", "-", "-", "-", "error: " + r.Error})
+			cells = append(cells, errorCells(r.Cluster, r.Error, 8))
 			continue
 		}
 		rtt, loss, hs := "-", "-", "-"
@@ -175,7 +175,7 @@ func showEndpoints(ctx context.Context, w io.Writer, clusters []memberCluster, o
 	var cells [][]string
 	for _, r := range rows {
 		if r.Error != "" {
-			cells = append(cells, []string{r.Cluster, "-", "-", "-", "-", "-", "-", "error: " + r.Error})
+			cells = append(cells, errorCells(r.Cluster, r.Error, 8))
 			continue
 		}
 		msg := ""
