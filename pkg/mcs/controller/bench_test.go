@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +25,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/internal/procmem"
+	"github.com/causeway-net/causeway/pkg/bench"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
@@ -100,14 +100,6 @@ func withWatch(b *testing.B, e *env, id string) client.WithWatch {
 	return c
 }
 
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // BenchmarkExportToImport: ServiceExport created in c1 → ServiceImport with
 // its VIP present in c1 and c2 (the later of the two), over 100 exports.
 // Baseline: a ConfigMap written in c1 and seen through a watch of c1, the
@@ -162,17 +154,18 @@ func BenchmarkExportToImport(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
-	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
-	b.ReportMetric(ms(percentile(base, 0.5)), "baseline-p50-ms")
-	b.ReportMetric(float64(percentile(lat, 0.5))/float64(percentile(base, 0.5)), "p50/baseline")
+	st, bst := bench.NewStats(lat), bench.NewStats(base)
+	b.ReportMetric(st.P50MS, "p50-ms")
+	b.ReportMetric(st.P99MS, "p99-ms")
+	b.ReportMetric(bst.P50MS, "baseline-p50-ms")
+	b.ReportMetric(st.P50MS/bst.P50MS, "p50/baseline")
 	for i, l := range lat {
 		if l > 500*time.Millisecond {
 			b.Logf("slow export #%d: %s", i, l)
 		}
 	}
 	b.Logf("export → ServiceImport with VIP in c1 and c2, %d exports: p50 %.1f ms, p99 %.1f ms; baseline (write+watch one object) p50 %.1f ms",
-		n, ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)), ms(percentile(base, 0.5)))
+		n, st.P50MS, st.P99MS, bst.P50MS)
 }
 
 // BenchmarkEndpointChange: a backend of c1 turns not ready (or ready again)
@@ -228,9 +221,10 @@ func BenchmarkEndpointChange(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
-	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
-	b.Logf("endpoint change → multi-cluster slices in c1 and c2, %d changes: p50 %.1f ms, p99 %.1f ms", n, ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)))
+	st := bench.NewStats(lat)
+	b.ReportMetric(st.P50MS, "p50-ms")
+	b.ReportMetric(st.P99MS, "p99-ms")
+	b.Logf("endpoint change → multi-cluster slices in c1 and c2, %d changes: p50 %.1f ms, p99 %.1f ms", n, st.P50MS, st.P99MS)
 }
 
 // BenchmarkScale runs the real mcs-controller binary for c1 and c2 with
