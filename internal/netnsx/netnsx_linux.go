@@ -4,6 +4,7 @@
 package netnsx
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 
@@ -12,9 +13,11 @@ import (
 )
 
 // Do runs fn on an OS thread switched into the namespace at path and
-// returns its error. The thread is discarded afterwards (never unlocked),
-// so no goroutine can later run in the wrong namespace. Sockets and
-// devices created by fn stay in that namespace.
+// returns its error. The thread is switched back and handed back to the
+// scheduler afterwards; if switching back fails it stays locked, so the
+// runtime discards it and no goroutine ever runs in the wrong namespace.
+// Sockets and devices created by fn stay in that namespace; goroutines fn
+// starts do not run in it.
 func Do(path string, fn func() error) error {
 	if path == "" {
 		return fn()
@@ -22,19 +25,30 @@ func Do(path string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Intentionally no UnlockOSThread: the runtime terminates the
-		// thread when this goroutine exits.
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("get current netns: %w", err)
+			return // thread discarded
+		}
+		defer orig.Close()
 		ns, err := netns.GetFromPath(path)
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("open netns %s: %w", path, err)
 			return
 		}
 		defer ns.Close()
 		if err := netns.Set(ns); err != nil {
 			errc <- fmt.Errorf("enter netns %s: %w", path, err)
-			return
+			return // thread discarded: a failed setns may leave it anywhere
 		}
-		errc <- fn()
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("leave netns %s: %w", path, err))
+			return // thread discarded
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
 	}()
 	return <-errc
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -142,41 +143,7 @@ func (h *Host) Do(name string, fn func() error) error {
 	if name == "" {
 		return fn()
 	}
-	ns, err := h.openNetns(name)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	return doInNetns(ns, fn)
-}
-
-// doInNetns runs fn on a locked thread switched into ns and switches it
-// back; if switching back fails the thread is left locked so that the
-// runtime discards it.
-func doInNetns(ns netns.NsHandle, fn func() error) error {
-	type result struct{ err error }
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			done <- result{fmt.Errorf("get current namespace: %w", err)}
-			return // thread discarded
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			done <- result{fmt.Errorf("enter namespace: %w", err)}
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			done <- result{errors.Join(ferr, fmt.Errorf("leave namespace: %w", err))}
-			return // thread discarded
-		}
-		runtime.UnlockOSThread()
-		done <- result{ferr}
-	}()
-	return (<-done).err
+	return netnsx.Do(h.netnsPath(name), fn)
 }
 
 // onThrowawayThread runs fn on a locked OS thread that is discarded
