@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"fmt"
 	"testing"
 	"unsafe"
 
@@ -10,29 +9,17 @@ import (
 
 func same(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
 
-func TestInterner(t *testing.T) {
-	in := NewInterner(3)
-	a := in.String(string([]byte("bench")))
-	b := in.String(string([]byte("bench")))
+func TestIntern(t *testing.T) {
+	a := Intern(string([]byte("bench")))
+	b := Intern(string([]byte("bench")))
 	if a != "bench" || !same(a, b) {
 		t.Fatalf("equal strings not shared: %q %q", a, b)
 	}
-	for i := range 5 {
-		in.String(fmt.Sprintf("s%d", i))
-	}
-	if in.Len() != 3 {
-		t.Errorf("interner holds %d strings, bound 3", in.Len())
-	}
-	over := string([]byte("s4"))
-	if got := in.String(over); got != "s4" || !same(got, over) {
-		t.Errorf("a string beyond the bound must come back as it was")
-	}
 
-	in = NewInterner(100)
 	m1 := metav1.ObjectMeta{Namespace: string([]byte("ns")), Labels: map[string]string{string([]byte("k")): string([]byte("v")), string([]byte("id")): string([]byte("x1"))}}
 	m2 := metav1.ObjectMeta{Namespace: string([]byte("ns")), Labels: map[string]string{string([]byte("k")): string([]byte("v")), string([]byte("id")): string([]byte("x2"))}}
-	in.Meta(&m1, "k")
-	in.Meta(&m2, "k")
+	InternMeta(&m1, "k")
+	InternMeta(&m2, "k")
 	if !same(m1.Namespace, m2.Namespace) || !same(m1.Labels["k"], m2.Labels["k"]) {
 		t.Errorf("namespace or shared label value not interned")
 	}
@@ -43,14 +30,14 @@ func TestInterner(t *testing.T) {
 			}
 		}
 	}
-	if m1.Labels["id"] != "x1" || m2.Labels["id"] != "x2" || in.Len() != 4 { // ns, k, v, id
-		t.Errorf("labels %v %v, %d strings held", m1.Labels, m2.Labels, in.Len())
+	if m1.Labels["id"] != "x1" || m2.Labels["id"] != "x2" || same(m1.Labels["id"], Intern("x1")) {
+		t.Errorf("labels %v %v: values not named must stay as they are", m1.Labels, m2.Labels)
 	}
 
 	c1 := []metav1.Condition{{Type: string([]byte("Ready")), Status: "True", Reason: string([]byte("R")), Message: string([]byte("ok"))}}
 	c2 := []metav1.Condition{{Type: string([]byte("Ready")), Status: "True", Reason: string([]byte("R")), Message: string([]byte("ok"))}}
-	in.Conditions(c1)
-	in.Conditions(c2)
+	InternConditions(c1)
+	InternConditions(c2)
 	if !same(c1[0].Type, c2[0].Type) || !same(c1[0].Reason, c2[0].Reason) || !same(c1[0].Message, c2[0].Message) {
 		t.Errorf("condition strings not interned")
 	}

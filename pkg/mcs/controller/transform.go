@@ -19,10 +19,9 @@ import (
 // controller writes back whole (ServiceImports, its own EndpointSlices,
 // broker records) are only stripped of managedFields.
 
-// slimmer holds the transforms; they share one Interner for strings that
-// repeat across objects (namespaces, label keys, condition texts).
+// slimmer holds the transforms; strings that repeat across objects
+// (namespaces, label keys, condition texts) are shared (kube.Intern).
 type slimmer struct {
-	in *kube.Interner
 	// yes and no are shared by the cached objects' *bool fields (the
 	// cache hands out deep copies, so nothing writes through them).
 	yes, no *bool
@@ -30,7 +29,7 @@ type slimmer struct {
 
 func newSlimmer() *slimmer {
 	yes, no := true, false
-	return &slimmer{in: kube.NewInterner(4096), yes: &yes, no: &no}
+	return &slimmer{yes: &yes, no: &no}
 }
 
 // boolPtr returns the shared pointer for *p.
@@ -49,7 +48,7 @@ func (t *slimmer) strPtr(p *string) *string {
 	if p == nil {
 		return nil
 	}
-	v := t.in.String(*p)
+	v := kube.Intern(*p)
 	return &v
 }
 
@@ -108,13 +107,13 @@ func (t *slimmer) service(in any) (any, error) {
 			TrafficDistribution:   s.Spec.TrafficDistribution,
 		},
 	}
-	out.Namespace = t.in.String(out.Namespace)
-	out.Spec.Type = corev1.ServiceType(t.in.String(string(out.Spec.Type)))
-	out.Spec.SessionAffinity = corev1.ServiceAffinity(t.in.String(string(out.Spec.SessionAffinity)))
+	out.Namespace = kube.Intern(out.Namespace)
+	out.Spec.Type = corev1.ServiceType(kube.Intern(string(out.Spec.Type)))
+	out.Spec.SessionAffinity = corev1.ServiceAffinity(kube.Intern(string(out.Spec.SessionAffinity)))
 	if len(s.Spec.Ports) > 0 {
 		out.Spec.Ports = make([]corev1.ServicePort, len(s.Spec.Ports))
 		for i, p := range s.Spec.Ports {
-			out.Spec.Ports[i] = corev1.ServicePort{Name: t.in.String(p.Name), Protocol: corev1.Protocol(t.in.String(string(p.Protocol))),
+			out.Spec.Ports[i] = corev1.ServicePort{Name: kube.Intern(p.Name), Protocol: corev1.Protocol(kube.Intern(string(p.Protocol))),
 				Port: p.Port, AppProtocol: p.AppProtocol}
 		}
 	}
@@ -134,8 +133,8 @@ func (t *slimmer) endpointSlice(in any) (any, error) {
 	}
 	if s.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
 		s.ManagedFields = nil
-		t.in.Meta(&s.ObjectMeta, sharedLabelValues...)
-		s.AddressType = discoveryv1.AddressType(t.in.String(string(s.AddressType)))
+		kube.InternMeta(&s.ObjectMeta, sharedLabelValues...)
+		s.AddressType = discoveryv1.AddressType(kube.Intern(string(s.AddressType)))
 		for i := range s.Endpoints {
 			t.endpoint(&s.Endpoints[i])
 		}
@@ -145,10 +144,10 @@ func (t *slimmer) endpointSlice(in any) (any, error) {
 		TypeMeta: s.TypeMeta,
 		ObjectMeta: slimMeta(s.ObjectMeta, discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy,
 			mcsv1beta1.LabelServiceName),
-		AddressType: discoveryv1.AddressType(t.in.String(string(s.AddressType))),
+		AddressType: discoveryv1.AddressType(kube.Intern(string(s.AddressType))),
 		Ports:       s.Ports,
 	}
-	t.in.Meta(&out.ObjectMeta, sharedLabelValues...)
+	kube.InternMeta(&out.ObjectMeta, sharedLabelValues...)
 	if len(s.Endpoints) > 0 {
 		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
 		for i, e := range s.Endpoints {
@@ -178,8 +177,8 @@ func (t *slimmer) serviceExport(in any) (any, error) {
 		return stripManagedFields(in)
 	}
 	se.ObjectMeta = slimMeta(se.ObjectMeta)
-	se.Namespace = t.in.String(se.Namespace)
-	t.in.Conditions(se.Status.Conditions)
+	se.Namespace = kube.Intern(se.Namespace)
+	kube.InternConditions(se.Status.Conditions)
 	return se, nil
 }
 
@@ -191,17 +190,17 @@ func (t *slimmer) serviceImport(in any) (any, error) {
 		return stripManagedFields(in)
 	}
 	si.ManagedFields = nil
-	t.in.Meta(&si.ObjectMeta)
-	si.Spec.Type = mcsv1beta1.ServiceImportType(t.in.String(string(si.Spec.Type)))
-	si.Spec.SessionAffinity = corev1.ServiceAffinity(t.in.String(string(si.Spec.SessionAffinity)))
+	kube.InternMeta(&si.ObjectMeta)
+	si.Spec.Type = mcsv1beta1.ServiceImportType(kube.Intern(string(si.Spec.Type)))
+	si.Spec.SessionAffinity = corev1.ServiceAffinity(kube.Intern(string(si.Spec.SessionAffinity)))
 	for i := range si.Spec.Ports {
 		p := &si.Spec.Ports[i]
-		p.Name, p.Protocol = t.in.String(p.Name), corev1.Protocol(t.in.String(string(p.Protocol)))
+		p.Name, p.Protocol = kube.Intern(p.Name), corev1.Protocol(kube.Intern(string(p.Protocol)))
 	}
 	for i := range si.Status.Clusters {
-		si.Status.Clusters[i].Cluster = t.in.String(si.Status.Clusters[i].Cluster)
+		si.Status.Clusters[i].Cluster = kube.Intern(si.Status.Clusters[i].Cluster)
 	}
-	t.in.Conditions(si.Status.Conditions)
+	kube.InternConditions(si.Status.Conditions)
 	return si, nil
 }
 
@@ -213,20 +212,20 @@ func (t *slimmer) record(in any) (any, error) {
 		return stripManagedFields(in)
 	}
 	r.ManagedFields = nil
-	t.in.Meta(&r.ObjectMeta)
-	r.Spec.ClusterID = t.in.String(r.Spec.ClusterID)
-	r.Spec.ServiceNamespace = t.in.String(r.Spec.ServiceNamespace)
-	r.Spec.Type = mcsv1beta1.ServiceImportType(t.in.String(string(r.Spec.Type)))
+	kube.InternMeta(&r.ObjectMeta)
+	r.Spec.ClusterID = kube.Intern(r.Spec.ClusterID)
+	r.Spec.ServiceNamespace = kube.Intern(r.Spec.ServiceNamespace)
+	r.Spec.Type = mcsv1beta1.ServiceImportType(kube.Intern(string(r.Spec.Type)))
 	for i := range r.Spec.Ports {
 		p := &r.Spec.Ports[i]
-		p.Name, p.Protocol = t.in.String(p.Name), corev1.Protocol(t.in.String(string(p.Protocol)))
+		p.Name, p.Protocol = kube.Intern(p.Name), corev1.Protocol(kube.Intern(string(p.Protocol)))
 	}
 	for i := range r.Spec.Endpoints {
 		g := &r.Spec.Endpoints[i]
-		g.AddressType = t.in.String(g.AddressType)
+		g.AddressType = kube.Intern(g.AddressType)
 		for j := range g.Backends {
 			b := &g.Backends[j]
-			b.NodeName, b.Zone = t.in.String(b.NodeName), t.in.String(b.Zone)
+			b.NodeName, b.Zone = kube.Intern(b.NodeName), kube.Intern(b.Zone)
 		}
 	}
 	return r, nil
@@ -240,8 +239,8 @@ func (t *slimmer) vipAllocation(in any) (any, error) {
 		return stripManagedFields(in)
 	}
 	a.ManagedFields = nil
-	t.in.Meta(&a.ObjectMeta, sharedLabelValues...)
-	a.Spec.ServiceNamespace = t.in.String(a.Spec.ServiceNamespace)
+	kube.InternMeta(&a.ObjectMeta, sharedLabelValues...)
+	a.Spec.ServiceNamespace = kube.Intern(a.Spec.ServiceNamespace)
 	return a, nil
 }
 
