@@ -91,7 +91,7 @@ func TestGatewayFailover(t *testing.T) {
 			return nil
 		}
 	}
-	waitWithin(t, time.Minute, "both streams flowing before the kill", flowing(time.Now(), 100))
+	waitForWithin(t, time.Minute, "both streams flowing before the kill", flowing(time.Now(), 100))
 
 	// Freeze the lab supervisor so it does not restart the killed
 	// gateway at once: a restarted candidate holding the same identity
@@ -100,7 +100,7 @@ func TestGatewayFailover(t *testing.T) {
 	// Another candidate runs steadily and stands by: one still starting
 	// (or backing off) could not take over while the supervisor is frozen.
 	var standby string
-	waitWithin(t, time.Minute, "another c1 gateway candidate standing by", func() error {
+	waitForWithin(t, time.Minute, "another c1 gateway candidate standing by", func() error {
 		gws := &v1alpha1.GatewayList{}
 		if err := c1.List(ctx, gws, client.InNamespace("causeway-system")); err != nil {
 			return err
@@ -141,7 +141,7 @@ func TestGatewayFailover(t *testing.T) {
 		t.Fatalf("kill %s (pid %d): %v", unit, pid, err)
 	}
 	var now string
-	waitWithin(t, time.Minute, "another c1 candidate holding the lease and reporting itself active", func() error {
+	waitForWithin(t, time.Minute, "another c1 candidate holding the lease and reporting itself active", func() error {
 		lease := &coordinationv1.Lease{}
 		if err := c1.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: gateway.LeaseName}, lease); err != nil {
 			return err
@@ -165,7 +165,7 @@ func TestGatewayFailover(t *testing.T) {
 	})
 	takenOver := time.Now()
 	// The correctness check: the same connection carries new data.
-	waitWithin(t, time.Minute, "the TCP connection carrying data through "+now, flowing(takenOver, 100))
+	waitForWithin(t, time.Minute, "the TCP connection carrying data through "+now, flowing(takenOver, 100))
 
 	tg, ug := tcp.Gap(killed), udp.Gap(killed)
 	t.Logf("failover c1 %s → %s (SIGKILL), streams c3 pod → c1 pod %s on %s, a message every %v:", old, now, target.Name, target.Spec.NodeName, interval)
@@ -178,7 +178,7 @@ func TestGatewayFailover(t *testing.T) {
 	// The killed candidate restarts, finds the lease held by the new
 	// active and stays passive; the connection is not disturbed.
 	resume()
-	waitWithin(t, time.Minute, unit+" restarted by the supervisor", func() error {
+	waitForWithin(t, time.Minute, unit+" restarted by the supervisor", func() error {
 		units, err := st.Status()
 		if err != nil {
 			return err
@@ -201,29 +201,10 @@ func TestGatewayFailover(t *testing.T) {
 		t.Logf("after %s restarted, c1's active gateway is %s (was %s): another failover happened meanwhile", old, got, now)
 	}
 	restarted := time.Now()
-	waitWithin(t, time.Minute, "the TCP connection still carrying data after "+old+" came back", flowing(restarted, 100))
+	waitForWithin(t, time.Minute, "the TCP connection still carrying data after "+old+" came back", flowing(restarted, 100))
 	if g := tcp.Gap(restarted); g.Longest > 0 {
 		t.Logf("after %s came back as passive: longest TCP silence %v", old, g.Longest.Round(time.Millisecond))
 	}
-}
-
-// stopWaiting wraps an error that makes waitWithin give up at once.
-type stopWaiting struct{ error }
-
-// waitWithin polls check until it succeeds, fails with stopWaiting, or
-// the bound passes (a bound against hangs, not a speed assertion).
-func waitWithin(t *testing.T, bound time.Duration, what string, check func() error) {
-	t.Helper()
-	var err error
-	for deadline := time.Now().Add(bound); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if err = check(); err == nil {
-			return
-		}
-		if _, ok := err.(stopWaiting); ok {
-			break
-		}
-	}
-	t.Fatalf("%s: %v", what, err)
 }
 
 // logTimeline logs the gateway and route-agent log lines of c1 and c3

@@ -654,18 +654,24 @@ func waitFor(t *testing.T, what string, check func() error) {
 	waitForWithin(t, 30*time.Second, what, check)
 }
 
-// waitForWithin polls check until it succeeds or timeout passes (a bound
-// for a loaded machine, not a speed assertion).
+// waitForWithin polls check until it succeeds, fails with stopWaiting,
+// or timeout passes (a bound for a loaded machine, not a speed assertion).
 func waitForWithin(t *testing.T, timeout time.Duration, what string, check func() error) {
 	t.Helper()
 	var err error
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if err = check(); err == nil {
 			return
+		}
+		if _, ok := err.(stopWaiting); ok {
+			break
 		}
 	}
 	t.Fatalf("%s: %v", what, err)
 }
+
+// stopWaiting wraps an error that makes waitForWithin give up at once.
+type stopWaiting struct{ error }
 
 // causewayctl runs a causewayctl command on the lab's clusters.
 func (l *Lab) causewayctl(args ...string) (string, error) {
