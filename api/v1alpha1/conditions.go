@@ -16,6 +16,12 @@ const (
 	ReasonInvalidKey = "InvalidKey"
 	// ReasonInvalidAddress: an IP address or port is malformed.
 	ReasonInvalidAddress = "InvalidAddress"
+	// ConditionAllocated is True when a GlobalIngress holds its addresses.
+	ConditionAllocated = "Allocated"
+	// ReasonGlobalPoolExhausted: the cluster's global CIDR has no room.
+	ReasonGlobalPoolExhausted = "GlobalPoolExhausted"
+	// ReasonNoGlobalCIDR: the cluster has not claimed its global CIDR yet.
+	ReasonNoGlobalCIDR = "NoGlobalCIDR"
 )
 
 // Labels put on objects this group owns.

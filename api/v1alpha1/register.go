@@ -17,6 +17,8 @@ func AddToScheme(s *runtime.Scheme) error {
 		&Gateway{}, &GatewayList{},
 		&ServiceExportRecord{}, &ServiceExportRecordList{},
 		&VIPAllocation{}, &VIPAllocationList{},
+		&GlobalCIDR{}, &GlobalCIDRList{},
+		&GlobalIngress{}, &GlobalIngressList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

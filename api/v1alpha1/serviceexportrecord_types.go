@@ -150,6 +150,11 @@ type RecordBackend struct {
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
 
+	// GlobalIP is the backend's globalnet address (headless Services of a
+	// cluster running globalnet): importers use it instead of Address.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	GlobalIP string `json:"globalIP,omitempty"`
 	// Zone is the backend's topology zone.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63

@@ -11,7 +11,8 @@
 //   - everywhere: read Causeway's objects and Leases (to mirror the other
 //     clusters and see whether they are alive);
 //   - cluster scoped: create and delete VIPAllocations (clusterset VIPs are
-//     claimed atomically by name; see pkg/mcs).
+//     claimed atomically by name; see pkg/mcs) and GlobalCIDRs (global
+//     CIDRs, claimed the same way; see pkg/globalnet).
 //
 // It can therefore never create, change or delete another cluster's
 // objects. EnsureClusterIdentity creates all of this idempotently and
@@ -86,7 +87,7 @@ func OwnRules() []rbacv1.PolicyRule {
 func SharedRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"causeway.dev"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"causeway.dev"}, Resources: []string{"vipallocations"}, Verbs: []string{"create", "delete"}},
+		{APIGroups: []string{"causeway.dev"}, Resources: []string{"vipallocations", "globalcidrs"}, Verbs: []string{"create", "delete"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
 	}

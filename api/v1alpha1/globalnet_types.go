@@ -1,0 +1,136 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// GlobalCIDRSpec names the cluster a global CIDR belongs to.
+type GlobalCIDRSpec struct {
+	// ClusterID is the cluster that owns the CIDR.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterID is immutable"
+	ClusterID string `json:"clusterID"`
+}
+
+// GlobalCIDR claims one global CIDR of the clusterset supernet in the
+// broker for one cluster. It is cluster scoped and named after the CIDR
+// (see globalnet.CIDRObjectName), so the API server's uniqueness of names
+// makes a claim atomic: two clusters claiming the same range at the same
+// moment cannot both succeed.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=causeway
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterID`
+type GlobalCIDR struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec GlobalCIDRSpec `json:"spec"`
+}
+
+// GlobalCIDRList is a list of GlobalCIDRs.
+//
+// +kubebuilder:object:root=true
+type GlobalCIDRList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GlobalCIDR `json:"items"`
+}
+
+// GlobalIngressSpec is the globalnet allocation of one exported Service:
+// what the active gateway translates. The MCS controller writes it; the
+// allocation is kept for as long as the Service is exported, across
+// restarts and gateway failovers.
+type GlobalIngressSpec struct {
+	// ClusterIP is the Service's IPv4 cluster IP, the target of every port
+	// (ClusterSetIP Services; empty when headless).
+	// +optional
+	// +kubebuilder:validation:MaxLength=15
+	ClusterIP string `json:"clusterIP,omitempty"`
+	// IP is the global IP every port of the Service shares.
+	// +optional
+	// +kubebuilder:validation:MaxLength=15
+	IP string `json:"ip,omitempty"`
+	// Ports are the Service's ports with their global ports on IP.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	Ports []GlobalIngressPort `json:"ports,omitempty"`
+	// Pods are the ready backing pods of a headless Service, one global IP
+	// each (translated 1:1 both ways).
+	// +optional
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=atomic
+	Pods []GlobalPodAddress `json:"pods,omitempty"`
+	// ReleasedAt is set when the Service stopped being exported: the
+	// gateway no longer translates the addresses, and they stay reserved
+	// (not handed to another Service) until the quarantine after this time
+	// has passed, so that no old flow reaches a new Service.
+	// +optional
+	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
+}
+
+// GlobalIngressPort is one Service port's global port.
+type GlobalIngressPort struct {
+	// Name is the Service port's name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name,omitempty"`
+	// Protocol is TCP, UDP or SCTP.
+	// +kubebuilder:validation:Enum=TCP;UDP;SCTP
+	Protocol string `json:"protocol"`
+	// Port is the Service port.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+	// GlobalPort is the port on the global IP.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	GlobalPort int32 `json:"globalPort"`
+}
+
+// GlobalPodAddress is the global IP of one backing pod.
+type GlobalPodAddress struct {
+	// PodIP is the pod's address in its cluster.
+	// +kubebuilder:validation:MaxLength=15
+	PodIP string `json:"podIP"`
+	// GlobalIP is the pod's global address.
+	// +kubebuilder:validation:MaxLength=15
+	GlobalIP string `json:"globalIP"`
+}
+
+// GlobalIngressStatus reports the allocation.
+type GlobalIngressStatus struct {
+	// Conditions: Allocated (False with reason GlobalPoolExhausted when the
+	// cluster's global CIDR has no room left).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// GlobalIngress holds the global IP:port pairs of one exported Service of
+// this cluster. It lives in the Service's namespace under the Service's
+// name.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:categories=causeway,shortName=gi
+// +kubebuilder:printcolumn:name="Cluster IP",type=string,JSONPath=`.spec.clusterIP`
+// +kubebuilder:printcolumn:name="Global IP",type=string,JSONPath=`.spec.ip`
+// +kubebuilder:printcolumn:name="Released",type=date,JSONPath=`.spec.releasedAt`
+type GlobalIngress struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   GlobalIngressSpec   `json:"spec,omitempty"`
+	Status GlobalIngressStatus `json:"status,omitempty"`
+}
+
+// GlobalIngressList is a list of GlobalIngresses.
+//
+// +kubebuilder:object:root=true
+type GlobalIngressList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GlobalIngress `json:"items"`
+}
