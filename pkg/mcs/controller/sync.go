@@ -208,7 +208,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	var sources []mcs.SourceEndpoints
 	for _, r := range recs {
 		if c.live.alive(r.ClusterID) {
-			sources = append(sources, mcs.SourceFromRecord(r, m.Spec.Type))
+			sources = append(sources, mcs.SourceFromRecord(r, m.Spec.Type, r.ClusterID == c.cfg.ClusterID))
 		}
 	}
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
