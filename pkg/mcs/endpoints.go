@@ -192,6 +192,18 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 	return src
 }
 
+// ConditionReachable is the ServiceImport condition saying whether every
+// exporting cluster's backends are reachable from the importing cluster:
+// True (ReasonReachable), or False (ReasonUnreachable) with one message
+// per unreachable cluster from Reachable, sorted, joined by "; ".
+const ConditionReachable = "Reachable"
+
+// Reasons of ConditionReachable.
+const (
+	ReasonReachable   = "Reachable"
+	ReasonUnreachable = "Unreachable"
+)
+
 // Reach is how the importing cluster reaches one remote cluster, from the
 // Cluster and Endpoint objects the gateway mirrors into the local
 // Causeway namespace.

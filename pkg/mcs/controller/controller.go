@@ -430,13 +430,17 @@ func (c *Controller) setup() error {
 	})
 
 	// A GlobalIngress concerns its Service; one deleted (after its
-	// quarantine) frees addresses for the Services waiting for room.
+	// quarantine) or updated (fewer pods or ports) may free addresses for
+	// the Services waiting for room.
 	globalIngress := handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
 		},
 		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)})
+			for _, r := range c.waitingGlobal() { // it may hold less than before
+				q.Add(r)
+			}
 		},
 		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})

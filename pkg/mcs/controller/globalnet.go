@@ -29,16 +29,6 @@ import (
 // reserved (Config.GlobalQuarantine).
 const DefaultGlobalQuarantine = 2 * time.Minute
 
-// ConditionReachable is the ServiceImport condition saying whether every
-// exporting cluster's backends are reachable from here.
-const ConditionReachable = "Reachable"
-
-// Reasons of ConditionReachable.
-const (
-	ReasonReachable   = "Reachable"
-	ReasonUnreachable = "Unreachable"
-)
-
 // globalnet is the exporting side's globalnet allocation: one
 // nat.Allocator for the cluster's global CIDR, kept for the leadership
 // term (reconciles run only on the leader, and losing leadership ends
@@ -228,18 +218,20 @@ func (c *Controller) releaseGlobal(ctx context.Context, key types.NamespacedName
 		res.requeue = left
 		return res, nil
 	}
+	// The lock spans the delete: the delete event queues the Services
+	// waiting for room, which must find the addresses free.
+	g := &c.global
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if err := c.local.Delete(ctx, have, client.Preconditions{UID: &have.UID}); err != nil && !apierrors.IsNotFound(err) {
 		return res, fmt.Errorf("delete GlobalIngress: %w", err)
 	}
 	c.metrics.apiWrites.WithLabelValues("GlobalIngress", "delete").Inc()
-	g := &c.global
-	g.mu.Lock()
 	if h, ok := g.held[key]; ok && g.alloc != nil {
 		mcs.ReleaseGlobal(g.alloc, key.Namespace, key.Name, h)
 		delete(g.held, key)
 	}
 	delete(g.waiting, key)
-	g.mu.Unlock()
 	return res, nil
 }
 

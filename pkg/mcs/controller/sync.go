@@ -237,11 +237,11 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 		}
 		sources = append(sources, src)
 	}
-	reachable := metav1.Condition{Type: ConditionReachable, Status: metav1.ConditionTrue, Reason: ReasonReachable,
+	reachable := metav1.Condition{Type: mcs.ConditionReachable, Status: metav1.ConditionTrue, Reason: mcs.ReasonReachable,
 		Message: "every exporting cluster's backends are reachable"}
 	if len(unreachable) > 0 {
 		slices.Sort(unreachable)
-		reachable.Status, reachable.Reason, reachable.Message = metav1.ConditionFalse, ReasonUnreachable, truncate(strings.Join(unreachable, "; "), 2000)
+		reachable.Status, reachable.Reason, reachable.Message = metav1.ConditionFalse, mcs.ReasonUnreachable, truncate(strings.Join(unreachable, "; "), 2000)
 	}
 	si, err := c.applyServiceImport(ctx, want, ready, reachable)
 	if err != nil {
