@@ -22,6 +22,7 @@ func NewCommand() *cobra.Command {
 		liveness    = DefaultLivenessDuration
 		resync      = DefaultResyncPeriod
 		workers     = DefaultWorkers
+		quarantine  = DefaultGlobalQuarantine
 		leaderElect = true
 		qps         = float32(200)
 		burst       = 400
@@ -60,6 +61,7 @@ endpoints of clusters that stop renewing theirs.`,
 				LivenessDuration:   liveness,
 				ResyncPeriod:       resync,
 				Workers:            workers,
+				GlobalQuarantine:   quarantine,
 				LeaderElection:     leaderElect,
 				Log:                rt.Log,
 				Metrics:            rt.Metrics,
@@ -79,6 +81,7 @@ endpoints of clusters that stop renewing theirs.`,
 	fs.IntVar(&workers, "workers", workers, "Services synced in parallel")
 	fs.Float32Var(&qps, "kube-api-qps", qps, "client-side rate limit of requests to each API server (local and broker)")
 	fs.IntVar(&burst, "kube-api-burst", burst, "burst of requests to each API server above --kube-api-qps")
+	fs.DurationVar(&quarantine, "global-quarantine", quarantine, "globalnet: how long the global addresses of a Service no longer exported stay reserved before they are freed")
 	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "elect one acting replica per cluster")
 	return cmd
 }

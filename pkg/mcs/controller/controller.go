@@ -459,7 +459,9 @@ func (c *Controller) setup() error {
 		Watches(&mcsv1beta1.ServiceImport{}, byName).
 		Watches(&discoveryv1.EndpointSlice{}, slice).
 		Watches(&causewayv1alpha1.GlobalIngress{}, globalIngress).
-		Watches(&causewayv1alpha1.Cluster{}, mirror).
+		// A Cluster's status (the gateway's verdict) says nothing here;
+		// its spec (CIDRs) does. An Endpoint's Valid condition does.
+		Watches(&causewayv1alpha1.Cluster{}, mirror, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&causewayv1alpha1.Endpoint{}, mirror).
 		Watches(&corev1.Namespace{}, namespace, builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false },

@@ -95,6 +95,7 @@ func (c *Controller) allocator(ctx context.Context, cidr netip.Prefix) (*nat.All
 	}
 	c.log.Info("globalnet allocator ready", "cidr", cidr, "replayed", len(held))
 	g.cidr, g.alloc, g.held = cidr, a, held
+	c.globalMetrics()
 	return a, nil
 }
 
@@ -148,6 +149,7 @@ func (c *Controller) syncGlobal(ctx context.Context, key types.NamespacedName, s
 		delete(g.waiting, key)
 		g.held[key] = spec
 	}
+	c.globalMetrics()
 	g.mu.Unlock()
 
 	cond := metav1.Condition{Type: causewayv1alpha1.ConditionAllocated, Status: metav1.ConditionTrue, Reason: "Allocated",
@@ -232,7 +234,14 @@ func (c *Controller) releaseGlobal(ctx context.Context, key types.NamespacedName
 		delete(g.held, key)
 	}
 	delete(g.waiting, key)
+	c.globalMetrics()
 	return res, nil
+}
+
+// globalMetrics updates the globalnet gauges; call with c.global.mu held.
+func (c *Controller) globalMetrics() {
+	c.metrics.globals.Set(float64(len(c.global.held)))
+	c.metrics.globalWait.Set(float64(len(c.global.waiting)))
 }
 
 // waitingGlobal are the Services waiting for room in the global pool.

@@ -17,6 +17,8 @@ type metrics struct {
 	clusters     *prometheus.GaugeVec
 	renewals     *prometheus.CounterVec
 	apiWrites    *prometheus.CounterVec
+	globals      prometheus.Gauge
+	globalWait   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -58,9 +60,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "causeway", Subsystem: "mcs", Name: "api_writes_total",
 			Help: "Objects written, by kind and operation.",
 		}, []string{"kind", "op"}),
+		globals: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "causeway", Subsystem: "mcs", Name: "global_ingresses",
+			Help: "Globalnet allocations (GlobalIngresses) held by this cluster, released ones in quarantine included.",
+		}),
+		globalWait: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "causeway", Subsystem: "mcs", Name: "global_pool_waiting",
+			Help: "Exported Services waiting for room in this cluster's global CIDR.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites)
+		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.globals, m.globalWait)
 	}
 	return m
 }
