@@ -24,8 +24,8 @@ generate-crds: ## deep-copy code and CRD YAML (ours and mcs-api's) under deploy/
 # next to the code that needs them: <daemon>=<package> below gives
 # deploy/rbac/<daemon>.yaml with ClusterRole and/or Role causeway-<daemon>
 # (bindings and ServiceAccounts: deploy/manifests/). A daemon without
-# markers (globalnet, a stub) gets no file and no rights.
-RBAC_DAEMONS = gateway=./pkg/gateway route-agent=./pkg/routeagent mcs-controller=./pkg/mcs/controller globalnet=./pkg/globalnet
+# markers gets no file and no rights.
+RBAC_DAEMONS = gateway=./pkg/gateway route-agent=./pkg/routeagent mcs-controller=./pkg/mcs/controller
 
 generate-rbac: ## least-privilege roles of each daemon under deploy/rbac
 	rm -f deploy/rbac/*.yaml

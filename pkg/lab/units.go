@@ -96,7 +96,7 @@ func (s *State) DaemonBinary(name string) string {
 // MissingDaemons lists the daemon binaries not found next to causewayctl.
 func (s *State) MissingDaemons() []string {
 	var missing []string
-	for _, d := range []string{"gateway", "route-agent", "globalnet", "mcs-controller"} {
+	for _, d := range []string{"gateway", "route-agent", "mcs-controller"} {
 		if _, err := os.Stat(s.DaemonBinary(d)); err != nil {
 			missing = append(missing, d)
 		}
@@ -153,9 +153,7 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node) []U
 		if s.CableDriver() == "ipsec" {
 			gw = append(gw, "--ipsec-psk-file="+s.PSKFile())
 		}
-		ds = append(ds,
-			daemon{"gateway", gw},
-			daemon{"globalnet", []string{"--metrics-addr=127.0.0.1:9533"}})
+		ds = append(ds, daemon{"gateway", gw})
 	}
 	var units []Unit
 	logDir := filepath.Join(s.LogDir(), c.Name, n.Name)
