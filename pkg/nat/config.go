@@ -1,0 +1,215 @@
+package nat
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// TableName is the one nftables table globalnet owns (family ip). Nothing
+// else of the node's ruleset is ever read or written.
+const TableName = "causeway-globalnet"
+
+// Chain and set names inside TableName.
+const (
+	ChainIngress = "ingress" // filter, prerouting, raw - 10: global → ClusterIP / pod
+	ChainReply   = "reply"   // filter, postrouting, srcnat + 10: back to global
+	ChainEgress  = "egress"  // nat, postrouting, srcnat - 10: SNAT to an egress IP
+	ChainCanary  = "canary"  // empty; its absence means someone removed the table
+
+	SetRemote = "remote"  // interval set of remote clusters' global CIDRs
+	SetLocal  = "local"   // interval set of this cluster's global CIDRs
+	MapPodIn  = "pod-in"  // global IP : pod IP
+	MapPodOut = "pod-out" // pod IP : global IP
+)
+
+// Protocols the stateless port rewrite handles. nft rewrites the TCP and
+// UDP checksums (pseudo-header and port) and recomputes SCTP's CRC32c.
+var Protocols = []string{"tcp", "udp", "sctp"}
+
+// Per-protocol map names, e.g. "tcp-in-addr".
+const (
+	suffixInAddr  = "-in-addr"  // global IP . global port : ClusterIP
+	suffixInPort  = "-in-port"  // ClusterIP . global port : service port
+	suffixOutPort = "-out-port" // ClusterIP . service port : global port
+	suffixOutAddr = "-out-addr" // ClusterIP . global port : global IP
+)
+
+// Ingress is one exported service port: packets to Global are rewritten
+// to Target (the Service's ClusterIP:port) before conntrack, replies from
+// Target to remote clusters back to Global.
+type Ingress struct {
+	Protocol string // "tcp", "udp" or "sctp"
+	Global   netip.AddrPort
+	Target   netip.AddrPort
+}
+
+// PodIngress is a headless Service's backing pod reachable 1:1 at Global;
+// the pod's traffic to remote clusters leaves with Global as its source.
+type PodIngress struct{ Global, Pod netip.Addr }
+
+// Config is the whole desired translation of the active gateway.
+type Config struct {
+	// LocalGlobal is this cluster's global CIDR(s): sources in it are
+	// never SNATed.
+	LocalGlobal []netip.Prefix
+	// Remote is the remote clusters' global CIDRs, reached through the
+	// tunnel. Only traffic to them is SNATed or rewritten back.
+	Remote []netip.Prefix
+	// Egress is the SNAT source range (Layout.Egress): ascending,
+	// contiguous. Empty: no egress SNAT.
+	Egress  []netip.Addr
+	Ingress []Ingress
+	Pods    []PodIngress
+}
+
+// ErrConfig is wrapped by every validation error of a Config.
+var ErrConfig = errors.New("invalid globalnet config")
+
+// desired is a validated Config as nftables elements: the chains are
+// fixed except for the SNAT range, so two desired values differ in snat
+// (a full sync) or in elements only (an incremental one).
+type desired struct {
+	snat string // "a-b", or "" for no egress SNAT
+	// elems: set or map name → element key → value ("" for sets). Every
+	// set and map of the table has an entry, possibly empty.
+	elems map[string]map[string]string
+}
+
+func setNames() []string {
+	names := []string{SetRemote, SetLocal, MapPodIn, MapPodOut}
+	for _, p := range Protocols {
+		names = append(names, p+suffixInAddr, p+suffixInPort, p+suffixOutPort, p+suffixOutAddr)
+	}
+	return names
+}
+
+// elementCount is the number of elements of d.
+func (d *desired) elementCount() int {
+	n := 0
+	for _, m := range d.elems {
+		n += len(m)
+	}
+	return n
+}
+
+func (d *desired) equal(o *desired) bool {
+	if d.snat != o.snat || len(d.elems) != len(o.elems) {
+		return false
+	}
+	for name, m := range d.elems {
+		if !maps.Equal(m, o.elems[name]) {
+			return false
+		}
+	}
+	return true
+}
+
+// compile validates c and turns it into elements. It refuses a Config
+// whose maps would be ambiguous: the allocator's invariant (all global
+// ports of one ClusterIP on one global IP, distinct) is checked here, so
+// a caller bug cannot make a reply leave with the wrong global address.
+func (c Config) compile() (*desired, error) {
+	d := &desired{elems: map[string]map[string]string{}}
+	for _, n := range setNames() {
+		d.elems[n] = map[string]string{}
+	}
+	for _, set := range []struct {
+		name string
+		in   []netip.Prefix
+	}{{SetRemote, c.Remote}, {SetLocal, c.LocalGlobal}} {
+		ps, err := disjoint(set.in)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, set.name, err)
+		}
+		for _, p := range ps {
+			d.elems[set.name][p.String()] = ""
+		}
+	}
+	if len(c.Egress) > 0 {
+		for i, a := range c.Egress {
+			if !a.Is4() {
+				return nil, fmt.Errorf("%w: egress %s is not IPv4", ErrConfig, a)
+			}
+			if i > 0 && a != c.Egress[i-1].Next() {
+				return nil, fmt.Errorf("%w: egress IPs %v not ascending and contiguous", ErrConfig, c.Egress)
+			}
+		}
+		d.snat = c.Egress[0].String() + "-" + c.Egress[len(c.Egress)-1].String()
+	}
+	for _, in := range c.Ingress {
+		if !slices.Contains(Protocols, in.Protocol) {
+			return nil, fmt.Errorf("%w: ingress %s: protocol %q (want one of %v)", ErrConfig, in.Global, in.Protocol, Protocols)
+		}
+		if !in.Global.Addr().Is4() || !in.Target.Addr().Is4() || in.Global.Port() == 0 || in.Target.Port() == 0 {
+			return nil, fmt.Errorf("%w: ingress %s %s -> %s: want IPv4 addresses and non-zero ports", ErrConfig, in.Protocol, in.Global, in.Target)
+		}
+		gip, gport := in.Global.Addr().String(), fmt.Sprint(in.Global.Port())
+		cip, cport := in.Target.Addr().String(), fmt.Sprint(in.Target.Port())
+		for _, e := range []struct{ suffix, key, val string }{
+			{suffixInAddr, gip + " . " + gport, cip},
+			{suffixInPort, cip + " . " + gport, cport},
+			{suffixOutPort, cip + " . " + cport, gport},
+			{suffixOutAddr, cip + " . " + gport, gip},
+		} {
+			m := d.elems[in.Protocol+e.suffix]
+			if old, ok := m[e.key]; ok && old != e.val {
+				return nil, fmt.Errorf("%w: ingress %s %s -> %s: %s%s key %s maps to %s already (every ClusterIP's global ports must be distinct and on one global IP)",
+					ErrConfig, in.Protocol, in.Global, in.Target, in.Protocol, e.suffix, e.key, old)
+			}
+			m[e.key] = e.val
+		}
+	}
+	for _, p := range c.Pods {
+		if !p.Global.Is4() || !p.Pod.Is4() {
+			return nil, fmt.Errorf("%w: pod %s <-> %s: want IPv4", ErrConfig, p.Global, p.Pod)
+		}
+		for _, e := range []struct{ name, key, val string }{
+			{MapPodIn, p.Global.String(), p.Pod.String()},
+			{MapPodOut, p.Pod.String(), p.Global.String()},
+		} {
+			if old, ok := d.elems[e.name][e.key]; ok && old != e.val {
+				return nil, fmt.Errorf("%w: pod %s <-> %s: %s key %s maps to %s already", ErrConfig, p.Global, p.Pod, e.name, e.key, old)
+			}
+			d.elems[e.name][e.key] = e.val
+		}
+	}
+	// A global IP is either 1:1 or carries ports, never both.
+	for _, proto := range Protocols {
+		for key := range d.elems[proto+suffixInAddr] {
+			gip, _, _ := strings.Cut(key, " . ")
+			if pod, ok := d.elems[MapPodIn][gip]; ok {
+				return nil, fmt.Errorf("%w: global IP %s is 1:1 for pod %s and carries %s ports", ErrConfig, gip, pod, proto)
+			}
+		}
+	}
+	return d, nil
+}
+
+// disjoint validates ps (IPv4, canonical), drops duplicates and prefixes
+// inside others (an nftables interval set refuses overlaps), and sorts.
+func disjoint(ps []netip.Prefix) ([]netip.Prefix, error) {
+	s := slices.Clone(ps)
+	for _, p := range s {
+		if !p.IsValid() || !p.Addr().Is4() || p.Masked() != p {
+			return nil, fmt.Errorf("prefix %s: want canonical IPv4", p)
+		}
+	}
+	slices.SortFunc(s, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits() // wider first
+	})
+	var out []netip.Prefix
+	for _, p := range s {
+		if n := len(out); n > 0 && out[n-1].Overlaps(p) {
+			continue // sorted, wider first: p lies inside out[n-1]
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
