@@ -148,7 +148,11 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node) []U
 			// carries the lab prefix (ipsec uses charon's ipsec0).
 			"--tunnel-device=" + s.Prefix + c.Name + n.Name,
 			"--state-dir=" + filepath.Join(s.NodeStateDir(c.Name, n.Name), "gateway"),
-			"--health-check-ip=" + firstHost(n.PodCIDR).String(),
+		}
+		if s.Globalnet {
+			gw = append(gw, "--globalnet") // health checks from the global CIDR
+		} else {
+			gw = append(gw, "--health-check-ip="+firstHost(n.PodCIDR).String())
 		}
 		if s.CableDriver() == "ipsec" {
 			gw = append(gw, "--ipsec-psk-file="+s.PSKFile())
