@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -98,15 +97,6 @@ func (pl Plan) block(i uint32) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), pl.Bits)
 }
 
-// start is where clusterID's search begins: spreading the starts makes
-// two clusters joining at once unlikely to want the same range (the API
-// server settles it when they do).
-func (pl Plan) start(clusterID string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(clusterID))
-	return h.Sum32() % pl.size()
-}
-
 // Claims reads every GlobalCIDR claim of the broker: cluster ID → its
 // global CIDRs, sorted. Objects whose name is not a CIDR are ignored.
 func Claims(ctx context.Context, c client.Reader) (map[string][]netip.Prefix, error) {
@@ -153,9 +143,12 @@ func Claim(ctx context.Context, read client.Reader, w client.Writer, plan Plan, 
 			taken[p] = true
 		}
 	}
-	n, s := plan.size(), plan.start(clusterID)
+	// First fit: the lowest free range. Two clusters claiming at once
+	// may want the same one; the API server lets one create it and the
+	// other moves on to the next.
+	n := plan.size()
 	for i := range n {
-		p := plan.block((s + i) % n)
+		p := plan.block(i)
 		if taken[p] {
 			continue
 		}
