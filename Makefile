@@ -4,7 +4,7 @@ GO ?= go
 MCS_API_DIR = $(shell $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 K8S_BIN ?= $(shell hack/k8s-binaries.sh --print-dir)
 
-.PHONY: help build generate generate-crds generate-rbac generate-bpf verify-generate lint test test-unit k8s-binaries lab
+.PHONY: help host-setup build generate generate-crds generate-rbac generate-bpf verify-generate lint test test-unit k8s-binaries lab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -46,14 +46,17 @@ lint: ## gofmt, go vet, staticcheck
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 
+host-setup: ## install the host's Debian packages the lab and tests need (root; nothing when present)
+	hack/host-setup.sh
+
 k8s-binaries: ## build etcd, kube-apiserver & co. into the cache (slow once)
 	hack/k8s-binaries.sh
 
-lab: k8s-binaries build ## bring the lab up and show c3 reaching c1's exported Service (root)
+lab: host-setup k8s-binaries build ## bring the lab up and show c3 reaching c1's exported Service (root)
 	hack/lab-demo.sh
 
 test-unit: ## unit tests only (no root, no apiservers)
 	$(GO) test -short ./...
 
-test: k8s-binaries verify-generate lint ## everything CI runs: generation check, lint, unit + privileged + apiserver + e2e tests
+test: host-setup k8s-binaries verify-generate lint ## everything CI runs: generation check, lint, unit + privileged + apiserver + e2e tests
 	CAUSEWAY_K8S_BIN=$(K8S_BIN) CAUSEWAY_E2E=1 $(GO) test -count=1 -timeout 40m ./...
