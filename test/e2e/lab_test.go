@@ -167,8 +167,14 @@ func keys(m map[string]apps.Identity) []string {
 // nodes and pods become Ready, a pod reaches a ClusterIP Service of its
 // cluster by IP and by name and gets answers from both replicas, a
 // second `up` changes nothing, and `down` leaves nothing behind.
+//
+// CAUSEWAY_E2E_CABLE=vxlan|ipsec runs it over another cable driver.
 func TestLab(t *testing.T) {
-	l := StartLab(t)
+	var args []string
+	if c := os.Getenv("CAUSEWAY_E2E_CABLE"); c != "" {
+		args = append(args, "--cable", c)
+	}
+	l := StartLab(t, args...)
 	ctx := context.Background()
 
 	for _, cluster := range []string{"c1", "c2", "c3"} {
