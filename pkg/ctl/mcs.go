@@ -17,6 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
 // parseServiceRef parses "<namespace>/<name>".
@@ -104,13 +107,71 @@ type ExportRow struct {
 	Namespace  string             `json:"namespace"`
 	Name       string             `json:"name"`
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-	Error      string             `json:"error,omitempty"`
+	// Global is the Service's globalnet allocation (its GlobalIngress),
+	// when the cluster runs globalnet.
+	Global *GlobalRow `json:"global,omitempty"`
+	Error  string     `json:"error,omitempty"`
+}
+
+// GlobalRow is an export's global addresses.
+type GlobalRow struct {
+	// State is Allocated, the reason of Allocated=False (e.g.
+	// GlobalPoolExhausted), or Released (in quarantine).
+	State string `json:"state"`
+	// Ports are "<name>:<port>/<protocol>=<global IP>:<global port>".
+	Ports []string `json:"ports,omitempty"`
+	// Pods are "<pod IP>=<global IP>" (headless Services).
+	Pods []string `json:"pods,omitempty"`
+}
+
+func (g *GlobalRow) cell() string {
+	if g == nil {
+		return "-"
+	}
+	parts := []string{}
+	if g.State != string(causewayv1alpha1.ConditionAllocated) {
+		parts = append(parts, g.State)
+	}
+	parts = append(parts, g.Ports...)
+	if len(g.Pods) > 0 {
+		parts = append(parts, fmt.Sprintf("%d pods (%s)", len(g.Pods), strings.Join(firstN(g.Pods, 3), ",")))
+	}
+	return strings.Join(parts, " ")
+}
+
+func globalRow(gi *causewayv1alpha1.GlobalIngress) *GlobalRow {
+	r := &GlobalRow{State: causewayv1alpha1.ConditionAllocated}
+	if c := meta.FindStatusCondition(gi.Status.Conditions, causewayv1alpha1.ConditionAllocated); c != nil && c.Status != metav1.ConditionTrue {
+		r.State = c.Reason
+	}
+	if gi.Spec.ReleasedAt != nil {
+		r.State = "Released"
+	}
+	for _, p := range gi.Spec.Ports {
+		name := ""
+		if p.Name != "" {
+			name = p.Name + ":"
+		}
+		r.Ports = append(r.Ports, fmt.Sprintf("%s%d/%s=%s:%d", name, p.Port, p.Protocol, gi.Spec.IP, p.GlobalPort))
+	}
+	for _, p := range gi.Spec.Pods {
+		r.Pods = append(r.Pods, p.PodIP+"="+p.GlobalIP)
+	}
+	return r
+}
+
+// firstN is the first n items, then "+k more".
+func firstN(in []string, n int) []string {
+	if len(in) <= n {
+		return in
+	}
+	return append(slices.Clone(in[:n]), fmt.Sprintf("+%d more", len(in)-n))
 }
 
 func newShowExportsCommand(cs *clusterSetFlags, out *outputFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "exports",
-		Short: "ServiceExports of every cluster with their Valid, Ready and Conflict conditions",
+		Short: "ServiceExports of every cluster with their Valid, Ready and Conflict conditions and global addresses",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			clusters, err := cs.clusters()
@@ -121,7 +182,7 @@ func newShowExportsCommand(cs *clusterSetFlags, out *outputFlags) *cobra.Command
 			var cells [][]string
 			for _, r := range rows {
 				if r.Error != "" {
-					cells = append(cells, errorCells(r.Cluster, r.Error, 7))
+					cells = append(cells, errorCells(r.Cluster, r.Error, 8))
 					continue
 				}
 				var msgs []string
@@ -131,9 +192,9 @@ func newShowExportsCommand(cs *clusterSetFlags, out *outputFlags) *cobra.Command
 					}
 				}
 				cells = append(cells, []string{r.Cluster, r.Namespace, r.Name,
-					condCell(r.Conditions, "Valid"), condCell(r.Conditions, "Ready"), condCell(r.Conditions, "Conflict"), strings.Join(msgs, "; ")})
+					condCell(r.Conditions, "Valid"), condCell(r.Conditions, "Ready"), condCell(r.Conditions, "Conflict"), r.Global.cell(), strings.Join(msgs, "; ")})
 			}
-			return out.print(cmd.OutOrStdout(), rows, []string{"CLUSTER", "NAMESPACE", "NAME", "VALID", "READY", "CONFLICT", "MESSAGE"}, cells)
+			return out.print(cmd.OutOrStdout(), rows, []string{"CLUSTER", "NAMESPACE", "NAME", "VALID", "READY", "CONFLICT", "GLOBAL", "MESSAGE"}, cells)
 		},
 	}
 }
@@ -146,8 +207,21 @@ func collectExports(ctx context.Context, clusters []memberCluster) []ExportRow {
 			rows = append(rows, ExportRow{Cluster: c.Name, Error: err.Error()})
 			continue
 		}
+		// GlobalIngresses exist only where globalnet runs; without them (or
+		// without the rights to read them) the column stays empty.
+		globals := map[types.NamespacedName]*causewayv1alpha1.GlobalIngress{}
+		var gis causewayv1alpha1.GlobalIngressList
+		if err := c.Client.List(ctx, &gis); err == nil {
+			for i := range gis.Items {
+				globals[client.ObjectKeyFromObject(&gis.Items[i])] = &gis.Items[i]
+			}
+		}
 		for _, se := range list.Items {
-			rows = append(rows, ExportRow{Cluster: c.Name, Namespace: se.Namespace, Name: se.Name, Conditions: se.Status.Conditions})
+			r := ExportRow{Cluster: c.Name, Namespace: se.Namespace, Name: se.Name, Conditions: se.Status.Conditions}
+			if gi := globals[client.ObjectKeyFromObject(&se)]; gi != nil {
+				r.Global = globalRow(gi)
+			}
+			rows = append(rows, r)
 		}
 	}
 	sortByService(rows, func(r ExportRow) (string, string, string) { return r.Namespace, r.Name, r.Cluster })
@@ -188,7 +262,14 @@ type ImportRow struct {
 	// Endpoints counts the multi-cluster slices' endpoints per source
 	// cluster: ready and total.
 	Endpoints map[string]EndpointCount `json:"endpoints,omitempty"`
-	Error     string                   `json:"error,omitempty"`
+	// Via is, per source cluster, the addresses this cluster reaches it
+	// at ("<address> <port name>:<port>,…"): its ClusterIP or pod IPs, or
+	// under globalnet a remote cluster's global addresses.
+	Via map[string][]string `json:"via,omitempty"`
+	// Unreachable is, per source cluster whose endpoints are not reachable
+	// from here, why (from the ServiceImport's Reachable condition).
+	Unreachable map[string]string `json:"unreachable,omitempty"`
+	Error       string            `json:"error,omitempty"`
 }
 
 // EndpointCount is ready out of total endpoints.
@@ -200,7 +281,7 @@ type EndpointCount struct {
 func newShowImportsCommand(cs *clusterSetFlags, out *outputFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "imports",
-		Short: "ServiceImports of every cluster: clusterset VIPs, ports, exporting clusters and their endpoints",
+		Short: "ServiceImports of every cluster: clusterset VIPs, ports, exporting clusters, their endpoints and the addresses they are reached at",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			clusters, err := cs.clusters()
@@ -211,18 +292,25 @@ func newShowImportsCommand(cs *clusterSetFlags, out *outputFlags) *cobra.Command
 			var cells [][]string
 			for _, r := range rows {
 				if r.Error != "" {
-					cells = append(cells, errorCells(r.Cluster, r.Error, 7))
+					cells = append(cells, errorCells(r.Cluster, r.Error, 8))
 					continue
 				}
-				var eps []string
+				var eps, via []string
 				for _, src := range r.Sources {
 					n := r.Endpoints[src]
 					eps = append(eps, fmt.Sprintf("%s %d/%d", src, n.Ready, n.Total))
+					if v := r.Via[src]; len(v) > 0 {
+						cell := src + " " + strings.Join(firstN(v, 3), "; ")
+						if why, ok := r.Unreachable[src]; ok {
+							cell += " UNREACHABLE: " + why
+						}
+						via = append(via, cell)
+					}
 				}
 				cells = append(cells, []string{r.Cluster, r.Namespace, r.Name, r.Type, dash(strings.Join(r.IPs, ",")),
-					dash(strings.Join(r.Ports, ",")), dash(strings.Join(eps, ", "))})
+					dash(strings.Join(r.Ports, ",")), dash(strings.Join(eps, ", ")), dash(strings.Join(via, " | "))})
 			}
-			return out.print(cmd.OutOrStdout(), rows, []string{"CLUSTER", "NAMESPACE", "NAME", "TYPE", "IP", "PORTS", "ENDPOINTS (READY/TOTAL)"}, cells)
+			return out.print(cmd.OutOrStdout(), rows, []string{"CLUSTER", "NAMESPACE", "NAME", "TYPE", "IP", "PORTS", "ENDPOINTS (READY/TOTAL)", "VIA"}, cells)
 		},
 	}
 }
@@ -241,17 +329,28 @@ func collectImports(ctx context.Context, clusters []memberCluster) []ImportRow {
 			continue
 		}
 		counts := map[types.NamespacedName]map[string]EndpointCount{}
+		via := map[types.NamespacedName]map[string][]string{}
 		for _, s := range slices.Items {
 			k := types.NamespacedName{Namespace: s.Namespace, Name: s.Labels[mcsv1beta1.LabelServiceName]}
 			if counts[k] == nil {
 				counts[k] = map[string]EndpointCount{}
+				via[k] = map[string][]string{}
 			}
 			src := s.Labels[mcsv1beta1.LabelSourceCluster]
 			n := counts[k][src]
+			var ports []string
+			for _, p := range s.Ports {
+				if p.Port != nil {
+					ports = append(ports, fmt.Sprintf("%s:%d", ptrString(p.Name), *p.Port))
+				}
+			}
 			for _, e := range s.Endpoints {
 				n.Total++
 				if e.Conditions.Ready == nil || *e.Conditions.Ready {
 					n.Ready++
+				}
+				if len(e.Addresses) > 0 {
+					via[k][src] = append(via[k][src], strings.TrimSpace(e.Addresses[0]+" "+strings.Join(ports, ",")))
 				}
 			}
 			counts[k][src] = n
@@ -266,8 +365,23 @@ func collectImports(ctx context.Context, clusters []memberCluster) []ImportRow {
 				}
 				r.Ports = append(r.Ports, s)
 			}
+			r.Via = via[types.NamespacedName{Namespace: si.Namespace, Name: si.Name}]
+			reach := meta.FindStatusCondition(si.Status.Conditions, mcs.ConditionReachable)
 			for _, cl := range si.Status.Clusters {
 				r.Sources = append(r.Sources, cl.Cluster)
+				if reach == nil || reach.Status != metav1.ConditionFalse {
+					continue
+				}
+				// The message is one "; "-separated part per unreachable
+				// cluster, each naming it ("cluster <id> …").
+				for _, part := range strings.Split(reach.Message, "; ") {
+					if strings.Contains(part+" ", "cluster "+cl.Cluster+" ") || strings.Contains(part, "cluster "+cl.Cluster+":") {
+						if r.Unreachable == nil {
+							r.Unreachable = map[string]string{}
+						}
+						r.Unreachable[cl.Cluster] = part
+					}
+				}
 			}
 			rows = append(rows, r)
 		}
@@ -293,6 +407,13 @@ func errorCells(cluster, err string, n int) []string {
 		cells = append(cells, "-")
 	}
 	return append(cells, "error: "+err)
+}
+
+func ptrString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 func dash(s string) string {

@@ -12,9 +12,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs/controller"
@@ -69,7 +73,35 @@ func TestExportAndShow(t *testing.T) {
 		go func() { done <- mc.Run(ctx) }()
 		kubeconfigs = append(kubeconfigs, "--kubeconfig", id+"="+c.AdminKubeconfig)
 	}
+	// Globalnet as the gateways would mirror it: c1 owns 242.0.1.0/24, and
+	// c2 reaches c1 through a Valid Endpoint with exactly that subnet.
 	c1 := all["c1"].Client
+	if err := c1.Create(ctx, &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "causeway-system", Name: "c1"},
+		Spec: v1alpha1.ClusterSpec{ClusterID: "c1", PodCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/16"},
+			GlobalCIDRs: []string{"242.0.1.0/24"}}}); err != nil {
+		t.Fatal(err)
+	}
+	setTunnel := func(valid bool) {
+		t.Helper()
+		c2 := all["c2"].Client
+		ep := &v1alpha1.Endpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "causeway-system", Name: "c1"}}
+		if err := c2.Get(ctx, client.ObjectKeyFromObject(ep), ep); apierrors.IsNotFound(err) {
+			ep.Spec = v1alpha1.EndpointSpec{ClusterID: "c1", Hostname: "c1-gw", CableDriver: v1alpha1.CableVXLAN, PublicIP: "192.0.2.1",
+				Port: 4500, Subnets: []string{"242.0.1.0/24"}}
+			if err := c2.Create(ctx, ep); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cond := metav1.Condition{Type: v1alpha1.ConditionValid, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonValid, Message: "ok"}
+		if !valid {
+			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, v1alpha1.ReasonInvalidKey, "refused"
+		}
+		meta.SetStatusCondition(&ep.Status.Conditions, cond)
+		if err := c2.Status().Update(ctx, ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTunnel(true)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "kubecon", Name: "whereami"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
 	if err := c1.Create(ctx, svc); err != nil {
@@ -104,7 +136,8 @@ func TestExportAndShow(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &rows); err != nil {
 			t.Fatalf("show imports -o json: %v\n%s", err, out)
 		}
-		if len(rows) == 2 && len(rows[0].IPs) == 1 && len(rows[1].IPs) == 1 && rows[0].Endpoints["c1"].Ready == 1 && rows[1].Endpoints["c1"].Ready == 1 {
+		if len(rows) == 2 && len(rows[0].IPs) == 1 && len(rows[1].IPs) == 1 && rows[0].Endpoints["c1"].Ready == 1 && rows[1].Endpoints["c1"].Ready == 1 &&
+			len(rows[1].Via["c1"]) == 1 && strings.HasPrefix(rows[1].Via["c1"][0], "242.0.1.") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -123,11 +156,29 @@ func TestExportAndShow(t *testing.T) {
 	for {
 		out, err = run(t, append([]string{"show", "exports"}, kubeconfigs...)...)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if err == nil && len(lines) == 2 && strings.Join(strings.Fields(lines[1]), " ") == "c1 kubecon whereami True True False" {
+		if err == nil && len(lines) == 2 && strings.Join(strings.Fields(lines[1]), " ") == "c1 kubecon whereami True True False http:80/TCP=242.0.1.2:1024" {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("show exports: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// c1's own import uses its ClusterIP; c2's the global pair.
+	if !strings.HasPrefix(rows[0].Via["c1"][0], "10.96.") || rows[1].Via["c1"][0] != "242.0.1.2 http:1024" {
+		t.Errorf("via: c1 %q, c2 %q", rows[0].Via["c1"], rows[1].Via["c1"])
+	}
+	// No tunnel from c2 to c1: c2 shows c1 unreachable, with the reason.
+	setTunnel(false)
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		out, err = run(t, append([]string{"show", "imports"}, kubeconfigs...)...)
+		if err == nil && strings.Contains(out, "c1 242.0.1.2 http:1024 UNREACHABLE: no tunnel to cluster c1") && strings.Contains(out, "c1 0/1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("show imports, no tunnel: %v\n%s", err, out)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -2,6 +2,7 @@ package mcs
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -98,20 +99,29 @@ func RecordEndpointsFromSlices(in []discoveryv1.EndpointSlice) []causewayv1alpha
 // SourceFromRecord returns the backends of one exporting cluster as an
 // importing cluster reaches them, by the type of the merged import (an
 // export that lost a type conflict contributes what fits the winner: a
-// headless export has no ClusterIP to offer a ClusterSetIP import):
+// headless export has no ClusterIP to offer a ClusterSetIP import). local
+// says r is the importing cluster's own record.
 //
-//   - Headless: every backend at its pod IP with its target ports and
-//     hostname (per-pod DNS names), conditions as in the exporting cluster.
 //   - ClusterSetIP: one backend per ClusterIP of the exporting cluster's
 //     Service, at the service ports; ready (and serving) while at least one
 //     of its backends is. The exporting cluster's kube-proxy spreads
 //     connections over its pods; traffic to a remote ClusterIP goes through
-//     the tunnel (or, under globalnet, to the global IP:port — not yet).
+//     the tunnel.
+//   - Headless: every backend at its pod IP with its target ports and
+//     hostname (per-pod DNS names), conditions as in the exporting cluster.
 //
-// The importing cluster's own record is treated the same way, so its slices
-// list the backends of every exporting cluster including itself.
-func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType) SourceEndpoints {
+// Globalnet: a REMOTE record that carries global addresses is always
+// reached through them (a cluster allocates them only when it runs
+// globalnet, and then its own addresses may overlap ours): ClusterSetIP is
+// one backend at the global IP, each port at its global port (a port
+// without a global pair is not served by it); headless is each backend at
+// its globalIP with its target ports, and a backend without one (not ready
+// when the exporter allocated) is left out. The importing cluster's own
+// record always uses its ClusterIP and pod IPs. Whether a remote address
+// is reachable at all is Reachable's business.
+func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, local bool) SourceEndpoints {
 	src := SourceEndpoints{ClusterID: r.ClusterID}
+	global := !local && HasGlobalAddresses(r)
 	if importType == mcsv1beta1.Headless {
 		for _, g := range r.Endpoints {
 			ports := make(map[string]int32, len(g.Ports))
@@ -119,7 +129,13 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType) S
 				ports[p.Name] = p.Port
 			}
 			for _, b := range g.Backends {
-				addr, err := netip.ParseAddr(b.Address)
+				a := b.Address
+				if global {
+					if a = b.GlobalIP; a == "" {
+						continue
+					}
+				}
+				addr, err := netip.ParseAddr(a)
 				if err != nil {
 					continue
 				}
@@ -138,6 +154,30 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType) S
 			serving = serving || b.Serving
 		}
 	}
+	if global {
+		// One backend per global IP (the allocator puts every port of a
+		// Service on one IP, so this is one backend).
+		byIP := map[netip.Addr]map[string]int32{}
+		var order []netip.Addr
+		for _, p := range r.Ports {
+			if p.Global == nil {
+				continue
+			}
+			addr, err := netip.ParseAddr(p.Global.IP)
+			if err != nil {
+				continue
+			}
+			if byIP[addr] == nil {
+				byIP[addr] = map[string]int32{}
+				order = append(order, addr)
+			}
+			byIP[addr][p.Name] = p.Global.Port
+		}
+		for _, addr := range order {
+			src.Backends = append(src.Backends, Backend{Address: addr, Ports: byIP[addr], Ready: ready, Serving: serving || ready})
+		}
+		return src
+	}
 	ports := make(map[string]int32, len(r.Ports))
 	for _, p := range r.Ports {
 		ports[p.Name] = p.Port
@@ -150,4 +190,104 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType) S
 		src.Backends = append(src.Backends, Backend{Address: addr, Ports: ports, Ready: ready, Serving: serving || ready})
 	}
 	return src
+}
+
+// ConditionReachable is the ServiceImport condition saying whether every
+// exporting cluster's backends are reachable from the importing cluster:
+// True (ReasonReachable), or False (ReasonUnreachable) with one message
+// per unreachable cluster from Reachable, sorted, joined by "; ".
+const ConditionReachable = "Reachable"
+
+// Reasons of ConditionReachable.
+const (
+	ReasonReachable   = "Reachable"
+	ReasonUnreachable = "Unreachable"
+)
+
+// Reach is how the importing cluster reaches one remote cluster, from the
+// Cluster and Endpoint objects the gateway mirrors into the local
+// Causeway namespace.
+type Reach struct {
+	// Tunnel: the cluster's mirrored Endpoint exists and is Valid, and
+	// Subnets (its spec.subnets) are exactly what is reachable through it.
+	Tunnel  bool
+	Subnets []netip.Prefix
+	// NoTunnel says why Tunnel is false, e.g. "no gateway endpoint".
+	NoTunnel string
+	// Overlap: the cluster's pod or service CIDRs overlap this cluster's
+	// (mirrored Cluster specs); only used to explain.
+	Overlap bool
+}
+
+// Reachable returns src with every backend that reach cannot reach (no
+// tunnel, or an address outside the tunnel's subnets) set not ready, not
+// serving — an unreachable endpoint is never advertised as ready — and a
+// message saying why, naming the cluster ("" when all are reachable or src
+// has no backends). r is the record src came from.
+//
+// The subnet test is a plain netip.Prefix.Contains loop; pkg/addrpolicy's
+// helper takes its place once that package is on main.
+func Reachable(src SourceEndpoints, r ExportRecord, reach Reach) (SourceEndpoints, string) {
+	var out []string
+	for i, b := range src.Backends {
+		if reach.Tunnel && containsAddr(reach.Subnets, b.Address) {
+			continue
+		}
+		src.Backends[i].Ready, src.Backends[i].Serving = false, false
+		out = append(out, b.Address.String())
+	}
+	if len(out) == 0 {
+		return src, ""
+	}
+	switch {
+	case !reach.Tunnel:
+		return src, fmt.Sprintf("no tunnel to cluster %s: %s", r.ClusterID, cmp.Or(reach.NoTunnel, "no gateway endpoint"))
+	case !HasGlobalAddresses(r) && reach.Overlap:
+		return src, fmt.Sprintf("cluster %s exports no global address and its CIDRs overlap this cluster's", r.ClusterID)
+	case !HasGlobalAddresses(r):
+		return src, fmt.Sprintf("cluster %s exports no global address and %s %s outside its tunnel's subnets %s",
+			r.ClusterID, strings.Join(out, ", "), isAre(len(out)), prefixesString(reach.Subnets))
+	default:
+		return src, fmt.Sprintf("global addresses %s of cluster %s %s outside its tunnel's subnets %s",
+			strings.Join(out, ", "), r.ClusterID, isAre(len(out)), prefixesString(reach.Subnets))
+	}
+}
+
+func containsAddr(subnets []netip.Prefix, a netip.Addr) bool {
+	for _, p := range subnets {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Overlaps reports whether a prefix of a overlaps one of b.
+func Overlaps(a, b []netip.Prefix) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x.Overlaps(y) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+func prefixesString(p []netip.Prefix) string {
+	if len(p) == 0 {
+		return "(none)"
+	}
+	s := make([]string, len(p))
+	for i, x := range p {
+		s[i] = x.String()
+	}
+	return "[" + strings.Join(s, " ") + "]"
 }

@@ -71,22 +71,22 @@ func TestSourceFromRecord(t *testing.T) {
 	}
 	// ClusterSetIP: the ClusterIP at the service port; a terminating
 	// backend does not make it ready.
-	src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP)
+	src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP, false)
 	if len(src.Backends) != 1 || src.Backends[0].Address.String() != "10.96.0.10" || src.Backends[0].Ports["http"] != 80 || src.Backends[0].Ready {
 		t.Errorf("ClusterSetIP source: %+v", src)
 	}
 	rec.Endpoints[0].Backends[0].Ready = true
-	if src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP); !src.Backends[0].Ready || !src.Backends[0].Serving {
+	if src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP, false); !src.Backends[0].Ready || !src.Backends[0].Serving {
 		t.Errorf("ClusterSetIP source with a ready pod: %+v", src)
 	}
 	// Headless: the pods at their target ports, with hostnames.
-	src = SourceFromRecord(rec, mcsv1beta1.Headless)
+	src = SourceFromRecord(rec, mcsv1beta1.Headless, false)
 	if len(src.Backends) != 2 || src.Backends[0].Ports["http"] != 8080 || src.Backends[1].Hostname != "b" || !src.Backends[1].Terminating {
 		t.Errorf("Headless source: %+v", src)
 	}
 	// A headless export under a ClusterSetIP import has nothing to offer.
 	rec.ClusterIPs = nil
-	if src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP); len(src.Backends) != 0 {
+	if src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP, false); len(src.Backends) != 0 {
 		t.Errorf("headless record under a ClusterSetIP import: %+v", src)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -78,6 +79,10 @@ type Config struct {
 	Log *slog.Logger
 	// Metrics receives the controller's metrics (nil: not registered).
 	Metrics prometheus.Registerer
+	// GlobalQuarantine is how long the global addresses of a Service that
+	// is no longer exported stay reserved (GlobalIngress releasedAt) before
+	// they are freed; 0 means DefaultGlobalQuarantine.
+	GlobalQuarantine time.Duration
 	// BrokerHealth, if set, is told whether the last liveness renewal in
 	// the broker worked.
 	BrokerHealth func(error)
@@ -133,13 +138,15 @@ func (x *index) slices(name, value string) ([]discoveryv1.EndpointSlice, error) 
 
 // Controller is one cluster's MCS controller.
 type Controller struct {
-	cfg      Config
-	log      *slog.Logger
-	mgr      manager.Manager
-	broker   cluster.Cluster
-	local    client.Client
-	bclient  client.Client
-	breader  client.Reader
+	cfg     Config
+	log     *slog.Logger
+	mgr     manager.Manager
+	broker  cluster.Cluster
+	local   client.Client
+	bclient client.Client
+	breader client.Reader
+	// reader reads the local API server directly (not the cache).
+	reader   client.Reader
 	alloc    *mcs.VIPAllocator
 	recorder events.EventRecorder
 	live     *liveness
@@ -158,6 +165,9 @@ type Controller struct {
 	sliceCount int
 	// waitingVIP are Services whose VIP allocation found the range full.
 	waitingVIP map[types.NamespacedName]bool
+
+	// global is the globalnet allocation of this cluster's exports.
+	global globalnet
 }
 
 // Local rights of the controller (make generate turns these into
@@ -176,6 +186,14 @@ type Controller struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=causeway-system,resources=leases,verbs=get;create;update
 // +kubebuilder:rbac:groups="",namespace=causeway-system,resources=events,verbs=create;patch
+//
+// Globalnet: the GlobalIngress of each exported Service (in the
+// Service's namespace; the gateway reads them), and the Clusters and
+// Endpoints the gateway mirrors into Causeway's namespace (this cluster's
+// global CIDR, the other clusters' reachability).
+//
+// +kubebuilder:rbac:groups=causeway.dev,resources=globalingresses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=clusters;endpoints,verbs=get;list;watch
 
 // New builds a controller for the local cluster (local) syncing through
 // the broker (brokerCfg, this cluster's broker identity).
@@ -201,6 +219,9 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
+	if cfg.GlobalQuarantine <= 0 {
+		cfg.GlobalQuarantine = DefaultGlobalQuarantine
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -218,6 +239,9 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			&mcsv1beta1.ServiceExport{}:  {Transform: slim.serviceExport},
 			&mcsv1beta1.ServiceImport{}:  {Transform: slim.serviceImport},
 			&corev1.Namespace{}:          {Transform: slim.namespace},
+			// The gateway's mirrors, in Causeway's namespace only.
+			&causewayv1alpha1.Cluster{}:  {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
+			&causewayv1alpha1.Endpoint{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
 		},
 	}
 	brokerCache := cache.Options{
@@ -273,6 +297,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		local:    mgr.GetClient(),
 		bclient:  bc.GetClient(),
 		breader:  bc.GetAPIReader(),
+		reader:   mgr.GetAPIReader(),
 		recorder: mgr.GetEventRecorder("mcs-controller"),
 		live:     newLiveness(cfg.ClusterID, cfg.LivenessDuration, cfg.DeadClusterTimeout, time.Now),
 		metrics:  newMetrics(cfg.Metrics),
@@ -282,6 +307,10 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		imports:  map[types.NamespacedName]int{},
 
 		waitingVIP: map[types.NamespacedName]bool{},
+		global: globalnet{
+			held:    map[types.NamespacedName]mcs.GlobalIngressSpec{},
+			waiting: map[types.NamespacedName]bool{},
+		},
 	}
 	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient), c: c.bclient, live: c.breader})
 	if err := c.setup(); err != nil {
@@ -400,6 +429,28 @@ func (c *Controller) setup() error {
 		return out
 	})
 
+	// A GlobalIngress concerns its Service; one deleted (after its
+	// quarantine) or updated (fewer pods or ports) may free addresses for
+	// the Services waiting for room.
+	globalIngress := handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)})
+			for _, r := range c.waitingGlobal() { // it may hold less than before
+				q.Add(r)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+			for _, r := range c.waitingGlobal() {
+				q.Add(r)
+			}
+		},
+	}
+	mirror := handler.EnqueueRequestsFromMapFunc(c.onMirror)
+
 	err = builder.ControllerManagedBy(c.mgr).
 		Named("mcs").
 		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
@@ -407,6 +458,9 @@ func (c *Controller) setup() error {
 		Watches(&corev1.Service{}, byName).
 		Watches(&mcsv1beta1.ServiceImport{}, byName).
 		Watches(&discoveryv1.EndpointSlice{}, slice).
+		Watches(&causewayv1alpha1.GlobalIngress{}, globalIngress).
+		Watches(&causewayv1alpha1.Cluster{}, mirror).
+		Watches(&causewayv1alpha1.Endpoint{}, mirror).
 		Watches(&corev1.Namespace{}, namespace, builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false },
 			DeleteFunc: func(event.DeleteEvent) bool { return false },
@@ -423,7 +477,7 @@ func (c *Controller) setup() error {
 
 func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	start := time.Now()
-	err := c.sync(ctx, req.NamespacedName)
+	requeue, err := c.sync(ctx, req.NamespacedName)
 	c.metrics.observe(time.Since(start), err)
 	if err != nil {
 		c.log.Debug("sync failed", "service", req.NamespacedName, "err", err)
@@ -433,7 +487,10 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 		// reporting an error or growing the backoff.
 		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
-	return reconcile.Result{}, err
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
 func ptrTo[T any](v T) *T { return &v }

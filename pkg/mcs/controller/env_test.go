@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
@@ -80,8 +81,67 @@ func newEnv(t testing.TB, members ...string) *env {
 		e.namespace(id, "causeway-system")
 		e.local[id] = all[id].DaemonConfig(t, "mcs-controller")
 	}
+	// Flat network, as a gateway would mirror it: every other cluster
+	// reachable through a Valid Endpoint whose subnets cover the pod and
+	// service addresses the tests use.
+	for _, in := range members {
+		for _, to := range members {
+			if in != to {
+				e.tunnel(in, to, true, "10.96.0.0/16", "10.244.0.0/16")
+			}
+		}
+	}
 	t.Cleanup(e.stopAll)
 	return e
+}
+
+// tunnel writes, in cluster in, the mirrored Endpoint of cluster to (as
+// the gateway does): subnets, and the Valid condition.
+func (e *env) tunnel(in, to string, valid bool, subnets ...string) {
+	e.t.Helper()
+	ctx := context.Background()
+	c := e.clusters[in].Client
+	ep := &causewayv1alpha1.Endpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "causeway-system", Name: to}}
+	err := c.Get(ctx, client.ObjectKeyFromObject(ep), ep)
+	ep.Spec = causewayv1alpha1.EndpointSpec{ClusterID: to, Hostname: to + "-gw", CableDriver: causewayv1alpha1.CableWireGuard,
+		PublicIP: "192.0.2.1", Port: 4500, Subnets: subnets}
+	switch {
+	case apierrors.IsNotFound(err):
+		err = c.Create(ctx, ep)
+	case err == nil:
+		err = c.Update(ctx, ep)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cond := metav1.Condition{Type: causewayv1alpha1.ConditionValid, Status: metav1.ConditionTrue, Reason: causewayv1alpha1.ReasonValid, Message: "accepted"}
+	if !valid {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, causewayv1alpha1.ReasonOverlappingCIDR, "subnets overlap this cluster's"
+	}
+	meta.SetStatusCondition(&ep.Status.Conditions, cond)
+	if err := c.Status().Update(ctx, ep); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// mirrorCluster writes, in cluster in, the mirrored Cluster of cluster of
+// with the lab's shared pod and service CIDRs and the given global CIDRs.
+func (e *env) mirrorCluster(in, of string, globalCIDRs ...string) {
+	e.t.Helper()
+	ctx := context.Background()
+	c := e.clusters[in].Client
+	cl := &causewayv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "causeway-system", Name: of}}
+	err := c.Get(ctx, client.ObjectKeyFromObject(cl), cl)
+	cl.Spec = causewayv1alpha1.ClusterSpec{ClusterID: of, PodCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/16"}, GlobalCIDRs: globalCIDRs}
+	switch {
+	case apierrors.IsNotFound(err):
+		err = c.Create(ctx, cl)
+	case err == nil:
+		err = c.Update(ctx, cl)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 func (e *env) namespace(id, ns string) {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -29,20 +31,24 @@ type exportState struct {
 	invalid   error                     // from mcs.NewExportRecord
 	published bool
 	writeErr  error
+	// global is the globalnet outcome (allocation, exhaustion, quarantine).
+	global globalResult
 }
 
-// sync brings one Service's export, import and export status up to date.
-func (c *Controller) sync(ctx context.Context, key types.NamespacedName) error {
+// sync brings one Service's export, import and export status up to date;
+// it returns when to sync again without an event (a globalnet
+// quarantine ending), 0 for never.
+func (c *Controller) sync(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
 	exp, err := c.syncExport(ctx, key)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if apierrors.IsConflict(exp.writeErr) {
-		return exp.writeErr // the cache lags behind the broker: retry, do not report it
+		return 0, exp.writeErr // the cache lags behind the broker: retry, do not report it
 	}
 	m, importErr := c.syncImport(ctx, key, exp)
 	statusErr := c.syncExportStatus(ctx, exp, m, importErr)
-	return errors.Join(exp.writeErr, importErr, statusErr)
+	return exp.global.requeue, errors.Join(exp.writeErr, importErr, statusErr)
 }
 
 // syncExport publishes (or withdraws) this cluster's record of key.
@@ -80,7 +86,9 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	}
 	if se == nil {
 		withdraw()
-		return st, nil
+		g, err := c.syncGlobal(ctx, key, nil, nil, nil)
+		st.global = g
+		return st, err
 	}
 	svc := &corev1.Service{}
 	switch err := c.local.Get(ctx, key, svc); {
@@ -96,13 +104,24 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	if invalid != nil {
 		st.invalid = invalid
 		withdraw()
-		return st, nil
+		g, err := c.syncGlobal(ctx, key, se, nil, nil)
+		st.global = g
+		return st, err
 	}
 	local, err := c.sliceIndex.slices(indexLocalSlice, key.String())
 	if err != nil {
 		return st, fmt.Errorf("list local EndpointSlices: %w", err)
 	}
 	spec.Endpoints = mcs.RecordEndpointsFromSlices(local)
+	// Globalnet: the record carries the Service's global addresses once
+	// they are allocated; none while the pool is exhausted or the cluster
+	// has no global CIDR.
+	if st.global, err = c.syncGlobal(ctx, key, se, svc, local); err != nil {
+		return st, err
+	}
+	if st.global.spec != nil {
+		mcs.SetGlobalAddresses(&spec, *st.global.spec)
+	}
 	st.record = &spec
 
 	switch {
@@ -200,16 +219,33 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 			ready.Reason = "VIPRangeExhausted"
 		}
 	}
-	si, err := c.applyServiceImport(ctx, want, ready)
+	// Backends of every live cluster; a remote one's only where the tunnel
+	// to it reaches them (else not ready, and the import says why).
+	var sources []mcs.SourceEndpoints
+	var unreachable []string
+	for _, r := range recs {
+		if !c.live.alive(r.ClusterID) {
+			continue
+		}
+		local := r.ClusterID == c.cfg.ClusterID
+		src := mcs.SourceFromRecord(r, m.Spec.Type, local)
+		if !local {
+			var why string
+			if src, why = mcs.Reachable(src, r, c.reach(ctx, r.ClusterID)); why != "" {
+				unreachable = append(unreachable, why)
+			}
+		}
+		sources = append(sources, src)
+	}
+	reachable := metav1.Condition{Type: mcs.ConditionReachable, Status: metav1.ConditionTrue, Reason: mcs.ReasonReachable,
+		Message: "every exporting cluster's backends are reachable"}
+	if len(unreachable) > 0 {
+		slices.Sort(unreachable)
+		reachable.Status, reachable.Reason, reachable.Message = metav1.ConditionFalse, mcs.ReasonUnreachable, truncate(strings.Join(unreachable, "; "), 2000)
+	}
+	si, err := c.applyServiceImport(ctx, want, ready, reachable)
 	if err != nil {
 		return &m, err
-	}
-
-	var sources []mcs.SourceEndpoints
-	for _, r := range recs {
-		if c.live.alive(r.ClusterID) {
-			sources = append(sources, mcs.SourceFromRecord(r, m.Spec.Type))
-		}
 	}
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
 	have, err := c.sliceIndex.slices(indexImportSlice, key.String())
@@ -259,7 +295,7 @@ func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.A
 	return vip, nil
 }
 
-func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.ServiceImport, ready metav1.Condition) (*mcsv1beta1.ServiceImport, error) {
+func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.ServiceImport, conds ...metav1.Condition) (*mcsv1beta1.ServiceImport, error) {
 	have := &mcsv1beta1.ServiceImport{}
 	err := c.local.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
@@ -283,8 +319,10 @@ func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.Se
 	}
 	status := *have.Status.DeepCopy()
 	status.Clusters = want.Status.Clusters
-	ready.ObservedGeneration = have.Generation
-	meta.SetStatusCondition(&status.Conditions, ready)
+	for _, cond := range conds {
+		cond.ObservedGeneration = have.Generation
+		meta.SetStatusCondition(&status.Conditions, cond)
+	}
 	if !equality.Semantic.DeepEqual(status, have.Status) {
 		upd := have.DeepCopy()
 		upd.Status = status

@@ -1,0 +1,377 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/mcs"
+)
+
+// globalIngress returns the GlobalIngress of ns/name, or an error while
+// it is not Allocated=True.
+func globalIngress(c client.Client, ns, name string) (*causewayv1alpha1.GlobalIngress, error) {
+	var gi causewayv1alpha1.GlobalIngress
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &gi); err != nil {
+		return nil, err
+	}
+	if !meta.IsStatusConditionTrue(gi.Status.Conditions, causewayv1alpha1.ConditionAllocated) {
+		return &gi, fmt.Errorf("GlobalIngress %s/%s not allocated: %+v", ns, name, gi.Status.Conditions)
+	}
+	return &gi, nil
+}
+
+// slicePorts lists the multi-cluster slices' endpoints with their ports as
+// "cluster/address/ready/name:port,…" (ports sorted by name), sorted.
+func slicePorts(c client.Client, ns, name string) ([]string, error) {
+	var list discoveryv1.EndpointSliceList
+	if err := c.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: name}); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range list.Items {
+		var ports []string
+		for _, p := range s.Ports {
+			ports = append(ports, fmt.Sprintf("%s:%d", *p.Name, *p.Port))
+		}
+		slices.Sort(ports)
+		for _, ep := range s.Endpoints {
+			out = append(out, fmt.Sprintf("%s/%s/%v/%s", s.Labels[mcsv1beta1.LabelSourceCluster], ep.Addresses[0], *ep.Conditions.Ready, strings.Join(ports, ",")))
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func wantSlicePorts(c client.Client, ns, name string, want ...string) func() error {
+	return func() error {
+		got, err := slicePorts(c, ns, name)
+		if err != nil {
+			return err
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("endpoints %v, want %v", got, want)
+		}
+		return nil
+	}
+}
+
+// importCondition returns the ServiceImport's condition.
+func importCondition(c client.Client, ns, name, typ string) (*metav1.Condition, error) {
+	var si mcsv1beta1.ServiceImport
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &si); err != nil {
+		return nil, err
+	}
+	cond := meta.FindStatusCondition(si.Status.Conditions, typ)
+	if cond == nil {
+		return nil, fmt.Errorf("ServiceImport %s/%s has no %s condition", ns, name, typ)
+	}
+	return cond, nil
+}
+
+func wantReachable(c client.Client, ns, name string, status metav1.ConditionStatus, msg string) func() error {
+	return func() error {
+		cond, err := importCondition(c, ns, name, mcs.ConditionReachable)
+		if err != nil {
+			return err
+		}
+		if cond.Status != status || !strings.Contains(cond.Message, msg) {
+			return fmt.Errorf("Reachable = %s/%s %q, want %s containing %q", cond.Status, cond.Reason, cond.Message, status, msg)
+		}
+		return nil
+	}
+}
+
+func pairOf(gi *causewayv1alpha1.GlobalIngress, port string) int32 {
+	for _, p := range gi.Spec.Ports {
+		if p.Name == port {
+			return p.GlobalPort
+		}
+	}
+	return 0
+}
+
+// TestGlobalnet: c1 and c2 share the service CIDR 10.96.0.0/16 and the pod
+// CIDR; each has a global CIDR on its mirrored Cluster, and each reaches
+// the other through an Endpoint whose subnets are the other's global
+// CIDR. The same Service exported from both is imported by each cluster
+// as itself at its ClusterIP and the other at its global IP:ports.
+func TestGlobalnet(t *testing.T) {
+	e := newEnv(t, "c1", "c2")
+	e.cfg.GlobalQuarantine = 2 * time.Second
+	globalCIDR := map[string]string{"c1": "242.0.1.0/24", "c2": "242.0.2.0/24"}
+	other := map[string]string{"c1": "c2", "c2": "c1"}
+	for _, id := range []string{"c1", "c2"} {
+		for _, of := range []string{"c1", "c2"} {
+			e.mirrorCluster(id, of, globalCIDR[of])
+		}
+		e.tunnel(id, other[id], true, globalCIDR[other[id]])
+		e.namespace(id, "gn")
+		e.start(id)
+	}
+	ctx := context.Background()
+	c1, c2 := e.c("c1"), e.c("c2")
+	svcs := map[string]*corev1.Service{}
+	for _, id := range []string{"c1", "c2"} {
+		svcs[id] = service(t, e.c(id), "gn", "web", false, map[string]int32{"http": 80, "metrics": 9090})
+		localSlice(t, e.c(id), svcs[id], 8080, pod{ip: "10.244.1.5", ready: true})
+		export(t, e.c(id), "gn", "web")
+	}
+
+	gis := map[string]*causewayv1alpha1.GlobalIngress{}
+	for _, id := range []string{"c1", "c2"} {
+		eventually(t, "GlobalIngress in "+id, func() error {
+			gi, err := globalIngress(e.c(id), "gn", "web")
+			if err != nil {
+				return err
+			}
+			ip, err := netip.ParseAddr(gi.Spec.IP)
+			if err != nil || !netip.MustParsePrefix(globalCIDR[id]).Contains(ip) {
+				return fmt.Errorf("global IP %q outside %s", gi.Spec.IP, globalCIDR[id])
+			}
+			if gi.Spec.ClusterIP != svcs[id].Spec.ClusterIP || len(gi.Spec.Ports) != 2 || gi.Spec.Ports[0].GlobalPort == gi.Spec.Ports[1].GlobalPort {
+				return fmt.Errorf("GlobalIngress spec %+v (ClusterIP %s)", gi.Spec, svcs[id].Spec.ClusterIP)
+			}
+			gis[id] = gi
+			return nil
+		})
+	}
+	for _, id := range []string{"c1", "c2"} {
+		o := other[id]
+		eventually(t, "import in "+id, wantSlicePorts(e.c(id), "gn", "web",
+			fmt.Sprintf("%s/%s/true/http:80,metrics:9090", id, svcs[id].Spec.ClusterIP),
+			fmt.Sprintf("%s/%s/true/http:%d,metrics:%d", o, gis[o].Spec.IP, pairOf(gis[o], "http"), pairOf(gis[o], "metrics"))))
+		eventually(t, "Reachable in "+id, wantReachable(e.c(id), "gn", "web", metav1.ConditionTrue, ""))
+	}
+	// The record in the broker carries the pairs.
+	var rec causewayv1alpha1.ServiceExportRecord
+	if err := e.broker.Client.Get(ctx, types.NamespacedName{Namespace: broker.Namespace("c1"), Name: mcs.RecordName("gn", "web")}, &rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rec.Spec.Ports {
+		if p.Global == nil || p.Global.IP != gis["c1"].Spec.IP || p.Global.Port != pairOf(gis["c1"], p.Name) {
+			t.Errorf("record port %+v, GlobalIngress %+v", p, gis["c1"].Spec)
+		}
+	}
+
+	t.Run("restart keeps the allocation", func(t *testing.T) {
+		e.stop("c1")
+		e.start("c1")
+		service(t, c1, "gn", "other", false, map[string]int32{"http": 80})
+		export(t, c1, "gn", "other")
+		var gio *causewayv1alpha1.GlobalIngress
+		eventually(t, "GlobalIngress of the new Service", func() error {
+			var err error
+			gio, err = globalIngress(c1, "gn", "other")
+			return err
+		})
+		if gio.Spec.IP == gis["c1"].Spec.IP && (gio.Spec.Ports[0].GlobalPort == pairOf(gis["c1"], "http") || gio.Spec.Ports[0].GlobalPort == pairOf(gis["c1"], "metrics")) {
+			t.Errorf("after restart the new Service got a held pair: %+v vs %+v", gio.Spec, gis["c1"].Spec)
+		}
+		gi, err := globalIngress(c1, "gn", "web")
+		if err != nil || fmt.Sprint(gi.Spec) != fmt.Sprint(gis["c1"].Spec) {
+			t.Errorf("after restart %+v, was %+v (%v)", gi.Spec, gis["c1"].Spec, err)
+		}
+		unexport(t, c1, "gn", "other")
+	})
+
+	t.Run("port change keeps unchanged pairs", func(t *testing.T) {
+		svc := &corev1.Service{}
+		if err := c1.Get(ctx, client.ObjectKeyFromObject(svcs["c1"]), svc); err != nil {
+			t.Fatal(err)
+		}
+		svc.Spec.Ports = []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}, {Name: "grpc", Protocol: corev1.ProtocolTCP, Port: 9000}}
+		if err := c1.Update(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "new port pair", func() error {
+			gi, err := globalIngress(c1, "gn", "web")
+			if err != nil {
+				return err
+			}
+			if gi.Spec.IP != gis["c1"].Spec.IP || pairOf(gi, "http") != pairOf(gis["c1"], "http") || pairOf(gi, "grpc") == 0 || pairOf(gi, "metrics") != 0 {
+				return fmt.Errorf("after the port change %+v, was %+v", gi.Spec, gis["c1"].Spec)
+			}
+			gis["c1"] = gi
+			return nil
+		})
+	})
+
+	t.Run("unexport releases after the quarantine", func(t *testing.T) {
+		unexport(t, c1, "gn", "web")
+		var released time.Time
+		eventually(t, "releasedAt", func() error {
+			var gi causewayv1alpha1.GlobalIngress
+			if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "web"}, &gi); err != nil {
+				return err
+			}
+			if gi.Spec.ReleasedAt == nil {
+				return fmt.Errorf("not released: %+v", gi.Spec)
+			}
+			released = time.Now()
+			return nil
+		})
+		// c2 no longer lists c1.
+		eventually(t, "c2 without c1", wantSlicePorts(c2, "gn", "web",
+			fmt.Sprintf("c2/%s/true/http:80,metrics:9090", svcs["c2"].Spec.ClusterIP)))
+		eventually(t, "deleted after the quarantine", gone(c1, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "web"}}))
+		if d := time.Since(released); d < time.Second {
+			t.Errorf("deleted %v after release, quarantine is 2s", d)
+		}
+	})
+
+	t.Run("remote without global addresses and no tunnel", func(t *testing.T) {
+		// c2 loses its global CIDR: its GlobalIngress goes, its record has
+		// no global address; c1 would have to reach 10.96.x, which overlaps.
+		e.mirrorCluster("c2", "c2")
+		eventually(t, "c2's GlobalIngress released", func() error {
+			var gi causewayv1alpha1.GlobalIngress
+			if err := c2.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "web"}, &gi); err != nil {
+				return nil // already deleted
+			}
+			if gi.Spec.ReleasedAt == nil {
+				return fmt.Errorf("not released")
+			}
+			return nil
+		})
+		export(t, c1, "gn", "web")
+		eventually(t, "c2 not ready in c1 (overlap)", wantEndpoints(c1, "gn", "web",
+			"c1/"+svcs["c1"].Spec.ClusterIP+"/true", "c2/"+svcs["c2"].Spec.ClusterIP+"/false"))
+		eventually(t, "Reachable=False (overlap)", wantReachable(c1, "gn", "web", metav1.ConditionFalse,
+			"cluster c2 exports no global address and its CIDRs overlap"))
+		e.tunnel("c1", "c2", false, globalCIDR["c2"])
+		eventually(t, "Reachable=False (no tunnel)", wantReachable(c1, "gn", "web", metav1.ConditionFalse, "no tunnel to cluster c2"))
+		if err := wantEndpoints(c1, "gn", "web", "c1/"+svcs["c1"].Spec.ClusterIP+"/true", "c2/"+svcs["c2"].Spec.ClusterIP+"/false")(); err != nil {
+			t.Error(err)
+		}
+		cond, _ := importCondition(c1, "gn", "web", mcs.ConditionReachable)
+		if cond.Reason != mcs.ReasonUnreachable {
+			t.Errorf("reason %q", cond.Reason)
+		}
+	})
+}
+
+// TestGlobalPoolExhausted: a /29 has three ingress IPs. A headless
+// Service with four ready pods does not fit: Allocated=False, an Event,
+// a record without global addresses; with three it does, and a
+// ClusterSetIP Service then waits until the headless one's addresses are
+// freed after its quarantine.
+func TestGlobalPoolExhausted(t *testing.T) {
+	e := newEnv(t, "c1")
+	e.cfg.GlobalQuarantine = time.Second
+	e.mirrorCluster("c1", "c1", "242.0.9.0/29")
+	e.namespace("c1", "gn")
+	e.start("c1")
+	ctx := context.Background()
+	c1 := e.c("c1")
+	db := service(t, c1, "gn", "db", true, map[string]int32{"pg": 5432})
+	pods := []pod{{ip: "10.244.1.1", ready: true}, {ip: "10.244.1.2", ready: true}, {ip: "10.244.1.3", ready: true}, {ip: "10.244.1.4", ready: true}}
+	localSlice(t, c1, db, 5432, pods...)
+	export(t, c1, "gn", "db")
+
+	record := func(name string) (*causewayv1alpha1.ServiceExportRecord, error) {
+		var rec causewayv1alpha1.ServiceExportRecord
+		err := e.broker.Client.Get(ctx, types.NamespacedName{Namespace: broker.Namespace("c1"), Name: mcs.RecordName("gn", name)}, &rec)
+		return &rec, err
+	}
+	globalIPs := func(rec *causewayv1alpha1.ServiceExportRecord) int {
+		n := 0
+		for _, g := range rec.Spec.Endpoints {
+			for _, b := range g.Backends {
+				if b.GlobalIP != "" {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	exhausted := func(name string) func() error {
+		return func() error {
+			var gi causewayv1alpha1.GlobalIngress
+			if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: name}, &gi); err != nil {
+				return err
+			}
+			cond := meta.FindStatusCondition(gi.Status.Conditions, causewayv1alpha1.ConditionAllocated)
+			if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != causewayv1alpha1.ReasonGlobalPoolExhausted {
+				return fmt.Errorf("Allocated %+v", cond)
+			}
+			return nil
+		}
+	}
+	eventually(t, "db exhausted", exhausted("db"))
+	eventually(t, "record without global addresses", func() error {
+		rec, err := record("db")
+		if err != nil {
+			return err
+		}
+		if n := globalIPs(rec); n != 0 || len(rec.Spec.Endpoints) == 0 {
+			return fmt.Errorf("record has %d global IPs, endpoints %+v", n, rec.Spec.Endpoints)
+		}
+		return nil
+	})
+	var gi causewayv1alpha1.GlobalIngress
+	if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "db"}, &gi); err != nil || len(gi.Spec.Pods) != 0 {
+		t.Errorf("half allocated: %+v (%v)", gi.Spec, err)
+	}
+	eventually(t, "Warning event", func() error {
+		var evs eventsv1.EventList
+		if err := c1.List(ctx, &evs, client.InNamespace("gn")); err != nil {
+			return err
+		}
+		for _, ev := range evs.Items {
+			if ev.Regarding.Kind == "ServiceExport" && ev.Regarding.Name == "db" && ev.Reason == causewayv1alpha1.ReasonGlobalPoolExhausted && ev.Type == corev1.EventTypeWarning {
+				return nil
+			}
+		}
+		return fmt.Errorf("no GlobalPoolExhausted event among %d", len(evs.Items))
+	})
+
+	// Three pods fit.
+	localSlice(t, c1, db, 5432, pods[:3]...)
+	eventually(t, "db allocated", func() error {
+		gi, err := globalIngress(c1, "gn", "db")
+		if err != nil {
+			return err
+		}
+		if len(gi.Spec.Pods) != 3 {
+			return fmt.Errorf("pods %+v", gi.Spec.Pods)
+		}
+		rec, err := record("db")
+		if err != nil {
+			return err
+		}
+		if n := globalIPs(rec); n != 3 {
+			return fmt.Errorf("record has %d global IPs", n)
+		}
+		return nil
+	})
+
+	// Nothing left for a ClusterSetIP Service until db is unexported and
+	// its quarantine is over.
+	web := service(t, c1, "gn", "web", false, map[string]int32{"http": 80})
+	localSlice(t, c1, web, 8080, pod{ip: "10.244.1.9", ready: true})
+	export(t, c1, "gn", "web")
+	eventually(t, "web exhausted", exhausted("web"))
+	unexport(t, c1, "gn", "db")
+	eventually(t, "web allocated after db's quarantine", func() error {
+		_, err := globalIngress(c1, "gn", "web")
+		return err
+	})
+	eventually(t, "db's GlobalIngress gone", gone(c1, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "db"}}))
+}

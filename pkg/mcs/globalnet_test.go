@@ -1,0 +1,222 @@
+package mcs
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/nat"
+)
+
+// globalRecord is c2's export of a two-port Service with two backends,
+// one ready.
+func globalRecord(headless bool) ExportRecord {
+	r := ExportRecord{
+		ClusterID: "c2",
+		Type:      mcsv1beta1.ClusterSetIP,
+		Ports: []causewayv1alpha1.RecordPort{
+			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80},
+			{Name: "grpc", Protocol: corev1.ProtocolTCP, Port: 9090},
+		},
+		ClusterIPs: []string{"10.96.0.10"},
+		Endpoints: []causewayv1alpha1.RecordEndpoints{{AddressType: "IPv4",
+			Ports: []causewayv1alpha1.RecordEndpointPort{{Name: "grpc", Port: 9000}, {Name: "http", Port: 8080}},
+			Backends: []causewayv1alpha1.RecordBackend{
+				{Address: "10.244.0.5", Hostname: "a", Ready: true, Serving: true},
+				{Address: "10.244.0.6", Hostname: "b"},
+			}}},
+	}
+	if headless {
+		r.Type, r.ClusterIPs = mcsv1beta1.Headless, nil
+	}
+	return r
+}
+
+func withGlobals(r ExportRecord) ExportRecord {
+	SetGlobalAddresses(&r, GlobalIngressSpec{IP: "242.0.2.2",
+		Ports: []causewayv1alpha1.GlobalIngressPort{
+			{Name: "http", Protocol: "TCP", Port: 80, GlobalPort: 1024},
+			{Name: "grpc", Protocol: "TCP", Port: 9090, GlobalPort: 1025},
+		},
+		Pods: []causewayv1alpha1.GlobalPodAddress{{PodIP: "10.244.0.5", GlobalIP: "242.0.2.252"}},
+	})
+	return r
+}
+
+// backendsString renders a source as "addr ports ready/serving" lines.
+func backendsString(src SourceEndpoints) string {
+	var b []string
+	for _, e := range src.Backends {
+		b = append(b, fmt.Sprintf("%s %v %v/%v", e.Address, e.Ports, e.Ready, e.Serving))
+	}
+	return strings.Join(b, "; ")
+}
+
+func TestSourceFromRecordGlobalnet(t *testing.T) {
+	global := []netip.Prefix{netip.MustParsePrefix("242.0.2.0/24")}
+	flat := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("10.244.0.0/16")}
+	tunnel := func(subnets []netip.Prefix) Reach { return Reach{Tunnel: true, Subnets: subnets} }
+	for _, tc := range []struct {
+		name     string
+		rec      ExportRecord
+		typ      mcsv1beta1.ServiceImportType
+		local    bool
+		reach    Reach
+		want     string
+		wantWhy  string // substring of the reason; "" = reachable
+		checkWhy bool
+	}{
+		{name: "remote ClusterSetIP with globals uses the global IP:ports", rec: withGlobals(globalRecord(false)),
+			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(global), want: "242.0.2.2 map[grpc:1025 http:1024] true/true"},
+		{name: "local ClusterSetIP keeps its ClusterIP", rec: withGlobals(globalRecord(false)), local: true,
+			typ: mcsv1beta1.ClusterSetIP, want: "10.96.0.10 map[grpc:9090 http:80] true/true"},
+		{name: "remote ClusterSetIP without globals, flat tunnel", rec: globalRecord(false),
+			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(flat), want: "10.96.0.10 map[grpc:9090 http:80] true/true"},
+		{name: "remote without globals, overlapping CIDRs: not ready", rec: globalRecord(false),
+			typ: mcsv1beta1.ClusterSetIP, reach: Reach{Tunnel: true, Subnets: global, Overlap: true},
+			want: "10.96.0.10 map[grpc:9090 http:80] false/false", wantWhy: "cluster c2 exports no global address and its CIDRs overlap"},
+		{name: "remote without globals outside the subnets", rec: globalRecord(false),
+			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(global),
+			want: "10.96.0.10 map[grpc:9090 http:80] false/false", wantWhy: "10.96.0.10 is outside its tunnel's subnets [242.0.2.0/24]"},
+		{name: "no tunnel: not ready even with globals", rec: withGlobals(globalRecord(false)),
+			typ: mcsv1beta1.ClusterSetIP, reach: Reach{NoTunnel: "its gateway endpoint is not valid"},
+			want: "242.0.2.2 map[grpc:1025 http:1024] false/false", wantWhy: "no tunnel to cluster c2: its gateway endpoint is not valid"},
+		{name: "globals outside a tunnel's subnets", rec: withGlobals(globalRecord(false)),
+			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(flat),
+			want: "242.0.2.2 map[grpc:1025 http:1024] false/false", wantWhy: "global addresses 242.0.2.2 of cluster c2 is outside"},
+		{name: "remote headless with globals: only pods with a global IP", rec: withGlobals(globalRecord(true)),
+			typ: mcsv1beta1.Headless, reach: tunnel(global), want: "242.0.2.252 map[grpc:9000 http:8080] true/true"},
+		{name: "local headless keeps pod IPs", rec: withGlobals(globalRecord(true)), local: true,
+			typ: mcsv1beta1.Headless, want: "10.244.0.5 map[grpc:9000 http:8080] true/true; 10.244.0.6 map[grpc:9000 http:8080] false/false"},
+		{name: "remote headless without globals over an overlapping network", rec: globalRecord(true),
+			typ: mcsv1beta1.Headless, reach: Reach{Tunnel: true, Subnets: global, Overlap: true},
+			want: "10.244.0.5 map[grpc:9000 http:8080] false/false; 10.244.0.6 map[grpc:9000 http:8080] false/false", wantWhy: "overlap"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := SourceFromRecord(tc.rec, tc.typ, tc.local)
+			why := ""
+			if !tc.local {
+				src, why = Reachable(src, tc.rec, tc.reach)
+			}
+			if got := backendsString(src); got != tc.want {
+				t.Errorf("backends\n got %s\nwant %s", got, tc.want)
+			}
+			if tc.wantWhy == "" && why != "" || tc.wantWhy != "" && !strings.Contains(why, tc.wantWhy) {
+				t.Errorf("reason %q, want %q", why, tc.wantWhy)
+			}
+		})
+	}
+}
+
+func TestAllocateGlobal(t *testing.T) {
+	a, err := NewGlobalAllocator(netip.MustParsePrefix("242.0.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := func(ps ...string) []causewayv1alpha1.GlobalIngressPort {
+		var out []causewayv1alpha1.GlobalIngressPort
+		for _, p := range ps {
+			var name string
+			var n int32
+			fmt.Sscanf(strings.Replace(p, ":", " ", 1), "%s %d", &name, &n)
+			out = append(out, causewayv1alpha1.GlobalIngressPort{Name: name, Protocol: "TCP", Port: n})
+		}
+		return out
+	}
+	pairs := func(s GlobalIngressSpec) map[string]int32 {
+		m := map[string]int32{}
+		for _, p := range s.Ports {
+			m[fmt.Sprintf("%s:%d", p.Name, p.Port)] = p.GlobalPort
+		}
+		return m
+	}
+	cip := netip.MustParseAddr("10.96.0.10")
+	s1, err := AllocateGlobal(a, "ns", "web", GlobalIngressSpec{}, GlobalWant{ClusterIP: cip, Ports: ports("http:80", "https:443")})
+	if err != nil || s1.IP == "" || s1.ClusterIP != "10.96.0.10" || len(s1.Ports) != 2 || s1.Ports[0].GlobalPort == s1.Ports[1].GlobalPort {
+		t.Fatalf("first allocation %+v, %v", s1, err)
+	}
+	// A second Service gets other pairs (same IP, other ports, here).
+	s2, err := AllocateGlobal(a, "ns", "api", GlobalIngressSpec{}, GlobalWant{ClusterIP: netip.MustParseAddr("10.96.0.11"), Ports: ports("http:80")})
+	if err != nil || (s2.IP == s1.IP && (s2.Ports[0].GlobalPort == s1.Ports[0].GlobalPort || s2.Ports[0].GlobalPort == s1.Ports[1].GlobalPort)) {
+		t.Fatalf("second Service %+v, %v (first %+v)", s2, err, s1)
+	}
+	// Changing the ports keeps the unchanged pairs.
+	s1b, err := AllocateGlobal(a, "ns", "web", s1, GlobalWant{ClusterIP: cip, Ports: ports("https:443", "metrics:9090")})
+	if err != nil || s1b.IP != s1.IP || pairs(s1b)["https:443"] != pairs(s1)["https:443"] || pairs(s1b)["metrics:9090"] == 0 {
+		t.Fatalf("port change %+v -> %+v, %v", s1, s1b, err)
+	}
+	// Unchanged: the same spec.
+	if again, err := AllocateGlobal(a, "ns", "web", s1b, GlobalWant{ClusterIP: cip, Ports: ports("https:443", "metrics:9090")}); err != nil ||
+		fmt.Sprint(again) != fmt.Sprint(s1b) {
+		t.Fatalf("unchanged Service %+v -> %+v, %v", s1b, again, err)
+	}
+
+	// Replay into a fresh allocator (restart): the same holdings, and new
+	// allocations do not collide with them.
+	b, _ := NewGlobalAllocator(netip.MustParsePrefix("242.0.1.0/24"))
+	for name, s := range map[string]GlobalIngressSpec{"web": s1b, "api": s2} {
+		if err := ReserveGlobal(b, "ns", name, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s3, err := AllocateGlobal(b, "ns", "db", GlobalIngressSpec{}, GlobalWant{ClusterIP: netip.MustParseAddr("10.96.0.12"), Ports: ports("pg:5432")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []GlobalIngressSpec{s1b, s2} {
+		for _, p := range s.Ports {
+			if s.IP == s3.IP && p.GlobalPort == s3.Ports[0].GlobalPort {
+				t.Errorf("after replay %+v collides with %+v", s3, s)
+			}
+		}
+	}
+	if again, err := AllocateGlobal(b, "ns", "web", s1b, GlobalWant{ClusterIP: cip, Ports: ports("https:443", "metrics:9090")}); err != nil ||
+		fmt.Sprint(again) != fmt.Sprint(s1b) {
+		t.Errorf("after replay %+v -> %+v, %v", s1b, again, err)
+	}
+}
+
+func TestAllocateGlobalHeadlessAndExhaustion(t *testing.T) {
+	// A /29: health check, 3 ingress IPs, 2 egress IPs.
+	a, err := NewGlobalAllocator(netip.MustParsePrefix("242.0.9.0/29"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := netip.MustParseAddr
+	h1, err := AllocateGlobal(a, "ns", "db", GlobalIngressSpec{}, GlobalWant{Pods: []netip.Addr{pod("10.244.0.1"), pod("10.244.0.2")}})
+	if err != nil || len(h1.Pods) != 2 || h1.Pods[0].GlobalIP == h1.Pods[1].GlobalIP || h1.IP != "" {
+		t.Fatalf("headless %+v, %v", h1, err)
+	}
+	// Pod churn: .1 goes, .3 comes; .2 keeps its global IP.
+	h2, err := AllocateGlobal(a, "ns", "db", h1, GlobalWant{Pods: []netip.Addr{pod("10.244.0.2"), pod("10.244.0.3")}})
+	if err != nil || len(h2.Pods) != 2 || h2.Pods[0] != h1.Pods[1] {
+		t.Fatalf("pod churn %+v -> %+v, %v", h1, h2, err)
+	}
+	// One ingress IP left: a ClusterSetIP Service takes it; two more pods
+	// do not fit, and the headless Service keeps exactly what it had.
+	web, err := AllocateGlobal(a, "ns", "web", GlobalIngressSpec{}, GlobalWant{ClusterIP: pod("10.96.0.10"), Ports: []causewayv1alpha1.GlobalIngressPort{{Name: "http", Protocol: "TCP", Port: 80}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h3, err := AllocateGlobal(a, "ns", "db", h2, GlobalWant{Pods: []netip.Addr{pod("10.244.0.2"), pod("10.244.0.3"), pod("10.244.0.4")}})
+	if !errors.Is(err, nat.ErrExhausted) || fmt.Sprint(h3) != fmt.Sprint(h2) {
+		t.Fatalf("exhausted: %+v, %v", h3, err)
+	}
+	if _, err := AllocateGlobal(a, "ns", "other", GlobalIngressSpec{}, GlobalWant{Pods: []netip.Addr{pod("10.244.0.9")}}); !errors.Is(err, nat.ErrExhausted) {
+		t.Fatalf("nothing left, got %v", err)
+	}
+	// Nothing was half allocated: releasing web frees exactly one IP.
+	ReleaseGlobal(a, "ns", "web", web)
+	if got := a.IPsInUse(); got != 2 {
+		t.Errorf("IPs in use after releasing web: %d, want 2", got)
+	}
+	if _, err := AllocateGlobal(a, "ns", "db", h2, GlobalWant{Pods: []netip.Addr{pod("10.244.0.2"), pod("10.244.0.3"), pod("10.244.0.4")}}); err != nil {
+		t.Errorf("after release: %v", err)
+	}
+}
