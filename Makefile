@@ -4,7 +4,7 @@ GO ?= go
 MCS_API_DIR = $(shell $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 K8S_BIN ?= $(shell hack/k8s-binaries.sh --print-dir)
 
-.PHONY: help build generate generate-crds generate-rbac generate-bpf verify-generate lint test test-unit k8s-binaries lab
+.PHONY: help host-setup build generate generate-crds generate-rbac generate-bpf verify-generate lint test test-unit k8s-binaries lab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -24,8 +24,8 @@ generate-crds: ## deep-copy code and CRD YAML (ours and mcs-api's) under deploy/
 # next to the code that needs them: <daemon>=<package> below gives
 # deploy/rbac/<daemon>.yaml with ClusterRole and/or Role causeway-<daemon>
 # (bindings and ServiceAccounts: deploy/manifests/). A daemon without
-# markers (globalnet, a stub) gets no file and no rights.
-RBAC_DAEMONS = gateway=./pkg/gateway route-agent=./pkg/routeagent mcs-controller=./pkg/mcs/controller globalnet=./pkg/globalnet
+# markers gets no file and no rights.
+RBAC_DAEMONS = gateway=./pkg/gateway route-agent=./pkg/routeagent mcs-controller=./pkg/mcs/controller
 
 generate-rbac: ## least-privilege roles of each daemon under deploy/rbac
 	rm -f deploy/rbac/*.yaml
@@ -46,14 +46,17 @@ lint: ## gofmt, go vet, staticcheck
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 
+host-setup: ## install the host's Debian packages the lab and tests need (root; nothing when present)
+	hack/host-setup.sh
+
 k8s-binaries: ## build etcd, kube-apiserver & co. into the cache (slow once)
 	hack/k8s-binaries.sh
 
-lab: k8s-binaries build ## bring the lab up and show c3 reaching c1's exported Service (root)
+lab: host-setup k8s-binaries build ## bring the lab up and show c3 reaching c1's exported Service (root)
 	hack/lab-demo.sh
 
 test-unit: ## unit tests only (no root, no apiservers)
 	$(GO) test -short ./...
 
-test: k8s-binaries verify-generate lint ## everything CI runs: generation check, lint, unit + privileged + apiserver + e2e tests
+test: host-setup k8s-binaries verify-generate lint ## everything CI runs: generation check, lint, unit + privileged + apiserver + e2e tests
 	CAUSEWAY_K8S_BIN=$(K8S_BIN) CAUSEWAY_E2E=1 $(GO) test -count=1 -timeout 40m ./...

@@ -23,7 +23,7 @@ import (
 	"github.com/causeway-net/causeway/internal/kubetest"
 )
 
-var daemons = []string{"gateway", "route-agent", "globalnet"}
+var daemons = []string{"gateway", "route-agent"}
 
 // brokerDaemons also need a broker to run; their flags are checked here and
 // their behaviour in their packages' tests and the lab e2e.

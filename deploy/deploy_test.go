@@ -23,7 +23,6 @@ import (
 
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/gateway"
-	"github.com/causeway-net/causeway/pkg/globalnet"
 	"github.com/causeway-net/causeway/pkg/kube"
 	mcscontroller "github.com/causeway-net/causeway/pkg/mcs/controller"
 	"github.com/causeway-net/causeway/pkg/routeagent"
@@ -52,7 +51,6 @@ var commands = map[string]func() *cobra.Command{
 	"/usr/local/bin/gateway":        gateway.NewCommand,
 	"/usr/local/bin/route-agent":    routeagent.NewCommand,
 	"/usr/local/bin/mcs-controller": mcscontroller.NewCommand,
-	"/usr/local/bin/globalnet":      globalnet.NewCommand,
 }
 
 var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
@@ -344,12 +342,6 @@ var daemonAccess = map[string]struct{ allowed, denied []access }{
 			{"update", "multicluster.x-k8s.io", "serviceexports", "", "demo"}, {"delete", "multicluster.x-k8s.io", "serviceexports", "", "demo"},
 			{"create", "causeway.dev", "gateways", "", sys}, {"list", "causeway.dev", "endpoints", "", sys},
 			{"get", "", "nodes", "", ""}, {"create", "", "events", "", "demo"}, {"list", "", "pods", "", ""},
-		},
-	},
-	"globalnet": { // a stub: no rights yet
-		denied: []access{
-			{"list", "causeway.dev", "endpoints", "", sys}, {"get", "", "nodes", "", ""}, {"get", "coordination.k8s.io", "leases", "", sys},
-			{"list", "multicluster.x-k8s.io", "serviceimports", "", ""}, {"create", "", "events", "", sys},
 		},
 	},
 }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The README's first command (`make lab`): bring the lab up and show the
-# Multi-Cluster Services story — a Service of c1 reached from a pod of c3
-# by its clusterset name and VIP, through the gateways' WireGuard tunnel.
+# Multi-Cluster Services story. c1 and c2 use the same pod and service
+# CIDRs; globalnet makes both reachable. whereami is exported from c1, then
+# from c2 too, and a pod of c3 (and one of c2) reaches it by its clusterset
+# VIP and name, answered by both clusters, through the gateways' WireGuard
+# tunnels.
 set -euo pipefail
 ctl=${CAUSEWAYCTL:-bin/causewayctl}
 
@@ -24,17 +27,40 @@ done
 [ -n "$vip" ] || { echo "no ServiceImport in c3"; exit 1; }
 echo "c3 now has ServiceImport demo/whereami with clusterset VIP $vip"
 
-echo
-echo "=== from c3: curl $vip and curl whereami.demo.svc.clusterset.local"
-ok=0
-for url in "http://$vip" http://whereami.demo.svc.clusterset.local http://whereami.demo.svc.clusterset.local; do
-  for _ in $(seq 1 30); do
-    if out=$($ctl lab exec c3/demo/client -- curl -s -m 3 "$url"); then
-      echo "$url -> $out"; ok=$((ok + 1)); break
+# curl_until FROM URL CLUSTERS...: curls URL from FROM's client pod until
+# every one of CLUSTERS has answered (bounded), printing each answer.
+curl_until() {
+  local from=$1 url=$2; shift 2
+  local want=("$@") seen="" out
+  for _ in $(seq 1 60); do
+    if out=$($ctl lab exec "$from/demo/client" -- curl -s -m 3 "$url"); then
+      echo "  $from: curl $url -> $out"
+      for c in "${want[@]}"; do
+        [[ "$out" == *"\"cluster\":\"$c\""* && "$seen" != *"$c"* ]] && seen="$seen $c"
+      done
+      local all=1
+      for c in "${want[@]}"; do [[ "$seen" == *"$c"* ]] || all=0; done
+      [ "$all" = 1 ] && return 0
     fi
-    sleep 0.5
+    sleep 0.3
   done
-done
-[ "$ok" = 3 ] || { echo "cross-cluster traffic did not work (see: $ctl lab status)"; exit 1; }
+  echo "cross-cluster traffic did not work: $url from $from never answered by all of ${want[*]} (see: $ctl lab status, $ctl diagnose)"
+  return 1
+}
+
+echo
+echo "=== from c3: curl $vip and curl whereami.demo.svc.clusterset.local (answered by c1)"
+curl_until c3 "http://$vip" c1
+curl_until c3 http://whereami.demo.svc.clusterset.local c1
+
+echo
+echo "=== c2 (same pod and service CIDRs as c1) exports demo/whereami too"
+$ctl export demo/whereami --cluster c2
+echo "=== from c3 and from c2: one name, one VIP, answered by both clusters"
+curl_until c3 http://whereami.demo.svc.clusterset.local c1 c2
+curl_until c2 "http://$vip" c1 c2
+echo
+echo "(\"client\" is the address the server saw: the caller's global address,"
+echo " since c1 and c2 overlap; \`$ctl show exports\` lists the global IP:port pairs)"
 echo
 $ctl show imports

@@ -95,6 +95,7 @@ never duplicates anything.`,
 	f.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "prefix of every namespace, cgroup and device the lab creates")
 	f.StringVar(&cfg.BinDir, "k8s-bin", cfg.BinDir, "directory with etcd, kube-apiserver, … (hack/k8s-binaries.sh)")
 	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not deploy the demo application")
+	f.BoolVar(&cfg.NoGlobalnet, "no-globalnet", false, "run the gateways without globalnet (c1 and c2 overlap: only the older of the two is then reachable from c3)")
 	f.StringVar(&cfg.Cable, "cable", lab.DefaultCable, "the gateways' cable driver: wireguard (embedded wireguard-go), ipsec (strongSwan charon, userspace ESP) or vxlan (unencrypted)")
 	return cmd
 }

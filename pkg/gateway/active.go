@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/globalnet"
+	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 // activeTerm is the state of one term as the active gateway.
@@ -30,6 +33,11 @@ type activeTerm struct {
 	lastStatus  gatewayStatus
 	lastWritten time.Time
 	steps       []any // the last sync's steps: name, time since its start
+	// global is this cluster's global CIDR split into its parts, once
+	// claimed (globalnet only).
+	global *nat.Layout
+	// natSkipped is what the last NAT sync left out (logged on change).
+	natSkipped string
 }
 
 // runActive is one term as the active gateway: it ends when lctx ends
@@ -108,6 +116,13 @@ func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 			e.log.Warn("stop cable driver", "err", err)
 		}
 	}
+	if t.global != nil && runCtx.Err() == nil {
+		// A passive candidate translates nothing; on shutdown the rules
+		// stay for a restarted gateway to adopt, like the tunnel.
+		if err := e.nat.Cleanup(ctx); err != nil {
+			e.log.Warn("remove globalnet rules", "err", err)
+		}
+	}
 	for id := range t.endpoints {
 		e.m.connStatus.DeleteLabelValues(id, string(v1alpha1.Connecting))
 		e.m.connStatus.DeleteLabelValues(id, string(v1alpha1.Connected))
@@ -121,15 +136,33 @@ func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 	e.log.Info("no longer the active gateway")
 }
 
+// announced are the subnets this cluster is reached through: its global
+// CIDR under globalnet, else its pod and service CIDRs.
+func (e *Engine) announced(t *activeTerm) []netip.Prefix {
+	if t.global != nil {
+		return []netip.Prefix{t.global.CIDR}
+	}
+	return e.cfg.subnets()
+}
+
+// healthIP is the health-check address: the global CIDR's under
+// globalnet, else the configured one (invalid: none).
+func (e *Engine) healthIP(t *activeTerm) netip.Addr {
+	if t.global != nil {
+		return t.global.HealthCheck
+	}
+	return e.cfg.HealthCheckIP
+}
+
 // localEndpoint is the Endpoint this gateway publishes while active.
-func (e *Engine) localEndpoint(key cable.Key) v1alpha1.EndpointSpec {
+func (e *Engine) localEndpoint(t *activeTerm, key cable.Key) v1alpha1.EndpointSpec {
 	spec := v1alpha1.EndpointSpec{
 		ClusterID:   e.cfg.ClusterID,
 		Hostname:    e.cfg.NodeName,
 		CableDriver: v1alpha1.CableDriver(e.cfg.CableDriver),
 		PublicIP:    e.cfg.PublicIP.String(),
 		Port:        int32(e.cfg.Port),
-		Subnets:     prefixStrings(e.cfg.subnets()),
+		Subnets:     prefixStrings(e.announced(t)),
 	}
 	if e.cfg.PrivateIP.IsValid() {
 		spec.PrivateIP = e.cfg.PrivateIP.String()
@@ -137,18 +170,22 @@ func (e *Engine) localEndpoint(key cable.Key) v1alpha1.EndpointSpec {
 	if !key.IsZero() {
 		spec.PublicKey = key.String()
 	}
-	if e.cfg.HealthCheckIP.IsValid() {
-		spec.HealthCheckIP = e.cfg.HealthCheckIP.String()
+	if hc := e.healthIP(t); hc.IsValid() {
+		spec.HealthCheckIP = hc.String()
 	}
 	return spec
 }
 
-func (e *Engine) localCluster() v1alpha1.ClusterSpec {
-	return v1alpha1.ClusterSpec{
+func (e *Engine) localCluster(t *activeTerm) v1alpha1.ClusterSpec {
+	spec := v1alpha1.ClusterSpec{
 		ClusterID:    e.cfg.ClusterID,
 		PodCIDRs:     prefixStrings(e.cfg.PodCIDRs),
 		ServiceCIDRs: prefixStrings(e.cfg.ServiceCIDRs),
 	}
+	if t.global != nil {
+		spec.GlobalCIDRs = []string{t.global.CIDR.String()}
+	}
+	return spec
 }
 
 // sync is one full pass: node prerequisites, cable, publish, mirror.
@@ -164,20 +201,35 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		}
 		t.forwarding = true
 	}
+	if e.cfg.Globalnet != nil && t.global == nil {
+		// Before the driver: the tunnel carries the global CIDR.
+		cidr, err := globalnet.Claim(ctx, e.broker, e.broker, *e.cfg.Globalnet, e.cfg.ClusterID)
+		if err != nil {
+			return fmt.Errorf("global CIDR: %w", err)
+		}
+		l, err := nat.NewLayout(cidr, nat.DefaultEgressIPs)
+		if err != nil {
+			return fmt.Errorf("global CIDR %s: %w", cidr, err)
+		}
+		t.global = &l
+		e.nat.RequestFull()
+		e.log.Info("global CIDR", "cidr", cidr, "healthCheck", l.HealthCheck, "ingress", l.Ingress, "egress", l.Egress)
+		step("global-cidr")
+	}
 	if t.driver == nil {
-		d, err := e.newDriver(ctx)
+		d, err := e.newDriver(ctx, e.announced(t))
 		if err != nil {
 			return err
 		}
 		t.driver = d
 		step("driver")
 	}
-	if e.cfg.HealthCheckIP.IsValid() {
-		if err := ensureHealthAddr(e.cfg.Netns, e.cfg.device(), e.cfg.HealthCheckIP); err != nil {
+	if hc := e.healthIP(t); hc.IsValid() {
+		if err := ensureHealthAddr(e.cfg.Netns, e.cfg.device(), hc); err != nil {
 			return err
 		}
 		if _, ok := t.prober.(noProber); ok {
-			p, err := newICMPProber(e.cfg.Netns, e.cfg.HealthCheckIP, e.cfg.HealthInterval, e.log, e.observeProbe)
+			p, err := newICMPProber(e.cfg.Netns, hc, e.cfg.HealthInterval, e.log, e.observeProbe)
 			if err != nil {
 				return err
 			}
@@ -196,7 +248,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	// take them from the local spec rather than from the broker's echo,
 	// so that the local mirror (which the route agents follow) names the
 	// new active gateway without waiting for the broker round trip.
-	ownEP, ownCl := e.localEndpoint(t.driver.PublicKey()), e.localCluster()
+	ownEP, ownCl := e.localEndpoint(t, t.driver.PublicKey()), e.localCluster(t)
 	remotes = withOwn(remotes, e.cfg.ClusterID, ownEP, ownCl)
 	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), CableDriver: e.cfg.CableDriver, Port: e.cfg.Port}
 	d := Compute(local, remotes)
@@ -212,6 +264,12 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	}
 	t.prober.SetTargets(d.HealthTargets)
 	step("cable")
+	if t.global != nil {
+		if err := e.syncNAT(ctx, t, d); err != nil {
+			errs = append(errs, err)
+		}
+		step("nat")
+	}
 
 	// Publish this cluster to its broker namespace (remote gateways wait
 	// for the Endpoint) while mirroring into the local cluster (its own
@@ -265,6 +323,32 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	e.m.remotes.WithLabelValues("valid").Set(float64(len(d.Connections)))
 	e.m.remotes.WithLabelValues("invalid").Set(float64(invalid))
 	return errors.Join(errs...)
+}
+
+// +kubebuilder:rbac:groups=causeway.dev,resources=globalingresses,verbs=get;list;watch
+
+// syncNAT makes the globalnet translation match the cluster's
+// GlobalIngresses and the remote subnets just programmed into the cable.
+func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
+	var list v1alpha1.GlobalIngressList
+	if err := e.lcache.List(ctx, &list); err != nil {
+		return fmt.Errorf("list GlobalIngresses: %w", err)
+	}
+	var remote []netip.Prefix
+	for _, c := range d.Connections {
+		remote = append(remote, c.Subnets...)
+	}
+	cfg, skipped := globalnet.Rules(*t.global, list.Items, remote)
+	if s := strings.Join(skipped, "; "); s != t.natSkipped {
+		t.natSkipped = s
+		if s != "" {
+			e.log.Warn("GlobalIngress entries not translated", "skipped", skipped)
+		}
+	}
+	if _, err := e.nat.Sync(ctx, cfg); err != nil {
+		return fmt.Errorf("globalnet rules: %w", err)
+	}
+	return nil
 }
 
 // publish writes this cluster's Endpoint, then its Cluster, to its broker

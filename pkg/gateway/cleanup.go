@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/globalnet"
 )
 
 // +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=gateways,verbs=delete
@@ -23,7 +24,7 @@ func (e *Engine) Cleanup(ctx context.Context) error {
 	e.driverMu.Lock()
 	defer e.driverMu.Unlock()
 	var errs []error
-	d, err := e.newDriver(ctx)
+	d, err := e.newDriver(ctx, e.cfg.subnets())
 	if err != nil {
 		errs = append(errs, err)
 	} else if err := d.Cleanup(ctx); err != nil {
@@ -39,8 +40,18 @@ func (e *Engine) Cleanup(ctx context.Context) error {
 		if err := direct.Delete(ctx, ep); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete broker endpoint: %w", err))
 		}
+		// The cluster's last active gateway leaves: its global CIDR
+		// goes back to the supernet.
+		if e.cfg.Globalnet != nil {
+			if err := globalnet.Release(ctx, direct, direct, e.cfg.ClusterID); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("get broker endpoint: %w", err))
+	}
+	if err := e.nat.Cleanup(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("remove globalnet rules: %w", err))
 	}
 	gw := &v1alpha1.Gateway{}
 	gw.Namespace, gw.Name = e.cfg.Namespace, e.cfg.NodeName

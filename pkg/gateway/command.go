@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +24,8 @@ import (
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/daemon"
+	"github.com/causeway-net/causeway/pkg/globalnet"
+	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
 // MetricsPort is the gateway's default /metrics port.
@@ -39,6 +42,9 @@ type flags struct {
 	leaseDuration, renewDeadline       time.Duration
 	retryPeriod                        time.Duration
 	cleanup                            bool
+	globalnet                          bool
+	globalSupernet                     string
+	globalCIDRBits                     int
 }
 
 // NewCommand returns the gateway daemon's command.
@@ -48,6 +54,7 @@ func NewCommand() *cobra.Command {
 		port: 4500, cableDriver: string(v1alpha1.CableWireGuard), tunnelDevice: "cw-gw",
 		stateDir: "/var/lib/causeway/gateway", leaseDuration: DefaultLeaseDuration,
 		renewDeadline: DefaultRenewDeadline, retryPeriod: DefaultRetryPeriod,
+		globalSupernet: globalnet.DefaultSupernet, globalCIDRBits: globalnet.DefaultCIDRBits,
 	}
 	var cmd *cobra.Command
 	cmd = daemon.Command("gateway",
@@ -57,9 +64,17 @@ One candidate per cluster becomes active through a Lease; it publishes the
 cluster's Endpoint to the broker and keeps an encrypted tunnel to every
 remote cluster's active gateway.
 
+With --globalnet the cluster is reached only through a global CIDR: the
+active gateway claims one of --global-supernet in the broker, announces it
+instead of the pod and service CIDRs, SNATs traffic to remote clusters to
+its egress addresses and translates every exported service port's global
+IP:port pair (GlobalIngress objects, written by the MCS controller) to the
+Service's ClusterIP:port in nftables table ip causeway-globalnet.
+
 With --cleanup it removes everything it created (tunnel device and routes,
-its health-check address, this cluster's Endpoint in the broker if this
-node published it, its Gateway object) and exits.`,
+its health-check address, the globalnet rules, this cluster's Endpoint and
+global CIDR claim in the broker if this node published it, its Gateway
+object) and exits.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
 			if f.cableDriver == string(v1alpha1.CableIPsec) && !cmd.Flags().Changed("port") {
 				f.port = ipsec.IKEPort // charon's fixed IKE port
@@ -100,6 +115,9 @@ node published it, its Gateway object) and exits.`,
 	fs.DurationVar(&f.leaseDuration, "lease-duration", f.leaseDuration, "gateway lease duration (whole seconds)")
 	fs.DurationVar(&f.renewDeadline, "renew-deadline", f.renewDeadline, "the active gives up leadership when it cannot renew within this")
 	fs.DurationVar(&f.retryPeriod, "retry-period", f.retryPeriod, "lease renew interval of the active (passive candidates watch the lease) and retry interval after a failed lease request")
+	fs.BoolVar(&f.globalnet, "globalnet", f.globalnet, "reach this cluster only through a global CIDR (for clusters whose pod/service CIDRs overlap another member's)")
+	fs.StringVar(&f.globalSupernet, "global-supernet", f.globalSupernet, "globalnet: clusterset supernet the global CIDRs are claimed from (the same on every cluster)")
+	fs.IntVar(&f.globalCIDRBits, "global-cidr-bits", f.globalCIDRBits, "globalnet: prefix length of one cluster's global CIDR (the same on every cluster)")
 	fs.BoolVar(&f.cleanup, "cleanup", false, "remove everything this gateway created and exit")
 	return cmd
 }
@@ -148,6 +166,14 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 	}
 	cfg.PodCIDRs, _ = daemon.ParsePrefixes(opts.PodCIDRs)
 	cfg.ServiceCIDRs, _ = daemon.ParsePrefixes(opts.ServiceCIDRs)
+	if f.globalnet {
+		avoid := slices.Concat(cfg.PodCIDRs, cfg.ServiceCIDRs, []netip.Prefix{netip.MustParsePrefix(mcs.DefaultVIPRange)})
+		plan, err := globalnet.ParsePlan(f.globalSupernet, f.globalCIDRBits, avoid...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--global-supernet/--global-cidr-bits: %w", err))
+		}
+		cfg.Globalnet = &plan
+	}
 	var err error
 	if cfg.Local, err = opts.RESTConfig(); err != nil {
 		errs = append(errs, err)

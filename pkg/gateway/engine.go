@@ -26,7 +26,9 @@ import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
+	"github.com/causeway-net/causeway/pkg/globalnet"
 	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 // LeaseName is the gateway leader-election Lease in the local namespace.
@@ -75,6 +77,8 @@ type Config struct {
 	RouteTable int
 	// HealthCheckIP, when valid, is put on the tunnel device, published
 	// in the Endpoint and used as the source of health-check echoes.
+	// Under globalnet it must be left unset: the layout's health-check
+	// address of the global CIDR is used.
 	HealthCheckIP  netip.Addr
 	HealthInterval time.Duration
 
@@ -88,6 +92,12 @@ type Config struct {
 	// StatusInterval is how often the Gateway status is refreshed; it is
 	// written when a connection changes state or every StatusMaxAge.
 	StatusInterval, StatusMaxAge time.Duration
+
+	// Globalnet, when set, makes this cluster reachable only through a
+	// global CIDR of Globalnet's supernet: the active gateway claims it in
+	// the broker, announces it instead of the pod and service CIDRs, and
+	// translates the cluster's GlobalIngress pairs (see pkg/globalnet).
+	Globalnet *globalnet.Plan
 
 	// Local and Broker are the API clients' configurations.
 	Local, Broker *rest.Config
@@ -146,6 +156,9 @@ func (c Config) validate() error {
 	if c.Drivers[c.CableDriver] == nil {
 		errs = append(errs, fmt.Errorf("cable driver %q: %w", c.CableDriver, cable.ErrUnknownDriver))
 	}
+	if c.Globalnet != nil && c.HealthCheckIP.IsValid() {
+		errs = append(errs, errors.New("under globalnet the health-check IP comes from the global CIDR: leave it unset"))
+	}
 	if c.HealthCheckIP.IsValid() && !slices.ContainsFunc(c.subnets(), func(p netip.Prefix) bool { return p.Contains(c.HealthCheckIP) }) {
 		errs = append(errs, fmt.Errorf("health-check IP %s is outside the pod and service CIDRs", c.HealthCheckIP))
 	}
@@ -168,13 +181,17 @@ func (c Config) device() string {
 
 // Engine is one gateway candidate.
 type Engine struct {
-	cfg      Config
-	log      *slog.Logger
-	m        *metrics
-	local    client.Client
-	kube     kubernetes.Interface
-	broker   client.Client
-	bcache   cache.Cache
+	cfg    Config
+	log    *slog.Logger
+	m      *metrics
+	local  client.Client
+	kube   kubernetes.Interface
+	broker client.Client
+	bcache cache.Cache
+	// lcache watches the local GlobalIngresses and nat applies the
+	// translation (globalnet only, else nil).
+	lcache   cache.Cache
+	nat      *nat.Table
 	recorder record.EventRecorder
 	events   record.EventBroadcaster
 
@@ -218,10 +235,18 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker client: %w", err)
 	}
+	var lc cache.Cache
+	if cfg.Globalnet != nil {
+		lc, err = cache.New(cfg.Local, cache.Options{Scheme: scheme, DefaultTransform: cache.TransformStripManagedFields()})
+		if err != nil {
+			return nil, fmt.Errorf("local cache: %w", err)
+		}
+	}
 	eb := record.NewBroadcaster()
 	e := &Engine{
 		cfg: cfg, log: cfg.Log, m: newMetrics(cfg.Metrics),
-		local: local, kube: kc, broker: broker, bcache: bc,
+		local: local, kube: kc, broker: broker, bcache: bc, lcache: lc,
+		nat:      nat.NewTable(nat.NewNftRunner(cfg.Netns), nat.NewMetrics(cfg.Metrics)),
 		events:   eb,
 		recorder: eb.NewRecorder(scheme, corev1.EventSource{Component: "causeway-gateway", Host: cfg.NodeName}),
 		trigger:  make(chan struct{}, 1),
@@ -261,28 +286,41 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.kube.CoreV1().Events("")})
 	defer e.events.Shutdown()
 
-	// The broker informers run in every candidate, so that a passive one
-	// taking over starts from a warm cache.
-	for _, obj := range []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}} {
-		inf, err := e.bcache.GetInformer(ctx, obj)
-		if err != nil {
-			return fmt.Errorf("broker informer: %w", err)
-		}
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { e.kick() },
-			UpdateFunc: func(any, any) { e.kick() },
-			DeleteFunc: func(any) { e.kick() },
-		}); err != nil {
-			return fmt.Errorf("broker event handler: %w", err)
-		}
+	// The informers run in every candidate, so that a passive one taking
+	// over starts from a warm cache.
+	watched := []struct {
+		c    cache.Cache
+		objs []client.Object
+	}{{e.bcache, []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}}}}
+	if e.cfg.Globalnet != nil {
+		watched[0].objs = append(watched[0].objs, &v1alpha1.GlobalCIDR{})
+		watched = append(watched, struct {
+			c    cache.Cache
+			objs []client.Object
+		}{e.lcache, []client.Object{&v1alpha1.GlobalIngress{}}})
 	}
 	cacheCtx, stopCache := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCache()
-	go func() {
-		if err := e.bcache.Start(cacheCtx); err != nil {
-			e.log.Error("broker cache stopped", "err", err)
+	for _, w := range watched {
+		for _, obj := range w.objs {
+			inf, err := w.c.GetInformer(ctx, obj)
+			if err != nil {
+				return fmt.Errorf("informer %T: %w", obj, err)
+			}
+			if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+				AddFunc:    func(any) { e.kick() },
+				UpdateFunc: func(any, any) { e.kick() },
+				DeleteFunc: func(any) { e.kick() },
+			}); err != nil {
+				return fmt.Errorf("event handler %T: %w", obj, err)
+			}
 		}
-	}()
+		go func() {
+			if err := w.c.Start(cacheCtx); err != nil {
+				e.log.Error("cache stopped", "err", err)
+			}
+		}()
+	}
 
 	if err := e.writeGateway(ctx, gatewayStatus{role: v1alpha1.HAStatusPassive}); err != nil {
 		e.log.Warn("write gateway status", "err", err)
@@ -358,7 +396,7 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	if ok, err := linkExists(e.cfg.Netns, e.cfg.device()); err != nil || !ok {
 		return // nothing left (an embedded WireGuard device dies with its process)
 	}
-	d, err := e.newDriver(ctx)
+	d, err := e.newDriver(ctx, e.cfg.subnets())
 	if err != nil {
 		e.log.Warn("remove leftover tunnel", "err", err)
 		return
@@ -368,7 +406,9 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	}
 }
 
-func (e *Engine) newDriver(ctx context.Context) (cable.Driver, error) {
+// newDriver builds the cable driver; subnets are the local subnets the
+// tunnel carries (what the Endpoint announces).
+func (e *Engine) newDriver(ctx context.Context, subnets []netip.Prefix) (cable.Driver, error) {
 	if e.cfg.StateDir != "" {
 		if err := os.MkdirAll(e.cfg.StateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("state dir: %w", err)
@@ -383,7 +423,7 @@ func (e *Engine) newDriver(ctx context.Context) (cable.Driver, error) {
 		StateDir:     e.cfg.StateDir,
 		Netns:        e.cfg.Netns,
 		RouteTable:   e.cfg.RouteTable,
-		Subnets:      e.cfg.subnets(),
+		Subnets:      subnets,
 		SharedSecret: e.cfg.SharedSecret,
 		Logger:       e.log.With("driver", e.cfg.CableDriver),
 	})

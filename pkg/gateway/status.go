@@ -92,7 +92,7 @@ func (e *Engine) writeStatus(ctx context.Context, t *activeTerm, force bool) {
 	if t.driver != nil {
 		key = t.driver.PublicKey()
 	}
-	ep := e.localEndpoint(key)
+	ep := e.localEndpoint(t, key)
 	st := gatewayStatus{role: v1alpha1.HAStatusActive, local: &ep, conns: e.connections(ctx, t)}
 	if !force && sameShape(st, t.lastStatus) && time.Since(t.lastWritten) < e.cfg.StatusMaxAge {
 		return

@@ -34,7 +34,7 @@ const Namespace = "causeway-system"
 
 // Daemons are the daemons with an identity of their own in a member
 // cluster (deploy/manifests/identities.yaml).
-var Daemons = []string{"gateway", "route-agent", "mcs-controller", "globalnet"}
+var Daemons = []string{"gateway", "route-agent", "mcs-controller"}
 
 // ServiceAccountName is the ServiceAccount of a daemon (one of Daemons)
 // in Namespace.

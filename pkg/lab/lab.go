@@ -57,6 +57,10 @@ type Config struct {
 	// Cable is the gateways' cable driver: wireguard (default), ipsec or
 	// vxlan.
 	Cable string
+	// NoGlobalnet runs the gateways without globalnet: clusters are then
+	// reached through their pod and service CIDRs, and of two overlapping
+	// clusters only the older is reachable from the others.
+	NoGlobalnet bool
 }
 
 // Cable drivers the lab can run, with what the route agents and
@@ -84,8 +88,11 @@ type State struct {
 	Demo     bool            `json:"demo"`
 	// Cable is the gateways' cable driver (empty in labs from before
 	// the choice: wireguard).
-	Cable    string            `json:"cable,omitempty"`
-	Versions map[string]string `json:"versions"`
+	Cable string `json:"cable,omitempty"`
+	// Globalnet: every cluster is reached through a global CIDR of
+	// globalnet.DefaultSupernet.
+	Globalnet bool              `json:"globalnet"`
+	Versions  map[string]string `json:"versions"`
 }
 
 // Topology turns the config into the lab's description: c1 and c2 share

@@ -96,7 +96,7 @@ func (s *State) DaemonBinary(name string) string {
 // MissingDaemons lists the daemon binaries not found next to causewayctl.
 func (s *State) MissingDaemons() []string {
 	var missing []string
-	for _, d := range []string{"gateway", "route-agent", "globalnet", "mcs-controller"} {
+	for _, d := range []string{"gateway", "route-agent", "mcs-controller"} {
 		if _, err := os.Stat(s.DaemonBinary(d)); err != nil {
 			missing = append(missing, d)
 		}
@@ -148,14 +148,16 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node) []U
 			// carries the lab prefix (ipsec uses charon's ipsec0).
 			"--tunnel-device=" + s.Prefix + c.Name + n.Name,
 			"--state-dir=" + filepath.Join(s.NodeStateDir(c.Name, n.Name), "gateway"),
-			"--health-check-ip=" + firstHost(n.PodCIDR).String(),
+		}
+		if s.Globalnet {
+			gw = append(gw, "--globalnet") // health checks from the global CIDR
+		} else {
+			gw = append(gw, "--health-check-ip="+firstHost(n.PodCIDR).String())
 		}
 		if s.CableDriver() == "ipsec" {
 			gw = append(gw, "--ipsec-psk-file="+s.PSKFile())
 		}
-		ds = append(ds,
-			daemon{"gateway", gw},
-			daemon{"globalnet", []string{"--metrics-addr=127.0.0.1:9533"}})
+		ds = append(ds, daemon{"gateway", gw})
 	}
 	var units []Unit
 	logDir := filepath.Join(s.LogDir(), c.Name, n.Name)

@@ -49,10 +49,10 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 		return nil, fmt.Errorf("--cable %q: want wireguard, ipsec or vxlan", cfg.Cable)
 	}
 	st := &State{Dir: cfg.Dir, Prefix: cfg.Prefix, BinDir: cfg.BinDir, Self: cfg.Self, Topology: top, Demo: !cfg.NoDemo,
-		Cable:    cfg.Cable,
+		Cable: cfg.Cable, Globalnet: !cfg.NoGlobalnet,
 		Versions: map[string]string{"kubernetes": controlplane.KubernetesVersion, "etcd": controlplane.EtcdVersion}}
 	if old, err := Load(cfg.Dir); err == nil {
-		if !reflect.DeepEqual(old.Topology, st.Topology) || old.CableDriver() != st.CableDriver() {
+		if !reflect.DeepEqual(old.Topology, st.Topology) || old.CableDriver() != st.CableDriver() || old.Globalnet != st.Globalnet {
 			return nil, fmt.Errorf("a lab of another shape is up in %s: run `causewayctl lab down` first", cfg.Dir)
 		}
 		p.say("lab already up in %s: checking and repairing", cfg.Dir)

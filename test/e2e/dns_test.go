@@ -48,9 +48,10 @@ func (l *Lab) checkHeadlessHostnames(ctx context.Context) {
 		}
 		return nil
 	})
+	globalIP := l.globalPodIPs(ctx, "c1", "demo", "web", []string{podIP})[0]
 	for _, q := range []struct{ args, want string }{
-		{"web-0.c1.web.demo.svc.clusterset.local", podIP},
-		{"web.demo.svc.clusterset.local", podIP},
+		{"web-0.c1.web.demo.svc.clusterset.local", globalIP},
+		{"web.demo.svc.clusterset.local", globalIP},
 		{"SRV _http._tcp.web.demo.svc.clusterset.local", "8080 web-0.c1.web.demo.svc.clusterset.local."},
 		{"SRV _http._tcp.whereami.demo.svc.clusterset.local", "80 whereami.demo.svc.clusterset.local."},
 	} {
@@ -67,5 +68,11 @@ func (l *Lab) checkHeadlessHostnames(ctx context.Context) {
 			}
 			return fmt.Errorf("got %q, want a record ending in %q", out, q.want)
 		})
+	}
+	// A pod of c2 (whose pod CIDR is c1's) reaches web-0 by its per-pod
+	// clusterset name.
+	ids := l.curlWhereami("c2/demo/client", "http://web-0.c1.web.demo.svc.clusterset.local:8080", []string{"web-0"}, 60)
+	if id, ok := ids["web-0"]; ok && id.Cluster != "c1" {
+		l.t.Errorf("web-0.c1 answered from cluster %q", id.Cluster)
 	}
 }

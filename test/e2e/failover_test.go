@@ -38,9 +38,12 @@ import (
 // keeps carrying data. The gap (longest silence of each stream) and a timeline
 // from the daemons' logs are reported, not asserted (shared machines).
 func TestGatewayFailover(t *testing.T) {
-	l := StartLab(t, "--gateways", "2")
+	// Flat networks (no globalnet): the streams run pod to pod, and the
+	// lab's flat-network promises are checked here too.
+	l := StartLab(t, "--gateways", "2", "--no-globalnet")
 	ctx := context.Background()
 	c1, c3 := l.Client("c1"), l.Client("c3")
+	l.checkCrossCluster(ctx)
 
 	old := l.activeGateway(ctx, "c1")
 	pods := &corev1.PodList{}

@@ -34,7 +34,7 @@ func TestLabIPsec(t *testing.T) {
 	if _, err := os.Stat(ipsec.Charon); err != nil {
 		t.Skipf("strongSwan charon is not installed (%v): install strongswan-charon and libcharon-extra-plugins", err)
 	}
-	l := StartLab(t, "--cable", "ipsec", "--clusters", "2", "--nodes", "2",
+	l := StartLab(t, "--cable", "ipsec", "--clusters", "2", "--nodes", "2", "--no-globalnet",
 		"--pod-cidr", "c2=10.245.0.0/16", "--service-cidr", "c2=10.97.0.0/16")
 	ctx := context.Background()
 	st, err := lab.Load(l.Dir)

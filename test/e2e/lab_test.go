@@ -167,8 +167,14 @@ func keys(m map[string]apps.Identity) []string {
 // nodes and pods become Ready, a pod reaches a ClusterIP Service of its
 // cluster by IP and by name and gets answers from both replicas, a
 // second `up` changes nothing, and `down` leaves nothing behind.
+//
+// CAUSEWAY_E2E_CABLE=vxlan|ipsec runs it over another cable driver.
 func TestLab(t *testing.T) {
-	l := StartLab(t)
+	var args []string
+	if c := os.Getenv("CAUSEWAY_E2E_CABLE"); c != "" {
+		args = append(args, "--cable", c)
+	}
+	l := StartLab(t, args...)
 	ctx := context.Background()
 
 	for _, cluster := range []string{"c1", "c2", "c3"} {
@@ -221,15 +227,18 @@ func TestLab(t *testing.T) {
 		t.Errorf("c3 resolved whereami.demo.svc.cluster.local: %s", out)
 	}
 
-	l.checkCrossCluster(ctx)
-	// diagnose fails overall (c2 has no tunnel: its CIDRs overlap c1's)
-	// but reports the c1 ↔ c3 tunnel healthy from both sides.
-	waitFor(t, "diagnose reporting the c1 ↔ c3 tunnel healthy", func() error {
-		out, _ := l.causewayctl("diagnose")
-		for _, want := range []string{"ok   c1: tunnel n0 → c3", "ok   c3: tunnel n0 → c1", "ok   c3/n1: chain CAUSEWAY-MSS", "c3: remote c2 refused"} {
+	// Globalnet: c1 and c2 overlap, yet every pair of clusters has a
+	// tunnel (each reached through its global CIDR).
+	waitFor(t, "diagnose reporting every tunnel healthy", func() error {
+		out, err := l.causewayctl("diagnose")
+		for _, want := range []string{"ok   c1: tunnel n0 → c2", "ok   c2: tunnel n0 → c1", "ok   c1: tunnel n0 → c3",
+			"ok   c3: tunnel n0 → c1", "ok   c2: tunnel n0 → c3", "ok   c3: tunnel n0 → c2", "ok   c3/n1: chain CAUSEWAY-MSS"} {
 			if !strings.Contains(out, want) {
-				return fmt.Errorf("diagnose lacks %q:\n%s", want, out)
+				return fmt.Errorf("diagnose lacks %q (%v):\n%s", want, err, out)
 			}
+		}
+		if strings.Contains(out, "refused") {
+			return fmt.Errorf("diagnose reports a refused remote:\n%s", out)
 		}
 		return nil
 	})
@@ -238,6 +247,7 @@ func TestLab(t *testing.T) {
 	l.checkBrokerOutage(ctx)
 	l.checkConflictAndHeadless(ctx)
 	l.checkHeadlessHostnames(ctx)
+	l.checkGlobalUnexport(ctx)
 
 	// The Causeway daemons run supervised in the node namespaces, and a
 	// crashed one is restarted.
@@ -472,6 +482,7 @@ func (l *Lab) checkMCS(ctx context.Context) {
 		}
 		return nil
 	})
+	l.checkGlobalTraffic(ctx, vip)
 	if out, err := l.causewayctl("unexport", "demo/whereami", "--cluster", "c2"); err != nil {
 		l.t.Fatalf("unexport from c2: %v\n%s", err, out)
 	}
@@ -604,12 +615,14 @@ func (l *Lab) checkConflictAndHeadless(ctx context.Context) {
 	if err := l.Client("c1").List(ctx, pods, client.InNamespace("demo"), client.MatchingLabels{"app": "whereami"}); err != nil {
 		l.t.Fatal(err)
 	}
-	var want []string
+	var podIPs []string
 	for _, p := range pods.Items {
-		want = append(want, p.Status.PodIP)
+		podIPs = append(podIPs, p.Status.PodIP)
 	}
+	// Under globalnet each ready pod has a global IP of its own (1:1).
+	want := l.globalPodIPs(ctx, "c1", "demo", "whereami-headless", podIPs)
 	slices.Sort(want)
-	waitFor(l.t, "whereami-headless.demo.svc.clusterset.local resolving in c3 to c1's pods", func() error {
+	waitFor(l.t, "whereami-headless.demo.svc.clusterset.local resolving in c3 to c1's pods' global IPs", func() error {
 		out, err := l.Exec("c3/demo/client", "dig", "+short", "whereami-headless.demo.svc.clusterset.local")
 		got := strings.Fields(out)
 		slices.Sort(got)

@@ -1,0 +1,261 @@
+package nat
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// baseConfig is the gateway's config of the test topology: the Service
+// 10.96.0.10 (tcp/80, udp/53) exported at 242.0.1.2:1024/1025, the
+// headless pod 10.244.0.6 at 242.0.1.3.
+func baseConfig(t testing.TB) (Config, Layout) {
+	t.Helper()
+	l, err := NewLayout(localGlobal, DefaultEgressIPs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAllocator(l.Ingress, DefaultPortRange)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gip, ports, err := a.Allocate("default/web", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podIP, err := a.AllocateIP("default/db/" + headlessPod.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{
+		LocalGlobal: []netip.Prefix{localGlobal},
+		Remote:      []netip.Prefix{remoteGlobal},
+		Egress:      l.Egress,
+		Ingress: []Ingress{
+			{Protocol: "tcp", Global: netip.AddrPortFrom(gip, ports[0]), Target: netip.AddrPortFrom(clusterIP, 80)},
+			{Protocol: "udp", Global: netip.AddrPortFrom(gip, ports[1]), Target: netip.AddrPortFrom(clusterIP, 53)},
+		},
+		Pods: []PodIngress{{Global: podIP, Pod: headlessPod}},
+	}, l
+}
+
+func TestGatewayTranslatesBothWays(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	cfg, l := baseConfig(t)
+	tcpG, udpG, podG := cfg.Ingress[0].Global, cfg.Ingress[1].Global, cfg.Pods[0].Global
+	if tcpG.String() != "242.0.1.2:1024" || udpG.String() != "242.0.1.2:1025" || podG.String() != "242.0.1.252" {
+		t.Fatalf("allocator handed out %s %s %s, want 242.0.1.2:1024 242.0.1.2:1025 242.0.1.252", tcpG, udpG, podG)
+	}
+	tp.tcpPeerServer(t, "pod", podAddr.String()+":8080")
+	tp.udpPeerServer(t, "pod", podAddr.String()+":5353")
+	tp.tcpPeerServer(t, "pod", headlessPod.String()+":9000")
+	tp.tcpPeerServer(t, "client", clientAddr.String()+":7000")
+
+	// Without the table a global address leads nowhere.
+	if got, err := tp.tcpAsk("client", netip.Addr{}, tcpG); err == nil {
+		t.Fatalf("before Sync the client reached %s (answer %q)", tcpG, got)
+	}
+
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	ctx := context.Background()
+	res, err := tab.Sync(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Full || res.Elements != 2+4*2+2 {
+		t.Fatalf("first sync: %+v, want full with 12 elements", res)
+	}
+	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+
+	// TCP: reaches the pod through ClusterIP + kube-proxy's DNAT, the pod
+	// sees the client's global source, and since the connection was
+	// established the SYN-ACK came from tcpG (the socket is connected to it).
+	got, err := tp.tcpAsk("client", netip.Addr{}, tcpG)
+	if err != nil {
+		t.Fatalf("tcp to %s: %v", tcpG, err)
+	}
+	if hostOf(got) != clientAddr.String() {
+		t.Errorf("pod saw the tcp client as %s, want %s", got, clientAddr)
+	}
+	// UDP on an unconnected socket: recvfrom shows where the reply came from.
+	ans, from, err := tp.udpAsk("client", udpG)
+	if err != nil {
+		t.Fatalf("udp to %s: %v", udpG, err)
+	}
+	if hostOf(ans) != clientAddr.String() || from != udpG.String() {
+		t.Errorf("udp: pod saw %s, reply from %s; want %s and %s", ans, from, clientAddr, udpG)
+	}
+	// A global port of one protocol does not answer for the other.
+	if _, _, err := tp.udpAsk("client", tcpG); err == nil {
+		t.Errorf("udp to the tcp pair %s was answered", tcpG)
+	}
+
+	// Headless pod 1:1, inbound: the pod sees the client, the reply comes
+	// from the pod's global IP (connection established).
+	if got, err := tp.tcpAsk("client", netip.Addr{}, netip.AddrPortFrom(podG, 9000)); err != nil || hostOf(got) != clientAddr.String() {
+		t.Errorf("tcp to headless %s:9000: answer %q, err %v; want seen as %s", podG, got, err, clientAddr)
+	}
+	// Headless pod outbound: leaves with its global IP, not an egress IP.
+	remote := netip.AddrPortFrom(clientAddr, 7000)
+	if got, err := tp.tcpAsk("pod", headlessPod, remote); err != nil || hostOf(got) != podG.String() {
+		t.Errorf("headless pod → remote: seen as %q (err %v), want %s", got, err, podG)
+	}
+	// Any other pod: SNAT to one of the egress IPs.
+	got, err = tp.tcpAsk("pod", podAddr, remote)
+	if err != nil {
+		t.Fatalf("pod → remote: %v", err)
+	}
+	if ip := netip.MustParseAddr(hostOf(got)); !slices.Contains(l.Egress, ip) {
+		t.Errorf("pod → remote seen as %s, want one of the egress IPs %v", got, l.Egress)
+	}
+	// The gateway itself (host network) leaves with an egress IP too.
+	gwOut := ""
+	{
+		var err error
+		gwOut, err = tp.tcpAsk("gw", netip.Addr{}, remote)
+		if err != nil {
+			t.Fatalf("gateway → remote: %v", err)
+		}
+	}
+	if ip := netip.MustParseAddr(hostOf(gwOut)); !slices.Contains(l.Egress, ip) {
+		t.Errorf("gateway → remote seen as %s, want one of %v", gwOut, l.Egress)
+	}
+
+	// An equal Sync writes nothing; Cleanup removes everything.
+	if res, err := tab.Sync(ctx, cfg); err != nil || res.Full || res.Added+res.Removed != 0 {
+		t.Errorf("equal sync: %+v, %v; want no change", res, err)
+	}
+	if err := tab.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := tp.in(t, "gw", "nft", "list", "tables"); strings.Contains(out, TableName) {
+		t.Errorf("after Cleanup: %s", out)
+	}
+	if got, err := tp.tcpAsk("client", netip.Addr{}, tcpG); err == nil {
+		t.Errorf("after Cleanup the client still reached %s (%q)", tcpG, got)
+	}
+}
+
+func TestOutsideFlushIsRepaired(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	tp.tcpPeerServer(t, "pod", podAddr.String()+":8080")
+	cfg, _ := baseConfig(t)
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	ctx := context.Background()
+	if _, err := tab.Sync(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	want, err := tab.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Same config after an outside flush: the canary probe notices.
+	tp.in(t, "gw", "nft", "flush", "ruleset")
+	res, err := tab.Sync(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Full || !res.CanaryMissing {
+		t.Errorf("sync after flush: %+v, want full with canary missing", res)
+	}
+	if got, err := tab.Counts(ctx); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after repair counts %v (err %v), want %v", got, err, want)
+	}
+	// A changed config after a flush: the incremental transaction fails on
+	// the canary and the same Sync replaces the table.
+	tp.in(t, "gw", "nft", "flush", "ruleset")
+	cfg.Ingress = append(cfg.Ingress, Ingress{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.2:1026"), Target: netip.AddrPortFrom(clusterIP, 443)})
+	res, err = tab.Sync(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Full || !res.CanaryMissing {
+		t.Errorf("changed sync after flush: %+v, want full with canary missing", res)
+	}
+	tp.kubeProxy(t) // the flush took kube-proxy's rules too
+	if got, err := tp.tcpAsk("client", netip.Addr{}, cfg.Ingress[0].Global); err != nil || hostOf(got) != clientAddr.String() {
+		t.Errorf("after repair: %q, %v", got, err)
+	}
+}
+
+func TestIncrementalSyncChangesOnlyTheDifference(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	ctx := context.Background()
+	cfg := manyPorts(t, 2000)
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	if _, err := tab.Sync(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	extra := Ingress{Protocol: "udp", Global: netip.MustParseAddrPort("242.0.1.200:4000"), Target: netip.MustParseAddrPort("10.97.0.1:53")}
+	res, err := tab.Sync(ctx, withIngress(cfg, extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Full || res.Added != 4 || res.Removed != 0 {
+		t.Errorf("add one: %+v, want partial +4", res)
+	}
+	counts, err := tab.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts["tcp-in-addr"] != 2000 || counts["udp-in-addr"] != 1 || counts["udp-out-port"] != 1 {
+		t.Errorf("counts after add: %v", counts)
+	}
+	// Re-point an existing pair to another ClusterIP: delete + add of its elements.
+	moved := slices.Clone(cfg.Ingress)
+	moved[7].Target = netip.MustParseAddrPort("10.98.0.7:8080")
+	res, err = tab.Sync(ctx, Config{LocalGlobal: cfg.LocalGlobal, Remote: cfg.Remote, Egress: cfg.Egress, Ingress: moved})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Full || res.Added != 4 || res.Removed != 4+4 {
+		t.Errorf("move one and drop the extra: %+v, want partial +4 -8", res)
+	}
+	if counts, err = tab.Counts(ctx); err != nil || counts["tcp-in-addr"] != 2000 || counts["udp-in-addr"] != 0 {
+		t.Errorf("counts after move: %v, %v", counts, err)
+	}
+	out := tp.in(t, "gw", "nft", "list", "map", "ip", TableName, "tcp-in-port")
+	if !strings.Contains(out, "10.98.0.7 . "+fmt.Sprint(moved[7].Global.Port())+" : 8080") {
+		t.Errorf("moved pair not in tcp-in-port")
+	}
+}
+
+// manyPorts is a config of n tcp ports: n/2 Services of two ports each,
+// allocated by the Allocator in the local global CIDR.
+func manyPorts(tb testing.TB, n int) Config {
+	tb.Helper()
+	l, err := NewLayout(localGlobal, DefaultEgressIPs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a, err := NewAllocator(l.Ingress, DefaultPortRange)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := Config{LocalGlobal: []netip.Prefix{localGlobal}, Remote: []netip.Prefix{remoteGlobal}, Egress: l.Egress}
+	for i := range n / 2 {
+		ip, ports, err := a.Allocate(fmt.Sprintf("ns/svc-%d", i), 2)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cip := netip.AddrFrom4([4]byte{10, 96, byte(1 + i/250), byte(1 + i%250)})
+		for j, p := range ports {
+			cfg.Ingress = append(cfg.Ingress, Ingress{Protocol: "tcp", Global: netip.AddrPortFrom(ip, p), Target: netip.AddrPortFrom(cip, uint16(80+j))})
+		}
+	}
+	return cfg
+}
+
+func withIngress(c Config, in ...Ingress) Config {
+	c.Ingress = append(slices.Clone(c.Ingress), in...)
+	return c
+}
