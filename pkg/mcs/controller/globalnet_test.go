@@ -170,6 +170,66 @@ func TestGlobalnet(t *testing.T) {
 		}
 	}
 
+	t.Run("headless", func(t *testing.T) {
+		// c2's headless Service: c1 reaches each ready pod at its global
+		// IP (1:1), c2 itself at the pod IPs; the same pod IPs in c1 do not
+		// clash.
+		dbs := map[string]*corev1.Service{}
+		for _, id := range []string{"c1", "c2"} {
+			dbs[id] = service(t, e.c(id), "gn", "db", true, map[string]int32{"pg": 5432})
+			localSlice(t, e.c(id), dbs[id], 5432, pod{ip: "10.244.3.1", hostname: "db-0", ready: true}, pod{ip: "10.244.3.2", hostname: "db-1", ready: true})
+			export(t, e.c(id), "gn", "db")
+		}
+		pods := func(id string) (map[string]string, error) {
+			gi, err := globalIngress(e.c(id), "gn", "db")
+			if err != nil {
+				return nil, err
+			}
+			out := map[string]string{}
+			for _, p := range gi.Spec.Pods {
+				out[p.PodIP] = p.GlobalIP
+			}
+			if len(out) != 2 || gi.Spec.IP != "" || len(gi.Spec.Ports) != 0 {
+				return nil, fmt.Errorf("headless GlobalIngress %+v", gi.Spec)
+			}
+			return out, nil
+		}
+		var g2 map[string]string
+		eventually(t, "c2's pods allocated", func() error {
+			var err error
+			g2, err = pods("c2")
+			return err
+		})
+		eventually(t, "c1 imports c2's pods at their global IPs", wantEndpoints(c1, "gn", "db",
+			"c1/10.244.3.1/true/db-0", "c1/10.244.3.2/true/db-1",
+			"c2/"+g2["10.244.3.1"]+"/true/db-0", "c2/"+g2["10.244.3.2"]+"/true/db-1"))
+		eventually(t, "c2 imports itself at the pod IPs", func() error {
+			g1, err := pods("c1")
+			if err != nil {
+				return err
+			}
+			return wantEndpoints(c2, "gn", "db", "c2/10.244.3.1/true/db-0", "c2/10.244.3.2/true/db-1",
+				"c1/"+g1["10.244.3.1"]+"/true/db-0", "c1/"+g1["10.244.3.2"]+"/true/db-1")()
+		})
+		// A pod of c2 stops being ready: its global IP goes, the other's stays.
+		localSlice(t, c2, dbs["c2"], 5432, pod{ip: "10.244.3.1", hostname: "db-0", ready: false}, pod{ip: "10.244.3.2", hostname: "db-1", ready: true})
+		eventually(t, "c2's not-ready pod loses its global IP", func() error {
+			gi, err := globalIngress(c2, "gn", "db")
+			if err != nil {
+				return err
+			}
+			if len(gi.Spec.Pods) != 1 || gi.Spec.Pods[0].PodIP != "10.244.3.2" || gi.Spec.Pods[0].GlobalIP != g2["10.244.3.2"] {
+				return fmt.Errorf("pods %+v, had %v", gi.Spec.Pods, g2)
+			}
+			return nil
+		})
+		eventually(t, "c1 without c2's not-ready pod", wantEndpoints(c1, "gn", "db",
+			"c1/10.244.3.1/true/db-0", "c1/10.244.3.2/true/db-1", "c2/"+g2["10.244.3.2"]+"/true/db-1"))
+		for _, id := range []string{"c1", "c2"} {
+			unexport(t, e.c(id), "gn", "db")
+		}
+	})
+
 	t.Run("restart keeps the allocation", func(t *testing.T) {
 		e.stop("c1")
 		e.start("c1")
