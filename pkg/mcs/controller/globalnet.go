@@ -204,7 +204,7 @@ func (c *Controller) applyGlobalIngress(ctx context.Context, key types.Namespace
 func (c *Controller) releaseGlobal(ctx context.Context, key types.NamespacedName, have *causewayv1alpha1.GlobalIngress) (globalResult, error) {
 	var res globalResult
 	if have == nil || have.DeletionTimestamp != nil {
-		return res, nil
+		return res, c.forgetGlobal(ctx, key)
 	}
 	if have.Spec.ReleasedAt == nil {
 		upd := have.DeepCopy()
@@ -236,6 +236,31 @@ func (c *Controller) releaseGlobal(ctx context.Context, key types.NamespacedName
 	delete(g.waiting, key)
 	c.globalMetrics()
 	return res, nil
+}
+
+// forgetGlobal frees the addresses of a Service whose GlobalIngress was
+// deleted by someone else (its namespace went, or by hand), once the API
+// server confirms it is gone (the cache may not have seen our own create
+// yet).
+func (c *Controller) forgetGlobal(ctx context.Context, key types.NamespacedName) error {
+	g := &c.global
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h, ok := g.held[key]
+	if !ok || g.alloc == nil {
+		return nil
+	}
+	switch err := c.reader.Get(ctx, key, &causewayv1alpha1.GlobalIngress{}); {
+	case err == nil:
+		return nil // still there: its events bring us back
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("get GlobalIngress: %w", err)
+	}
+	mcs.ReleaseGlobal(g.alloc, key.Namespace, key.Name, h)
+	delete(g.held, key)
+	delete(g.waiting, key)
+	c.globalMetrics()
+	return nil
 }
 
 // globalMetrics updates the globalnet gauges; call with c.global.mu held.
