@@ -205,6 +205,9 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		// Before the driver: the tunnel carries the global CIDR.
 		cidr, err := globalnet.Claim(ctx, e.broker, e.broker, *e.cfg.Globalnet, e.cfg.ClusterID)
 		if err != nil {
+			// Nothing is programmed or published without it; the
+			// Gateway object says why (the sync retries with backoff).
+			e.event(ctx, &v1alpha1.Gateway{}, e.cfg.NodeName, Verdict{Reason: "GlobalCIDRUnavailable", Message: err.Error()})
 			return fmt.Errorf("global CIDR: %w", err)
 		}
 		l, err := nat.NewLayout(cidr, nat.DefaultEgressIPs)
