@@ -100,7 +100,11 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 			for _, h := range held {
 				for _, q := range h.subs {
 					if p.Overlaps(q) {
-						conflict = fmt.Sprintf("subnet %s overlaps %s of cluster %q (older)", p, q, h.id)
+						why := "older"
+						if h.created.Equal(c.created) {
+							why = "as old, lower cluster ID"
+						}
+						conflict = fmt.Sprintf("subnet %s overlaps %s of cluster %q (%s)", p, q, h.id, why)
 						break search
 					}
 				}
