@@ -30,7 +30,8 @@
 //     Endpoint is refused if the Cluster is (ReasonInvalidCluster) and each
 //     of its subnets must lie inside the Cluster's CIDRs
 //     (ReasonInvalidCIDR). Without a Cluster object the Endpoint stands on
-//     its own.
+//     its own. An Endpoint's health-check address lies inside its subnets
+//     (ReasonInvalidAddress).
 //  5. Remotes against each other (ReasonOverlappingCIDR): a cluster's claim
 //     is its Cluster's CIDRs (its Endpoint's subnets when it has no Cluster
 //     object), aged by the creation time of that object. Claims are
@@ -171,7 +172,10 @@ type Cluster struct {
 // address) leaves it out of the Remote: it then claims nothing.
 type Endpoint struct {
 	Subnets []string
-	Created time.Time
+	// HealthCheckIP, when valid, must lie inside Subnets
+	// (ReasonInvalidAddress): it is probed through the tunnel.
+	HealthCheckIP netip.Addr
+	Created       time.Time
 }
 
 // Verdict is the policy's outcome for one object.

@@ -162,6 +162,9 @@ func (cfg Config) checkEndpoint(id string, e *Endpoint, cv *Verdict) *Verdict {
 	if v := cfg.checkSpace(id, subs); v != nil {
 		return v
 	}
+	if hc := e.HealthCheckIP; hc.IsValid() && !Contains(subs, hc) {
+		return refuse(v1alpha1.ReasonInvalidAddress, "healthCheckIP %s is outside the endpoint's subnets", hc)
+	}
 	switch {
 	case cv == nil:
 		return accept(subs)

@@ -173,6 +173,12 @@ func TestDecide(t *testing.T) {
 			remotes: []Remote{{ClusterID: "c2", Cluster: cluster(0, []string{"10.2.0.0/16"}, []string{"10.102.0.0/16"}), Endpoint: endpoint(0, "10.2.4.0/24")}},
 			want:    map[string]string{"c2/C": ok, "c2/E": ok}, accepted: map[string][]netip.Prefix{"c2": pfxs("10.2.4.0/24")}},
 
+		{name: "health-check address outside the subnets claims nothing", cfg: base,
+			remotes: []Remote{{ClusterID: "c2", Endpoint: &Endpoint{Subnets: []string{"10.2.0.0/16"}, HealthCheckIP: netip.MustParseAddr("10.9.0.1"), Created: t0}},
+				epOnly("c3", 5, "10.2.0.0/16"),
+				{ClusterID: "c4", Endpoint: &Endpoint{Subnets: []string{"10.4.0.0/16"}, HealthCheckIP: netip.MustParseAddr("10.4.0.1"), Created: t0}}},
+			want: map[string]string{"c2/E": v1alpha1.ReasonInvalidAddress, "c3/E": ok, "c4/E": ok}},
+
 		// Remotes against each other.
 		{name: "oldest wins whatever the IDs", cfg: base, remotes: []Remote{both("zz", 0, "10.250.0.0/16"), both("aa", 10, "10.250.128.0/17")},
 			want: map[string]string{"zz/C": ok, "zz/E": ok, "aa/C": v1alpha1.ReasonOverlappingCIDR, "aa/E": v1alpha1.ReasonInvalidCluster}},

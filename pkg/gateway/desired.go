@@ -117,11 +117,9 @@ var valid = Verdict{Valid: true, Reason: v1alpha1.ReasonValid, Message: "accepte
 // cable driver, public address and port, key, health-check address); every
 // decision about subnets — syntax, reserved ranges, overlaps with this
 // cluster and between remotes (oldest wins), global CIDRs and their
-// claims, an Endpoint inside its Cluster — is pkg/addrpolicy's (Decide).
-// An object refused here claims no subnets there. The health-check
-// address must lie inside the subnets the policy accepted for the
-// Endpoint; that is checked last, so an Endpoint refused for it (when its
-// cluster has no Cluster object) still held its claim in the policy.
+// claims, an Endpoint inside its Cluster, the health-check address inside
+// the Endpoint's subnets — is pkg/addrpolicy's (Decide). An object
+// refused here claims no subnets there.
 func Compute(local Local, remotes []Remote) Desired {
 	rs := slices.Clone(remotes)
 	slices.SortFunc(rs, func(a, b Remote) int { return strings.Compare(a.ClusterID, b.ClusterID) })
@@ -157,7 +155,7 @@ func Compute(local Local, remotes []Remote) Desired {
 			v, conn, hc := checkEndpoint(local, r.ClusterID, e)
 			if v.Valid {
 				conns[i], health[i] = conn, hc
-				pr.Endpoint = &addrpolicy.Endpoint{Subnets: e.Subnets, Created: r.EndpointCreated}
+				pr.Endpoint = &addrpolicy.Endpoint{Subnets: e.Subnets, HealthCheckIP: hc, Created: r.EndpointCreated}
 			} else {
 				st.Endpoint = &v
 			}
@@ -188,10 +186,6 @@ func Compute(local Local, remotes []Remote) Desired {
 		if !d.Endpoint.Valid {
 			continue
 		}
-		if hc := health[i]; hc.IsValid() && !addrpolicy.Contains(d.Accepted(), hc) {
-			st.Endpoint = &Verdict{Reason: v1alpha1.ReasonInvalidAddress, Message: fmt.Sprintf("healthCheckIP %s is outside the endpoint's subnets", hc)}
-			continue
-		}
 		conn := conns[i]
 		conn.Subnets = d.Accepted()
 		out.Connections = append(out.Connections, conn)
@@ -209,7 +203,7 @@ func fromPolicy(v *addrpolicy.Verdict) *Verdict {
 
 // checkEndpoint checks the pairing of a remote Endpoint with this gateway
 // (not its subnets) and returns the connection it asks for, without
-// subnets, and its health-check address.
+// subnets, and its parsed health-check address (for the policy to place).
 func checkEndpoint(local Local, id string, e *v1alpha1.EndpointSpec) (Verdict, cable.Connection, netip.Addr) {
 	bad := func(reason, format string, args ...any) (Verdict, cable.Connection, netip.Addr) {
 		return Verdict{Reason: reason, Message: fmt.Sprintf(format, args...)}, cable.Connection{}, netip.Addr{}
