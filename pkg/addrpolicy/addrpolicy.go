@@ -43,9 +43,14 @@
 // With globalnet, a Cluster that announces global CIDRs is reached through
 // them only: they are its CIDRs for every rule above, its Endpoint must
 // announce subnets inside them, and its pod and service CIDRs are not
-// looked at (they may overlap anybody's).
+// looked at (they may overlap anybody's). Global CIDRs need not lie inside
+// the supernet: the broker's claims say who owns what, and outside the
+// supernet a global CIDR meets the reserved ranges like any other CIDR.
+
 //
-// Decide's result depends on the set of its inputs, never on their order.
+// Decide's result depends on the set of its inputs, never on their order.//
+// The seed corpus of FuzzDecide (testdata/fuzz) runs with every go test;
+// go test -fuzz FuzzDecide ./pkg/addrpolicy/ explores further.
 package addrpolicy
 
 import (
