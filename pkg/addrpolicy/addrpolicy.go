@@ -46,9 +46,9 @@
 // looked at (they may overlap anybody's). Global CIDRs need not lie inside
 // the supernet: the broker's claims say who owns what, and outside the
 // supernet a global CIDR meets the reserved ranges like any other CIDR.
-
 //
-// Decide's result depends on the set of its inputs, never on their order.//
+// Decide's result depends on the set of its inputs, never on their order.
+//
 // The seed corpus of FuzzDecide (testdata/fuzz) runs with every go test;
 // go test -fuzz FuzzDecide ./pkg/addrpolicy/ explores further.
 package addrpolicy
