@@ -322,7 +322,7 @@ func Compute(in Inputs) DesiredState {
 // decision, published by the gateway as Valid=True on the Endpoints these
 // remotes come from; the agent does not re-arbitrate it (two remotes with
 // overlapping subnets are both routed: every remote subnet goes to the
-// same active gateway, whose cable driver holds the one decision). It
+// same active gateway, whose tunnels carry what the policy accepted). It
 // keeps only safety checks of its own, for what it programs on the node:
 // an IPv4, canonical, non-default CIDR that never overlaps a local CIDR
 // (routing one would take the local pods or services off this node).
