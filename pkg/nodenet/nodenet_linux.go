@@ -14,19 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Owner identifies the routes of one component: those with Protocol in
-// Table, and on Link when it is set. Only such routes are ever replaced
-// or deleted.
-type Owner struct {
-	Protocol netlink.RouteProtocol
-	// Table is the route table; 0 means main.
-	Table int
-	// Link is a device index; 0 means owned routes of every device.
-	Link int
-	// Metric is the priority of every owned route.
-	Metric int
-}
-
 func (o Owner) table() int {
 	if o.Table == 0 {
 		return unix.RT_TABLE_MAIN
@@ -34,43 +21,12 @@ func (o Owner) table() int {
 	return o.Table
 }
 
-// Route is one desired route. There is one route per destination: a
-// later one with the same Dst wins.
-type Route struct {
-	Dst netip.Prefix
-	// Via is an on-link next hop; invalid means a device route (scope
-	// link) straight out of Link.
-	Via netip.Addr
-	// Src is the preferred source address; invalid means the kernel's
-	// choice.
-	Src netip.Addr
-	// Link is the index of the outgoing device; 0 makes an unreachable
-	// route (Via and Src must then be invalid).
-	Link int
-}
-
-func (r Route) String() string {
-	var s string
-	switch {
-	case r.Link == 0:
-		return "unreachable " + r.Dst.String()
-	case r.Via.IsValid():
-		s = r.Dst.String() + " via " + r.Via.String()
-	default:
-		s = fmt.Sprintf("%s dev %d", r.Dst, r.Link)
-	}
-	if r.Src.IsValid() {
-		s += " src " + r.Src.String()
-	}
-	return s
-}
-
 // kernel is r as o installs it.
 func (o Owner) kernel(r Route) *netlink.Route {
 	nr := &netlink.Route{
 		Dst:      &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
 		Table:    o.table(),
-		Protocol: o.Protocol,
+		Protocol: netlink.RouteProtocol(o.Protocol),
 		Priority: o.Metric,
 		Type:     unix.RTN_UNICAST,
 		Scope:    netlink.SCOPE_UNIVERSE,
@@ -117,7 +73,7 @@ func desired(r netlink.Route) (Route, bool) {
 
 // owned lists the routes of o in both address families.
 func owned(h *netlink.Handle, o Owner) ([]netlink.Route, error) {
-	filter := &netlink.Route{Table: o.table(), Protocol: o.Protocol, LinkIndex: o.Link}
+	filter := &netlink.Route{Table: o.table(), Protocol: netlink.RouteProtocol(o.Protocol), LinkIndex: o.Link}
 	mask := netlink.RT_FILTER_TABLE | netlink.RT_FILTER_PROTOCOL
 	if o.Link != 0 {
 		mask |= netlink.RT_FILTER_OIF
@@ -207,18 +163,6 @@ func SyncRoutes(h *netlink.Handle, o Owner, want []Route) ([]string, error) {
 		changes = append(changes, fmt.Sprintf("route %s deleted", r.Dst))
 	}
 	return changes, errors.Join(errs...)
-}
-
-// VXLAN is a desired VXLAN device (always with learning off: the FDB is
-// static).
-type VXLAN struct {
-	Name string
-	VNI  int
-	Port int
-	// Local is the source address of the outer packets.
-	Local netip.Addr
-	MTU   int
-	MAC   net.HardwareAddr
 }
 
 // EnsureVXLAN makes v.Name the VXLAN device v, up, and returns it. A
@@ -336,26 +280,6 @@ func SyncAddrs(h *netlink.Handle, link netlink.Link, want []netip.Prefix) ([]str
 	return changes, nil
 }
 
-// FDB is a static forwarding entry of a VXLAN device: frames to MAC are
-// sent to the remote VTEP Dst.
-type FDB struct {
-	MAC net.HardwareAddr
-	Dst netip.Addr
-}
-
-// Neigh is a permanent neighbour entry: IP is at MAC, no ARP asked.
-type Neigh struct {
-	IP  netip.Addr
-	MAC net.HardwareAddr
-}
-
-// Neighbours are the static entries of one device. They are all the
-// owner's: PruneNeighbours deletes every permanent one not listed.
-type Neighbours struct {
-	FDB   []FDB
-	Neigh []Neigh
-}
-
 func (f FDB) kernel(link int) *netlink.Neigh {
 	return &netlink.Neigh{LinkIndex: link, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
 		Flags: netlink.NTF_SELF, HardwareAddr: f.MAC, IP: f.Dst.AsSlice()}
@@ -456,11 +380,6 @@ func PruneNeighbours(h *netlink.Handle, link netlink.Link, want Neighbours) ([]s
 		changes = append(changes, what+" deleted")
 	}
 	return changes, nil
-}
-
-// Sysctl is one value below /proc/sys, e.g. {"net/ipv4/ip_forward", "1"}.
-type Sysctl struct {
-	Path, Value string
 }
 
 // ReadSysctl returns the value of path below /proc/sys. The network
