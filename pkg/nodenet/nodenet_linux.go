@@ -21,6 +21,15 @@ func (o Owner) table() int {
 	return o.Table
 }
 
+// metric is the priority the kernel gives o's routes to dst: for IPv6,
+// 0 means its default, 1024.
+func (o Owner) metric(dst netip.Prefix) int {
+	if o.Metric == 0 && dst.Addr().Is6() {
+		return 1024
+	}
+	return o.Metric
+}
+
 // kernel is r as o installs it.
 func (o Owner) kernel(r Route) *netlink.Route {
 	nr := &netlink.Route{
@@ -121,7 +130,8 @@ func SyncRoutes(h *netlink.Handle, o Owner, want []Route) ([]string, error) {
 	var stale []netlink.Route
 	for _, r := range have {
 		d, ok := desired(r)
-		if ok && !good[d.Dst] && wantBy[d.Dst] == d && r.Priority == o.Metric && r.Scope == o.kernel(d).Scope {
+		// IPv6 routes have no scope (the kernel reports universe).
+		if ok && !good[d.Dst] && wantBy[d.Dst] == d && r.Priority == o.metric(d.Dst) && (d.Dst.Addr().Is6() || r.Scope == o.kernel(d).Scope) {
 			good[d.Dst] = true
 			continue
 		}
@@ -149,7 +159,7 @@ func SyncRoutes(h *netlink.Handle, o Owner, want []Route) ([]string, error) {
 	for _, r := range stale {
 		// A route replaced above under the same key (destination,
 		// table, metric) is already gone from the kernel.
-		if d, ok := desired(r); ok && replaced[d.Dst] && r.Priority == o.Metric {
+		if d, ok := desired(r); ok && replaced[d.Dst] && r.Priority == o.metric(d.Dst) {
 			continue
 		}
 		err := h.RouteDel(&r)
@@ -251,20 +261,28 @@ func SyncAddrs(h *netlink.Handle, link netlink.Link, want []netip.Prefix) ([]str
 		return nil, fmt.Errorf("list addresses of %s: %w", name, err)
 	}
 	var changes []string
-	present := map[netip.Prefix]bool{}
 	for _, a := range have {
 		p, ok := prefixOf(a.IPNet)
-		if ok && slices.Contains(want, p) {
-			present[p] = true
+		if ok && (slices.Contains(want, p) || p.Addr().Is6() && p.Addr().IsLinkLocalUnicast()) {
 			continue
 		}
-		if ok && p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
-			continue
-		}
-		if err := h.AddrDel(link, &a); err != nil {
+		if err := h.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 			return changes, fmt.Errorf("delete address %s from %s: %w", a.IPNet, name, err)
 		}
 		changes = append(changes, fmt.Sprintf("address %s deleted from %s", a.IPNet, name))
+	}
+	if len(changes) > 0 {
+		// Deleting a primary address deletes its secondaries (unless
+		// promote_secondaries): look again.
+		if have, err = h.AddrList(link, netlink.FAMILY_ALL); err != nil {
+			return changes, fmt.Errorf("list addresses of %s: %w", name, err)
+		}
+	}
+	present := map[netip.Prefix]bool{}
+	for _, a := range have {
+		if p, ok := prefixOf(a.IPNet); ok {
+			present[p] = true
+		}
 	}
 	for _, p := range want {
 		if present[p] {
