@@ -60,9 +60,6 @@ func (o Owner) kernel(r Route) *netlink.Route {
 // desired reads an owned kernel route back as a Route; ok is false for
 // routes no Route describes (multipath, other types).
 func desired(r netlink.Route) (Route, bool) {
-	if r.Dst == nil {
-		return Route{}, false
-	}
 	dst, ok := prefixOf(r.Dst)
 	if !ok {
 		return Route{}, false

@@ -317,6 +317,15 @@ func TestVXLANDevice(t *testing.T) {
 		}
 		idx = l.Attrs().Index
 	}
+	// Any device state converges to any desired one.
+	var states []VXLAN
+	for _, mtu := range []int{1400, 1450} {
+		for _, vni := range []int{4343, 4344} {
+			states = append(states, VXLAN{Name: "vx0", VNI: vni, Port: 4799 + vni%2, Local: addr("10.0.0.1"), MTU: mtu,
+				MAC: net.HardwareAddr{0x02, 0xcb, 10, 0, byte(vni), byte(mtu)}})
+		}
+	}
+	replay(t, states, func(t *testing.T, v VXLAN) { ensure(t, v) }, func(*testing.T, VXLAN) {})
 	// Learning on (not ours to keep) recreates it as well.
 	ns.ip(t, "link", "del", "vx0")
 	ns.ip(t, "link", "add", "vx0", "type", "vxlan", "id", "4343", "dstport", "4799", "local", "10.0.0.1")
