@@ -8,10 +8,21 @@ const (
 
 	// ReasonValid: every field was accepted.
 	ReasonValid = "Valid"
-	// ReasonInvalidCIDR: a CIDR is malformed or the default route.
+	// ReasonInvalidCIDR: a CIDR is malformed, not canonical, the default
+	// route or too short, in a reserved range or the clusterset VIP range,
+	// overlaps another CIDR of the same object, or (Endpoint) lies outside
+	// its Cluster's CIDRs; or the object has no CIDRs (pkg/addrpolicy).
 	ReasonInvalidCIDR = "InvalidCIDR"
-	// ReasonOverlappingCIDR: a CIDR overlaps this cluster's or another cluster's.
+	// ReasonOverlappingCIDR: a CIDR overlaps this cluster's (pod, service
+	// or global), a global CIDR the broker assigned to another cluster, or
+	// an older cluster's.
 	ReasonOverlappingCIDR = "OverlappingCIDR"
+	// ReasonUnclaimedGlobalCIDR: a Cluster announces a global CIDR that
+	// the broker does not hold a claim for in that cluster's name.
+	ReasonUnclaimedGlobalCIDR = "GlobalCIDRNotClaimed"
+	// ReasonInvalidCluster: the Endpoint's Cluster is invalid, so the
+	// Endpoint is refused too.
+	ReasonInvalidCluster = "InvalidCluster"
 	// ReasonInvalidKey: the public key is not a WireGuard key.
 	ReasonInvalidKey = "InvalidKey"
 	// ReasonInvalidAddress: an IP address or port is malformed.

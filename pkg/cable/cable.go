@@ -14,7 +14,21 @@ import (
 	"log/slog"
 	"net/netip"
 	"time"
+
+	"github.com/causeway-net/causeway/pkg/nodenet"
 )
+
+// RouteProtocol marks every route a driver installs ("proto 157" in `ip
+// route`).
+const RouteProtocol = 157
+
+// RouteOwner identifies the routes a driver owns: RouteProtocol, in
+// RouteTable, on the driver's device (index link), metric 0. Drivers sync
+// them with pkg/nodenet, so routes of other protocols, tables or devices
+// are never touched.
+func (l LocalEndpoint) RouteOwner(link int) nodenet.Owner {
+	return nodenet.Owner{Protocol: RouteProtocol, Table: l.RouteTable, Link: link}
+}
 
 // Key is a 32-byte key (a WireGuard public key or pre-shared key).
 type Key [32]byte

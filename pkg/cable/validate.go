@@ -27,13 +27,18 @@ type Requirements struct {
 }
 
 // Validate splits conns into the connections that can be programmed and
-// an error (errors.Join of *ValidationError) for the rest. It rejects: an
-// empty or duplicate cluster ID, an invalid endpoint or port 0, a missing
-// key when required, no subnets, non-canonical or default-route subnets,
-// and a subnet overlapping one of another connection (both connections are
-// rejected: the driver cannot know which one is right). The returned
-// connections have sorted, deduplicated subnets and are sorted by
-// ClusterID. Validate is pure.
+// an error (errors.Join of *ValidationError) for the rest. It holds only
+// the safety checks of a driver, per connection: an empty or duplicate
+// cluster ID, an invalid endpoint or port 0, a missing key when required,
+// no subnets, invalid, non-canonical or default-route subnets — plus one
+// across connections: the same subnet in two connections (both are
+// rejected), which no driver can program (a WireGuard allowed IP, a route
+// or an IPsec policy has one peer). Which remote subnets are accepted,
+// overlaps included, is decided before Set by the caller's policy
+// (pkg/addrpolicy, in the gateway); Validate does not re-arbitrate, and
+// partially overlapping subnets of two connections are programmed
+// (longest prefix wins). The returned connections have sorted,
+// deduplicated subnets and are sorted by ClusterID. Validate is pure.
 func Validate(conns []Connection, req Requirements) ([]Connection, error) {
 	var errs []error
 	reject := func(id, format string, args ...any) {
@@ -93,29 +98,25 @@ func Validate(conns []Connection, req Requirements) ([]Connection, error) {
 		c.Subnets = slices.Compact(subnets)
 		ok = append(ok, c)
 	}
-	// Overlaps between connections.
-	overlapping := map[string]bool{}
-	for i := range ok {
-		for j := i + 1; j < len(ok); j++ {
-			for _, p := range ok[i].Subnets {
-				for _, q := range ok[j].Subnets {
-					if p.Overlaps(q) {
-						if !overlapping[ok[i].ClusterID] {
-							reject(ok[i].ClusterID, "subnet %s overlaps %s of %q", p, q, ok[j].ClusterID)
-						}
-						if !overlapping[ok[j].ClusterID] {
-							reject(ok[j].ClusterID, "subnet %s overlaps %s of %q", q, p, ok[i].ClusterID)
-						}
-						overlapping[ok[i].ClusterID] = true
-						overlapping[ok[j].ClusterID] = true
-					}
-				}
+	// The same subnet in two connections: unprogrammable, both rejected.
+	owners := map[netip.Prefix][]string{}
+	for _, c := range ok {
+		for _, p := range c.Subnets {
+			owners[p] = append(owners[p], c.ClusterID)
+		}
+	}
+	dup := map[string]bool{}
+	for _, c := range ok {
+		for _, p := range c.Subnets {
+			if len(owners[p]) > 1 && !dup[c.ClusterID] {
+				dup[c.ClusterID] = true
+				reject(c.ClusterID, "subnet %s is also in the connections of %v", p, slices.DeleteFunc(slices.Clone(owners[p]), func(id string) bool { return id == c.ClusterID }))
 			}
 		}
 	}
 	out := ok[:0]
 	for _, c := range ok {
-		if !overlapping[c.ClusterID] {
+		if !dup[c.ClusterID] {
 			out = append(out, c)
 		}
 	}

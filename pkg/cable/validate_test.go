@@ -31,7 +31,10 @@ func TestValidate(t *testing.T) {
 		{"two good, sorted", []Connection{good("c3", "198.18.0.3:1", "10.3.0.0/16"), good("c2", "198.18.0.2:1", "10.2.0.0/16")}, Requirements{PublicKey: true}, []string{"c2", "c3"}, nil},
 		{"default route", []Connection{good("c2", "198.18.0.2:1", "0.0.0.0/0"), good("c3", "198.18.0.3:1", "10.3.0.0/16")}, Requirements{}, []string{"c3"}, []string{"c2"}},
 		{"non-canonical", []Connection{good("c2", "198.18.0.2:1", "10.2.0.1/16")}, Requirements{}, nil, []string{"c2"}},
-		{"overlap rejects both", []Connection{good("c2", "198.18.0.2:1", "10.2.0.0/16"), good("c3", "198.18.0.3:1", "10.2.128.0/24"), good("c4", "198.18.0.4:1", "10.4.0.0/16")}, Requirements{}, []string{"c4"}, []string{"c2", "c3"}},
+		// Overlaps are the policy's (pkg/addrpolicy): partial ones are
+		// programmed, only the same subnet twice is unprogrammable.
+		{"partial overlap is not arbitrated", []Connection{good("c2", "198.18.0.2:1", "10.2.0.0/16"), good("c3", "198.18.0.3:1", "10.2.128.0/24")}, Requirements{}, []string{"c2", "c3"}, nil},
+		{"same subnet twice rejects both", []Connection{good("c2", "198.18.0.2:1", "10.2.0.0/16", "10.9.0.0/16"), good("c3", "198.18.0.3:1", "10.2.0.0/16"), good("c4", "198.18.0.4:1", "10.4.0.0/16")}, Requirements{}, []string{"c4"}, []string{"c2", "c3"}},
 		{"missing key", []Connection{{ClusterID: "c2", Endpoint: ep("198.18.0.2:1"), Subnets: pfx("10.2.0.0/16")}}, Requirements{PublicKey: true}, nil, []string{"c2"}},
 		{"port 0", []Connection{good("c2", "198.18.0.2:0", "10.2.0.0/16")}, Requirements{}, nil, []string{"c2"}},
 		{"unspecified endpoint", []Connection{good("c2", "0.0.0.0:1", "10.2.0.0/16")}, Requirements{}, nil, []string{"c2"}},

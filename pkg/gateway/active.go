@@ -205,6 +205,9 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		// Before the driver: the tunnel carries the global CIDR.
 		cidr, err := globalnet.Claim(ctx, e.broker, e.broker, *e.cfg.Globalnet, e.cfg.ClusterID)
 		if err != nil {
+			// Nothing is programmed or published without it; the
+			// Gateway object says why (the sync retries with backoff).
+			e.event(ctx, &v1alpha1.Gateway{}, e.cfg.NodeName, Verdict{Reason: "GlobalCIDRUnavailable", Message: err.Error()})
 			return fmt.Errorf("global CIDR: %w", err)
 		}
 		l, err := nat.NewLayout(cidr, nat.DefaultEgressIPs)
@@ -251,6 +254,14 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	ownEP, ownCl := e.localEndpoint(t, t.driver.PublicKey()), e.localCluster(t)
 	remotes = withOwn(remotes, e.cfg.ClusterID, ownEP, ownCl)
 	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), CableDriver: e.cfg.CableDriver, Port: e.cfg.Port}
+	if t.global != nil {
+		// A remote's global CIDRs must be its own claims in the broker.
+		claims, err := globalnet.Claims(ctx, e.broker)
+		if err != nil {
+			return err
+		}
+		local.GlobalCIDRs, local.GlobalClaims, local.Supernet = []netip.Prefix{t.global.CIDR}, claims, e.cfg.Globalnet.Supernet
+	}
 	d := Compute(local, remotes)
 	var errs []error
 	if err := t.driver.Set(ctx, d.Connections); err != nil {

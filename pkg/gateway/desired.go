@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -9,35 +8,56 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/cable"
 )
 
 // Reasons of the Valid condition that api/v1alpha1 does not define: they
-// concern the pairing of a remote with this gateway rather than a field's
-// syntax.
+// concern the pairing of a remote with this gateway rather than its
+// addresses (those are pkg/addrpolicy's, with v1alpha1 reasons).
 const (
 	// ReasonClusterIDMismatch: the object's clusterID is not the cluster
 	// whose broker namespace holds it.
 	ReasonClusterIDMismatch = "ClusterIDMismatch"
 	// ReasonDriverMismatch: the remote gateway speaks another cable driver.
 	ReasonDriverMismatch = "DriverMismatch"
-	// ReasonInvalidCluster: the Endpoint's cluster announced an invalid
-	// Cluster object, so its Endpoint is refused too.
-	ReasonInvalidCluster = "InvalidCluster"
 )
 
-// Local is what validation needs to know about this cluster's gateway.
+// Local is what validation needs to know about this cluster's gateway and
+// the ClusterSet.
 type Local struct {
 	ClusterID string
 	// Subnets are the local pod and service CIDRs.
 	Subnets []netip.Prefix
+	// GlobalCIDRs are this cluster's own global CIDRs; empty when
+	// globalnet is off here. A remote subnet overlapping one is refused.
+	GlobalCIDRs []netip.Prefix
+	// GlobalClaims maps a cluster ID to the global CIDRs the broker's
+	// claims (one cluster-scoped object per global CIDR) assign to it. A
+	// remote Cluster announcing a global CIDR not claimed in its name is
+	// refused (ReasonUnclaimedGlobalCIDR). nil: globalnet is off
+	// ClusterSet-wide and the check is skipped.
+	GlobalClaims map[string][]netip.Prefix
+	// Supernet and VIPRange are the ClusterSet's globalnet supernet and
+	// clusterset VIP range; zero values pick addrpolicy.DefaultSupernet
+	// and addrpolicy.DefaultVIPRange.
+	Supernet, VIPRange netip.Prefix
 	// CableDriver is the local driver's name; remotes must speak it.
 	CableDriver string
 	// Port is the local tunnel port (VXLAN requires the same port
 	// everywhere).
 	Port uint16
+}
+
+// policy is the addrpolicy configuration local stands for.
+func (l Local) policy() addrpolicy.Config {
+	return addrpolicy.Config{
+		LocalCIDRs: l.Subnets, GlobalCIDRs: l.GlobalCIDRs, Claims: l.GlobalClaims,
+		Supernet: l.Supernet, VIPRange: l.VIPRange,
+	}
 }
 
 // Remote is one cluster as read from the broker: its Cluster and its
@@ -89,162 +109,101 @@ type Desired struct {
 
 var valid = Verdict{Valid: true, Reason: v1alpha1.ReasonValid, Message: "accepted"}
 
-// Compute validates every remote against local and against each other and
-// returns the desired state. It is pure. The local cluster's own objects
-// (remote.ClusterID == local.ClusterID) are always Valid and never become
-// connections. Overlaps between two remotes are settled by age: the
-// object created first keeps its subnets and the newer one is refused (a
-// working tunnel is never broken by a newcomer), ties broken by cluster ID.
+// Compute validates every remote and returns the desired state. It is
+// pure. The local cluster's own objects (remote.ClusterID ==
+// local.ClusterID) are always Valid and never become connections.
+//
+// Compute checks what concerns the pairing with this gateway (clusterID,
+// cable driver, public address and port, key, health-check address); every
+// decision about subnets — syntax, reserved ranges, overlaps with this
+// cluster and between remotes (oldest wins), global CIDRs and their
+// claims, an Endpoint inside its Cluster, the health-check address inside
+// the Endpoint's subnets — is pkg/addrpolicy's (Decide). An object
+// refused here claims no subnets there.
 func Compute(local Local, remotes []Remote) Desired {
 	rs := slices.Clone(remotes)
 	slices.SortFunc(rs, func(a, b Remote) int { return strings.Compare(a.ClusterID, b.ClusterID) })
 	out := Desired{HealthTargets: map[string]netip.Addr{}}
-	states := make(map[string]*ClusterState, len(rs))
 
-	// Pass 1: each object on its own.
-	type candidate struct {
-		id      string
-		subnets []netip.Prefix
-		created time.Time
-		verdict *Verdict
-		isEP    bool
-	}
-	var cands []candidate
-	clusterSubnets := map[string][]netip.Prefix{}
-	epConns := map[string]cable.Connection{}
-	epHealth := map[string]netip.Addr{}
-	for _, r := range rs {
-		st := &ClusterState{ClusterID: r.ClusterID}
-		states[r.ClusterID] = st
-		own := r.ClusterID == local.ClusterID
-		if r.Cluster != nil {
-			v := valid
-			if !own {
-				var subs []netip.Prefix
-				v, subs = checkCluster(local, r.ClusterID, r.Cluster)
-				if v.Valid {
-					clusterSubnets[r.ClusterID] = subs
-					cands = append(cands, candidate{r.ClusterID, subs, r.ClusterCreated, nil, false})
-				}
+	// Pairing checks, one object at a time; the survivors go to the policy.
+	states := make([]ClusterState, len(rs))
+	conns := make([]cable.Connection, len(rs))
+	health := make([]netip.Addr, len(rs))
+	var pol []addrpolicy.Remote
+	for i, r := range rs {
+		st := ClusterState{ClusterID: r.ClusterID}
+		if r.ClusterID == local.ClusterID {
+			if r.Cluster != nil {
+				st.Cluster = ptr.To(valid)
 			}
-			st.Cluster = &v
-		}
-		if r.Endpoint != nil {
-			v := valid
-			if !own {
-				var conn cable.Connection
-				var hc netip.Addr
-				v, conn, hc = checkEndpoint(local, r.ClusterID, r.Endpoint)
-				if v.Valid {
-					epConns[r.ClusterID] = conn
-					if hc.IsValid() {
-						epHealth[r.ClusterID] = hc
-					}
-					cands = append(cands, candidate{r.ClusterID, conn.Subnets, r.EndpointCreated, nil, true})
-				}
+			if r.Endpoint != nil {
+				st.Endpoint = ptr.To(valid)
 			}
-			st.Endpoint = &v
-		}
-	}
-	for i := range cands {
-		st := states[cands[i].id]
-		if cands[i].isEP {
-			cands[i].verdict = st.Endpoint
-		} else {
-			cands[i].verdict = st.Cluster
-		}
-	}
-
-	// Pass 2: overlaps between remotes, oldest first. A cluster's Cluster
-	// and Endpoint never conflict with each other, only with other
-	// clusters' objects.
-	slices.SortStableFunc(cands, func(a, b candidate) int {
-		if c := a.created.Compare(b.created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.id, b.id)
-	})
-	type claim struct {
-		p  netip.Prefix
-		id string
-	}
-	var claims []claim
-	for _, c := range cands {
-		var conflict string
-		for _, p := range c.subnets {
-			for _, cl := range claims {
-				if cl.id != c.id && p.Overlaps(cl.p) {
-					conflict = fmt.Sprintf("subnet %s overlaps %s of cluster %q (older)", p, cl.p, cl.id)
-					break
-				}
-			}
-			if conflict != "" {
-				break
-			}
-		}
-		if conflict != "" {
-			*c.verdict = Verdict{Reason: v1alpha1.ReasonOverlappingCIDR, Message: conflict}
+			states[i] = st
 			continue
 		}
-		for _, p := range c.subnets {
-			claims = append(claims, claim{p, c.id})
-		}
-	}
-
-	// Pass 3: an Endpoint of an invalid Cluster is refused; an Endpoint
-	// must announce only subnets of its Cluster when the Cluster is known.
-	for _, r := range rs {
-		st := states[r.ClusterID]
-		if r.ClusterID == local.ClusterID || st.Endpoint == nil || !st.Endpoint.Valid {
-			continue
-		}
-		if st.Cluster != nil && !st.Cluster.Valid {
-			*st.Endpoint = Verdict{Reason: ReasonInvalidCluster, Message: fmt.Sprintf("cluster %q is invalid: %s", r.ClusterID, st.Cluster.Message)}
-			continue
-		}
-		if subs, ok := clusterSubnets[r.ClusterID]; ok && st.Cluster != nil {
-			for _, p := range epConns[r.ClusterID].Subnets {
-				if !slices.ContainsFunc(subs, func(q netip.Prefix) bool { return q.Bits() <= p.Bits() && q.Contains(p.Addr()) }) {
-					*st.Endpoint = Verdict{Reason: v1alpha1.ReasonInvalidCIDR, Message: fmt.Sprintf("subnet %s is not one of cluster %q's CIDRs", p, r.ClusterID)}
-					break
-				}
+		pr := addrpolicy.Remote{ClusterID: r.ClusterID}
+		if c := r.Cluster; c != nil {
+			pr.Cluster = &addrpolicy.Cluster{PodCIDRs: c.PodCIDRs, ServiceCIDRs: c.ServiceCIDRs, GlobalCIDRs: c.GlobalCIDRs, Created: r.ClusterCreated}
+			if c.ClusterID != r.ClusterID {
+				v := Verdict{Reason: ReasonClusterIDMismatch, Message: fmt.Sprintf("clusterID %q published by cluster %q", c.ClusterID, r.ClusterID)}
+				st.Cluster = &v
+				pr.Cluster.Refused = v.Message
 			}
 		}
-	}
-
-	for _, r := range rs {
-		st := states[r.ClusterID]
-		out.Clusters = append(out.Clusters, *st)
-		if st.Endpoint != nil && st.Endpoint.Valid && r.ClusterID != local.ClusterID {
-			out.Connections = append(out.Connections, epConns[r.ClusterID])
-			if hc, ok := epHealth[r.ClusterID]; ok {
-				out.HealthTargets[r.ClusterID] = hc
+		if e := r.Endpoint; e != nil {
+			v, conn, hc := checkEndpoint(local, r.ClusterID, e)
+			if v.Valid {
+				conns[i], health[i] = conn, hc
+				pr.Endpoint = &addrpolicy.Endpoint{Subnets: e.Subnets, HealthCheckIP: hc, Created: r.EndpointCreated}
+			} else {
+				st.Endpoint = &v
 			}
 		}
+		states[i] = st
+		pol = append(pol, pr)
 	}
+
+	// Subnets: the policy's verdicts (a cluster ID given twice gets one
+	// Decision refusing both).
+	decisions := map[string]addrpolicy.Decision{}
+	for _, d := range addrpolicy.Decide(local.policy(), pol) {
+		decisions[d.ClusterID] = d
+	}
+	for i, r := range rs {
+		if r.ClusterID == local.ClusterID {
+			continue
+		}
+		d := decisions[r.ClusterID]
+		st := &states[i]
+		if d.Cluster != nil {
+			st.Cluster = fromPolicy(d.Cluster)
+		}
+		if d.Endpoint == nil {
+			continue
+		}
+		st.Endpoint = fromPolicy(d.Endpoint)
+		if !d.Endpoint.Valid {
+			continue
+		}
+		conn := conns[i]
+		conn.Subnets = d.Accepted()
+		out.Connections = append(out.Connections, conn)
+		if hc := health[i]; hc.IsValid() {
+			out.HealthTargets[r.ClusterID] = hc
+		}
+	}
+	out.Clusters = states
 	return out
 }
 
-// checkCluster validates a remote Cluster on its own.
-func checkCluster(local Local, id string, c *v1alpha1.ClusterSpec) (Verdict, []netip.Prefix) {
-	if c.ClusterID != id {
-		return Verdict{Reason: ReasonClusterIDMismatch, Message: fmt.Sprintf("clusterID %q published by cluster %q", c.ClusterID, id)}, nil
-	}
-	// With globalnet the cluster is reached through its global CIDRs only;
-	// its own pod/service CIDRs may then overlap others'.
-	cidrs := slices.Concat(c.PodCIDRs, c.ServiceCIDRs)
-	if len(c.GlobalCIDRs) > 0 {
-		cidrs = c.GlobalCIDRs
-	}
-	subs, v := checkSubnets(local, cidrs)
-	if !v.Valid {
-		return v, nil
-	}
-	return v, subs
+func fromPolicy(v *addrpolicy.Verdict) *Verdict {
+	return &Verdict{Valid: v.Valid, Reason: v.Reason, Message: v.Message}
 }
 
-// checkEndpoint validates a remote Endpoint on its own and returns the
-// connection it asks for and its health-check address.
+// checkEndpoint checks the pairing of a remote Endpoint with this gateway
+// (not its subnets) and returns the connection it asks for, without
+// subnets, and its parsed health-check address (for the policy to place).
 func checkEndpoint(local Local, id string, e *v1alpha1.EndpointSpec) (Verdict, cable.Connection, netip.Addr) {
 	bad := func(reason, format string, args ...any) (Verdict, cable.Connection, netip.Addr) {
 		return Verdict{Reason: reason, Message: fmt.Sprintf(format, args...)}, cable.Connection{}, netip.Addr{}
@@ -260,7 +219,7 @@ func checkEndpoint(local Local, id string, e *v1alpha1.EndpointSpec) (Verdict, c
 		return bad(v1alpha1.ReasonInvalidAddress, "publicIP %q is not an IP address", e.PublicIP)
 	}
 	ip = ip.Unmap()
-	if ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast() || ip.IsLinkLocalUnicast() || ip == netip.IPv4Unspecified() || (ip.Is4() && ip.As4() == [4]byte{255, 255, 255, 255}) {
+	if ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast() || ip.IsLinkLocalUnicast() || (ip.Is4() && ip.As4() == [4]byte{255, 255, 255, 255}) {
 		return bad(v1alpha1.ReasonInvalidAddress, "publicIP %s is not a unicast address", ip)
 	}
 	if e.Port < 1 || e.Port > 65535 {
@@ -279,10 +238,6 @@ func checkEndpoint(local Local, id string, e *v1alpha1.EndpointSpec) (Verdict, c
 			return bad(v1alpha1.ReasonInvalidKey, "publicKey %q is not a WireGuard public key", truncate(e.PublicKey, 60))
 		}
 	}
-	subs, v := checkSubnets(local, e.Subnets)
-	if !v.Valid {
-		return v, cable.Connection{}, netip.Addr{}
-	}
 	var hc netip.Addr
 	if e.HealthCheckIP != "" {
 		hc, err = netip.ParseAddr(e.HealthCheckIP)
@@ -290,51 +245,12 @@ func checkEndpoint(local Local, id string, e *v1alpha1.EndpointSpec) (Verdict, c
 			return bad(v1alpha1.ReasonInvalidAddress, "healthCheckIP %q is not an IP address", e.HealthCheckIP)
 		}
 		hc = hc.Unmap()
-		if !slices.ContainsFunc(subs, func(p netip.Prefix) bool { return p.Contains(hc) }) {
-			return bad(v1alpha1.ReasonInvalidAddress, "healthCheckIP %s is outside the endpoint's subnets", hc)
-		}
 	}
 	return valid, cable.Connection{
 		ClusterID: id,
 		Endpoint:  netip.AddrPortFrom(ip, uint16(e.Port)),
 		PublicKey: key,
-		Subnets:   subs,
 	}, hc
-}
-
-// checkSubnets parses cidrs and refuses malformed ones, the default route,
-// overlaps among themselves and overlaps with the local subnets.
-func checkSubnets(local Local, cidrs []string) ([]netip.Prefix, Verdict) {
-	if len(cidrs) == 0 {
-		return nil, Verdict{Reason: v1alpha1.ReasonInvalidCIDR, Message: "no subnets"}
-	}
-	var subs []netip.Prefix
-	for _, s := range cidrs {
-		p, err := netip.ParsePrefix(strings.TrimSpace(s))
-		switch {
-		case err != nil:
-			return nil, Verdict{Reason: v1alpha1.ReasonInvalidCIDR, Message: fmt.Sprintf("%q is not a CIDR", truncate(s, 60))}
-		case p != p.Masked():
-			return nil, Verdict{Reason: v1alpha1.ReasonInvalidCIDR, Message: fmt.Sprintf("%s has host bits set", p)}
-		case p.Bits() == 0:
-			return nil, Verdict{Reason: v1alpha1.ReasonInvalidCIDR, Message: fmt.Sprintf("%s is the default route", p)}
-		}
-		for _, q := range subs {
-			if p.Overlaps(q) && p != q {
-				return nil, Verdict{Reason: v1alpha1.ReasonInvalidCIDR, Message: fmt.Sprintf("%s overlaps %s of the same object", p, q)}
-			}
-		}
-		for _, q := range local.Subnets {
-			if p.Overlaps(q) {
-				return nil, Verdict{Reason: v1alpha1.ReasonOverlappingCIDR, Message: fmt.Sprintf("%s overlaps local %s (globalnet is off)", p, q)}
-			}
-		}
-		subs = append(subs, p)
-	}
-	slices.SortFunc(subs, func(a, b netip.Prefix) int {
-		return cmp.Or(a.Addr().Compare(b.Addr()), a.Bits()-b.Bits())
-	})
-	return slices.Compact(subs), valid
 }
 
 func truncate(s string, n int) string {

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -55,6 +56,9 @@ func TestComputeEndpointValidation(t *testing.T) {
 		"local service cidr":   {ep("c4", "198.18.4.10", 4500, keyB, "10.0.0.0/8"), v1alpha1.ReasonOverlappingCIDR},
 		"other cluster's cidr": {ep("c4", "198.18.4.10", 4500, keyB, "10.245.1.0/24"), v1alpha1.ReasonOverlappingCIDR},
 		"host bits":            {ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.1/16"), v1alpha1.ReasonInvalidCIDR},
+		"default route halves": {ep("c4", "198.18.4.10", 4500, keyB, "0.0.0.0/1", "128.0.0.0/1"), v1alpha1.ReasonInvalidCIDR},
+		"reserved link-local":  {ep("c4", "198.18.4.10", 4500, keyB, "169.254.0.0/16"), v1alpha1.ReasonInvalidCIDR},
+		"clusterset VIP range": {ep("c4", "198.18.4.10", 4500, keyB, "243.0.0.0/16"), v1alpha1.ReasonInvalidCIDR},
 		"garbage cidr":         {ep("c4", "198.18.4.10", 4500, keyB, "banana"), v1alpha1.ReasonInvalidCIDR},
 		"no subnets":           {ep("c4", "198.18.4.10", 4500, keyB), v1alpha1.ReasonInvalidCIDR},
 		"self overlap":         {ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.0/16", "10.246.1.0/24"), v1alpha1.ReasonInvalidCIDR},
@@ -194,6 +198,71 @@ func TestComputeRemoteOverlapOldestWins(t *testing.T) {
 	d = Compute(local, []Remote{old, young})
 	if len(d.Connections) != 1 || d.Connections[0].ClusterID != "aa" {
 		t.Fatalf("invalid older blocks: connections = %+v", d.Connections)
+	}
+}
+
+// Compute hands the subnet decisions to pkg/addrpolicy with the local
+// global CIDRs and the broker's claims; a remote with global CIDRs is
+// reached through them only.
+func TestComputeGlobalnet(t *testing.T) {
+	lg := local
+	lg.GlobalCIDRs = []netip.Prefix{netip.MustParsePrefix("242.1.0.0/16")}
+	lg.GlobalClaims = map[string][]netip.Prefix{
+		"c1": {netip.MustParsePrefix("242.1.0.0/16")},
+		"c3": {netip.MustParsePrefix("242.3.0.0/16")},
+		"c4": {netip.MustParsePrefix("242.4.0.0/16")},
+	}
+	globalRemote := func(id string, age int, global, subnet string) Remote {
+		c := cl(id, []string{"10.244.0.0/16"}, []string{"10.96.0.0/16"}) // the same as c1's: irrelevant
+		c.GlobalCIDRs = []string{global}
+		return remote(id, age, c, ep(id, "198.18.0."+id[1:], 4500, keyA, subnet))
+	}
+	d := Compute(lg, []Remote{
+		globalRemote("c3", 0, "242.3.0.0/16", "242.3.0.0/16"),
+		globalRemote("c4", 1, "242.4.0.0/16", "10.4.0.0/16"),  // endpoint outside its global CIDR
+		globalRemote("c5", 2, "242.5.0.0/16", "242.5.0.0/16"), // no claim
+		globalRemote("c6", 3, "242.1.0.0/24", "242.1.0.0/24"), // local global CIDR (and c1's claim)
+	})
+	for id, want := range map[string][2]string{
+		"c3": {v1alpha1.ReasonValid, v1alpha1.ReasonValid},
+		"c4": {v1alpha1.ReasonValid, v1alpha1.ReasonInvalidCIDR},
+		"c5": {v1alpha1.ReasonUnclaimedGlobalCIDR, v1alpha1.ReasonInvalidCluster},
+		"c6": {v1alpha1.ReasonUnclaimedGlobalCIDR, v1alpha1.ReasonOverlappingCIDR}, // the Endpoint's own check first
+	} {
+		st := find(t, d, id)
+		if st.Cluster.Reason != want[0] || st.Endpoint.Reason != want[1] {
+			t.Errorf("%s: cluster %+v, endpoint %+v, want %v", id, st.Cluster, st.Endpoint, want)
+		}
+	}
+	if len(d.Connections) != 1 || d.Connections[0].ClusterID != "c3" ||
+		!slices.Equal(d.Connections[0].Subnets, []netip.Prefix{netip.MustParsePrefix("242.3.0.0/16")}) {
+		t.Fatalf("connections = %+v, want c3 through its global CIDR", d.Connections)
+	}
+	// Without claims (globalnet off ClusterSet-wide) the claim is not
+	// checked, but the local global CIDR is still this cluster's.
+	lg.GlobalClaims = nil
+	d = Compute(lg, []Remote{globalRemote("c5", 2, "242.5.0.0/16", "242.5.0.0/16"), globalRemote("c6", 3, "242.1.0.0/24", "242.1.0.0/24")})
+	if st := find(t, d, "c5"); !st.Cluster.Valid || !st.Endpoint.Valid {
+		t.Errorf("c5 without claims: %+v %+v", st.Cluster, st.Endpoint)
+	}
+	if st := find(t, d, "c6"); st.Cluster.Reason != v1alpha1.ReasonOverlappingCIDR {
+		t.Errorf("c6 overlapping the local global CIDR: %+v", st.Cluster)
+	}
+}
+
+// An object refused for its pairing claims no subnets: a younger valid
+// cluster with the same CIDRs is accepted.
+func TestComputeRefusedClaimsNothing(t *testing.T) {
+	bad := good3()
+	bad.Cluster.ClusterID = "c9"
+	young := remote("c4", 10, cl("c4", []string{"10.245.0.0/16"}, []string{"10.97.0.0/16"}),
+		ep("c4", "198.18.4.10", 4500, keyB, "10.245.0.0/16", "10.97.0.0/16"))
+	d := Compute(local, []Remote{bad, young})
+	if st := find(t, d, "c3"); st.Cluster.Reason != ReasonClusterIDMismatch || st.Endpoint.Reason != v1alpha1.ReasonInvalidCluster {
+		t.Fatalf("c3 = %+v %+v", st.Cluster, st.Endpoint)
+	}
+	if len(d.Connections) != 1 || d.Connections[0].ClusterID != "c4" {
+		t.Fatalf("connections = %+v, want c4", d.Connections)
 	}
 }
 

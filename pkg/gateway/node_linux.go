@@ -5,22 +5,20 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/pkg/nodenet"
 )
 
 // enableForwarding sets net.ipv4.ip_forward=1 in the gateway's namespace
 // (/proc/sys/net follows the opening thread's namespace).
 func enableForwarding(nsPath string) error {
 	return netnsx.Do(nsPath, func() error {
-		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-			return fmt.Errorf("enable ip_forward: %w", err)
-		}
-		return nil
+		_, err := nodenet.SyncSysctls([]nodenet.Sysctl{{Path: "net/ipv4/ip_forward", Value: "1"}})
+		return err
 	})
 }
 

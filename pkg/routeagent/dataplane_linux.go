@@ -8,17 +8,15 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/pkg/nodenet"
 )
 
 // LinuxConfig configures the Linux dataplane.
@@ -136,16 +134,9 @@ func (l *Linux) Close() {
 	}
 }
 
-func (l *Linux) table() int {
-	if l.cfg.Table == 0 {
-		return unix.RT_TABLE_MAIN
-	}
-	return l.cfg.Table
-}
-
 // Set implements Dataplane. Order keeps traffic flowing on failover: the
 // new gateway's FDB and neighbour entries first, then routes, then the
-// old entries are pruned.
+// old entries are pruned. pkg/nodenet does the diffing against the kernel.
 func (l *Linux) Set(ctx context.Context, d DesiredState) (Report, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -154,15 +145,23 @@ func (l *Linux) Set(ctx context.Context, d DesiredState) (Report, error) {
 	}
 	var rep Report
 	var link netlink.Link
-	if d.Overlay != nil {
+	var peers nodenet.Neighbours
+	if o := d.Overlay; o != nil {
+		var changes []string
 		var err error
-		if link, err = l.ensureDevice(d.Overlay, &rep); err != nil {
+		link, changes, err = nodenet.EnsureVXLAN(l.h, nodenet.VXLAN{Name: o.Device, VNI: o.VNI, Port: o.Port,
+			Local: o.LocalIP, MTU: o.MTU, MAC: o.MAC})
+		if err := rep.add(changes, err); err != nil {
 			return rep, err
 		}
-		if err := l.syncAddress(link, d.Overlay.Address, &rep); err != nil {
+		if err := rep.add(nodenet.SyncAddrs(l.h, link, []netip.Prefix{netip.PrefixFrom(o.Address, 32)})); err != nil {
 			return rep, err
 		}
-		if err := l.addPeer(link, d.Overlay.Peer, &rep); err != nil {
+		if p := o.Peer; p != nil {
+			peers.FDB = []nodenet.FDB{{MAC: p.MAC, Dst: p.NodeIP}}
+			peers.Neigh = []nodenet.Neigh{{IP: p.Address, MAC: p.MAC}}
+		}
+		if err := rep.add(nodenet.AddNeighbours(l.h, link, peers)); err != nil {
 			return rep, err
 		}
 	}
@@ -170,10 +169,10 @@ func (l *Linux) Set(ctx context.Context, d DesiredState) (Report, error) {
 		return rep, err
 	}
 	if d.Overlay != nil {
-		if err := l.prunePeers(link, d.Overlay.Peer, &rep); err != nil {
+		if err := rep.add(nodenet.PruneNeighbours(l.h, link, peers)); err != nil {
 			return rep, err
 		}
-	} else if err := l.deleteDevice(&rep); err != nil {
+	} else if err := rep.add(nodenet.DeleteVXLAN(l.h, l.cfg.Device)); err != nil {
 		return rep, err
 	}
 	if err := l.syncSysctls(d, &rep); err != nil {
@@ -185,293 +184,40 @@ func (l *Linux) Set(ctx context.Context, d DesiredState) (Report, error) {
 	return rep, nil
 }
 
-func (l *Linux) ensureDevice(o *Overlay, rep *Report) (netlink.Link, error) {
-	existing, err := l.h.LinkByName(o.Device)
-	if err == nil {
-		vx, ok := existing.(*netlink.Vxlan)
-		if ok && vx.VxlanId == o.VNI && vx.Port == o.Port && !vx.Learning &&
-			net.IP(o.LocalIP.AsSlice()).Equal(vx.SrcAddr) {
-			if vx.MTU != o.MTU {
-				if err := l.h.LinkSetMTU(vx, o.MTU); err != nil {
-					return nil, fmt.Errorf("set mtu of %s: %w", o.Device, err)
-				}
-				rep.Changes = append(rep.Changes, fmt.Sprintf("device %s mtu %d", o.Device, o.MTU))
-			}
-			if !bytes.Equal(vx.HardwareAddr, o.MAC) {
-				if err := l.h.LinkSetHardwareAddr(vx, o.MAC); err != nil {
-					return nil, fmt.Errorf("set mac of %s: %w", o.Device, err)
-				}
-				rep.Changes = append(rep.Changes, fmt.Sprintf("device %s mac %s", o.Device, o.MAC))
-			}
-			if vx.OperState != netlink.OperUp && vx.Flags&net.FlagUp == 0 {
-				if err := l.h.LinkSetUp(vx); err != nil {
-					return nil, fmt.Errorf("set %s up: %w", o.Device, err)
-				}
-				rep.Changes = append(rep.Changes, fmt.Sprintf("device %s up", o.Device))
-			}
-			return vx, nil
-		}
-		if err := l.h.LinkDel(existing); err != nil {
-			return nil, fmt.Errorf("delete incompatible link %s: %w", o.Device, err)
-		}
-		rep.Changes = append(rep.Changes, fmt.Sprintf("device %s (%s) replaced", o.Device, existing.Type()))
-	} else if !errors.As(err, new(netlink.LinkNotFoundError)) {
-		return nil, fmt.Errorf("look up %s: %w", o.Device, err)
-	}
-	vx := &netlink.Vxlan{
-		LinkAttrs: netlink.LinkAttrs{Name: o.Device, MTU: o.MTU, HardwareAddr: o.MAC},
-		VxlanId:   o.VNI,
-		SrcAddr:   net.IP(o.LocalIP.AsSlice()),
-		Port:      o.Port,
-		Learning:  false,
-	}
-	if err := l.h.LinkAdd(vx); err != nil {
-		return nil, fmt.Errorf("create vxlan device %s: %w", o.Device, err)
-	}
-	link, err := l.h.LinkByName(o.Device)
-	if err != nil {
-		return nil, fmt.Errorf("look up %s: %w", o.Device, err)
-	}
-	if err := l.h.LinkSetUp(link); err != nil {
-		return nil, fmt.Errorf("set %s up: %w", o.Device, err)
-	}
-	rep.Changes = append(rep.Changes, fmt.Sprintf("device %s created (vni %d port %d)", o.Device, o.VNI, o.Port))
-	return link, nil
+// add records changes and passes err on.
+func (r *Report) add(changes []string, err error) error {
+	r.Changes = append(r.Changes, changes...)
+	return err
 }
 
-func (l *Linux) syncAddress(link netlink.Link, want netip.Addr, rep *Report) error {
-	addrs, err := l.h.AddrList(link, netlink.FAMILY_ALL)
-	if err != nil {
-		return fmt.Errorf("list addresses of %s: %w", link.Attrs().Name, err)
-	}
-	found := false
-	for _, a := range addrs {
-		ones, _ := a.Mask.Size()
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == want && ones == 32 {
-			found = true
-			continue
-		}
-		if a.IP.IsLinkLocalUnicast() {
-			continue
-		}
-		if err := l.h.AddrDel(link, &a); err != nil {
-			return fmt.Errorf("delete address %s: %w", a.IPNet, err)
-		}
-		rep.Changes = append(rep.Changes, fmt.Sprintf("address %s deleted", a.IPNet))
-	}
-	if found {
-		return nil
-	}
-	a := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(want.AsSlice()), Mask: net.CIDRMask(32, 32)}}
-	if err := l.h.AddrAdd(link, a); err != nil {
-		return fmt.Errorf("add address %s to %s: %w", want, link.Attrs().Name, err)
-	}
-	rep.Changes = append(rep.Changes, fmt.Sprintf("address %s/32 added", want))
-	return nil
-}
-
-// addPeer makes sure the FDB and neighbour entries of the peer exist.
-func (l *Linux) addPeer(link netlink.Link, p *Peer, rep *Report) error {
-	if p == nil {
-		return nil
-	}
-	idx := link.Attrs().Index
-	fdb, err := l.h.NeighList(idx, unix.AF_BRIDGE)
-	if err != nil {
-		return fmt.Errorf("list fdb: %w", err)
-	}
-	if !slices.ContainsFunc(fdb, func(n netlink.Neigh) bool {
-		return bytes.Equal(n.HardwareAddr, p.MAC) && n.IP.Equal(net.IP(p.NodeIP.AsSlice())) && n.State&netlink.NUD_PERMANENT != 0
-	}) {
-		n := &netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
-			Flags: netlink.NTF_SELF, HardwareAddr: p.MAC, IP: net.IP(p.NodeIP.AsSlice())}
-		if err := l.h.NeighSet(n); err != nil {
-			return fmt.Errorf("set fdb %s -> %s: %w", p.MAC, p.NodeIP, err)
-		}
-		rep.Changes = append(rep.Changes, fmt.Sprintf("fdb %s dst %s added", p.MAC, p.NodeIP))
-	}
-	neighs, err := l.h.NeighList(idx, unix.AF_INET)
-	if err != nil {
-		return fmt.Errorf("list neighbours: %w", err)
-	}
-	if !slices.ContainsFunc(neighs, func(n netlink.Neigh) bool {
-		return bytes.Equal(n.HardwareAddr, p.MAC) && n.IP.Equal(net.IP(p.Address.AsSlice())) && n.State&netlink.NUD_PERMANENT != 0
-	}) {
-		n := &netlink.Neigh{LinkIndex: idx, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
-			HardwareAddr: p.MAC, IP: net.IP(p.Address.AsSlice())}
-		if err := l.h.NeighSet(n); err != nil {
-			return fmt.Errorf("set neighbour %s: %w", p.Address, err)
-		}
-		rep.Changes = append(rep.Changes, fmt.Sprintf("neighbour %s lladdr %s added", p.Address, p.MAC))
-	}
-	return nil
-}
-
-// prunePeers deletes every FDB and permanent neighbour entry on the overlay
-// device other than the peer's (all of them on the gateway node).
-func (l *Linux) prunePeers(link netlink.Link, p *Peer, rep *Report) error {
-	idx := link.Attrs().Index
-	fdb, err := l.h.NeighList(idx, unix.AF_BRIDGE)
-	if err != nil {
-		return fmt.Errorf("list fdb: %w", err)
-	}
-	for _, n := range fdb {
-		if n.IP == nil || n.State&netlink.NUD_PERMANENT == 0 {
-			continue
-		}
-		if p != nil && bytes.Equal(n.HardwareAddr, p.MAC) && n.IP.Equal(net.IP(p.NodeIP.AsSlice())) {
-			continue
-		}
-		n.Flags = netlink.NTF_SELF
-		if err := l.h.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("delete fdb %s -> %s: %w", n.HardwareAddr, n.IP, err)
-		}
-		rep.Changes = append(rep.Changes, fmt.Sprintf("fdb %s dst %s deleted", n.HardwareAddr, n.IP))
-	}
-	neighs, err := l.h.NeighList(idx, unix.AF_INET)
-	if err != nil {
-		return fmt.Errorf("list neighbours: %w", err)
-	}
-	for _, n := range neighs {
-		if n.State&netlink.NUD_PERMANENT == 0 {
-			continue
-		}
-		if p != nil && bytes.Equal(n.HardwareAddr, p.MAC) && n.IP.Equal(net.IP(p.Address.AsSlice())) {
-			continue
-		}
-		if err := l.h.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("delete neighbour %s: %w", n.IP, err)
-		}
-		rep.Changes = append(rep.Changes, fmt.Sprintf("neighbour %s deleted", n.IP))
-	}
-	return nil
-}
-
-// ownedRoutes lists the routes with RouteProtocol in the table.
-func (l *Linux) ownedRoutes() ([]netlink.Route, error) {
-	filter := &netlink.Route{Table: l.table(), Protocol: RouteProtocol}
-	rs, err := l.h.RouteListFiltered(netlink.FAMILY_V4, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
-	if err != nil {
-		return nil, fmt.Errorf("list routes: %w", err)
-	}
-	return rs, nil
-}
-
-func routeKey(r netlink.Route) (Route, bool) {
-	if r.Dst == nil {
-		return Route{}, false
-	}
-	a, ok := netip.AddrFromSlice(r.Dst.IP)
-	if !ok {
-		return Route{}, false
-	}
-	ones, _ := r.Dst.Mask.Size()
-	out := Route{Dst: netip.PrefixFrom(a.Unmap(), ones)}
-	if r.Gw != nil {
-		out.Via, _ = netip.AddrFromSlice(r.Gw)
-		out.Via = out.Via.Unmap()
-	}
-	return out, true
-}
-
+// syncRoutes makes the routes with RouteProtocol in the table exactly
+// want: via the overlay device, or unreachable.
 func (l *Linux) syncRoutes(link netlink.Link, want []Route, rep *Report) error {
-	have, err := l.ownedRoutes()
-	if err != nil {
-		return err
-	}
-	wantSet := map[Route]bool{}
-	for _, r := range want {
-		wantSet[r] = true
-	}
-	var stale []netlink.Route
-	for _, r := range have {
-		k, ok := routeKey(r)
-		good := ok && wantSet[k] && r.Priority == RouteMetric &&
-			(k.Via.IsValid() == (r.Type == unix.RTN_UNICAST)) &&
-			(!k.Via.IsValid() || (link != nil && r.LinkIndex == link.Attrs().Index))
-		if good {
-			delete(wantSet, k)
-			continue
-		}
-		stale = append(stale, r)
-	}
 	var errs []error
-	replaced := map[netip.Prefix]bool{}
+	routes := make([]nodenet.Route, 0, len(want))
 	for _, r := range want {
-		if !wantSet[r] {
-			continue
-		}
-		replaced[r.Dst] = true
-		nr := netlink.Route{
-			Dst:      &net.IPNet{IP: net.IP(r.Dst.Addr().AsSlice()), Mask: net.CIDRMask(r.Dst.Bits(), 32)},
-			Table:    l.table(),
-			Protocol: RouteProtocol,
-			Priority: RouteMetric,
-		}
+		nr := nodenet.Route{Dst: r.Dst}
 		if r.Via.IsValid() {
 			if link == nil {
 				errs = append(errs, fmt.Errorf("route %s: no overlay device", r))
 				continue
 			}
-			nr.LinkIndex = link.Attrs().Index
-			nr.Gw = net.IP(r.Via.AsSlice())
-			nr.Flags = int(netlink.FLAG_ONLINK)
-		} else {
-			nr.Type = unix.RTN_UNREACHABLE
+			nr.Via, nr.Link = r.Via, link.Attrs().Index
 		}
-		if err := l.h.RouteReplace(&nr); err != nil {
-			errs = append(errs, fmt.Errorf("replace route %s: %w", r, err))
-			continue
-		}
-		rep.Changes = append(rep.Changes, fmt.Sprintf("route %s set", r))
+		routes = append(routes, nr)
 	}
-	// Stale routes go last. One replaced above under the same key
-	// (destination, table, metric) is already gone from the kernel.
-	for _, r := range stale {
-		if k, ok := routeKey(r); ok && replaced[k.Dst] && r.Priority == RouteMetric {
-			continue
-		}
-		err := l.h.RouteDel(&r)
-		if errors.Is(err, unix.ESRCH) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
-			continue
-		}
-		rep.Changes = append(rep.Changes, fmt.Sprintf("route %s deleted", r.Dst))
-	}
-	return errors.Join(errs...)
-}
-
-func (l *Linux) deleteDevice(rep *Report) error {
-	link, err := l.h.LinkByName(l.cfg.Device)
-	if errors.As(err, new(netlink.LinkNotFoundError)) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("look up %s: %w", l.cfg.Device, err)
-	}
-	if _, ok := link.(*netlink.Vxlan); !ok {
-		return nil // not ours
-	}
-	if err := l.h.LinkDel(link); err != nil {
-		return fmt.Errorf("delete %s: %w", l.cfg.Device, err)
-	}
-	rep.Changes = append(rep.Changes, fmt.Sprintf("device %s deleted", l.cfg.Device))
-	return nil
+	owner := nodenet.Owner{Protocol: RouteProtocol, Table: l.cfg.Table, Metric: RouteMetric}
+	return errors.Join(append(errs, rep.add(nodenet.SyncRoutes(l.h, owner, routes)))...)
 }
 
 func (l *Linux) syncSysctls(d DesiredState, rep *Report) error {
 	return netnsx.Do(l.cfg.Netns, func() error {
+		want := make([]nodenet.Sysctl, 0, len(d.Sysctls))
 		for _, s := range d.Sysctls {
-			changed, err := writeSysctl(s.Path, s.Value)
-			if err != nil {
-				return err
-			}
-			if changed {
-				rep.Changes = append(rep.Changes, fmt.Sprintf("sysctl %s=%s", s.Path, s.Value))
-			}
+			want = append(want, nodenet.Sysctl(s))
+		}
+		if err := rep.add(nodenet.SyncSysctls(want)); err != nil {
+			return err
 		}
 		if !d.LooseUplinkRPFilter || d.Overlay == nil || d.Overlay.Peer == nil {
 			return nil
@@ -486,45 +232,24 @@ func (l *Linux) syncSysctls(d DesiredState, rep *Report) error {
 		if err != nil {
 			return fmt.Errorf("uplink of gateway %s: %w", d.Overlay.Peer.NodeIP, err)
 		}
-		all, err := readSysctl("net/ipv4/conf/all/rp_filter")
+		all, err := nodenet.ReadSysctl("net/ipv4/conf/all/rp_filter")
 		if err != nil {
 			return err
 		}
-		dev, err := readSysctl("net/ipv4/conf/" + up.Attrs().Name + "/rp_filter")
+		path := "net/ipv4/conf/" + up.Attrs().Name + "/rp_filter"
+		dev, err := nodenet.ReadSysctl(path)
 		if err != nil {
 			return err
 		}
 		if max(all, dev) != "1" { // "0" off or "2" loose already
 			return nil
 		}
-		if _, err := writeSysctl("net/ipv4/conf/"+up.Attrs().Name+"/rp_filter", "2"); err != nil {
-			return err
+		changes, err := nodenet.SyncSysctls([]nodenet.Sysctl{{Path: path, Value: "2"}})
+		for _, c := range changes {
+			rep.Changes = append(rep.Changes, c+" (was strict)")
 		}
-		rep.Changes = append(rep.Changes, fmt.Sprintf("sysctl net/ipv4/conf/%s/rp_filter=2 (was strict)", up.Attrs().Name))
-		return nil
+		return err
 	})
-}
-
-func readSysctl(path string) (string, error) {
-	b, err := os.ReadFile("/proc/sys/" + path)
-	if err != nil {
-		return "", fmt.Errorf("read sysctl %s: %w", path, err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-func writeSysctl(path, value string) (bool, error) {
-	cur, err := readSysctl(path)
-	if err != nil {
-		return false, err
-	}
-	if cur == value {
-		return false, nil
-	}
-	if err := os.WriteFile("/proc/sys/"+path, []byte(value), 0o644); err != nil {
-		return false, fmt.Errorf("write sysctl %s=%s: %w", path, value, err)
-	}
-	return true, nil
 }
 
 func (l *Linux) syncIptables(ctx context.Context, want Rules, rep *Report) error {
@@ -557,7 +282,7 @@ func (l *Linux) Cleanup(ctx context.Context) error {
 	}
 	var rep Report
 	var errs []error
-	if err := l.deleteDevice(&rep); err != nil {
+	if err := rep.add(nodenet.DeleteVXLAN(l.h, l.cfg.Device)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := l.syncRoutes(nil, nil, &rep); err != nil {

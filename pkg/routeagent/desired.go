@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 )
 
 // The node contract: numbers and names this package owns on a node (see
@@ -80,7 +82,8 @@ type Params struct {
 	// Table is the route table (0 = main).
 	Table int
 	// LocalCIDRs are the local cluster's pod and service CIDRs: remote
-	// subnets overlapping them are never routed.
+	// subnets overlapping them are never routed (a safety check; the
+	// gateway's policy refuses them first).
 	LocalCIDRs []netip.Prefix
 }
 
@@ -109,7 +112,8 @@ type Gateway struct {
 	NodeIP   netip.Addr
 }
 
-// Remote is one remote cluster whose Endpoint is Valid.
+// Remote is one remote cluster whose Endpoint the gateway marked Valid:
+// its subnets are the ones pkg/addrpolicy accepted for it.
 type Remote struct {
 	ClusterID string
 	Subnets   []netip.Prefix
@@ -313,54 +317,36 @@ func Compute(in Inputs) DesiredState {
 	return d
 }
 
-// usableSubnets returns the sorted IPv4 remote subnets that may be routed:
-// canonical, not the default route, not overlapping a local CIDR and not
-// overlapping another remote cluster's subnet (both are dropped then).
+// usableSubnets returns the sorted, deduplicated IPv4 remote subnets to
+// route. Which subnets of which cluster are accepted is pkg/addrpolicy's
+// decision, published by the gateway as Valid=True on the Endpoints these
+// remotes come from; the agent does not re-arbitrate it (two remotes with
+// overlapping subnets are both routed: every remote subnet goes to the
+// same active gateway, whose tunnels carry what the policy accepted). It
+// keeps only safety checks of its own, for what it programs on the node:
+// an IPv4, canonical, non-default CIDR that never overlaps a local CIDR
+// (routing one would take the local pods or services off this node).
 func usableSubnets(remotes []Remote, local []netip.Prefix) ([]netip.Prefix, []string) {
-	var skipped []string
-	type owned struct {
-		p       netip.Prefix
-		cluster string
-	}
-	var cands []owned
+	var out []netip.Prefix
+	var notes []string
 	for _, r := range remotes {
 		for _, s := range r.Subnets {
 			switch {
 			case !s.IsValid() || !s.Addr().Is4():
-				skipped = append(skipped, fmt.Sprintf("%s: %v is not an IPv4 CIDR", r.ClusterID, s))
+				notes = append(notes, fmt.Sprintf("%s: %v is not an IPv4 CIDR", r.ClusterID, s))
 			case s.Masked() != s || s.Bits() == 0:
-				skipped = append(skipped, fmt.Sprintf("%s: %s is not a canonical, non-default CIDR", r.ClusterID, s))
+				notes = append(notes, fmt.Sprintf("%s: %s is not a canonical, non-default CIDR", r.ClusterID, s))
 			case slices.ContainsFunc(local, s.Overlaps):
-				skipped = append(skipped, fmt.Sprintf("%s: %s overlaps a local CIDR", r.ClusterID, s))
+				notes = append(notes, fmt.Sprintf("%s: %s overlaps a local CIDR", r.ClusterID, s))
 			default:
-				cands = append(cands, owned{s, r.ClusterID})
+				out = append(out, s)
 			}
 		}
 	}
-	var out []netip.Prefix
-	for i, c := range cands {
-		clash := ""
-		for j, o := range cands {
-			if i != j && o.cluster != c.cluster && c.p.Overlaps(o.p) {
-				clash = o.cluster
-				break
-			}
-		}
-		if clash != "" {
-			skipped = append(skipped, fmt.Sprintf("%s: %s overlaps a subnet of %s", c.cluster, c.p, clash))
-			continue
-		}
-		out = append(out, c.p)
-	}
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
+	slices.SortFunc(out, addrpolicy.ComparePrefix)
 	out = slices.Compact(out)
-	slices.Sort(skipped)
-	return out, skipped
+	slices.Sort(notes)
+	return out, notes
 }
 
 // renderRules builds the owned chains for the usable remote subnets.

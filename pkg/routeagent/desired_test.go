@@ -60,13 +60,14 @@ func TestComputeStates(t *testing.T) {
 			wantSkip:   []string{"0.0.0.0/0", "10.244.5.0/24 overlaps a local", "10.9.1.1/16", "fd00::/64", "invalid Prefix"},
 			wantLoose:  true,
 		},
-		"two remotes claiming overlapping subnets: both dropped": {
+		// Arbitration is pkg/addrpolicy's, in the gateway: what is Valid is
+		// routed (all of it via the same gateway).
+		"overlapping remotes are not re-arbitrated": {
 			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Remotes: []Remote{
-				c3, {ClusterID: "c5", Subnets: []netip.Prefix{pfx("10.245.1.0/24")}},
+				c3, {ClusterID: "c5", Subnets: []netip.Prefix{pfx("10.245.1.0/24"), pfx("10.97.0.0/16")}},
 			}},
 			wantPeer:   nodeG0,
-			wantRoutes: []string{"10.97.0.0/16 via 241.18.1.10"},
-			wantSkip:   []string{"c3: 10.245.0.0/16 overlaps a subnet of c5", "c5: 10.245.1.0/24 overlaps a subnet of c3"},
+			wantRoutes: []string{"10.97.0.0/16 via 241.18.1.10", "10.245.0.0/16 via 241.18.1.10", "10.245.1.0/24 via 241.18.1.10"},
 			wantLoose:  true,
 		},
 		"gateway colliding on the overlay address: unreachable": {

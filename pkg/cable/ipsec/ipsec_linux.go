@@ -20,7 +20,7 @@ import (
 
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/pkg/cable"
-	"github.com/causeway-net/causeway/pkg/cable/internal/routes"
+	"github.com/causeway-net/causeway/pkg/nodenet"
 )
 
 // Driver is the IPsec cable driver.
@@ -299,16 +299,17 @@ func (d *Driver) apply(ctx context.Context, peers []Peer) error {
 	if err := d.writeDB(db); err != nil {
 		errs = append(errs, err)
 	}
-	var rs []routes.Route
+	idx := d.link.Attrs().Index
+	var rs []nodenet.Route
 	for _, p := range peers {
 		if !want[ConnName(p.ClusterID)] || db[ConnName(p.ClusterID)] == "" {
 			continue
 		}
 		for _, sub := range p.RemoteTS {
-			rs = append(rs, routes.Route{Dst: sub})
+			rs = append(rs, nodenet.Route{Dst: sub, Link: idx})
 		}
 	}
-	if err := routes.Sync(d.h, d.link, d.local.RouteTable, rs); err != nil {
+	if _, err := nodenet.SyncRoutes(d.h, d.local.RouteOwner(idx), rs); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -519,7 +520,7 @@ func (d *Driver) Cleanup(ctx context.Context) error {
 		return errors.New("ipsec: driver closed")
 	}
 	var errs []error
-	if err := routes.Sync(d.h, d.link, d.local.RouteTable, nil); err != nil {
+	if _, err := nodenet.SyncRoutes(d.h, d.local.RouteOwner(d.link.Attrs().Index), nil); err != nil {
 		errs = append(errs, err)
 	}
 	pid := charonPID(d.files)

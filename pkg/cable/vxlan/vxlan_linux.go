@@ -15,7 +15,7 @@ import (
 
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/pkg/cable"
-	"github.com/causeway-net/causeway/pkg/cable/internal/routes"
+	"github.com/causeway-net/causeway/pkg/nodenet"
 )
 
 const (
@@ -97,54 +97,16 @@ func NextHopFor(a netip.Addr) netip.Addr {
 }
 
 func (d *Driver) ensureLink() error {
-	name := d.local.Interface
-	mac := MACFor(d.local.Address)
-	existing, err := d.h.LinkByName(name)
-	if err == nil {
-		if vx, ok := existing.(*netlink.Vxlan); ok && vx.VxlanId == VNI && vx.Port == int(d.local.Port) &&
-			net.IP(d.local.Address.AsSlice()).Equal(vx.SrcAddr) && !vx.Learning {
-			d.log.Info("adopting existing vxlan device", "ifindex", vx.Index)
-			if vx.MTU != d.local.MTU {
-				if err := d.h.LinkSetMTU(vx, d.local.MTU); err != nil {
-					return fmt.Errorf("set mtu of %s: %w", name, err)
-				}
-			}
-			if vx.HardwareAddr.String() != mac.String() {
-				if err := d.h.LinkSetHardwareAddr(vx, mac); err != nil {
-					return fmt.Errorf("set mac of %s: %w", name, err)
-				}
-			}
-			if err := d.h.LinkSetUp(vx); err != nil {
-				return fmt.Errorf("set %s up: %w", name, err)
-			}
-			d.link = vx
-			return nil
-		}
-		d.log.Info("replacing incompatible link", "type", existing.Type())
-		if err := d.h.LinkDel(existing); err != nil {
-			return fmt.Errorf("delete incompatible link %s: %w", name, err)
-		}
-	} else if !errors.As(err, new(netlink.LinkNotFoundError)) {
-		return fmt.Errorf("look up %s: %w", name, err)
-	}
-	vx := &netlink.Vxlan{
-		LinkAttrs: netlink.LinkAttrs{Name: name, MTU: d.local.MTU, HardwareAddr: mac},
-		VxlanId:   VNI,
-		SrcAddr:   net.IP(d.local.Address.AsSlice()),
-		Port:      int(d.local.Port),
-		Learning:  false,
-	}
-	if err := d.h.LinkAdd(vx); err != nil {
-		return fmt.Errorf("create vxlan device %s: %w", name, err)
-	}
-	link, err := d.h.LinkByName(name)
+	link, changes, err := nodenet.EnsureVXLAN(d.h, nodenet.VXLAN{Name: d.local.Interface, VNI: VNI,
+		Port: int(d.local.Port), Local: d.local.Address, MTU: d.local.MTU, MAC: MACFor(d.local.Address)})
 	if err != nil {
-		return fmt.Errorf("look up %s: %w", name, err)
+		return err
 	}
-	if err := d.h.LinkSetUp(link); err != nil {
-		return fmt.Errorf("set %s up: %w", name, err)
+	if len(changes) == 0 {
+		d.log.Info("adopting existing vxlan device", "ifindex", link.Attrs().Index)
+	} else {
+		d.log.Info("vxlan device", "ifindex", link.Attrs().Index, "changes", changes)
 	}
-	d.log.Info("created vxlan device", "ifindex", link.Attrs().Index, "vni", VNI, "port", d.local.Port)
 	d.link = link
 	return nil
 }
@@ -181,76 +143,27 @@ func (d *Driver) Set(ctx context.Context, conns []cable.Connection) error {
 
 func (d *Driver) apply(conns []cable.Connection) error {
 	idx := d.link.Attrs().Index
-	wantFDB := map[string]netip.Addr{}   // mac -> remote VTEP
-	wantNeigh := map[netip.Addr]string{} // next hop -> mac
-	var want []routes.Route
+	var peers nodenet.Neighbours
+	var want []nodenet.Route
 	for _, c := range conns {
 		remote := c.Endpoint.Addr()
-		mac := MACFor(remote).String()
-		nh := NextHopFor(remote)
-		wantFDB[mac] = remote
-		wantNeigh[nh] = mac
+		mac, nh := MACFor(remote), NextHopFor(remote)
+		peers.FDB = append(peers.FDB, nodenet.FDB{MAC: mac, Dst: remote})
+		peers.Neigh = append(peers.Neigh, nodenet.Neigh{IP: nh, MAC: mac})
 		for _, p := range c.Subnets {
-			want = append(want, routes.Route{Dst: p, Via: nh})
+			want = append(want, nodenet.Route{Dst: p, Via: nh, Link: idx})
 		}
 	}
 	// Routes first on removal paths would leave packets without a next
 	// hop for an instant; order: add FDB+neigh, sync routes, then prune.
-	for mac, remote := range wantFDB {
-		hw, _ := net.ParseMAC(mac)
-		n := &netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
-			Flags: netlink.NTF_SELF, HardwareAddr: hw, IP: net.IP(remote.AsSlice())}
-		if err := d.h.NeighSet(n); err != nil {
-			return fmt.Errorf("set fdb %s -> %s: %w", mac, remote, err)
-		}
-	}
-	for nh, mac := range wantNeigh {
-		hw, _ := net.ParseMAC(mac)
-		n := &netlink.Neigh{LinkIndex: idx, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
-			HardwareAddr: hw, IP: net.IP(nh.AsSlice())}
-		if err := d.h.NeighSet(n); err != nil {
-			return fmt.Errorf("set neighbour %s: %w", nh, err)
-		}
-	}
-	if err := routes.Sync(d.h, d.link, d.local.RouteTable, want); err != nil {
+	if _, err := nodenet.AddNeighbours(d.h, d.link, peers); err != nil {
 		return err
 	}
-	// Prune FDB entries and neighbours we own (our MAC scheme) that are
-	// not wanted.
-	fdb, err := d.h.NeighList(idx, unix.AF_BRIDGE)
-	if err != nil {
-		return fmt.Errorf("list fdb: %w", err)
+	if _, err := nodenet.SyncRoutes(d.h, d.local.RouteOwner(idx), want); err != nil {
+		return err
 	}
-	for _, n := range fdb {
-		if !owned(n.HardwareAddr) || n.IP == nil {
-			continue
-		}
-		remote, _ := netip.AddrFromSlice(n.IP)
-		if w, ok := wantFDB[n.HardwareAddr.String()]; ok && w == remote.Unmap() {
-			continue
-		}
-		n.Flags = netlink.NTF_SELF
-		if err := d.h.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("delete fdb %s -> %s: %w", n.HardwareAddr, n.IP, err)
-		}
-	}
-	neighs, err := d.h.NeighList(idx, unix.AF_INET)
-	if err != nil {
-		return fmt.Errorf("list neighbours: %w", err)
-	}
-	for _, n := range neighs {
-		nh, ok := netip.AddrFromSlice(n.IP)
-		if !ok || !owned(n.HardwareAddr) {
-			continue
-		}
-		if mac, ok := wantNeigh[nh.Unmap()]; ok && mac == n.HardwareAddr.String() {
-			continue
-		}
-		if err := d.h.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("delete neighbour %s: %w", n.IP, err)
-		}
-	}
-	return nil
+	_, err := nodenet.PruneNeighbours(d.h, d.link, peers)
+	return err
 }
 
 func owned(mac net.HardwareAddr) bool {
@@ -278,7 +191,7 @@ func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 			haveFDB[a.Unmap().String()] = true
 		}
 	}
-	rs, err := routes.List(d.h, d.link, d.local.RouteTable)
+	rs, err := nodenet.ListRoutes(d.h, d.local.RouteOwner(idx))
 	if err != nil {
 		return nil, err
 	}
@@ -317,12 +230,7 @@ func (d *Driver) Cleanup(ctx context.Context) error {
 	if d.h == nil {
 		return errors.New("vxlan: driver closed")
 	}
-	err := d.h.LinkDel(d.link)
-	if err != nil && !errors.As(err, new(netlink.LinkNotFoundError)) && !errors.Is(err, unix.ENODEV) {
-		err = fmt.Errorf("delete %s: %w", d.local.Interface, err)
-	} else {
-		err = nil
-	}
+	_, err := nodenet.DeleteVXLAN(d.h, d.local.Interface)
 	d.h.Close()
 	d.h = nil
 	d.conns = nil

@@ -19,7 +19,7 @@ import (
 
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/pkg/cable"
-	"github.com/causeway-net/causeway/pkg/cable/internal/routes"
+	"github.com/causeway-net/causeway/pkg/nodenet"
 )
 
 const (
@@ -295,13 +295,15 @@ func (d *Driver) apply(conns []cable.Connection) error {
 		}
 		d.log.Info("configured peers", "changes", len(changes), "peers", len(conns))
 	}
-	var want []routes.Route
+	idx := d.link.Attrs().Index
+	var want []nodenet.Route
 	for _, c := range conns {
 		for _, p := range c.Subnets {
-			want = append(want, routes.Route{Dst: p})
+			want = append(want, nodenet.Route{Dst: p, Link: idx})
 		}
 	}
-	return routes.Sync(d.h, d.link, d.local.RouteTable, want)
+	_, err = nodenet.SyncRoutes(d.h, d.local.RouteOwner(idx), want)
+	return err
 }
 
 // peerChanges is the pure diff between the device's peers and the desired

@@ -13,7 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
+
+	"github.com/causeway-net/causeway/pkg/nodenet"
 )
 
 // Route protocol numbers marking the routes netlab owns (see
@@ -282,16 +283,12 @@ func (h *Host) ensureNode(c Cluster, n Node) error {
 	}
 	// Sysctls first so that links created below inherit the defaults.
 	err := h.Do(name, func() error {
-		for _, kv := range [][2]string{
-			{"net/ipv4/ip_forward", "1"},
-			{"net/ipv4/conf/all/rp_filter", "0"},
-			{"net/ipv4/conf/default/rp_filter", "0"},
-		} {
-			if err := writeSysctl(kv[0], kv[1]); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err := nodenet.SyncSysctls([]nodenet.Sysctl{
+			{Path: "net/ipv4/ip_forward", Value: "1"},
+			{Path: "net/ipv4/conf/all/rp_filter", Value: "0"},
+			{Path: "net/ipv4/conf/default/rp_filter", Value: "0"},
+		})
+		return err
 	})
 	if err != nil {
 		return err
@@ -419,121 +416,29 @@ func linkUp(nh *netlink.Handle, name string) error {
 	return nil
 }
 
-// syncAddrs makes the IPv4 addresses of a link exactly want.
+// syncAddrs makes the addresses of link name exactly want.
 func syncAddrs(nh *netlink.Handle, name string, want []netip.Prefix) error {
 	l, err := nh.LinkByName(name)
 	if err != nil {
 		return fmt.Errorf("find %s: %w", name, err)
 	}
-	have, err := nh.AddrList(l, netlink.FAMILY_V4)
-	if err != nil {
-		return fmt.Errorf("list addresses of %s: %w", name, err)
-	}
-	wanted := map[netip.Prefix]bool{}
-	for _, p := range want {
-		wanted[p] = true
-	}
-	present := map[netip.Prefix]bool{}
-	for _, a := range have {
-		p, ok := prefixOf(a.IPNet)
-		if ok && wanted[p] {
-			present[p] = true
-			continue
-		}
-		if err := nh.AddrDel(l, &a); err != nil {
-			return fmt.Errorf("delete %s from %s: %w", a.IPNet, name, err)
-		}
-	}
-	for _, p := range want {
-		if present[p] {
-			continue
-		}
-		if err := nh.AddrAdd(l, &netlink.Addr{IPNet: ipNet(p)}); err != nil {
-			return fmt.Errorf("add %s to %s: %w", p, name, err)
-		}
-	}
-	return nil
+	_, err = nodenet.SyncAddrs(nh, l, want)
+	return err
 }
 
-// syncRoutes makes the main-table IPv4 routes of protocol proto exactly
-// want; routes of other protocols are left alone.
+// syncRoutes makes the main-table routes of protocol proto exactly want;
+// routes of other protocols are left alone.
 func syncRoutes(nh *netlink.Handle, want []Route, proto netlink.RouteProtocol) error {
-	have, err := nh.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: proto},
-		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
-	if err != nil {
-		return fmt.Errorf("list routes: %w", err)
-	}
-	desired := map[netip.Prefix]*netlink.Route{}
-	var order []netip.Prefix
+	routes := make([]nodenet.Route, 0, len(want))
 	for _, r := range want {
 		l, err := nh.LinkByName(r.Dev)
 		if err != nil {
 			return fmt.Errorf("route %s: find %s: %w", r.Dst, r.Dev, err)
 		}
-		nr := &netlink.Route{
-			LinkIndex: l.Attrs().Index,
-			Dst:       ipNet(r.Dst),
-			Table:     unix.RT_TABLE_MAIN,
-			Protocol:  proto,
-			Scope:     netlink.SCOPE_UNIVERSE,
-		}
-		if r.Via.IsValid() {
-			nr.Gw = r.Via.AsSlice()
-			nr.Flags = int(netlink.FLAG_ONLINK)
-		} else {
-			nr.Scope = netlink.SCOPE_LINK
-		}
-		if r.Src.IsValid() {
-			nr.Src = r.Src.AsSlice()
-		}
-		desired[r.Dst] = nr
-		order = append(order, r.Dst)
+		routes = append(routes, nodenet.Route{Dst: r.Dst, Via: r.Via, Src: r.Src, Link: l.Attrs().Index})
 	}
-	for _, r := range have {
-		dst := netip.MustParsePrefix("0.0.0.0/0")
-		if r.Dst != nil {
-			if p, ok := prefixOf(r.Dst); ok {
-				dst = p
-			}
-		}
-		if d, ok := desired[dst]; ok && sameRoute(r, *d) {
-			delete(desired, dst)
-			continue
-		}
-		if _, ok := desired[dst]; ok {
-			continue // replaced below
-		}
-		if err := nh.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("delete route %s: %w", dst, err)
-		}
-	}
-	for _, dst := range order {
-		r, ok := desired[dst]
-		if !ok {
-			continue
-		}
-		if err := nh.RouteReplace(r); err != nil {
-			return fmt.Errorf("replace route %s: %w", dst, err)
-		}
-	}
-	return nil
-}
-
-func sameRoute(have, want netlink.Route) bool {
-	return have.LinkIndex == want.LinkIndex && have.Gw.Equal(want.Gw) && have.Src.Equal(want.Src) && have.Scope == want.Scope
-}
-
-func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones), true
-}
-
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+	_, err := nodenet.SyncRoutes(nh, nodenet.Owner{Protocol: int(proto)}, routes)
+	return err
 }
 
 // EnsurePod gives a pod its namespace, a routed veth pair to its node, its
@@ -577,13 +482,8 @@ func (h *Host) EnsurePod(p Pod) error {
 			if err != nil {
 				return fmt.Errorf("find pod %s: %w", PodLink, err)
 			}
-			if err := podH.NeighSet(&netlink.Neigh{
-				LinkIndex:    eth0.Attrs().Index,
-				Family:       netlink.FAMILY_V4,
-				State:        netlink.NUD_PERMANENT,
-				IP:           PodGateway.AsSlice(),
-				HardwareAddr: net.HardwareAddr(HostVethMAC[:]),
-			}); err != nil {
+			gw := nodenet.Neigh{IP: PodGateway, MAC: net.HardwareAddr(HostVethMAC[:])}
+			if _, err := nodenet.AddNeighbours(podH, eth0, nodenet.Neighbours{Neigh: []nodenet.Neigh{gw}}); err != nil {
 				return fmt.Errorf("gateway neighbour: %w", err)
 			}
 			if err := syncRoutes(podH, PodRoutes(), RouteProtoLab); err != nil {
@@ -604,35 +504,10 @@ func syncPodRoute(nh *netlink.Handle, hostVeth string, ip netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("find %s: %w", hostVeth, err)
 	}
-	have, err := nh.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: RouteProtoPod, LinkIndex: l.Attrs().Index},
-		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_OIF)
-	if err != nil {
-		return fmt.Errorf("list pod routes: %w", err)
-	}
-	want := netip.PrefixFrom(ip, 32)
-	found := false
-	for _, r := range have {
-		if p, ok := prefixOf(r.Dst); ok && p == want && r.Scope == netlink.SCOPE_LINK {
-			found = true
-			continue
-		}
-		if err := nh.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("delete pod route %s: %w", r.Dst, err)
-		}
-	}
-	if found {
-		return nil
-	}
-	if err := nh.RouteReplace(&netlink.Route{
-		LinkIndex: l.Attrs().Index,
-		Dst:       ipNet(want),
-		Table:     unix.RT_TABLE_MAIN,
-		Protocol:  RouteProtoPod,
-		Scope:     netlink.SCOPE_LINK,
-	}); err != nil {
-		return fmt.Errorf("route %s dev %s: %w", want, hostVeth, err)
-	}
-	return nil
+	idx := l.Attrs().Index
+	_, err = nodenet.SyncRoutes(nh, nodenet.Owner{Protocol: int(RouteProtoPod), Link: idx},
+		[]nodenet.Route{{Dst: netip.PrefixFrom(ip, 32), Link: idx}})
+	return err
 }
 
 // DeletePod kills the pod's processes, removes its cgroup, its veth pair

@@ -199,12 +199,3 @@ func (h *Host) Dial(name, network, address string) (net.Conn, error) {
 	}
 	return c, nil
 }
-
-// writeSysctl sets a /proc/sys value in the namespace the calling thread
-// is in, e.g. writeSysctl("net/ipv4/ip_forward", "1").
-func writeSysctl(key, value string) error {
-	if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o644); err != nil {
-		return fmt.Errorf("sysctl %s=%s: %w", key, value, err)
-	}
-	return nil
-}

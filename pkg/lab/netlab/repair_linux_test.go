@@ -339,3 +339,7 @@ func TestForwardFromNode(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}

@@ -1,0 +1,228 @@
+// Package addrpolicy is the one authority on which subnets of which remote
+// cluster this cluster accepts. It is pure: no I/O, no clock, no logging.
+//
+// The gateway (pkg/gateway) calls Decide once per sync with what the broker
+// holds and publishes the verdicts as Valid conditions on the mirrored
+// Cluster and Endpoint objects; everything downstream (the cable driver,
+// the route agent, the MCS controller) consumes the accepted subnets as
+// published and keeps only safety checks of its own: none of them
+// re-arbitrates overlaps.
+//
+// The rules, in the order they are applied (the first one that fails
+// refuses the object):
+//
+//  1. Syntax (ReasonInvalidCIDR): every CIDR parses, is written in
+//     canonical form (netip.Prefix.String of itself: no host bits, no
+//     spaces, lower case), is not an IPv4-mapped IPv6 prefix, is not the
+//     default route and is at least MinBits4 (IPv4) / MinBits6 (IPv6) long
+//     — a split of the default route (0.0.0.0/1 + 128.0.0.0/1) is as
+//     harmful as the default route itself; it does not overlap the
+//     clusterset VIP range, nor a reserved range unless it lies inside the
+//     globalnet supernet; two CIDRs of one object do not overlap (exact
+//     duplicates are merged); an object announces at least one CIDR.
+//  2. Claims (ReasonUnclaimedGlobalCIDR): with globalnet on (Config.Claims
+//     not nil) every global CIDR a Cluster announces lies inside a global
+//     CIDR the broker holds a claim for in that cluster's name.
+//  3. Local and assigned space (ReasonOverlappingCIDR): no CIDR overlaps
+//     this cluster's pod, service or global CIDRs, nor a global CIDR the
+//     broker assigned to another cluster.
+//  4. The Endpoint follows its Cluster: when the Cluster object exists, an
+//     Endpoint is refused if the Cluster is (ReasonInvalidCluster) and each
+//     of its subnets must lie inside the Cluster's CIDRs
+//     (ReasonInvalidCIDR). Without a Cluster object the Endpoint stands on
+//     its own. An Endpoint's health-check address lies inside its subnets
+//     (ReasonInvalidAddress).
+//  5. Remotes against each other (ReasonOverlappingCIDR): a cluster's claim
+//     is its Cluster's CIDRs (its Endpoint's subnets when it has no Cluster
+//     object), aged by the creation time of that object. Claims are
+//     settled oldest first, ties broken by the lower cluster ID: a claim
+//     overlapping an accepted one is refused whole (a working tunnel is
+//     never broken by a newcomer, and every cluster of the ClusterSet
+//     reaches the same verdicts). A refused object claims nothing.
+//
+// With globalnet, a Cluster that announces global CIDRs is reached through
+// them only: they are its CIDRs for every rule above, its Endpoint must
+// announce subnets inside them, and its pod and service CIDRs are not
+// looked at (they may overlap anybody's). Global CIDRs need not lie inside
+// the supernet: the broker's claims say who owns what, and outside the
+// supernet a global CIDR meets the reserved ranges like any other CIDR.
+//
+// Decide's result depends on the set of its inputs, never on their order.
+//
+// The seed corpus of FuzzDecide (testdata/fuzz) runs with every go test;
+// go test -fuzz FuzzDecide ./pkg/addrpolicy/ explores further.
+package addrpolicy
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Defaults of Config, documented here rather than buried in the rules.
+const (
+	// DefaultSupernet is globalnet's default supernet, the range global
+	// CIDRs are allocated from (pkg/globalnet's --supernet). It lies in
+	// 240.0.0.0/4 and is exempt from the reserved ranges.
+	DefaultSupernet = "242.0.0.0/8"
+	// DefaultVIPRange is the default clusterset VIP range
+	// (pkg/mcs.DefaultVIPRange). VIPs never appear on a wire, so no remote
+	// subnet may overlap it.
+	DefaultVIPRange = "243.0.0.0/12"
+	// DefaultMinBits4 is the shortest IPv4 prefix accepted: a /8 (10.0.0.0/8
+	// is a real cluster CIDR); anything shorter covers several /8s of
+	// other people's space and, split in two /1s, the whole Internet.
+	DefaultMinBits4 = 8
+	// DefaultMinBits6 is the shortest IPv6 prefix accepted: a /16.
+	DefaultMinBits6 = 16
+)
+
+// DefaultReserved returns the ranges refused as remote subnets by default:
+// "this network" 0.0.0.0/8, loopback 127.0.0.0/8, link-local
+// 169.254.0.0/16, multicast 224.0.0.0/4, the former class E 240.0.0.0/4
+// (which also holds the route agent's 241.0.0.0/8 overlay addresses and
+// the clusterset's own ranges: the supernet is exempt, the VIP range is
+// refused on its own), broadcast 255.255.255.255/32, and for IPv6 the
+// unspecified and loopback addresses ::/127, IPv4-mapped ::ffff:0:0/96,
+// link-local fe80::/10 and multicast ff00::/8.
+func DefaultReserved() []netip.Prefix {
+	return []netip.Prefix{
+		netip.MustParsePrefix("0.0.0.0/8"),
+		netip.MustParsePrefix("127.0.0.0/8"),
+		netip.MustParsePrefix("169.254.0.0/16"),
+		netip.MustParsePrefix("224.0.0.0/4"),
+		netip.MustParsePrefix("240.0.0.0/4"),
+		netip.MustParsePrefix("255.255.255.255/32"),
+		netip.MustParsePrefix("::/127"),
+		netip.MustParsePrefix("::ffff:0:0/96"),
+		netip.MustParsePrefix("fe80::/10"),
+		netip.MustParsePrefix("ff00::/8"),
+	}
+}
+
+// Config is what the policy knows about this cluster and the ClusterSet.
+// Zero values of Reserved, Supernet, VIPRange, MinBits4 and MinBits6 pick
+// the defaults above.
+type Config struct {
+	// LocalCIDRs are this cluster's pod and service CIDRs.
+	LocalCIDRs []netip.Prefix
+	// GlobalCIDRs are this cluster's own global CIDRs; empty when
+	// globalnet is off here.
+	GlobalCIDRs []netip.Prefix
+	// Claims maps a cluster ID to the global CIDRs the broker holds a
+	// claim for in its name (one cluster-scoped object per global CIDR).
+	// nil means globalnet is off ClusterSet-wide and the claim rule is
+	// skipped; an empty, non-nil map means nobody owns a global CIDR, so
+	// any announced global CIDR is refused.
+	Claims map[string][]netip.Prefix
+	// Reserved ranges are refused as remote subnets, except inside
+	// Supernet. nil: DefaultReserved().
+	Reserved []netip.Prefix
+	// Supernet is the globalnet supernet, exempt from Reserved. Zero:
+	// DefaultSupernet.
+	Supernet netip.Prefix
+	// VIPRange is the clusterset VIP range; no remote subnet may overlap
+	// it. Zero: DefaultVIPRange.
+	VIPRange netip.Prefix
+	// MinBits4 and MinBits6 are the shortest prefixes accepted. Zero:
+	// DefaultMinBits4, DefaultMinBits6.
+	MinBits4, MinBits6 int
+}
+
+// WithDefaults returns c with every zero default-able field set to its
+// default.
+func (c Config) WithDefaults() Config {
+	if c.Reserved == nil {
+		c.Reserved = DefaultReserved()
+	}
+	if !c.Supernet.IsValid() {
+		c.Supernet = netip.MustParsePrefix(DefaultSupernet)
+	}
+	if !c.VIPRange.IsValid() {
+		c.VIPRange = netip.MustParsePrefix(DefaultVIPRange)
+	}
+	if c.MinBits4 == 0 {
+		c.MinBits4 = DefaultMinBits4
+	}
+	if c.MinBits6 == 0 {
+		c.MinBits6 = DefaultMinBits6
+	}
+	return c
+}
+
+// Remote is what one remote cluster announced in the broker. Either
+// object may be absent.
+type Remote struct {
+	ClusterID string
+	Cluster   *Cluster
+	Endpoint  *Endpoint
+}
+
+// Cluster is the address part of a remote Cluster object.
+type Cluster struct {
+	PodCIDRs, ServiceCIDRs []string
+	// GlobalCIDRs, when not empty, replace PodCIDRs and ServiceCIDRs
+	// (globalnet: the cluster is reached through them only).
+	GlobalCIDRs []string
+	// Created is the object's creation time (its age in overlaps).
+	Created time.Time
+	// Refused is set by the caller when it refused the object for a
+	// reason outside this policy (e.g. a clusterID mismatch): the message.
+	// The Cluster then claims nothing, gets no verdict from Decide, and
+	// its Endpoint is refused with ReasonInvalidCluster.
+	Refused string
+}
+
+// Endpoint is the address part of a remote Endpoint object. A caller that
+// refused an Endpoint for a reason outside this policy (a bad key or
+// address) leaves it out of the Remote: it then claims nothing.
+type Endpoint struct {
+	Subnets []string
+	// HealthCheckIP, when valid, must lie inside Subnets
+	// (ReasonInvalidAddress): it is probed through the tunnel.
+	HealthCheckIP netip.Addr
+	Created       time.Time
+}
+
+// Verdict is the policy's outcome for one object.
+type Verdict struct {
+	Valid bool
+	// Reason is a v1alpha1 Valid-condition reason (ReasonValid when Valid).
+	Reason  string
+	Message string
+	// Subnets are the object's CIDRs in canonical order (sorted,
+	// deduplicated) when Valid: a Cluster's accepted CIDRs (its global
+	// CIDRs under globalnet), an Endpoint's subnets to route.
+	Subnets []netip.Prefix
+}
+
+// Decision is the policy's outcome for one remote cluster.
+type Decision struct {
+	ClusterID string
+	// Cluster and Endpoint are nil when the object was absent (or, for
+	// the Cluster, refused by the caller).
+	Cluster, Endpoint *Verdict
+}
+
+// Accepted returns the subnets through which the cluster is reached: its
+// Endpoint's subnets when the Endpoint is Valid, else none.
+func (d Decision) Accepted() []netip.Prefix {
+	if d.Endpoint == nil || !d.Endpoint.Valid {
+		return nil
+	}
+	return d.Endpoint.Subnets
+}
+
+// Contains reports whether addr lies inside one of the accepted subnets,
+// i.e. whether a remote backend at addr is reachable from here through the
+// tunnel to its cluster (accepted as published in a Valid Endpoint's
+// spec.subnets, or Decision.Accepted). An IPv4-mapped IPv6 address is
+// taken as its IPv4 address; an invalid address is never reachable.
+func Contains(accepted []netip.Prefix, addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range accepted {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
