@@ -12,6 +12,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 )
 
 // RecordEndpointsFromSlices turns the exporting cluster's EndpointSlices of
@@ -225,12 +226,12 @@ type Reach struct {
 // message saying why, naming the cluster ("" when all are reachable or src
 // has no backends). r is the record src came from.
 //
-// The subnet test is a plain netip.Prefix.Contains loop; pkg/addrpolicy's
-// helper takes its place once that package is on main.
+// The subnet test is pkg/addrpolicy's Contains (the one authority on
+// which subnets reach a cluster).
 func Reachable(src SourceEndpoints, r ExportRecord, reach Reach) (SourceEndpoints, string) {
 	var out []string
 	for i, b := range src.Backends {
-		if reach.Tunnel && containsAddr(reach.Subnets, b.Address) {
+		if reach.Tunnel && addrpolicy.Contains(reach.Subnets, b.Address) {
 			continue
 		}
 		src.Backends[i].Ready, src.Backends[i].Serving = false, false
@@ -251,15 +252,6 @@ func Reachable(src SourceEndpoints, r ExportRecord, reach Reach) (SourceEndpoint
 		return src, fmt.Sprintf("global addresses %s of cluster %s %s outside its tunnel's subnets %s",
 			strings.Join(out, ", "), r.ClusterID, isAre(len(out)), prefixesString(reach.Subnets))
 	}
-}
-
-func containsAddr(subnets []netip.Prefix, a netip.Addr) bool {
-	for _, p := range subnets {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // Overlaps reports whether a prefix of a overlaps one of b.
