@@ -155,6 +155,13 @@ func (e *env) namespace(id, ns string) {
 // start runs cluster id's controller until stop or the end of the test.
 func (e *env) start(id string) {
 	e.t.Helper()
+	e.startReplica(id, id)
+}
+
+// startReplica runs a replica of cluster id's controller, stopped by
+// stop(name).
+func (e *env) startReplica(id, name string) {
+	e.t.Helper()
 	cfg := e.cfg
 	cfg.ClusterID = id
 	reg := prometheus.NewRegistry()
@@ -174,7 +181,7 @@ func (e *env) start(id string) {
 	r := &running{cancel: cancel, done: make(chan error, 1), metrics: reg}
 	go func() { r.done <- c.Run(ctx) }()
 	e.mu.Lock()
-	e.running[id] = r
+	e.running[name] = r
 	e.mu.Unlock()
 }
 

@@ -435,3 +435,50 @@ func TestGlobalPoolExhausted(t *testing.T) {
 	})
 	eventually(t, "db's GlobalIngress gone", gone(c1, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "db"}}))
 }
+
+// TestGlobalLeaderChange: two leader-elected replicas in c1; the standby's
+// caches are warm before it leads. After the leader stops, the new leader
+// replays the allocation (a live List) before handing anything out: the
+// first Service keeps its pairs, a new one gets others.
+func TestGlobalLeaderChange(t *testing.T) {
+	e := newEnv(t, "c1")
+	e.cfg.LeaderElection = true
+	e.mirrorCluster("c1", "c1", "242.0.1.0/24")
+	e.namespace("c1", "gn")
+	e.startReplica("c1", "a")
+	c1 := e.c("c1")
+	web := service(t, c1, "gn", "web", false, map[string]int32{"http": 80, "https": 443})
+	localSlice(t, c1, web, 8080, pod{ip: "10.244.1.5", ready: true})
+	export(t, c1, "gn", "web")
+	var first *causewayv1alpha1.GlobalIngress
+	eventually(t, "web allocated by replica a", func() error {
+		var err error
+		first, err = globalIngress(c1, "gn", "web")
+		return err
+	})
+	e.startReplica("c1", "b") // standby, caches warm
+	time.Sleep(time.Second)
+	e.stop("a") // releases the Lease on cancel
+	api := service(t, c1, "gn", "api", false, map[string]int32{"http": 80, "https": 443})
+	localSlice(t, c1, api, 8080, pod{ip: "10.244.1.6", ready: true})
+	export(t, c1, "gn", "api")
+	var second *causewayv1alpha1.GlobalIngress
+	eventually(t, "api allocated by replica b", func() error {
+		var err error
+		second, err = globalIngress(c1, "gn", "api")
+		return err
+	})
+	taken := map[string]bool{}
+	for _, p := range first.Spec.Ports {
+		taken[fmt.Sprintf("%s:%d", first.Spec.IP, p.GlobalPort)] = true
+	}
+	for _, p := range second.Spec.Ports {
+		if taken[fmt.Sprintf("%s:%d", second.Spec.IP, p.GlobalPort)] {
+			t.Errorf("new leader handed out a held pair: %+v vs %+v", second.Spec, first.Spec)
+		}
+	}
+	now, err := globalIngress(c1, "gn", "web")
+	if err != nil || fmt.Sprint(now.Spec) != fmt.Sprint(first.Spec) {
+		t.Errorf("web after the leader change %+v, was %+v (%v)", now.Spec, first.Spec, err)
+	}
+}
