@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -235,6 +236,7 @@ func (c *Controller) releaseGlobal(ctx context.Context, key types.NamespacedName
 	}
 	delete(g.waiting, key)
 	c.globalMetrics()
+	c.requeueWaiting()
 	return res, nil
 }
 
@@ -260,7 +262,27 @@ func (c *Controller) forgetGlobal(ctx context.Context, key types.NamespacedName)
 	delete(g.held, key)
 	delete(g.waiting, key)
 	c.globalMetrics()
+	c.requeueWaiting()
 	return nil
+}
+
+// requeueWaiting queues the Services waiting for room in the global pool
+// (addresses were just freed); call with c.global.mu held. The events go
+// through the trigger channel from a goroutine, so a full channel never
+// blocks a sync.
+func (c *Controller) requeueWaiting() {
+	if len(c.global.waiting) == 0 {
+		return
+	}
+	objs := make([]*causewayv1alpha1.ServiceExportRecord, 0, len(c.global.waiting))
+	for k := range c.global.waiting {
+		objs = append(objs, &causewayv1alpha1.ServiceExportRecord{Spec: causewayv1alpha1.ServiceExportRecordSpec{ServiceNamespace: k.Namespace, ServiceName: k.Name}})
+	}
+	go func() {
+		for _, o := range objs {
+			c.trigger <- event.GenericEvent{Object: o}
+		}
+	}()
 }
 
 // globalMetrics updates the globalnet gauges; call with c.global.mu held.

@@ -330,11 +330,12 @@ func TestGlobalnet(t *testing.T) {
 // TestGlobalPoolExhausted: a /29 has three ingress IPs. A headless
 // Service with four ready pods does not fit: Allocated=False, an Event,
 // a record without global addresses; with three it does, and a
-// ClusterSetIP Service then waits until the headless one's addresses are
-// freed after its quarantine.
+// ClusterSetIP Service then waits: the headless one's unexport does not
+// free its addresses during the quarantine; deleting its released
+// GlobalIngress by hand does.
 func TestGlobalPoolExhausted(t *testing.T) {
 	e := newEnv(t, "c1")
-	e.cfg.GlobalQuarantine = time.Second
+	e.cfg.GlobalQuarantine = time.Hour
 	e.mirrorCluster("c1", "c1", "242.0.9.0/29")
 	e.namespace("c1", "gn")
 	e.start("c1")
@@ -429,11 +430,29 @@ func TestGlobalPoolExhausted(t *testing.T) {
 	export(t, c1, "gn", "web")
 	eventually(t, "web exhausted", exhausted("web"))
 	unexport(t, c1, "gn", "db")
-	eventually(t, "web allocated after db's quarantine", func() error {
+	eventually(t, "db released", func() error {
+		var gi causewayv1alpha1.GlobalIngress
+		if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "db"}, &gi); err != nil {
+			return err
+		}
+		if gi.Spec.ReleasedAt == nil {
+			return fmt.Errorf("not released")
+		}
+		return nil
+	})
+	// Quarantine: db's addresses are not handed to web.
+	time.Sleep(2 * time.Second)
+	if err := exhausted("web")(); err != nil {
+		t.Fatalf("during db's quarantine: %v", err)
+	}
+	// Deleted by hand (or with its namespace): the addresses are free.
+	if err := c1.Delete(ctx, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "db"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "web allocated once db's GlobalIngress is gone", func() error {
 		_, err := globalIngress(c1, "gn", "web")
 		return err
 	})
-	eventually(t, "db's GlobalIngress gone", gone(c1, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "db"}}))
 }
 
 // TestGlobalLeaderChange: two leader-elected replicas in c1; the standby's
