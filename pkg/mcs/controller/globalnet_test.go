@@ -273,6 +273,25 @@ func TestGlobalnet(t *testing.T) {
 		})
 	})
 
+	t.Run("deleted while exported: written again, same addresses", func(t *testing.T) {
+		if err := c1.Delete(ctx, gis["c1"].DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "GlobalIngress written again", func() error {
+			gi, err := globalIngress(c1, "gn", "web")
+			if err != nil {
+				return err
+			}
+			if gi.UID == gis["c1"].UID {
+				return fmt.Errorf("not deleted yet")
+			}
+			if fmt.Sprint(gi.Spec) != fmt.Sprint(gis["c1"].Spec) {
+				return fmt.Errorf("spec %+v, was %+v", gi.Spec, gis["c1"].Spec)
+			}
+			return nil
+		})
+	})
+
 	t.Run("unexport releases after the quarantine", func(t *testing.T) {
 		unexport(t, c1, "gn", "web")
 		var released time.Time
