@@ -102,9 +102,8 @@ func (c *Controller) allocator(ctx context.Context, cidr netip.Prefix) (*nat.All
 
 // globalResult is the outcome of syncGlobal for the record.
 type globalResult struct {
-	spec      *mcs.GlobalIngressSpec // the allocation to publish; nil: none
-	exhausted error                  // the pool had no room
-	requeue   time.Duration          // a quarantine to wait for
+	spec    *mcs.GlobalIngressSpec // the allocation to publish; nil: none
+	requeue time.Duration          // a quarantine to wait for
 }
 
 // syncGlobal keeps the GlobalIngress of key: allocated while the Service
@@ -157,7 +156,6 @@ func (c *Controller) syncGlobal(ctx context.Context, key types.NamespacedName, s
 		Message: "global addresses allocated in " + cidr.String()}
 	if exhausted {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, causewayv1alpha1.ReasonGlobalPoolExhausted, truncate(err.Error(), 1000)
-		res.exhausted = err
 		// The object keeps what it holds (nothing, or a complete earlier
 		// allocation, still reserved); the record carries no global
 		// address meanwhile, so importers treat this cluster as unreachable.
