@@ -3,7 +3,10 @@
 // all exporting clusters merge into one ServiceImport (Merge: union of
 // ports, oldest export wins conflicts, Conflict conditions) with a
 // clusterset VIP (VIPAllocator), and EndpointSlices for every source
-// cluster appear in every member cluster (RenderEndpointSlices).
+// cluster appear in every member cluster (RenderEndpointSlices). Under
+// globalnet an exporting cluster allocates global addresses
+// (AllocateGlobal over pkg/nat's Allocator) and importers reach remote
+// clusters through them (SourceFromRecord, Reachable).
 //
 // The functions here are the pure policy layer; BrokerVIPStore is the one
 // mechanism. See README.md for the object flow, names and rules.

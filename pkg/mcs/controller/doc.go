@@ -12,15 +12,24 @@
 //     source cluster, this cluster's own backends included) are written in
 //     every namespace that exists here, and removed when the last export
 //     goes;
+//   - globalnet: when this cluster's mirrored Cluster has a global CIDR,
+//     each exported Service gets a GlobalIngress (global IP:port pairs, or
+//     one global IP per ready pod of a headless Service) from one
+//     nat.Allocator per leadership term, and the record carries them;
+//     released ones are deleted after a quarantine. Importers reach a
+//     remote cluster at its global addresses and render a backend ready
+//     only where the mirrored Endpoint of its cluster reaches it
+//     (ServiceImport condition Reachable);
 //   - liveness: the Lease causeway-liveness in the cluster's broker
 //     namespace is renewed; a cluster whose Lease has not changed for the
 //     lease duration plus the dead-cluster timeout has its endpoints
 //     withdrawn, until it renews again.
 //
 // Everything is keyed by (namespace, name) of the Service: any event about
-// it (local ServiceExport, Service, EndpointSlices, ServiceImport, a
-// broker record or VIP allocation, a cluster dying or coming back, its
-// namespace appearing) queues that key, and one reconcile computes the
+// it (local ServiceExport, Service, EndpointSlices, ServiceImport,
+// GlobalIngress, a broker record or VIP allocation, a cluster dying or
+// coming back, its Cluster or Endpoint mirror changing, its namespace
+// appearing) queues that key, and one reconcile computes the
 // desired state of the key from the caches and applies the difference.
 // Caches are resynced every ResyncPeriod, which re-checks every key.
 package controller
