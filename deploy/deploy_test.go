@@ -337,10 +337,15 @@ var daemonAccess = map[string]struct{ allowed, denied []access }{
 			{"create", "events.k8s.io", "events", "", "demo"}, {"patch", "events.k8s.io", "events", "", "demo"},
 			{"get", "coordination.k8s.io", "leases", "", sys}, {"update", "coordination.k8s.io", "leases", "", sys},
 			{"create", "", "events", "", sys},
+			// globalnet: GlobalIngresses everywhere, the gateway's mirrors read.
+			{"list", "causeway.dev", "globalingresses", "", ""}, {"create", "causeway.dev", "globalingresses", "", "demo"},
+			{"update", "causeway.dev", "globalingresses", "", "demo"}, {"delete", "causeway.dev", "globalingresses", "", "demo"},
+			{"list", "causeway.dev", "clusters", "", sys}, {"watch", "causeway.dev", "endpoints", "", sys},
 		},
 		denied: []access{
 			{"update", "multicluster.x-k8s.io", "serviceexports", "", "demo"}, {"delete", "multicluster.x-k8s.io", "serviceexports", "", "demo"},
-			{"create", "causeway.dev", "gateways", "", sys}, {"list", "causeway.dev", "endpoints", "", sys},
+			{"create", "causeway.dev", "gateways", "", sys}, {"update", "causeway.dev", "endpoints", "status", sys},
+			{"create", "causeway.dev", "clusters", "", sys}, {"list", "causeway.dev", "endpoints", "", "default"},
 			{"get", "", "nodes", "", ""}, {"create", "", "events", "", "demo"}, {"list", "", "pods", "", ""},
 		},
 	},
