@@ -3,8 +3,7 @@ package nat
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"net/netip"
+		"net/netip"
 	"slices"
 	"strings"
 )
@@ -74,9 +73,32 @@ var ErrConfig = errors.New("invalid globalnet config")
 // (a full sync) or in elements only (an incremental one).
 type desired struct {
 	snat string // "a-b", or "" for no egress SNAT
-	// elems: set or map name → element key → value ("" for sets). Every
-	// set and map of the table has an entry, possibly empty.
-	elems map[string]map[string]string
+	// elems: set or map name → packed key → packed value (0 for sets).
+	// Every set and map of the table has an entry, possibly empty. Keys
+	// and values are packed integers (see elemKinds) so that compiling
+	// and diffing 10 000s of elements stays in the low milliseconds.
+	elems map[string]map[uint64]uint32
+}
+
+// elemKind says how a set's or map's packed keys and values print.
+type elemKind int
+
+const (
+	kindPrefix       elemKind = iota // key addr<<8|bits, no value
+	kindAddrAddr                     // key addr, value addr
+	kindAddrPortAddr                 // key addr<<16|port, value addr
+	kindAddrPortPort                 // key addr<<16|port, value port
+)
+
+func elemKinds() map[string]elemKind {
+	k := map[string]elemKind{SetRemote: kindPrefix, SetLocal: kindPrefix, MapPodIn: kindAddrAddr, MapPodOut: kindAddrAddr}
+	for _, p := range Protocols {
+		k[p+suffixInAddr] = kindAddrPortAddr
+		k[p+suffixInPort] = kindAddrPortPort
+		k[p+suffixOutPort] = kindAddrPortPort
+		k[p+suffixOutAddr] = kindAddrPortAddr
+	}
+	return k
 }
 
 func setNames() []string {
@@ -87,6 +109,8 @@ func setNames() []string {
 	return names
 }
 
+func packAddrPort(a netip.Addr, port uint16) uint64 { return uint64(addrIndex(a))<<16 | uint64(port) }
+
 // elementCount is the number of elements of d.
 func (d *desired) elementCount() int {
 	n := 0
@@ -96,16 +120,22 @@ func (d *desired) elementCount() int {
 	return n
 }
 
-func (d *desired) equal(o *desired) bool {
-	if d.snat != o.snat || len(d.elems) != len(o.elems) {
-		return false
-	}
+// strings is d's elements as nft prints them (key → value, "" for sets).
+func (d *desired) strings() map[string]map[string]string {
+	kinds := elemKinds()
+	out := map[string]map[string]string{}
 	for name, m := range d.elems {
-		if !maps.Equal(m, o.elems[name]) {
-			return false
+		out[name] = map[string]string{}
+		for k, v := range m {
+			var b strings.Builder
+			writeKey(&b, kinds[name], k)
+			key := b.String()
+			b.Reset()
+			writeValue(&b, kinds[name], v)
+			out[name][key] = b.String()
 		}
 	}
-	return true
+	return out
 }
 
 // compile validates c and turns it into elements. It refuses a Config
@@ -113,9 +143,9 @@ func (d *desired) equal(o *desired) bool {
 // ports of one ClusterIP on one global IP, distinct) is checked here, so
 // a caller bug cannot make a reply leave with the wrong global address.
 func (c Config) compile() (*desired, error) {
-	d := &desired{elems: map[string]map[string]string{}}
+	d := &desired{elems: map[string]map[uint64]uint32{}}
 	for _, n := range setNames() {
-		d.elems[n] = map[string]string{}
+		d.elems[n] = map[uint64]uint32{}
 	}
 	for _, set := range []struct {
 		name string
@@ -126,7 +156,7 @@ func (c Config) compile() (*desired, error) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, set.name, err)
 		}
 		for _, p := range ps {
-			d.elems[set.name][p.String()] = ""
+			d.elems[set.name][uint64(addrIndex(p.Addr()))<<8|uint64(p.Bits())] = 0
 		}
 	}
 	if len(c.Egress) > 0 {
@@ -140,49 +170,68 @@ func (c Config) compile() (*desired, error) {
 		}
 		d.snat = c.Egress[0].String() + "-" + c.Egress[len(c.Egress)-1].String()
 	}
+	perProto := map[string]int{}
 	for _, in := range c.Ingress {
-		if !slices.Contains(Protocols, in.Protocol) {
+		perProto[in.Protocol]++
+	}
+	byProto := map[string][4]map[uint64]uint32{}
+	for _, p := range Protocols {
+		var ms [4]map[uint64]uint32
+		for i, suffix := range []string{suffixInAddr, suffixInPort, suffixOutPort, suffixOutAddr} {
+			ms[i] = make(map[uint64]uint32, perProto[p])
+			d.elems[p+suffix] = ms[i]
+		}
+		byProto[p] = ms
+	}
+	suffixes := [4]string{suffixInAddr, suffixInPort, suffixOutPort, suffixOutAddr}
+	for _, in := range c.Ingress {
+		ms, ok := byProto[in.Protocol]
+		if !ok {
 			return nil, fmt.Errorf("%w: ingress %s: protocol %q (want one of %v)", ErrConfig, in.Global, in.Protocol, Protocols)
 		}
 		if !in.Global.Addr().Is4() || !in.Target.Addr().Is4() || in.Global.Port() == 0 || in.Target.Port() == 0 {
 			return nil, fmt.Errorf("%w: ingress %s %s -> %s: want IPv4 addresses and non-zero ports", ErrConfig, in.Protocol, in.Global, in.Target)
 		}
-		gip, gport := in.Global.Addr().String(), fmt.Sprint(in.Global.Port())
-		cip, cport := in.Target.Addr().String(), fmt.Sprint(in.Target.Port())
-		for _, e := range []struct{ suffix, key, val string }{
-			{suffixInAddr, gip + " . " + gport, cip},
-			{suffixInPort, cip + " . " + gport, cport},
-			{suffixOutPort, cip + " . " + cport, gport},
-			{suffixOutAddr, cip + " . " + gport, gip},
+		gip, gport := in.Global.Addr(), in.Global.Port()
+		cip, cport := in.Target.Addr(), in.Target.Port()
+		for i, e := range [4]struct {
+			key uint64
+			val uint32
+		}{
+			{packAddrPort(gip, gport), addrIndex(cip)},
+			{packAddrPort(cip, gport), uint32(cport)},
+			{packAddrPort(cip, cport), uint32(gport)},
+			{packAddrPort(cip, gport), addrIndex(gip)},
 		} {
-			m := d.elems[in.Protocol+e.suffix]
-			if old, ok := m[e.key]; ok && old != e.val {
-				return nil, fmt.Errorf("%w: ingress %s %s -> %s: %s%s key %s maps to %s already (every ClusterIP's global ports must be distinct and on one global IP)",
-					ErrConfig, in.Protocol, in.Global, in.Target, in.Protocol, e.suffix, e.key, old)
+			if old, ok := ms[i][e.key]; ok && old != e.val {
+				return nil, fmt.Errorf("%w: ingress %s %s -> %s: %s%s has key %s already, with another value (every ClusterIP's global ports must be distinct and on one global IP)",
+					ErrConfig, in.Protocol, in.Global, in.Target, in.Protocol, suffixes[i], keyString(kindAddrPortPort, e.key))
 			}
-			m[e.key] = e.val
+			ms[i][e.key] = e.val
 		}
 	}
 	for _, p := range c.Pods {
 		if !p.Global.Is4() || !p.Pod.Is4() {
 			return nil, fmt.Errorf("%w: pod %s <-> %s: want IPv4", ErrConfig, p.Global, p.Pod)
 		}
-		for _, e := range []struct{ name, key, val string }{
-			{MapPodIn, p.Global.String(), p.Pod.String()},
-			{MapPodOut, p.Pod.String(), p.Global.String()},
+		for _, e := range []struct {
+			name     string
+			key, val uint32
+		}{
+			{MapPodIn, addrIndex(p.Global), addrIndex(p.Pod)},
+			{MapPodOut, addrIndex(p.Pod), addrIndex(p.Global)},
 		} {
-			if old, ok := d.elems[e.name][e.key]; ok && old != e.val {
-				return nil, fmt.Errorf("%w: pod %s <-> %s: %s key %s maps to %s already", ErrConfig, p.Global, p.Pod, e.name, e.key, old)
+			if old, ok := d.elems[e.name][uint64(e.key)]; ok && old != e.val {
+				return nil, fmt.Errorf("%w: pod %s <-> %s: %s has key %s already, mapped to %s", ErrConfig, p.Global, p.Pod, e.name, addrFromIndex(e.key), addrFromIndex(old))
 			}
-			d.elems[e.name][e.key] = e.val
+			d.elems[e.name][uint64(e.key)] = e.val
 		}
 	}
 	// A global IP is either 1:1 or carries ports, never both.
 	for _, proto := range Protocols {
 		for key := range d.elems[proto+suffixInAddr] {
-			gip, _, _ := strings.Cut(key, " . ")
-			if pod, ok := d.elems[MapPodIn][gip]; ok {
-				return nil, fmt.Errorf("%w: global IP %s is 1:1 for pod %s and carries %s ports", ErrConfig, gip, pod, proto)
+			if pod, ok := d.elems[MapPodIn][key>>16]; ok {
+				return nil, fmt.Errorf("%w: global IP %s is 1:1 for pod %s and carries %s ports", ErrConfig, addrFromIndex(uint32(key>>16)), addrFromIndex(pod), proto)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package nat
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -60,7 +61,7 @@ func chainRules(d *desired) string {
 func renderFull(d *desired) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "add table %s\ndelete table %s\ntable %s {\n", table, table, table)
-	types := setTypes()
+	types, kinds := setTypes(), elemKinds()
 	for _, name := range setNames() {
 		kind := "set"
 		if strings.Contains(types[name], " : ") {
@@ -69,7 +70,7 @@ func renderFull(d *desired) string {
 		fmt.Fprintf(&b, "\t%s %s {\n\t\t%s\n", kind, name, types[name])
 		if els := d.elems[name]; len(els) > 0 {
 			b.WriteString("\t\telements = { ")
-			writeElements(&b, els, true)
+			writeElements(&b, kinds[name], els, true)
 			b.WriteString(" }\n")
 		}
 		b.WriteString("\t}\n")
@@ -85,10 +86,11 @@ func renderFull(d *desired) string {
 // gone. added and removed count elements.
 func renderDiff(old, d *desired) (script string, added, removed int) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "delete chain %s %s\nadd chain %s %s\n", table, ChainCanary, table, ChainCanary)
+	b.WriteString(canaryProbe)
+	kinds := elemKinds()
 	for _, name := range setNames() {
 		have, want := old.elems[name], d.elems[name]
-		del := map[string]string{}
+		del := map[uint64]uint32{}
 		for k, v := range have {
 			if w, ok := want[k]; !ok || w != v {
 				del[k] = v
@@ -96,14 +98,14 @@ func renderDiff(old, d *desired) (script string, added, removed int) {
 		}
 		if len(del) > 0 {
 			fmt.Fprintf(&b, "delete element %s %s { ", table, name)
-			writeElements(&b, del, false)
+			writeElements(&b, kinds[name], del, false)
 			b.WriteString(" }\n")
 			removed += len(del)
 		}
 	}
 	for _, name := range setNames() {
 		have, want := old.elems[name], d.elems[name]
-		add := map[string]string{}
+		add := map[uint64]uint32{}
 		for k, v := range want {
 			if h, ok := have[k]; !ok || h != v {
 				add[k] = v
@@ -111,7 +113,7 @@ func renderDiff(old, d *desired) (script string, added, removed int) {
 		}
 		if len(add) > 0 {
 			fmt.Fprintf(&b, "add element %s %s { ", table, name)
-			writeElements(&b, add, true)
+			writeElements(&b, kinds[name], add, true)
 			b.WriteString(" }\n")
 			added += len(add)
 		}
@@ -121,8 +123,8 @@ func renderDiff(old, d *desired) (script string, added, removed int) {
 
 // writeElements writes els sorted by key, with values for maps if
 // withValues (deletes name keys only).
-func writeElements(b *strings.Builder, els map[string]string, withValues bool) {
-	keys := make([]string, 0, len(els))
+func writeElements(b *strings.Builder, kind elemKind, els map[uint64]uint32, withValues bool) {
+	keys := make([]uint64, 0, len(els))
 	for k := range els {
 		keys = append(keys, k)
 	}
@@ -131,13 +133,55 @@ func writeElements(b *strings.Builder, els map[string]string, withValues bool) {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(k)
-		if v := els[k]; withValues && v != "" {
+		writeKey(b, kind, k)
+		if withValues && kind != kindPrefix {
 			b.WriteString(" : ")
-			b.WriteString(v)
+			writeValue(b, kind, els[k])
 		}
 	}
 }
+
+func writeAddr(b *strings.Builder, a uint32) {
+	var buf [15]byte
+	b.Write(addrFromIndex(a).AppendTo(buf[:0]))
+}
+
+func writeKey(b *strings.Builder, kind elemKind, k uint64) {
+	switch kind {
+	case kindPrefix:
+		writeAddr(b, uint32(k>>8))
+		b.WriteByte('/')
+		b.WriteString(strconv.Itoa(int(k & 0xff)))
+	case kindAddrAddr:
+		writeAddr(b, uint32(k))
+	default:
+		writeAddr(b, uint32(k>>16))
+		b.WriteString(" . ")
+		b.WriteString(strconv.Itoa(int(k & 0xffff)))
+	}
+}
+
+func writeValue(b *strings.Builder, kind elemKind, v uint32) {
+	switch kind {
+	case kindPrefix:
+	case kindAddrPortPort:
+		b.WriteString(strconv.Itoa(int(v)))
+	default:
+		writeAddr(b, v)
+	}
+}
+
+func keyString(kind elemKind, k uint64) string {
+	var b strings.Builder
+	writeKey(&b, kind, k)
+	return b.String()
+}
+
+// canaryProbe deletes and re-adds the empty canary chain: a no-op on the
+// table's content that fails the whole transaction when the table (or
+// the chain) is gone. It is the cheapest check nft offers: any `nft list`
+// first loads every element of the table.
+var canaryProbe = fmt.Sprintf("delete chain %s %s\nadd chain %s %s\n", table, ChainCanary, table, ChainCanary)
 
 // renderCleanup deletes the table, whether it exists or not.
 func renderCleanup() string {

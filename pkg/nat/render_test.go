@@ -34,7 +34,7 @@ func TestRenderFull(t *testing.T) {
 		"\tset remote {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 242.0.2.0/24, 242.0.3.0/24 }\n", // the /25 inside the /24 dropped
 		"\tmap tcp-in-addr {\n\t\ttype ipv4_addr . inet_service : ipv4_addr;\n\t\telements = { 242.0.1.2 . 1024 : 10.96.0.10, 242.0.1.2 . 1025 : 10.96.0.10 }\n",
 		"\tmap tcp-in-port {\n\t\ttype ipv4_addr . inet_service : inet_service;\n\t\telements = { 10.96.0.10 . 1024 : 80, 10.96.0.10 . 1025 : 443 }\n",
-		"\tmap tcp-out-port {\n\t\ttype ipv4_addr . inet_service : inet_service;\n\t\telements = { 10.96.0.10 . 443 : 1025, 10.96.0.10 . 80 : 1024 }\n",
+		"\tmap tcp-out-port {\n\t\ttype ipv4_addr . inet_service : inet_service;\n\t\telements = { 10.96.0.10 . 80 : 1024, 10.96.0.10 . 443 : 1025 }\n",
 		"\tmap udp-out-addr {\n\t\ttype ipv4_addr . inet_service : ipv4_addr;\n\t\telements = { 10.96.0.10 . 1026 : 242.0.1.2 }\n",
 		"\tmap sctp-in-addr {\n\t\ttype ipv4_addr . inet_service : ipv4_addr;\n\t}\n", // declared, empty
 		"\tmap pod-in {\n\t\ttype ipv4_addr : ipv4_addr;\n\t\telements = { 242.0.1.252 : 10.244.0.6 }\n",

@@ -63,7 +63,8 @@ func (t *Table) RequestFull() {
 // Sync makes the table translate exactly cfg. An invalid cfg changes
 // nothing. Otherwise Sync writes only the elements that differ from the
 // last applied Config, in one transaction that also proves the table
-// still exists; an equal Config costs one read of the canary chain. When
+// still exists (the canary probe); an equal Config costs the probe alone,
+// which leaves the table as it was. When
 // the incremental transaction fails or the table is gone, the same call
 // replaces the whole table atomically. After a failed full sync the next
 // Sync is full again.
@@ -80,7 +81,7 @@ func (t *Table) Sync(ctx context.Context, cfg Config) (SyncResult, error) {
 	if t.applied != nil && !t.needFull && d.snat == t.applied.snat {
 		script, added, removed := renderDiff(t.applied, d)
 		if added+removed == 0 {
-			if _, err := t.run.Nft(ctx, "", "list", "chain", "ip", TableName, ChainCanary); err == nil {
+			if _, err := t.run.Nft(ctx, canaryProbe, "-f", "-"); err == nil {
 				res.Elements = d.elementCount()
 				t.observe("partial", start, res)
 				return res, nil
@@ -91,7 +92,7 @@ func (t *Table) Sync(ctx context.Context, cfg Config) (SyncResult, error) {
 			res.Added, res.Removed, res.Elements = added, removed, d.elementCount()
 			t.observe("partial", start, res)
 			return res, nil
-		} else if _, perr := t.run.Nft(ctx, "", "list", "chain", "ip", TableName, ChainCanary); perr != nil {
+		} else if _, perr := t.run.Nft(ctx, canaryProbe, "-f", "-"); perr != nil {
 			res.CanaryMissing = true
 		}
 		if res.CanaryMissing {

@@ -1,0 +1,192 @@
+package nat
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/internal/testserve"
+)
+
+// BenchmarkSync10k: a full sync of 10 000 exported tcp ports (40 000 map
+// elements plus sets), then one pair added and removed incrementally, all
+// counted in the kernel. Baseline in the same run: iptables-restore of
+// the one-IP-per-Service equivalent (10 000 DNAT rules), and the cost of
+// one nft exec (an equal sync: the canary probe).
+func BenchmarkSync10k(b *testing.B) {
+	tp := newTopo(b)
+	ctx := context.Background()
+	cfg := manyPorts(b, 10_000)
+	extra := Ingress{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.250:2000"), Target: netip.MustParseAddrPort("10.97.0.1:80")}
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	var full, incr, probe, ipt time.Duration
+	var elems int
+	for b.Loop() {
+		tab.RequestFull()
+		start := time.Now()
+		if res, err := tab.Sync(ctx, cfg); err != nil || !res.Full {
+			b.Fatalf("full sync: %+v, %v", res, err)
+		}
+		full += time.Since(start)
+
+		start = time.Now()
+		if res, err := tab.Sync(ctx, withIngress(cfg, extra)); err != nil || res.Full || res.Added != 4 {
+			b.Fatalf("incremental add: %+v, %v", res, err)
+		}
+		if res, err := tab.Sync(ctx, cfg); err != nil || res.Full || res.Removed != 4 {
+			b.Fatalf("incremental remove: %+v, %v", res, err)
+		}
+		incr += time.Since(start) / 2
+
+		start = time.Now()
+		if res, err := tab.Sync(ctx, cfg); err != nil || res.Added+res.Removed != 0 {
+			b.Fatalf("equal sync: %+v, %v", res, err)
+		}
+		probe += time.Since(start)
+
+		counts, err := tab.Counts(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		elems = 0
+		for _, n := range counts {
+			elems += n
+		}
+		if counts["tcp-in-addr"] != 10_000 {
+			b.Fatalf("kernel holds %d tcp-in-addr elements", counts["tcp-in-addr"])
+		}
+
+		script := baselineRules(10_000)
+		start = time.Now()
+		tp.inStdin(b, "gw", script, "iptables-restore", "--noflush")
+		ipt += time.Since(start)
+		tp.in(b, "gw", "iptables", "-t", "nat", "-F", "CW-BASE")
+	}
+	n := time.Duration(b.N)
+	b.ReportMetric(ms(full/n), "full-ms")
+	b.ReportMetric(ms(incr/n), "incremental-ms")
+	b.ReportMetric(ms(probe/n), "equal-sync-ms")
+	b.ReportMetric(ms(ipt/n), "iptables-restore-10k-ms")
+	b.ReportMetric(float64(full)/float64(ipt), "full/iptables")
+	b.ReportMetric(float64(incr)/float64(probe), "incremental/equal-sync")
+	b.ReportMetric(float64(elems), "kernel-elements")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// baselineRules is the one-IP-per-Service ruleset: n DNAT rules in chain
+// CW-BASE (jumped to from nat PREROUTING), Service i at 242.1.x.y:80; the
+// last one is the real Service (→ pod 10.244.0.5:8080), so a connection to
+// it walks the whole chain, as the least lucky Service's would.
+func baselineRules(n int) string {
+	var b strings.Builder
+	b.WriteString("*nat\n:CW-BASE - [0:0]\n")
+	for i := range n {
+		to := fmt.Sprintf("10.96.%d.%d:80", 1+i/250, 1+i%250)
+		if i == n-1 {
+			to = podAddr.String() + ":8080"
+		}
+		fmt.Fprintf(&b, "-A CW-BASE -d %s/32 -p tcp --dport 80 -j DNAT --to-destination %s\n", baselineGlobal(i), to)
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+func baselineGlobal(i int) netip.Addr { return netip.AddrFrom4([4]byte{242, 1, byte(i / 250), byte(1 + i%250)}) }
+
+// BenchmarkConnectThroughGateway: TCP connect + close (RST) from the
+// remote client through the gateway to the pod, at 10 and 10 000 exported
+// ports, with our table (global IP:port → ClusterIP → kube-proxy's DNAT)
+// and with the one-IP-per-Service baseline (a chain of 10 or 10 000
+// iptables DNAT rules, the target last), measured one after the other in
+// the same run.
+func BenchmarkConnectThroughGateway(b *testing.B) {
+	tp := newTopo(b)
+	tp.kubeProxy(b)
+	var ln net.Listener
+	if err := netnsx.Do(tp.path("pod"), func() (err error) { ln, err = net.Listen("tcp4", podAddr.String()+":8080"); return err }); err != nil {
+		b.Fatal(err)
+	}
+	testserve.Serve(b, ln, func(net.Conn) {})
+	ctx := context.Background()
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	b.Cleanup(func() { _ = tab.Cleanup(ctx) })
+	target := Ingress{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.252:1024"), Target: netip.AddrPortFrom(clusterIP, 80)}
+	const conns = 2000
+	res := map[string]time.Duration{}
+	for b.Loop() {
+		for _, n := range []int{10, 10_000} {
+			cfg := withIngress(manyPorts(b, n-1), target)
+			if _, err := tab.Sync(ctx, cfg); err != nil {
+				b.Fatal(err)
+			}
+			res[fmt.Sprint("ours-", n)] += connectLoop(b, tp, target.Global, conns)
+		}
+		if err := tab.Cleanup(ctx); err != nil {
+			b.Fatal(err)
+		}
+		tp.in(b, "gw", "iptables", "-t", "nat", "-N", "CW-BASE")
+		tp.in(b, "gw", "iptables", "-t", "nat", "-I", "PREROUTING", "1", "-j", "CW-BASE")
+		for _, n := range []int{10, 10_000} {
+			tp.inStdin(b, "gw", baselineRules(n), "iptables-restore", "--noflush")
+			res[fmt.Sprint("iptables-", n)] += connectLoop(b, tp, netip.AddrPortFrom(baselineGlobal(n-1), 80), conns)
+		}
+		tp.in(b, "gw", "iptables", "-t", "nat", "-D", "PREROUTING", "-j", "CW-BASE")
+		tp.in(b, "gw", "iptables", "-t", "nat", "-F", "CW-BASE")
+		tp.in(b, "gw", "iptables", "-t", "nat", "-X", "CW-BASE")
+	}
+	per := func(k string) float64 { return float64(res[k].Microseconds()) / float64(b.N*conns) }
+	for _, k := range []string{"ours-10", "ours-10000", "iptables-10", "iptables-10000"} {
+		b.ReportMetric(per(k), k+"-us/conn")
+	}
+	b.ReportMetric(per("ours-10000")/per("ours-10"), "ours-10000/10")
+	b.ReportMetric(per("iptables-10000")/per("iptables-10"), "iptables-10000/10")
+	b.ReportMetric(per("iptables-10000")/per("ours-10000"), "iptables/ours-at-10000")
+}
+
+// connectLoop warms up, then times n connect() + RST close from the client
+// namespace to addr.
+func connectLoop(tb testing.TB, tp topo, addr netip.AddrPort, n int) time.Duration {
+	tb.Helper()
+	sa := &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}
+	linger := &unix.Linger{Onoff: 1, Linger: 0}
+	one := func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Sec: 3})
+		if err := unix.Connect(fd, sa); err != nil {
+			return fmt.Errorf("connect %s: %w", addr, err)
+		}
+		return unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, linger)
+	}
+	var d time.Duration
+	err := netnsx.Do(tp.path("client"), func() error {
+		for range 200 {
+			if err := one(); err != nil {
+				return err
+			}
+		}
+		start := time.Now()
+		for range n {
+			if err := one(); err != nil {
+				return err
+			}
+		}
+		d = time.Since(start)
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
