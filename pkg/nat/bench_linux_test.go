@@ -99,7 +99,9 @@ func baselineRules(n int) string {
 	return b.String()
 }
 
-func baselineGlobal(i int) netip.Addr { return netip.AddrFrom4([4]byte{242, 1, byte(i / 250), byte(1 + i%250)}) }
+func baselineGlobal(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{242, 1, byte(i / 250), byte(1 + i%250)})
+}
 
 // BenchmarkConnectThroughGateway: TCP connect + close (RST) from the
 // remote client through the gateway to the pod, at 10 and 10 000 exported

@@ -3,7 +3,7 @@ package nat
 import (
 	"errors"
 	"fmt"
-		"net/netip"
+	"net/netip"
 	"slices"
 	"strings"
 )
