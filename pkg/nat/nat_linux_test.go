@@ -3,10 +3,14 @@ package nat
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/causeway-net/causeway/internal/netnsx"
 )
 
 // baseConfig is the gateway's config of the test topology: the Service
@@ -258,4 +262,61 @@ func manyPorts(tb testing.TB, n int) Config {
 func withIngress(c Config, in ...Ingress) Config {
 	c.Ingress = append(slices.Clone(c.Ingress), in...)
 	return c
+}
+
+// TestReleasedPairNeverLeaksClusterIP: a UDP flow outlives its pair. New
+// packets to the released pair go nowhere, and a late reply of the old
+// flow (conntrack still knows it) is dropped instead of reaching the
+// remote cluster with the ClusterIP as its source.
+func TestReleasedPairNeverLeaksClusterIP(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	// The pod answers every datagram twice: at once and 500 ms later.
+	var pc net.PacketConn
+	if err := netnsx.Do(tp.path("pod"), func() (err error) { pc, err = net.ListenPacket("udp4", podAddr.String()+":5353"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.Close() })
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo([]byte("now"), from)
+			time.AfterFunc(500*time.Millisecond, func() { _, _ = pc.WriteTo([]byte("late"), from) })
+		}
+	}()
+	cfg, _ := baseConfig(t)
+	udpG := cfg.Ingress[1].Global
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	ctx := context.Background()
+	if _, err := tab.Sync(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var c net.PacketConn
+	if err := netnsx.Do(tp.path("client"), func() (err error) { c, err = net.ListenPacket("udp4", ":0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.WriteTo([]byte("hi"), net.UDPAddrFromAddrPort(udpG)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	n, from, err := c.ReadFrom(buf)
+	if err != nil || string(buf[:n]) != "now" || from.String() != udpG.String() {
+		t.Fatalf("first reply %q from %v, err %v; want \"now\" from %s", buf[:n], from, err, udpG)
+	}
+	// Release the pair before the late reply.
+	cfg.Ingress = cfg.Ingress[:1]
+	if res, err := tab.Sync(ctx, cfg); err != nil || res.Full || res.Removed != 4 {
+		t.Fatalf("release sync: %+v, %v", res, err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(1500 * time.Millisecond))
+	if n, from, err := c.ReadFrom(buf); err == nil {
+		t.Errorf("late reply %q of a released pair reached the remote client from %s", buf[:n], from)
+	}
 }

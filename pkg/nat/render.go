@@ -45,7 +45,11 @@ func chainRules(d *desired) string {
 		fmt.Fprintf(&b, "\t\tct direction reply ip daddr @%[4]s %[1]s sport set ip saddr . %[1]s sport map @%[1]s%[2]s ip saddr set ip saddr . %[1]s sport map @%[1]s%[3]s\n",
 			p, suffixOutPort, suffixOutAddr, SetRemote)
 	}
-	fmt.Fprintf(&b, "\t\tip daddr @%s ip saddr set ip saddr map @%s\n\t}\n", SetRemote, MapPodOut)
+	fmt.Fprintf(&b, "\t\tip daddr @%s ip saddr set ip saddr map @%s\n", SetRemote, MapPodOut)
+	// A reply the maps no longer translate (its pair was released while
+	// the flow lived) would leak a ClusterIP or pod IP to the remote
+	// cluster, whose own addresses may overlap ours: dropped.
+	fmt.Fprintf(&b, "\t\tct direction reply ip daddr @%s ip saddr != @%s drop\n\t}\n", SetRemote, SetLocal)
 
 	fmt.Fprintf(&b, "\tchain %s {\n\t\ttype nat hook postrouting priority srcnat - 10; policy accept;\n", ChainEgress)
 	if d.snat != "" {

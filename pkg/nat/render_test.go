@@ -43,7 +43,7 @@ func TestRenderFull(t *testing.T) {
 		"\t\tip daddr set ip daddr map @pod-in\n",
 		"\tchain reply {\n\t\ttype filter hook postrouting priority srcnat + 10; policy accept;\n",
 		"\t\tct direction reply ip daddr @remote udp sport set ip saddr . udp sport map @udp-out-port ip saddr set ip saddr . udp sport map @udp-out-addr\n",
-		"\t\tip daddr @remote ip saddr set ip saddr map @pod-out\n",
+		"\t\tip daddr @remote ip saddr set ip saddr map @pod-out\n\t\tct direction reply ip daddr @remote ip saddr != @local drop\n\t}\n",
 		"\tchain egress {\n\t\ttype nat hook postrouting priority srcnat - 10; policy accept;\n\t\tip daddr @remote ip saddr != @local ip saddr != @pod-out snat to 242.0.1.253-242.0.1.254 persistent\n\t}\n",
 		"\tchain canary {\n\t}\n}\n",
 	} {
