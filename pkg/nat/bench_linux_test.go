@@ -23,7 +23,7 @@ import (
 func BenchmarkSync10k(b *testing.B) {
 	tp := newTopo(b)
 	ctx := context.Background()
-	cfg := manyPorts(b, 10_000)
+	cfg := manyPortsConfig(b, 10_000)
 	extra := Ingress{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.250:2000"), Target: netip.MustParseAddrPort("10.97.0.1:80")}
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
 	var full, incr, probe, ipt time.Duration
@@ -125,7 +125,7 @@ func BenchmarkConnectThroughGateway(b *testing.B) {
 	res := map[string]time.Duration{}
 	for b.Loop() {
 		for _, n := range []int{10, 10_000} {
-			cfg := withIngress(manyPorts(b, n-1), target)
+			cfg := withIngress(manyPortsConfig(b, n-1), target)
 			if _, err := tab.Sync(ctx, cfg); err != nil {
 				b.Fatal(err)
 			}

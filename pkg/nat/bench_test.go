@@ -2,6 +2,8 @@ package nat
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -32,3 +34,72 @@ func BenchmarkGlobalAddresses(b *testing.B) {
 	b.ReportMetric(float64(services)/float64(ours), "per-service/ours")
 	b.ReportMetric(float64(services*ports)/float64(ours), "ports/IP")
 }
+
+// BenchmarkCompileDiff10k: the pure part of an incremental sync at 10 000
+// ports: validate and pack the Config, diff it against the applied one.
+func BenchmarkCompileDiff10k(b *testing.B) {
+	cfg := manyPortsConfig(b, 10_000)
+	old, err := cfg.compile()
+	if err != nil {
+		b.Fatal(err)
+	}
+	next := withIngress(cfg, Ingress{Protocol: "tcp", Global: ap("242.0.1.250:2000"), Target: ap("10.97.0.1:80")})
+	for b.Loop() {
+		d, err := next.compile()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, added, _ := renderDiff(old, d); added != 4 {
+			b.Fatalf("added %d", added)
+		}
+	}
+}
+
+// manyPortsConfig is a config of n tcp ports: n/2 Services of two ports each,
+// allocated by the Allocator in the local global CIDR.
+func manyPortsConfig(tb testing.TB, n int) Config {
+	tb.Helper()
+	l, err := NewLayout(localGlobal, DefaultEgressIPs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a, err := NewAllocator(l.Ingress, DefaultPortRange)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := Config{LocalGlobal: []netip.Prefix{localGlobal}, Remote: []netip.Prefix{remoteGlobal}, Egress: l.Egress}
+	for i := range n / 2 {
+		ip, ports, err := a.Allocate(fmt.Sprintf("ns/svc-%d", i), 2)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cip := netip.AddrFrom4([4]byte{10, 96, byte(1 + i/250), byte(1 + i%250)})
+		for j, p := range ports {
+			cfg.Ingress = append(cfg.Ingress, Ingress{Protocol: "tcp", Global: netip.AddrPortFrom(ip, p), Target: netip.AddrPortFrom(cip, uint16(80+j))})
+		}
+	}
+	return cfg
+}
+
+func withIngress(c Config, in ...Ingress) Config {
+	c.Ingress = append(slices.Clone(c.Ingress), in...)
+	return c
+}
+
+// Addresses of the test topology:
+//
+//	client (remote cluster)          gw (active gateway)             pod
+//	c0 10.9.0.2  ------------------  g0 10.9.0.1
+//	lo 242.0.3.253 (remote global)   g1 10.244.0.1  ---------------  p0 10.244.0.5, 10.244.0.6
+//
+// The client's routes to 242.0.0.0/15 (our global CIDR and the baseline's
+// one-IP-per-Service range) use source 242.0.3.253; the gateway routes the
+// remote global CIDR 242.0.3.0/24 back to the client (the "tunnel").
+var (
+	localGlobal  = netip.MustParsePrefix("242.0.1.0/24")
+	remoteGlobal = netip.MustParsePrefix("242.0.3.0/24")
+	clientAddr   = netip.MustParseAddr("242.0.3.253")
+	podAddr      = netip.MustParseAddr("10.244.0.5")
+	headlessPod  = netip.MustParseAddr("10.244.0.6")
+	clusterIP    = netip.MustParseAddr("10.96.0.10")
+)

@@ -194,7 +194,7 @@ func TestIncrementalSyncChangesOnlyTheDifference(t *testing.T) {
 	t.Parallel()
 	tp := newTopo(t)
 	ctx := context.Background()
-	cfg := manyPorts(t, 2000)
+	cfg := manyPortsConfig(t, 2000)
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
 	if _, err := tab.Sync(ctx, cfg); err != nil {
 		t.Fatal(err)
@@ -231,37 +231,6 @@ func TestIncrementalSyncChangesOnlyTheDifference(t *testing.T) {
 	if !strings.Contains(out, "10.98.0.7 . "+fmt.Sprint(moved[7].Global.Port())+" : 8080") {
 		t.Errorf("moved pair not in tcp-in-port")
 	}
-}
-
-// manyPorts is a config of n tcp ports: n/2 Services of two ports each,
-// allocated by the Allocator in the local global CIDR.
-func manyPorts(tb testing.TB, n int) Config {
-	tb.Helper()
-	l, err := NewLayout(localGlobal, DefaultEgressIPs)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	a, err := NewAllocator(l.Ingress, DefaultPortRange)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg := Config{LocalGlobal: []netip.Prefix{localGlobal}, Remote: []netip.Prefix{remoteGlobal}, Egress: l.Egress}
-	for i := range n / 2 {
-		ip, ports, err := a.Allocate(fmt.Sprintf("ns/svc-%d", i), 2)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		cip := netip.AddrFrom4([4]byte{10, 96, byte(1 + i/250), byte(1 + i%250)})
-		for j, p := range ports {
-			cfg.Ingress = append(cfg.Ingress, Ingress{Protocol: "tcp", Global: netip.AddrPortFrom(ip, p), Target: netip.AddrPortFrom(cip, uint16(80+j))})
-		}
-	}
-	return cfg
-}
-
-func withIngress(c Config, in ...Ingress) Config {
-	c.Ingress = append(slices.Clone(c.Ingress), in...)
-	return c
 }
 
 // TestReleasedPairNeverLeaksClusterIP: a UDP flow outlives its pair. New
