@@ -13,44 +13,54 @@ import (
 
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/internal/testserve"
+	"github.com/causeway-net/causeway/pkg/bench"
 )
 
-// BenchmarkSync10k: a full sync of 10 000 exported tcp ports (40 000 map
-// elements plus sets), then one pair added and removed incrementally, all
-// counted in the kernel. Baseline in the same run: iptables-restore of
-// the one-IP-per-Service equivalent (10 000 DNAT rules), and the cost of
-// one nft exec (an equal sync: the canary probe).
+// BenchmarkSync10k: full syncs of 10 000 exported tcp ports (40 000 map
+// elements plus sets), then one pair added and removed incrementally
+// (20 times each), all counted in the kernel; medians (p50) and p90 over
+// the samples. Baselines in the same run: iptables-restore of the
+// one-IP-per-Service equivalent (10 000 DNAT rules), and an equal sync
+// (compile, diff, the canary probe: the floor of any sync).
 func BenchmarkSync10k(b *testing.B) {
 	tp := newTopo(b)
 	ctx := context.Background()
 	cfg := manyPortsConfig(b, 10_000)
 	extra := Ingress{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.250:2000"), Target: netip.MustParseAddrPort("10.97.0.1:80")}
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
-	var full, incr, probe, ipt time.Duration
+	var full, incr, equal, ipt []time.Duration
+	timed := func(samples *[]time.Duration, f func()) {
+		start := time.Now()
+		f()
+		*samples = append(*samples, time.Since(start))
+	}
 	var elems int
 	for b.Loop() {
-		tab.RequestFull()
-		start := time.Now()
-		if res, err := tab.Sync(ctx, cfg); err != nil || !res.Full {
-			b.Fatalf("full sync: %+v, %v", res, err)
+		for range 3 {
+			tab.RequestFull()
+			timed(&full, func() {
+				if res, err := tab.Sync(ctx, cfg); err != nil || !res.Full {
+					b.Fatalf("full sync: %+v, %v", res, err)
+				}
+			})
 		}
-		full += time.Since(start)
-
-		start = time.Now()
-		if res, err := tab.Sync(ctx, withIngress(cfg, extra)); err != nil || res.Full || res.Added != 4 {
-			b.Fatalf("incremental add: %+v, %v", res, err)
+		for range 20 {
+			timed(&incr, func() {
+				if res, err := tab.Sync(ctx, withIngress(cfg, extra)); err != nil || res.Full || res.Added != 4 {
+					b.Fatalf("incremental add: %+v, %v", res, err)
+				}
+			})
+			timed(&incr, func() {
+				if res, err := tab.Sync(ctx, cfg); err != nil || res.Full || res.Removed != 4 {
+					b.Fatalf("incremental remove: %+v, %v", res, err)
+				}
+			})
+			timed(&equal, func() {
+				if res, err := tab.Sync(ctx, cfg); err != nil || res.Added+res.Removed != 0 {
+					b.Fatalf("equal sync: %+v, %v", res, err)
+				}
+			})
 		}
-		if res, err := tab.Sync(ctx, cfg); err != nil || res.Full || res.Removed != 4 {
-			b.Fatalf("incremental remove: %+v, %v", res, err)
-		}
-		incr += time.Since(start) / 2
-
-		start = time.Now()
-		if res, err := tab.Sync(ctx, cfg); err != nil || res.Added+res.Removed != 0 {
-			b.Fatalf("equal sync: %+v, %v", res, err)
-		}
-		probe += time.Since(start)
-
 		counts, err := tab.Counts(ctx)
 		if err != nil {
 			b.Fatal(err)
@@ -62,24 +72,20 @@ func BenchmarkSync10k(b *testing.B) {
 		if counts["tcp-in-addr"] != 10_000 {
 			b.Fatalf("kernel holds %d tcp-in-addr elements", counts["tcp-in-addr"])
 		}
-
 		script := baselineRules(10_000)
-		start = time.Now()
-		tp.inStdin(b, "gw", script, "iptables-restore", "--noflush")
-		ipt += time.Since(start)
+		timed(&ipt, func() { tp.inStdin(b, "gw", script, "iptables-restore", "--noflush") })
 		tp.in(b, "gw", "iptables", "-t", "nat", "-F", "CW-BASE")
 	}
-	n := time.Duration(b.N)
-	b.ReportMetric(ms(full/n), "full-ms")
-	b.ReportMetric(ms(incr/n), "incremental-ms")
-	b.ReportMetric(ms(probe/n), "equal-sync-ms")
-	b.ReportMetric(ms(ipt/n), "iptables-restore-10k-ms")
-	b.ReportMetric(float64(full)/float64(ipt), "full/iptables")
-	b.ReportMetric(float64(incr)/float64(probe), "incremental/equal-sync")
+	f, in, eq, it := bench.NewStats(full), bench.NewStats(incr), bench.NewStats(equal), bench.NewStats(ipt)
+	b.ReportMetric(f.P50MS, "full-p50-ms")
+	b.ReportMetric(in.P50MS, "incremental-p50-ms")
+	b.ReportMetric(in.P90MS, "incremental-p90-ms")
+	b.ReportMetric(eq.P50MS, "equal-sync-p50-ms")
+	b.ReportMetric(it.P50MS, "iptables-restore-10k-ms")
+	b.ReportMetric(f.P50MS/it.P50MS, "full/iptables")
+	b.ReportMetric(in.P50MS/eq.P50MS, "incremental/equal-sync")
 	b.ReportMetric(float64(elems), "kernel-elements")
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // baselineRules is the one-IP-per-Service ruleset: n DNAT rules in chain
 // CW-BASE (jumped to from nat PREROUTING), Service i at 242.1.x.y:80; the
@@ -108,7 +114,8 @@ func baselineGlobal(i int) netip.Addr {
 // ports, with our table (global IP:port → ClusterIP → kube-proxy's DNAT)
 // and with the one-IP-per-Service baseline (a chain of 10 or 10 000
 // iptables DNAT rules, the target last), measured one after the other in
-// the same run.
+// the same run: 3 rounds of 1 000 connections per configuration, the
+// median round reported.
 func BenchmarkConnectThroughGateway(b *testing.B) {
 	tp := newTopo(b)
 	tp.kubeProxy(b)
@@ -121,30 +128,35 @@ func BenchmarkConnectThroughGateway(b *testing.B) {
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
 	b.Cleanup(func() { _ = tab.Cleanup(ctx) })
 	target := Ingress{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.252:1024"), Target: netip.AddrPortFrom(clusterIP, 80)}
-	const conns = 2000
-	res := map[string]time.Duration{}
+	const conns, rounds = 1000, 3
+	samples := map[string][]time.Duration{} // per connection, one per round
 	for b.Loop() {
-		for _, n := range []int{10, 10_000} {
-			cfg := withIngress(manyPortsConfig(b, n-1), target)
-			if _, err := tab.Sync(ctx, cfg); err != nil {
+		for range rounds {
+			for _, n := range []int{10, 10_000} {
+				cfg := withIngress(manyPortsConfig(b, n-1), target)
+				if _, err := tab.Sync(ctx, cfg); err != nil {
+					b.Fatal(err)
+				}
+				k := fmt.Sprint("ours-", n)
+				samples[k] = append(samples[k], connectLoop(b, tp, target.Global, conns)/conns)
+			}
+			if err := tab.Cleanup(ctx); err != nil {
 				b.Fatal(err)
 			}
-			res[fmt.Sprint("ours-", n)] += connectLoop(b, tp, target.Global, conns)
+			tp.in(b, "gw", "iptables", "-t", "nat", "-N", "CW-BASE")
+			tp.in(b, "gw", "iptables", "-t", "nat", "-I", "PREROUTING", "1", "-j", "CW-BASE")
+			for _, n := range []int{10, 10_000} {
+				tp.inStdin(b, "gw", baselineRules(n), "iptables-restore", "--noflush")
+				k := fmt.Sprint("iptables-", n)
+				samples[k] = append(samples[k], connectLoop(b, tp, netip.AddrPortFrom(baselineGlobal(n-1), 80), conns)/conns)
+			}
+			tp.in(b, "gw", "iptables", "-t", "nat", "-D", "PREROUTING", "-j", "CW-BASE")
+			tp.in(b, "gw", "iptables", "-t", "nat", "-F", "CW-BASE")
+			tp.in(b, "gw", "iptables", "-t", "nat", "-X", "CW-BASE")
 		}
-		if err := tab.Cleanup(ctx); err != nil {
-			b.Fatal(err)
-		}
-		tp.in(b, "gw", "iptables", "-t", "nat", "-N", "CW-BASE")
-		tp.in(b, "gw", "iptables", "-t", "nat", "-I", "PREROUTING", "1", "-j", "CW-BASE")
-		for _, n := range []int{10, 10_000} {
-			tp.inStdin(b, "gw", baselineRules(n), "iptables-restore", "--noflush")
-			res[fmt.Sprint("iptables-", n)] += connectLoop(b, tp, netip.AddrPortFrom(baselineGlobal(n-1), 80), conns)
-		}
-		tp.in(b, "gw", "iptables", "-t", "nat", "-D", "PREROUTING", "-j", "CW-BASE")
-		tp.in(b, "gw", "iptables", "-t", "nat", "-F", "CW-BASE")
-		tp.in(b, "gw", "iptables", "-t", "nat", "-X", "CW-BASE")
 	}
-	per := func(k string) float64 { return float64(res[k].Microseconds()) / float64(b.N*conns) }
+	// Median round, in µs per connection.
+	per := func(k string) float64 { return bench.NewStats(samples[k]).P50MS * 1e3 }
 	for _, k := range []string{"ours-10", "ours-10000", "iptables-10", "iptables-10000"} {
 		b.ReportMetric(per(k), k+"-us/conn")
 	}

@@ -65,6 +65,18 @@ type Config struct {
 	Pods    []PodIngress
 }
 
+func (c Config) equal(o Config) bool {
+	return slices.Equal(c.LocalGlobal, o.LocalGlobal) && slices.Equal(c.Remote, o.Remote) && slices.Equal(c.Egress, o.Egress) &&
+		slices.Equal(c.Ingress, o.Ingress) && slices.Equal(c.Pods, o.Pods)
+}
+
+// clone copies c's slices, so a caller reusing them cannot change what
+// Table believes it applied.
+func (c Config) clone() Config {
+	return Config{LocalGlobal: slices.Clone(c.LocalGlobal), Remote: slices.Clone(c.Remote), Egress: slices.Clone(c.Egress),
+		Ingress: slices.Clone(c.Ingress), Pods: slices.Clone(c.Pods)}
+}
+
 // ErrConfig is wrapped by every validation error of a Config.
 var ErrConfig = errors.New("invalid globalnet config")
 
