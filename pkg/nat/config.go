@@ -171,10 +171,21 @@ func (c Config) compile() (*desired, error) {
 			d.elems[set.name][uint64(addrIndex(p.Addr()))<<8|uint64(p.Bits())] = 0
 		}
 	}
+	// A global address outside our own CIDRs would capture traffic meant
+	// for another cluster (or leave unanswerable), so every one must be local.
+	localSet := d.elems[SetLocal]
+	local := func(a netip.Addr) bool {
+		for k := range localSet {
+			if p := netip.PrefixFrom(addrFromIndex(uint32(k>>8)), int(k&0xff)); p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
 	if len(c.Egress) > 0 {
 		for i, a := range c.Egress {
-			if !a.Is4() {
-				return nil, fmt.Errorf("%w: egress %s is not IPv4", ErrConfig, a)
+			if !a.Is4() || !local(a) {
+				return nil, fmt.Errorf("%w: egress %s is not an IPv4 address in the local global CIDRs", ErrConfig, a)
 			}
 			if i > 0 && a != c.Egress[i-1].Next() {
 				return nil, fmt.Errorf("%w: egress IPs %v not ascending and contiguous", ErrConfig, c.Egress)
@@ -205,6 +216,9 @@ func (c Config) compile() (*desired, error) {
 			return nil, fmt.Errorf("%w: ingress %s %s -> %s: want IPv4 addresses and non-zero ports", ErrConfig, in.Protocol, in.Global, in.Target)
 		}
 		gip, gport := in.Global.Addr(), in.Global.Port()
+		if !local(gip) {
+			return nil, fmt.Errorf("%w: ingress %s %s is not in the local global CIDRs %v", ErrConfig, in.Protocol, in.Global, c.LocalGlobal)
+		}
 		cip, cport := in.Target.Addr(), in.Target.Port()
 		for i, e := range [4]struct {
 			key uint64
@@ -225,6 +239,9 @@ func (c Config) compile() (*desired, error) {
 	for _, p := range c.Pods {
 		if !p.Global.Is4() || !p.Pod.Is4() {
 			return nil, fmt.Errorf("%w: pod %s <-> %s: want IPv4", ErrConfig, p.Global, p.Pod)
+		}
+		if !local(p.Global) {
+			return nil, fmt.Errorf("%w: pod %s <-> %s: global IP not in the local global CIDRs %v", ErrConfig, p.Global, p.Pod, c.LocalGlobal)
 		}
 		for _, e := range []struct {
 			name     string

@@ -117,6 +117,9 @@ func TestCompileRefusesAmbiguousConfigs(t *testing.T) {
 		{"zero port", func(c *Config) { c.Ingress[0].Target = ap("10.96.0.10:0") }},
 		{"IPv6 target", func(c *Config) { c.Ingress[0].Target = ap("[fd00::1]:80") }},
 		{"egress not contiguous", func(c *Config) { c.Egress = []netip.Addr{ip("242.0.1.252"), ip("242.0.1.254")} }},
+		{"ingress outside the local global CIDR", func(c *Config) { c.Ingress[0].Global = ap("242.0.3.2:1024") }},
+		{"pod outside the local global CIDR", func(c *Config) { c.Pods[0].Global = ip("242.0.3.9") }},
+		{"egress outside the local global CIDR", func(c *Config) { c.Egress = []netip.Addr{ip("242.0.3.253")} }},
 		{"remote not canonical", func(c *Config) { c.Remote = []netip.Prefix{netip.MustParsePrefix("242.0.3.1/24")} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
