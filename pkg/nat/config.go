@@ -173,10 +173,10 @@ func (c Config) compile() (*desired, error) {
 	}
 	// A global address outside our own CIDRs would capture traffic meant
 	// for another cluster (or leave unanswerable), so every one must be local.
-	localSet := d.elems[SetLocal]
+	localPs, _ := disjoint(c.LocalGlobal) // validated above
 	local := func(a netip.Addr) bool {
-		for k := range localSet {
-			if p := netip.PrefixFrom(addrFromIndex(uint32(k>>8)), int(k&0xff)); p.Contains(a) {
+		for _, p := range localPs {
+			if p.Contains(a) {
 				return true
 			}
 		}
