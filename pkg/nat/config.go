@@ -25,9 +25,10 @@ const (
 	MapPodOut = "pod-out" // pod IP : global IP
 )
 
-// Protocols the stateless port rewrite handles. nft rewrites the TCP and
-// UDP checksums (pseudo-header and port) and recomputes SCTP's CRC32c.
-var Protocols = []string{"tcp", "udp", "sctp"}
+// protocols the stateless port rewrite handles (Ingress.Protocol), in
+// rendering order. nft rewrites the TCP and UDP checksums (pseudo-header
+// and port) and recomputes SCTP's CRC32c. Read only.
+var protocols = []string{"tcp", "udp", "sctp"}
 
 // Per-protocol map names, e.g. "tcp-in-addr".
 const (
@@ -77,6 +78,13 @@ func (c Config) clone() Config {
 		Ingress: slices.Clone(c.Ingress), Pods: slices.Clone(c.Pods)}
 }
 
+// Validate reports whether c would be accepted by Table.Sync (the same
+// checks, without touching the kernel).
+func (c Config) Validate() error {
+	_, err := c.compile()
+	return err
+}
+
 // ErrConfig is wrapped by every validation error of a Config.
 var ErrConfig = errors.New("invalid globalnet config")
 
@@ -104,7 +112,7 @@ const (
 
 func elemKinds() map[string]elemKind {
 	k := map[string]elemKind{SetRemote: kindPrefix, SetLocal: kindPrefix, MapPodIn: kindAddrAddr, MapPodOut: kindAddrAddr}
-	for _, p := range Protocols {
+	for _, p := range protocols {
 		k[p+suffixInAddr] = kindAddrPortAddr
 		k[p+suffixInPort] = kindAddrPortPort
 		k[p+suffixOutPort] = kindAddrPortPort
@@ -115,7 +123,7 @@ func elemKinds() map[string]elemKind {
 
 func setNames() []string {
 	names := []string{SetRemote, SetLocal, MapPodIn, MapPodOut}
-	for _, p := range Protocols {
+	for _, p := range protocols {
 		names = append(names, p+suffixInAddr, p+suffixInPort, p+suffixOutPort, p+suffixOutAddr)
 	}
 	return names
@@ -198,7 +206,7 @@ func (c Config) compile() (*desired, error) {
 		perProto[in.Protocol]++
 	}
 	byProto := map[string][4]map[uint64]uint32{}
-	for _, p := range Protocols {
+	for _, p := range protocols {
 		var ms [4]map[uint64]uint32
 		for i, suffix := range []string{suffixInAddr, suffixInPort, suffixOutPort, suffixOutAddr} {
 			ms[i] = make(map[uint64]uint32, perProto[p])
@@ -210,7 +218,7 @@ func (c Config) compile() (*desired, error) {
 	for _, in := range c.Ingress {
 		ms, ok := byProto[in.Protocol]
 		if !ok {
-			return nil, fmt.Errorf("%w: ingress %s: protocol %q (want one of %v)", ErrConfig, in.Global, in.Protocol, Protocols)
+			return nil, fmt.Errorf("%w: ingress %s: protocol %q (want one of %v)", ErrConfig, in.Global, in.Protocol, protocols)
 		}
 		if !in.Global.Addr().Is4() || !in.Target.Addr().Is4() || in.Global.Port() == 0 || in.Target.Port() == 0 {
 			return nil, fmt.Errorf("%w: ingress %s %s -> %s: want IPv4 addresses and non-zero ports", ErrConfig, in.Protocol, in.Global, in.Target)
@@ -257,7 +265,7 @@ func (c Config) compile() (*desired, error) {
 		}
 	}
 	// A global IP is either 1:1 or carries ports, never both.
-	for _, proto := range Protocols {
+	for _, proto := range protocols {
 		for key := range d.elems[proto+suffixInAddr] {
 			if pod, ok := d.elems[MapPodIn][key>>16]; ok {
 				return nil, fmt.Errorf("%w: global IP %s is 1:1 for pod %s and carries %s ports", ErrConfig, addrFromIndex(uint32(key>>16)), addrFromIndex(pod), proto)

@@ -125,7 +125,7 @@ func TestCompileRefusesAmbiguousConfigs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := smallConfig()
 			tc.mod(&c)
-			if _, err := c.compile(); !errors.Is(err, ErrConfig) {
+			if err := c.Validate(); !errors.Is(err, ErrConfig) {
 				t.Errorf("compile: %v, want ErrConfig", err)
 			}
 		})

@@ -198,7 +198,7 @@ func randomConfig(rng *rand.Rand) Config {
 		if rng.IntN(2) == 0 {
 			continue
 		}
-		proto := Protocols[rng.IntN(len(Protocols))]
+		proto := protocols[rng.IntN(len(protocols))]
 		for p := range 1 + rng.IntN(3) {
 			c.Ingress = append(c.Ingress, Ingress{Protocol: proto,
 				Global: netip.AddrPortFrom(netip.AddrFrom4([4]byte{242, 0, 1, byte(2 + s)}), uint16(1024+p)),
