@@ -85,9 +85,8 @@ func renderFull(d *desired) string {
 }
 
 // renderDiff is the nft script taking the table from old to d, elements
-// only (d.snat == old.snat), plus the canary probe: deleting and
-// re-adding the canary chain fails the whole transaction if the table is
-// gone. added and removed count elements.
+// only (d.snat == old.snat), after the canary probe, which fails the
+// whole transaction if the table is gone. added and removed count elements.
 func renderDiff(old, d *desired) (script string, added, removed int) {
 	var b strings.Builder
 	b.WriteString(canaryProbe)
@@ -181,11 +180,12 @@ func keyString(kind elemKind, k uint64) string {
 	return b.String()
 }
 
-// canaryProbe deletes and re-adds the empty canary chain: a no-op on the
-// table's content that fails the whole transaction when the table (or
-// the chain) is gone. It is the cheapest check nft offers: any `nft list`
-// first loads every element of the table.
-var canaryProbe = fmt.Sprintf("delete chain %s %s\nadd chain %s %s\n", table, ChainCanary, table, ChainCanary)
+// canaryProbe flushes the empty canary chain: a no-op that fails the
+// whole transaction when the table (or the chain) is gone. It is the
+// cheapest check nft offers (≈ 6 ms; deleting and re-adding the chain
+// costs ≈ 17 ms, like any deletion, and any `nft list` first loads every
+// element of the table).
+var canaryProbe = fmt.Sprintf("flush chain %s %s\n", table, ChainCanary)
 
 // renderCleanup deletes the table, whether it exists or not.
 func renderCleanup() string {

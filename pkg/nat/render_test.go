@@ -70,8 +70,7 @@ func TestRenderDiff(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, added, removed := renderDiff(old, d)
-	want := `delete chain ip causeway-globalnet canary
-add chain ip causeway-globalnet canary
+	want := `flush chain ip causeway-globalnet canary
 delete element ip causeway-globalnet remote { 242.0.2.0/24 }
 delete element ip causeway-globalnet tcp-in-port { 10.96.0.10 . 1025 }
 delete element ip causeway-globalnet tcp-out-port { 10.96.0.10 . 443 }

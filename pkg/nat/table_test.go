@@ -120,6 +120,10 @@ func applyScript(ts map[string]*fakeTable, script string) error {
 				return errors.New("delete table: No such file or directory")
 			}
 			delete(ts, f[2]+" "+f[3])
+		case strings.HasPrefix(line, "flush chain "):
+			if t, ok := ts[f[2]+" "+f[3]]; !ok || !t.chains[f[4]] {
+				return errors.New("flush chain: No such file or directory")
+			}
 		case strings.HasPrefix(line, "add chain ") || strings.HasPrefix(line, "delete chain "):
 			t, ok := ts[f[2]+" "+f[3]]
 			if !ok {
@@ -245,6 +249,10 @@ func TestTableConvergesFromAnyState(t *testing.T) {
 				fake.failAt[fake.calls+1+rng.IntN(2)] = true
 			case 3:
 				tab.RequestFull()
+			case 4:
+				if tt, ok := fake.tables["ip "+TableName]; ok { // someone deletes the canary
+					delete(tt.chains, ChainCanary)
+				}
 			}
 			cfg := randomConfig(rng)
 			want, err := cfg.compile()
