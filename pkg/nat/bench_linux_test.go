@@ -29,7 +29,7 @@ func BenchmarkSync10k(b *testing.B) {
 	cfg := manyPortsConfig(b, 10_000)
 	extra := Ingress{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.250:2000"), Target: netip.MustParseAddrPort("10.97.0.1:80")}
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
-	var full, incr, equal, ipt []time.Duration
+	var full, adds, removes, equal, ipt []time.Duration
 	timed := func(samples *[]time.Duration, f func()) {
 		start := time.Now()
 		f()
@@ -46,12 +46,12 @@ func BenchmarkSync10k(b *testing.B) {
 			})
 		}
 		for range 20 {
-			timed(&incr, func() {
+			timed(&adds, func() {
 				if res, err := tab.Sync(ctx, withIngress(cfg, extra)); err != nil || res.Full || res.Added != 4 {
 					b.Fatalf("incremental add: %+v, %v", res, err)
 				}
 			})
-			timed(&incr, func() {
+			timed(&removes, func() {
 				if res, err := tab.Sync(ctx, cfg); err != nil || res.Full || res.Removed != 4 {
 					b.Fatalf("incremental remove: %+v, %v", res, err)
 				}
@@ -77,10 +77,13 @@ func BenchmarkSync10k(b *testing.B) {
 		timed(&ipt, func() { tp.inStdin(b, "gw", script, "iptables-restore", "--noflush") })
 		tp.in(b, "gw", "iptables", "-t", "nat", "-F", "CW-BASE")
 	}
-	f, in, eq, it := bench.NewStats(full), bench.NewStats(incr), bench.NewStats(equal), bench.NewStats(ipt)
+	f, eq, it := bench.NewStats(full), bench.NewStats(equal), bench.NewStats(ipt)
+	ad, rm, in := bench.NewStats(adds), bench.NewStats(removes), bench.NewStats(append(adds, removes...))
 	b.ReportMetric(f.P50MS, "full-p50-ms")
 	b.ReportMetric(in.P50MS, "incremental-p50-ms")
 	b.ReportMetric(in.P90MS, "incremental-p90-ms")
+	b.ReportMetric(ad.P50MS, "add-one-p50-ms")
+	b.ReportMetric(rm.P50MS, "remove-one-p50-ms")
 	b.ReportMetric(eq.P50MS, "equal-sync-p50-ms")
 	b.ReportMetric(it.P50MS, "iptables-restore-10k-ms")
 	b.ReportMetric(f.P50MS/it.P50MS, "full/iptables")

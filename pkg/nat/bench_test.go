@@ -2,6 +2,7 @@ package nat
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -37,8 +38,12 @@ func BenchmarkGlobalAddresses(b *testing.B) {
 
 // BenchmarkCompileDiff10k: the pure part of an incremental sync at 10 000
 // ports: validate and pack the Config, diff it against the applied one.
+// The Ingress list is shuffled (callers build it from informer caches, in
+// no particular order).
 func BenchmarkCompileDiff10k(b *testing.B) {
 	cfg := manyPortsConfig(b, 10_000)
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(cfg.Ingress), func(i, j int) { cfg.Ingress[i], cfg.Ingress[j] = cfg.Ingress[j], cfg.Ingress[i] })
 	old, err := cfg.compile()
 	if err != nil {
 		b.Fatal(err)

@@ -1,6 +1,7 @@
 package nat
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -93,11 +94,18 @@ var ErrConfig = errors.New("invalid globalnet config")
 // (a full sync) or in elements only (an incremental one).
 type desired struct {
 	snat string // "a-b", or "" for no egress SNAT
-	// elems: set or map name → packed key → packed value (0 for sets).
+	// elems: set or map name → its elements sorted by key, keys unique.
 	// Every set and map of the table has an entry, possibly empty. Keys
-	// and values are packed integers (see elemKinds) so that compiling
-	// and diffing 10 000s of elements stays in the low milliseconds.
-	elems map[string]map[uint64]uint32
+	// and values are packed integers (see elemKinds) and diffs are merges
+	// of sorted slices, so compiling and diffing 10 000s of elements stays
+	// in the low milliseconds.
+	elems map[string][]elem
+}
+
+// elem is one packed element: key and value (0 for sets).
+type elem struct {
+	k uint64
+	v uint32
 }
 
 // elemKind says how a set's or map's packed keys and values print.
@@ -146,12 +154,12 @@ func (d *desired) strings() map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for name, m := range d.elems {
 		out[name] = map[string]string{}
-		for k, v := range m {
+		for _, e := range m {
 			var b strings.Builder
-			writeKey(&b, kinds[name], k)
+			writeKey(&b, kinds[name], e.k)
 			key := b.String()
 			b.Reset()
-			writeValue(&b, kinds[name], v)
+			writeValue(&b, kinds[name], e.v)
 			out[name][key] = b.String()
 		}
 	}
@@ -163,10 +171,7 @@ func (d *desired) strings() map[string]map[string]string {
 // ports of one ClusterIP on one global IP, distinct) is checked here, so
 // a caller bug cannot make a reply leave with the wrong global address.
 func (c Config) compile() (*desired, error) {
-	d := &desired{elems: map[string]map[uint64]uint32{}}
-	for _, n := range setNames() {
-		d.elems[n] = map[uint64]uint32{}
-	}
+	d := &desired{elems: map[string][]elem{}}
 	for _, set := range []struct {
 		name string
 		in   []netip.Prefix
@@ -176,7 +181,7 @@ func (c Config) compile() (*desired, error) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, set.name, err)
 		}
 		for _, p := range ps {
-			d.elems[set.name][uint64(addrIndex(p.Addr()))<<8|uint64(p.Bits())] = 0
+			d.elems[set.name] = append(d.elems[set.name], elem{k: uint64(addrIndex(p.Addr()))<<8 | uint64(p.Bits())})
 		}
 	}
 	// A global address outside our own CIDRs would capture traffic meant
@@ -205,18 +210,16 @@ func (c Config) compile() (*desired, error) {
 	for _, in := range c.Ingress {
 		perProto[in.Protocol]++
 	}
-	byProto := map[string][4]map[uint64]uint32{}
+	byProto := map[string]*[4][]elem{}
 	for _, p := range protocols {
-		var ms [4]map[uint64]uint32
-		for i, suffix := range []string{suffixInAddr, suffixInPort, suffixOutPort, suffixOutAddr} {
-			ms[i] = make(map[uint64]uint32, perProto[p])
-			d.elems[p+suffix] = ms[i]
+		var es [4][]elem
+		for i := range es {
+			es[i] = make([]elem, 0, perProto[p])
 		}
-		byProto[p] = ms
+		byProto[p] = &es
 	}
-	suffixes := [4]string{suffixInAddr, suffixInPort, suffixOutPort, suffixOutAddr}
 	for _, in := range c.Ingress {
-		ms, ok := byProto[in.Protocol]
+		es, ok := byProto[in.Protocol]
 		if !ok {
 			return nil, fmt.Errorf("%w: ingress %s: protocol %q (want one of %v)", ErrConfig, in.Global, in.Protocol, protocols)
 		}
@@ -228,20 +231,14 @@ func (c Config) compile() (*desired, error) {
 			return nil, fmt.Errorf("%w: ingress %s %s is not in the local global CIDRs %v", ErrConfig, in.Protocol, in.Global, c.LocalGlobal)
 		}
 		cip, cport := in.Target.Addr(), in.Target.Port()
-		for i, e := range [4]struct {
-			key uint64
-			val uint32
-		}{
-			{packAddrPort(gip, gport), addrIndex(cip)},
-			{packAddrPort(cip, gport), uint32(cport)},
-			{packAddrPort(cip, cport), uint32(gport)},
-			{packAddrPort(cip, gport), addrIndex(gip)},
-		} {
-			if old, ok := ms[i][e.key]; ok && old != e.val {
-				return nil, fmt.Errorf("%w: ingress %s %s -> %s: %s%s has key %s already, with another value (every ClusterIP's global ports must be distinct and on one global IP)",
-					ErrConfig, in.Protocol, in.Global, in.Target, in.Protocol, suffixes[i], keyString(kindAddrPortPort, e.key))
-			}
-			ms[i][e.key] = e.val
+		es[0] = append(es[0], elem{packAddrPort(gip, gport), addrIndex(cip)})
+		es[1] = append(es[1], elem{packAddrPort(cip, gport), uint32(cport)})
+		es[2] = append(es[2], elem{packAddrPort(cip, cport), uint32(gport)})
+		es[3] = append(es[3], elem{packAddrPort(cip, gport), addrIndex(gip)})
+	}
+	for _, p := range protocols {
+		for i, suffix := range []string{suffixInAddr, suffixInPort, suffixOutPort, suffixOutAddr} {
+			d.elems[p+suffix] = byProto[p][i]
 		}
 	}
 	for _, p := range c.Pods {
@@ -251,28 +248,62 @@ func (c Config) compile() (*desired, error) {
 		if !local(p.Global) {
 			return nil, fmt.Errorf("%w: pod %s <-> %s: global IP not in the local global CIDRs %v", ErrConfig, p.Global, p.Pod, c.LocalGlobal)
 		}
-		for _, e := range []struct {
-			name     string
-			key, val uint32
-		}{
-			{MapPodIn, addrIndex(p.Global), addrIndex(p.Pod)},
-			{MapPodOut, addrIndex(p.Pod), addrIndex(p.Global)},
-		} {
-			if old, ok := d.elems[e.name][uint64(e.key)]; ok && old != e.val {
-				return nil, fmt.Errorf("%w: pod %s <-> %s: %s has key %s already, mapped to %s", ErrConfig, p.Global, p.Pod, e.name, addrFromIndex(e.key), addrFromIndex(old))
-			}
-			d.elems[e.name][uint64(e.key)] = e.val
+		d.elems[MapPodIn] = append(d.elems[MapPodIn], elem{uint64(addrIndex(p.Global)), addrIndex(p.Pod)})
+		d.elems[MapPodOut] = append(d.elems[MapPodOut], elem{uint64(addrIndex(p.Pod)), addrIndex(p.Global)})
+	}
+	kinds := elemKinds()
+	for _, name := range setNames() {
+		es, conflict := sortUnique(d.elems[name])
+		if conflict != nil {
+			return nil, fmt.Errorf("%w: %s: %s (every ClusterIP's global ports must be distinct and on one global IP, every pod and global IP 1:1)",
+				ErrConfig, name, conflict.describe(kinds[name]))
 		}
+		d.elems[name] = es
 	}
 	// A global IP is either 1:1 or carries ports, never both.
+	pods := d.elems[MapPodIn]
 	for _, proto := range protocols {
-		for key := range d.elems[proto+suffixInAddr] {
-			if pod, ok := d.elems[MapPodIn][key>>16]; ok {
-				return nil, fmt.Errorf("%w: global IP %s is 1:1 for pod %s and carries %s ports", ErrConfig, addrFromIndex(uint32(key>>16)), addrFromIndex(pod), proto)
+		for _, e := range d.elems[proto+suffixInAddr] {
+			if i, ok := slices.BinarySearchFunc(pods, e.k>>16, func(p elem, k uint64) int { return cmp.Compare(p.k, k) }); ok {
+				return nil, fmt.Errorf("%w: global IP %s is 1:1 for pod %s and carries %s ports", ErrConfig, addrFromIndex(uint32(e.k>>16)), addrFromIndex(pods[i].v), proto)
 			}
 		}
 	}
 	return d, nil
+}
+
+// keyConflict is one key given two values.
+type keyConflict struct {
+	k    uint64
+	a, b uint32
+}
+
+func (c *keyConflict) describe(kind elemKind) string {
+	var b strings.Builder
+	b.WriteString("key ")
+	writeKey(&b, kind, c.k)
+	b.WriteString(" has two values, ")
+	writeValue(&b, kind, c.a)
+	b.WriteString(" and ")
+	writeValue(&b, kind, c.b)
+	return b.String()
+}
+
+// sortUnique sorts es by key in place and drops exact duplicates; a key
+// with two values is a conflict.
+func sortUnique(es []elem) ([]elem, *keyConflict) {
+	sortElems(es)
+	out := es[:0]
+	for _, e := range es {
+		if n := len(out); n > 0 && out[n-1].k == e.k {
+			if out[n-1].v != e.v {
+				return nil, &keyConflict{k: e.k, a: min(out[n-1].v, e.v), b: max(out[n-1].v, e.v)}
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // disjoint validates ps (IPv4, canonical), drops duplicates and prefixes
@@ -298,4 +329,39 @@ func disjoint(ps []netip.Prefix) ([]netip.Prefix, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// sortElems sorts es by key (keys use at most 48 bits) with an LSD radix
+// sort over bytes, skipping bytes all keys share: several times faster
+// than a comparison sort at 10 000s of elements, which is what a Sync at
+// that size spends most of its Go time on.
+func sortElems(es []elem) {
+	if len(es) < 256 {
+		slices.SortFunc(es, func(a, b elem) int { return cmp.Compare(a.k, b.k) })
+		return
+	}
+	src, dst := es, make([]elem, len(es))
+	for shift := 0; shift < 48; shift += 8 {
+		var count [256]int
+		for _, e := range src {
+			count[byte(e.k>>shift)]++
+		}
+		if count[byte(src[0].k>>shift)] == len(src) {
+			continue
+		}
+		pos := 0
+		for i, c := range count {
+			count[i] = pos
+			pos += c
+		}
+		for _, e := range src {
+			b := byte(e.k >> shift)
+			dst[count[b]] = e
+			count[b]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &es[0] {
+		copy(es, src)
+	}
 }

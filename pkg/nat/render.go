@@ -2,7 +2,6 @@ package nat
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -91,15 +90,12 @@ func renderDiff(old, d *desired) (script string, added, removed int) {
 	var b strings.Builder
 	b.WriteString(canaryProbe)
 	kinds := elemKinds()
+	dels, adds := map[string][]elem{}, map[string][]elem{}
 	for _, name := range setNames() {
-		have, want := old.elems[name], d.elems[name]
-		del := map[uint64]uint32{}
-		for k, v := range have {
-			if w, ok := want[k]; !ok || w != v {
-				del[k] = v
-			}
-		}
-		if len(del) > 0 {
+		dels[name], adds[name] = diffElems(old.elems[name], d.elems[name])
+	}
+	for _, name := range setNames() {
+		if del := dels[name]; len(del) > 0 {
 			fmt.Fprintf(&b, "delete element %s %s { ", table, name)
 			writeElements(&b, kinds[name], del, false)
 			b.WriteString(" }\n")
@@ -107,14 +103,7 @@ func renderDiff(old, d *desired) (script string, added, removed int) {
 		}
 	}
 	for _, name := range setNames() {
-		have, want := old.elems[name], d.elems[name]
-		add := map[uint64]uint32{}
-		for k, v := range want {
-			if h, ok := have[k]; !ok || h != v {
-				add[k] = v
-			}
-		}
-		if len(add) > 0 {
+		if add := adds[name]; len(add) > 0 {
 			fmt.Fprintf(&b, "add element %s %s { ", table, name)
 			writeElements(&b, kinds[name], add, true)
 			b.WriteString(" }\n")
@@ -124,22 +113,40 @@ func renderDiff(old, d *desired) (script string, added, removed int) {
 	return b.String(), added, removed
 }
 
-// writeElements writes els sorted by key, with values for maps if
-// withValues (deletes name keys only).
-func writeElements(b *strings.Builder, kind elemKind, els map[uint64]uint32, withValues bool) {
-	keys := make([]uint64, 0, len(els))
-	for k := range els {
-		keys = append(keys, k)
+// diffElems merges two sorted element lists: del are keys gone or with a
+// changed value (deleted first), add are keys new or changed.
+func diffElems(have, want []elem) (del, add []elem) {
+	i, j := 0, 0
+	for i < len(have) || j < len(want) {
+		switch {
+		case j == len(want) || (i < len(have) && have[i].k < want[j].k):
+			del = append(del, have[i])
+			i++
+		case i == len(have) || want[j].k < have[i].k:
+			add = append(add, want[j])
+			j++
+		default:
+			if have[i].v != want[j].v {
+				del, add = append(del, have[i]), append(add, want[j])
+			}
+			i++
+			j++
+		}
 	}
-	slices.Sort(keys)
-	for i, k := range keys {
+	return del, add
+}
+
+// writeElements writes els (sorted), with values for maps if withValues
+// (deletes name keys only).
+func writeElements(b *strings.Builder, kind elemKind, els []elem, withValues bool) {
+	for i, e := range els {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		writeKey(b, kind, k)
+		writeKey(b, kind, e.k)
 		if withValues && kind != kindPrefix {
 			b.WriteString(" : ")
-			writeValue(b, kind, els[k])
+			writeValue(b, kind, e.v)
 		}
 	}
 }
@@ -172,12 +179,6 @@ func writeValue(b *strings.Builder, kind elemKind, v uint32) {
 	default:
 		writeAddr(b, v)
 	}
-}
-
-func keyString(kind elemKind, k uint64) string {
-	var b strings.Builder
-	writeKey(&b, kind, k)
-	return b.String()
 }
 
 // canaryProbe flushes the empty canary chain: a no-op that fails the

@@ -1,8 +1,11 @@
 package nat
 
 import (
+	"cmp"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -134,5 +137,24 @@ func TestCompileRefusesAmbiguousConfigs(t *testing.T) {
 	c.Ingress = append(c.Ingress, c.Ingress[0])
 	if _, err := c.compile(); err != nil {
 		t.Errorf("duplicate identical entry: %v", err)
+	}
+}
+
+func TestSortElems(t *testing.T) {
+	for _, n := range []int{0, 1, 5, 255, 256, 3000} {
+		rng := rand.New(rand.NewPCG(uint64(n), 1))
+		es := make([]elem, n)
+		for i := range es {
+			es[i] = elem{k: rng.Uint64() >> 16, v: uint32(i)}
+			if i%7 == 0 && i > 0 {
+				es[i].k = es[i-1].k & 0xffff00ffffff // shared bytes, duplicates
+			}
+		}
+		want := slices.Clone(es)
+		slices.SortStableFunc(want, func(a, b elem) int { return cmp.Compare(a.k, b.k) })
+		sortElems(es)
+		if !slices.EqualFunc(es, want, func(a, b elem) bool { return a.k == b.k }) {
+			t.Errorf("n=%d: not sorted by key", n)
+		}
 	}
 }
