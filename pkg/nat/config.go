@@ -26,10 +26,10 @@ const (
 	MapPodOut = "pod-out" // pod IP : global IP
 )
 
-// protocols the stateless port rewrite handles (Ingress.Protocol), in
+// Protocols the stateless port rewrite handles (Ingress.Protocol), in
 // rendering order. nft rewrites the TCP and UDP checksums (pseudo-header
 // and port) and recomputes SCTP's CRC32c. Read only.
-var protocols = []string{"tcp", "udp", "sctp"}
+var Protocols = []string{"tcp", "udp", "sctp"}
 
 // Per-protocol map names, e.g. "tcp-in-addr".
 const (
@@ -120,7 +120,7 @@ const (
 
 func elemKinds() map[string]elemKind {
 	k := map[string]elemKind{SetRemote: kindPrefix, SetLocal: kindPrefix, MapPodIn: kindAddrAddr, MapPodOut: kindAddrAddr}
-	for _, p := range protocols {
+	for _, p := range Protocols {
 		k[p+suffixInAddr] = kindAddrPortAddr
 		k[p+suffixInPort] = kindAddrPortPort
 		k[p+suffixOutPort] = kindAddrPortPort
@@ -131,7 +131,7 @@ func elemKinds() map[string]elemKind {
 
 func setNames() []string {
 	names := []string{SetRemote, SetLocal, MapPodIn, MapPodOut}
-	for _, p := range protocols {
+	for _, p := range Protocols {
 		names = append(names, p+suffixInAddr, p+suffixInPort, p+suffixOutPort, p+suffixOutAddr)
 	}
 	return names
@@ -211,7 +211,7 @@ func (c Config) compile() (*desired, error) {
 		perProto[in.Protocol]++
 	}
 	byProto := map[string]*[4][]elem{}
-	for _, p := range protocols {
+	for _, p := range Protocols {
 		var es [4][]elem
 		for i := range es {
 			es[i] = make([]elem, 0, perProto[p])
@@ -221,7 +221,7 @@ func (c Config) compile() (*desired, error) {
 	for _, in := range c.Ingress {
 		es, ok := byProto[in.Protocol]
 		if !ok {
-			return nil, fmt.Errorf("%w: ingress %s: protocol %q (want one of %v)", ErrConfig, in.Global, in.Protocol, protocols)
+			return nil, fmt.Errorf("%w: ingress %s: protocol %q (want one of %v)", ErrConfig, in.Global, in.Protocol, Protocols)
 		}
 		if !in.Global.Addr().Is4() || !in.Target.Addr().Is4() || in.Global.Port() == 0 || in.Target.Port() == 0 {
 			return nil, fmt.Errorf("%w: ingress %s %s -> %s: want IPv4 addresses and non-zero ports", ErrConfig, in.Protocol, in.Global, in.Target)
@@ -236,7 +236,7 @@ func (c Config) compile() (*desired, error) {
 		es[2] = append(es[2], elem{packAddrPort(cip, cport), uint32(gport)})
 		es[3] = append(es[3], elem{packAddrPort(cip, gport), addrIndex(gip)})
 	}
-	for _, p := range protocols {
+	for _, p := range Protocols {
 		for i, suffix := range []string{suffixInAddr, suffixInPort, suffixOutPort, suffixOutAddr} {
 			d.elems[p+suffix] = byProto[p][i]
 		}
@@ -262,7 +262,7 @@ func (c Config) compile() (*desired, error) {
 	}
 	// A global IP is either 1:1 or carries ports, never both.
 	pods := d.elems[MapPodIn]
-	for _, proto := range protocols {
+	for _, proto := range Protocols {
 		for _, e := range d.elems[proto+suffixInAddr] {
 			if i, ok := slices.BinarySearchFunc(pods, e.k>>16, func(p elem, k uint64) int { return cmp.Compare(p.k, k) }); ok {
 				return nil, fmt.Errorf("%w: global IP %s is 1:1 for pod %s and carries %s ports", ErrConfig, addrFromIndex(uint32(e.k>>16)), addrFromIndex(pods[i].v), proto)

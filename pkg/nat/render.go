@@ -16,7 +16,7 @@ func setTypes() map[string]string {
 		MapPodIn:  "type ipv4_addr : ipv4_addr;",
 		MapPodOut: "type ipv4_addr : ipv4_addr;",
 	}
-	for _, p := range protocols {
+	for _, p := range Protocols {
 		t[p+suffixInAddr] = "type ipv4_addr . inet_service : ipv4_addr;"
 		t[p+suffixInPort] = "type ipv4_addr . inet_service : inet_service;"
 		t[p+suffixOutPort] = "type ipv4_addr . inet_service : inet_service;"
@@ -33,14 +33,14 @@ func setTypes() map[string]string {
 func chainRules(d *desired) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\tchain %s {\n\t\ttype filter hook prerouting priority raw - 10; policy accept;\n", ChainIngress)
-	for _, p := range protocols {
+	for _, p := range Protocols {
 		fmt.Fprintf(&b, "\t\tip daddr set ip daddr . %[1]s dport map @%[1]s%[2]s %[1]s dport set ip daddr . %[1]s dport map @%[1]s%[3]s\n",
 			p, suffixInAddr, suffixInPort)
 	}
 	fmt.Fprintf(&b, "\t\tip daddr set ip daddr map @%s\n\t}\n", MapPodIn)
 
 	fmt.Fprintf(&b, "\tchain %s {\n\t\ttype filter hook postrouting priority srcnat + 10; policy accept;\n", ChainReply)
-	for _, p := range protocols {
+	for _, p := range Protocols {
 		fmt.Fprintf(&b, "\t\tct direction reply ip daddr @%[4]s %[1]s sport set ip saddr . %[1]s sport map @%[1]s%[2]s ip saddr set ip saddr . %[1]s sport map @%[1]s%[3]s\n",
 			p, suffixOutPort, suffixOutAddr, SetRemote)
 	}

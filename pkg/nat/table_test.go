@@ -202,7 +202,7 @@ func randomConfig(rng *rand.Rand) Config {
 		if rng.IntN(2) == 0 {
 			continue
 		}
-		proto := protocols[rng.IntN(len(protocols))]
+		proto := Protocols[rng.IntN(len(Protocols))]
 		for p := range 1 + rng.IntN(3) {
 			c.Ingress = append(c.Ingress, Ingress{Protocol: proto,
 				Global: netip.AddrPortFrom(netip.AddrFrom4([4]byte{242, 0, 1, byte(2 + s)}), uint16(1024+p)),
