@@ -258,7 +258,7 @@ func TestLab(t *testing.T) {
 
 	// A second up repairs or reports; it never duplicates.
 	before := podCount(t, l, "c1")
-	if out, err := l.run("lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()); err != nil || !strings.Contains(out, "already up") {
+	if out, err := l.run(append([]string{"lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()}, args...)...); err != nil || !strings.Contains(out, "already up") {
 		t.Errorf("second lab up: %v\n%s", err, out)
 	}
 	if after := podCount(t, l, "c1"); after != before {
