@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab"
 	"github.com/causeway-net/causeway/pkg/lab/apps"
@@ -573,8 +574,16 @@ func (p *Propagation) MeasureWithdraw(ctx context.Context, m int) (WithdrawResul
 			return WithdrawResult{}, fmt.Errorf("%s: export %s: %w", cl, withdrawName, err)
 		}
 	}
-	removed := vip.Backend{Addr: clusterIPs[p.Exporter], Port: uint16(p.Port)}
-	kept := vip.Backend{Addr: clusterIPs[steady], Port: uint16(p.Port)}
+	// What a node's map holds for a source cluster: its ClusterIP in the
+	// source cluster itself, its global IP:port elsewhere under globalnet.
+	removed, err := p.backendsOf(ctx, members, p.Exporter, withdrawName, clusterIPs[p.Exporter])
+	if err != nil {
+		return WithdrawResult{}, err
+	}
+	kept, err := p.backendsOf(ctx, members, steady, withdrawName, clusterIPs[steady])
+	if err != nil {
+		return WithdrawResult{}, err
+	}
 
 	var key vip.ServiceKey
 	err = p.poll(ctx, 100*time.Millisecond, "ServiceImport "+withdrawName+" with one VIP in every cluster", func() (bool, error) {
@@ -606,10 +615,10 @@ func (p *Propagation) MeasureWithdraw(ctx context.Context, m int) (WithdrawResul
 		return WithdrawResult{}, err
 	}
 	defer closeNodeMaps(nodes)
-	inEveryMap := func(be vip.Backend, what string) error {
-		return p.poll(ctx, 20*time.Millisecond, fmt.Sprintf("%s %s of %s in every node's VIP map", what, be, key), func() (bool, error) {
+	inEveryMap := func(be backendsByCluster, what string) error {
+		return p.poll(ctx, 20*time.Millisecond, fmt.Sprintf("%s %v of %s in every node's VIP map", what, be, key), func() (bool, error) {
 			for _, n := range nodes {
-				if in, err := hasBackend(n.maps, key, be); err != nil || !in {
+				if in, err := hasBackend(n.maps, key, be[n.cluster]); err != nil || !in {
 					return false, fmt.Errorf("%s/%s: in map %v, error %v", n.cluster, n.node, in, err)
 				}
 			}
@@ -635,8 +644,8 @@ func (p *Propagation) MeasureWithdraw(ctx context.Context, m int) (WithdrawResul
 			return WithdrawResult{}, err
 		}
 		for _, n := range nodes {
-			if in, err := hasBackend(n.maps, key, kept); err != nil || !in {
-				return WithdrawResult{}, fmt.Errorf("%s/%s lost %s's backend %s of %s along with %s's (error %v)", n.cluster, n.node, steady, kept, key, p.Exporter, err)
+			if in, err := hasBackend(n.maps, key, kept[n.cluster]); err != nil || !in {
+				return WithdrawResult{}, fmt.Errorf("%s/%s lost %s's backend %s of %s along with %s's (error %v)", n.cluster, n.node, steady, kept[n.cluster], key, p.Exporter, err)
 			}
 		}
 		clusterMax := map[string]time.Duration{}
@@ -649,7 +658,7 @@ func (p *Propagation) MeasureWithdraw(ctx context.Context, m int) (WithdrawResul
 			perCluster[c] = append(perCluster[c], d)
 		}
 		all = append(all, worst)
-		p.progress("removal %d/%d: pod %s deleted, %s's backend %s gone from every node's VIP map after %v",
+		p.progress("removal %d/%d: pod %s deleted, %s's backend %v gone from every node's VIP map after %v",
 			k+1, m, name, p.Exporter, removed, worst.Round(time.Millisecond))
 	}
 	res := WithdrawResult{All: NewStats(all)}
@@ -661,7 +670,7 @@ func (p *Propagation) MeasureWithdraw(ctx context.Context, m int) (WithdrawResul
 
 // timeRemoval deletes the pod and returns, for each node, how long after
 // the deletion be was no longer in its map for key.
-func (p *Propagation) timeRemoval(ctx context.Context, c client.Client, pod string, nodes []nodeMap, key vip.ServiceKey, be vip.Backend) ([]time.Duration, error) {
+func (p *Propagation) timeRemoval(ctx context.Context, c client.Client, pod string, nodes []nodeMap, key vip.ServiceKey, be backendsByCluster) ([]time.Duration, error) {
 	start := time.Now()
 	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: pod}}); err != nil {
 		return nil, fmt.Errorf("%s: delete pod %s: %w", p.Exporter, pod, err)
@@ -674,7 +683,7 @@ func (p *Propagation) timeRemoval(ctx context.Context, c client.Client, pod stri
 			if gone[i] != 0 {
 				continue
 			}
-			in, err := hasBackend(n.maps, key, be)
+			in, err := hasBackend(n.maps, key, be[n.cluster])
 			if err != nil {
 				return nil, fmt.Errorf("%s/%s: %w", n.cluster, n.node, err)
 			}
@@ -695,6 +704,45 @@ func (p *Propagation) timeRemoval(ctx context.Context, c client.Client, pod stri
 		case <-time.After(p.Poll):
 		}
 	}
+}
+
+// backendsByCluster is one source cluster's backend as each member's VIP
+// maps hold it.
+type backendsByCluster map[string]vip.Backend
+
+// backendsOf returns what every member's VIP maps hold for source's
+// export of Service name: clusterIP:port in source itself, and in the
+// others, under globalnet, the pair of source's GlobalIngress (awaited).
+func (p *Propagation) backendsOf(ctx context.Context, members map[string]client.Client, source, name string, clusterIP netip.Addr) (backendsByCluster, error) {
+	remote := vip.Backend{Addr: clusterIP, Port: uint16(p.Port)}
+	if p.Lab.Globalnet {
+		err := p.poll(ctx, 20*time.Millisecond, source+"'s GlobalIngress for "+name, func() (bool, error) {
+			gi := &causewayv1alpha1.GlobalIngress{}
+			if err := members[source].Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name}, gi); err != nil {
+				return false, err
+			}
+			ip, err := netip.ParseAddr(gi.Spec.IP)
+			if err != nil || gi.Spec.ReleasedAt != nil {
+				return false, fmt.Errorf("spec %+v", gi.Spec)
+			}
+			for _, gp := range gi.Spec.Ports {
+				if gp.Port == int32(p.Port) {
+					remote = vip.Backend{Addr: ip, Port: uint16(gp.GlobalPort)}
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("no global port for %d in %+v", p.Port, gi.Spec.Ports)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := backendsByCluster{}
+	for _, c := range p.Lab.Members() {
+		out[c] = remote
+	}
+	out[source] = vip.Backend{Addr: clusterIP, Port: uint16(p.Port)}
+	return out, nil
 }
 
 func hasBackend(m *vip.Pinned, key vip.ServiceKey, be vip.Backend) (bool, error) {

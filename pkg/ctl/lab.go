@@ -131,19 +131,34 @@ bpffs pins, WireGuard sockets and state directory. Fails if anything is left.`,
 
 func newLabKubeconfigCommand(dir *string) *cobra.Command {
 	return &cobra.Command{
-		Use:   "kubeconfig <cluster|broker>",
-		Short: "Print the path of a cluster's (or the broker's) admin kubeconfig",
-		Args:  cobra.ExactArgs(1),
+		Use:   "kubeconfig [cluster|broker]",
+		Short: "Print the path of a kubeconfig for the lab: one context per cluster, or one cluster's (or the broker's) admin kubeconfig",
+		Long: `With no argument, writes one kubeconfig with an admin context per cluster
+and the broker (contexts c1, c2, …, broker; current context c1) into the
+lab's state directory and prints its path, for KUBECONFIG=$(…) or merging
+into your own. With a cluster name, prints that cluster's own admin
+kubeconfig.`,
+		Example: `  export KUBECONFIG=$(causewayctl lab kubeconfig)
+  kubectl --context c2 get serviceimports -A`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := lab.Load(*dir)
 			if err != nil {
 				return err
 			}
-			cp, err := st.ControlPlane(args[0])
+			if len(args) == 1 {
+				cp, err := st.ControlPlane(args[0])
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), cp.AdminKubeconfig)
+				return nil
+			}
+			path, err := st.WriteMergedKubeconfig()
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), cp.AdminKubeconfig)
+			fmt.Fprintln(cmd.OutOrStdout(), path)
 			return nil
 		},
 	}

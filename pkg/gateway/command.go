@@ -21,11 +21,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/daemon"
 	"github.com/causeway-net/causeway/pkg/globalnet"
-	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
 // MetricsPort is the gateway's default /metrics port.
@@ -167,7 +167,7 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 	cfg.PodCIDRs, _ = daemon.ParsePrefixes(opts.PodCIDRs)
 	cfg.ServiceCIDRs, _ = daemon.ParsePrefixes(opts.ServiceCIDRs)
 	if f.globalnet {
-		avoid := slices.Concat(cfg.PodCIDRs, cfg.ServiceCIDRs, []netip.Prefix{netip.MustParsePrefix(mcs.DefaultVIPRange)})
+		avoid := slices.Concat(cfg.PodCIDRs, cfg.ServiceCIDRs, []netip.Prefix{netip.MustParsePrefix(addrpolicy.DefaultVIPRange)})
 		plan, err := globalnet.ParsePlan(f.globalSupernet, f.globalCIDRBits, avoid...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--global-supernet/--global-cidr-bits: %w", err))

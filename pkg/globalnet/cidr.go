@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 )
 
 // Defaults of the clusterset's global address plan.
@@ -29,7 +30,7 @@ const (
 	// It lies in 240.0.0.0/4 (never routed on the Internet) beside the
 	// clusterset VIP range (243.0.0.0/12) and the route agent's overlay
 	// addresses (241.0.0.0/8).
-	DefaultSupernet = "242.0.0.0/8"
+	DefaultSupernet = addrpolicy.DefaultSupernet
 	// DefaultCIDRBits is the size of one cluster's global CIDR.
 	DefaultCIDRBits = 24
 )

@@ -156,6 +156,10 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 		}
 		p.say("demo ready: whereami in %s, a client pod in every cluster", strings.Join(st.demoServerClusters(), " and "))
 	}
+	if err := st.waitHealthy(ctx, h, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	p.say("healthy: kube-proxy and the Causeway daemons of every node")
 	return st, nil
 }
 

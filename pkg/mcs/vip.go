@@ -8,6 +8,8 @@ import (
 	"iter"
 	"net/netip"
 	"strings"
+
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 )
 
 // DefaultVIPRange is the default clusterset VIP range: 243.0.0.0/12, about
@@ -21,7 +23,7 @@ import (
 // 243.255.255.255 free. A VIP never appears on a wire: the eBPF connect
 // hook rewrites it to a backend before routing, and a packet that escaped
 // would be dropped by routers rather than reach someone else's host.
-const DefaultVIPRange = "243.0.0.0/12"
+const DefaultVIPRange = addrpolicy.DefaultVIPRange
 
 // maxCandidateBits caps the candidate space of huge (IPv6) ranges.
 const maxCandidateBits = 48

@@ -193,10 +193,6 @@ func TestReplayInAnyOrderConverges(t *testing.T) {
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 42))
 		orig := smallAllocator(t)
-		type op struct {
-			owner string
-			n     int // 0: whole IP
-		}
 		var live []string
 		for i := range 60 {
 			if len(live) > 0 && rng.IntN(3) == 0 {

@@ -1,9 +1,9 @@
 package nat
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -26,8 +26,9 @@ const (
 	MapPodOut = "pod-out" // pod IP : global IP
 )
 
-// Protocols the stateless port rewrite handles. nft rewrites the TCP and
-// UDP checksums (pseudo-header and port) and recomputes SCTP's CRC32c.
+// Protocols the stateless port rewrite handles (Ingress.Protocol), in
+// rendering order. nft rewrites the TCP and UDP checksums (pseudo-header
+// and port) and recomputes SCTP's CRC32c. Read only.
 var Protocols = []string{"tcp", "udp", "sctp"}
 
 // Per-protocol map names, e.g. "tcp-in-addr".
@@ -66,6 +67,25 @@ type Config struct {
 	Pods    []PodIngress
 }
 
+func (c Config) equal(o Config) bool {
+	return slices.Equal(c.LocalGlobal, o.LocalGlobal) && slices.Equal(c.Remote, o.Remote) && slices.Equal(c.Egress, o.Egress) &&
+		slices.Equal(c.Ingress, o.Ingress) && slices.Equal(c.Pods, o.Pods)
+}
+
+// clone copies c's slices, so a caller reusing them cannot change what
+// Table believes it applied.
+func (c Config) clone() Config {
+	return Config{LocalGlobal: slices.Clone(c.LocalGlobal), Remote: slices.Clone(c.Remote), Egress: slices.Clone(c.Egress),
+		Ingress: slices.Clone(c.Ingress), Pods: slices.Clone(c.Pods)}
+}
+
+// Validate reports whether c would be accepted by Table.Sync (the same
+// checks, without touching the kernel).
+func (c Config) Validate() error {
+	_, err := c.compile()
+	return err
+}
+
 // ErrConfig is wrapped by every validation error of a Config.
 var ErrConfig = errors.New("invalid globalnet config")
 
@@ -74,9 +94,39 @@ var ErrConfig = errors.New("invalid globalnet config")
 // (a full sync) or in elements only (an incremental one).
 type desired struct {
 	snat string // "a-b", or "" for no egress SNAT
-	// elems: set or map name → element key → value ("" for sets). Every
-	// set and map of the table has an entry, possibly empty.
-	elems map[string]map[string]string
+	// elems: set or map name → its elements sorted by key, keys unique.
+	// Every set and map of the table has an entry, possibly empty. Keys
+	// and values are packed integers (see elemKinds) and diffs are merges
+	// of sorted slices, so compiling and diffing 10 000s of elements stays
+	// in the low milliseconds.
+	elems map[string][]elem
+}
+
+// elem is one packed element: key and value (0 for sets).
+type elem struct {
+	k uint64
+	v uint32
+}
+
+// elemKind says how a set's or map's packed keys and values print.
+type elemKind int
+
+const (
+	kindPrefix       elemKind = iota // key addr<<8|bits, no value
+	kindAddrAddr                     // key addr, value addr
+	kindAddrPortAddr                 // key addr<<16|port, value addr
+	kindAddrPortPort                 // key addr<<16|port, value port
+)
+
+func elemKinds() map[string]elemKind {
+	k := map[string]elemKind{SetRemote: kindPrefix, SetLocal: kindPrefix, MapPodIn: kindAddrAddr, MapPodOut: kindAddrAddr}
+	for _, p := range Protocols {
+		k[p+suffixInAddr] = kindAddrPortAddr
+		k[p+suffixInPort] = kindAddrPortPort
+		k[p+suffixOutPort] = kindAddrPortPort
+		k[p+suffixOutAddr] = kindAddrPortAddr
+	}
+	return k
 }
 
 func setNames() []string {
@@ -87,6 +137,8 @@ func setNames() []string {
 	return names
 }
 
+func packAddrPort(a netip.Addr, port uint16) uint64 { return uint64(addrIndex(a))<<16 | uint64(port) }
+
 // elementCount is the number of elements of d.
 func (d *desired) elementCount() int {
 	n := 0
@@ -96,16 +148,22 @@ func (d *desired) elementCount() int {
 	return n
 }
 
-func (d *desired) equal(o *desired) bool {
-	if d.snat != o.snat || len(d.elems) != len(o.elems) {
-		return false
-	}
+// strings is d's elements as nft prints them (key → value, "" for sets).
+func (d *desired) strings() map[string]map[string]string {
+	kinds := elemKinds()
+	out := map[string]map[string]string{}
 	for name, m := range d.elems {
-		if !maps.Equal(m, o.elems[name]) {
-			return false
+		out[name] = map[string]string{}
+		for _, e := range m {
+			var b strings.Builder
+			writeKey(&b, kinds[name], e.k)
+			key := b.String()
+			b.Reset()
+			writeValue(&b, kinds[name], e.v)
+			out[name][key] = b.String()
 		}
 	}
-	return true
+	return out
 }
 
 // compile validates c and turns it into elements. It refuses a Config
@@ -113,10 +171,7 @@ func (d *desired) equal(o *desired) bool {
 // ports of one ClusterIP on one global IP, distinct) is checked here, so
 // a caller bug cannot make a reply leave with the wrong global address.
 func (c Config) compile() (*desired, error) {
-	d := &desired{elems: map[string]map[string]string{}}
-	for _, n := range setNames() {
-		d.elems[n] = map[string]string{}
-	}
+	d := &desired{elems: map[string][]elem{}}
 	for _, set := range []struct {
 		name string
 		in   []netip.Prefix
@@ -126,13 +181,24 @@ func (c Config) compile() (*desired, error) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, set.name, err)
 		}
 		for _, p := range ps {
-			d.elems[set.name][p.String()] = ""
+			d.elems[set.name] = append(d.elems[set.name], elem{k: uint64(addrIndex(p.Addr()))<<8 | uint64(p.Bits())})
 		}
+	}
+	// A global address outside our own CIDRs would capture traffic meant
+	// for another cluster (or leave unanswerable), so every one must be local.
+	localPs, _ := disjoint(c.LocalGlobal) // validated above
+	local := func(a netip.Addr) bool {
+		for _, p := range localPs {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
 	}
 	if len(c.Egress) > 0 {
 		for i, a := range c.Egress {
-			if !a.Is4() {
-				return nil, fmt.Errorf("%w: egress %s is not IPv4", ErrConfig, a)
+			if !a.Is4() || !local(a) {
+				return nil, fmt.Errorf("%w: egress %s is not an IPv4 address in the local global CIDRs", ErrConfig, a)
 			}
 			if i > 0 && a != c.Egress[i-1].Next() {
 				return nil, fmt.Errorf("%w: egress IPs %v not ascending and contiguous", ErrConfig, c.Egress)
@@ -140,53 +206,104 @@ func (c Config) compile() (*desired, error) {
 		}
 		d.snat = c.Egress[0].String() + "-" + c.Egress[len(c.Egress)-1].String()
 	}
+	perProto := map[string]int{}
 	for _, in := range c.Ingress {
-		if !slices.Contains(Protocols, in.Protocol) {
+		perProto[in.Protocol]++
+	}
+	byProto := map[string]*[4][]elem{}
+	for _, p := range Protocols {
+		var es [4][]elem
+		for i := range es {
+			es[i] = make([]elem, 0, perProto[p])
+		}
+		byProto[p] = &es
+	}
+	for _, in := range c.Ingress {
+		es, ok := byProto[in.Protocol]
+		if !ok {
 			return nil, fmt.Errorf("%w: ingress %s: protocol %q (want one of %v)", ErrConfig, in.Global, in.Protocol, Protocols)
 		}
 		if !in.Global.Addr().Is4() || !in.Target.Addr().Is4() || in.Global.Port() == 0 || in.Target.Port() == 0 {
 			return nil, fmt.Errorf("%w: ingress %s %s -> %s: want IPv4 addresses and non-zero ports", ErrConfig, in.Protocol, in.Global, in.Target)
 		}
-		gip, gport := in.Global.Addr().String(), fmt.Sprint(in.Global.Port())
-		cip, cport := in.Target.Addr().String(), fmt.Sprint(in.Target.Port())
-		for _, e := range []struct{ suffix, key, val string }{
-			{suffixInAddr, gip + " . " + gport, cip},
-			{suffixInPort, cip + " . " + gport, cport},
-			{suffixOutPort, cip + " . " + cport, gport},
-			{suffixOutAddr, cip + " . " + gport, gip},
-		} {
-			m := d.elems[in.Protocol+e.suffix]
-			if old, ok := m[e.key]; ok && old != e.val {
-				return nil, fmt.Errorf("%w: ingress %s %s -> %s: %s%s key %s maps to %s already (every ClusterIP's global ports must be distinct and on one global IP)",
-					ErrConfig, in.Protocol, in.Global, in.Target, in.Protocol, e.suffix, e.key, old)
-			}
-			m[e.key] = e.val
+		gip, gport := in.Global.Addr(), in.Global.Port()
+		if !local(gip) {
+			return nil, fmt.Errorf("%w: ingress %s %s is not in the local global CIDRs %v", ErrConfig, in.Protocol, in.Global, c.LocalGlobal)
+		}
+		cip, cport := in.Target.Addr(), in.Target.Port()
+		es[0] = append(es[0], elem{packAddrPort(gip, gport), addrIndex(cip)})
+		es[1] = append(es[1], elem{packAddrPort(cip, gport), uint32(cport)})
+		es[2] = append(es[2], elem{packAddrPort(cip, cport), uint32(gport)})
+		es[3] = append(es[3], elem{packAddrPort(cip, gport), addrIndex(gip)})
+	}
+	for _, p := range Protocols {
+		for i, suffix := range []string{suffixInAddr, suffixInPort, suffixOutPort, suffixOutAddr} {
+			d.elems[p+suffix] = byProto[p][i]
 		}
 	}
 	for _, p := range c.Pods {
 		if !p.Global.Is4() || !p.Pod.Is4() {
 			return nil, fmt.Errorf("%w: pod %s <-> %s: want IPv4", ErrConfig, p.Global, p.Pod)
 		}
-		for _, e := range []struct{ name, key, val string }{
-			{MapPodIn, p.Global.String(), p.Pod.String()},
-			{MapPodOut, p.Pod.String(), p.Global.String()},
-		} {
-			if old, ok := d.elems[e.name][e.key]; ok && old != e.val {
-				return nil, fmt.Errorf("%w: pod %s <-> %s: %s key %s maps to %s already", ErrConfig, p.Global, p.Pod, e.name, e.key, old)
-			}
-			d.elems[e.name][e.key] = e.val
+		if !local(p.Global) {
+			return nil, fmt.Errorf("%w: pod %s <-> %s: global IP not in the local global CIDRs %v", ErrConfig, p.Global, p.Pod, c.LocalGlobal)
 		}
+		d.elems[MapPodIn] = append(d.elems[MapPodIn], elem{uint64(addrIndex(p.Global)), addrIndex(p.Pod)})
+		d.elems[MapPodOut] = append(d.elems[MapPodOut], elem{uint64(addrIndex(p.Pod)), addrIndex(p.Global)})
+	}
+	kinds := elemKinds()
+	for _, name := range setNames() {
+		es, conflict := sortUnique(d.elems[name])
+		if conflict != nil {
+			return nil, fmt.Errorf("%w: %s: %s (every ClusterIP's global ports must be distinct and on one global IP, every pod and global IP 1:1)",
+				ErrConfig, name, conflict.describe(kinds[name]))
+		}
+		d.elems[name] = es
 	}
 	// A global IP is either 1:1 or carries ports, never both.
+	pods := d.elems[MapPodIn]
 	for _, proto := range Protocols {
-		for key := range d.elems[proto+suffixInAddr] {
-			gip, _, _ := strings.Cut(key, " . ")
-			if pod, ok := d.elems[MapPodIn][gip]; ok {
-				return nil, fmt.Errorf("%w: global IP %s is 1:1 for pod %s and carries %s ports", ErrConfig, gip, pod, proto)
+		for _, e := range d.elems[proto+suffixInAddr] {
+			if i, ok := slices.BinarySearchFunc(pods, e.k>>16, func(p elem, k uint64) int { return cmp.Compare(p.k, k) }); ok {
+				return nil, fmt.Errorf("%w: global IP %s is 1:1 for pod %s and carries %s ports", ErrConfig, addrFromIndex(uint32(e.k>>16)), addrFromIndex(pods[i].v), proto)
 			}
 		}
 	}
 	return d, nil
+}
+
+// keyConflict is one key given two values.
+type keyConflict struct {
+	k    uint64
+	a, b uint32
+}
+
+func (c *keyConflict) describe(kind elemKind) string {
+	var b strings.Builder
+	b.WriteString("key ")
+	writeKey(&b, kind, c.k)
+	b.WriteString(" has two values, ")
+	writeValue(&b, kind, c.a)
+	b.WriteString(" and ")
+	writeValue(&b, kind, c.b)
+	return b.String()
+}
+
+// sortUnique sorts es by key in place and drops exact duplicates; a key
+// with two values is a conflict.
+func sortUnique(es []elem) ([]elem, *keyConflict) {
+	sortElems(es)
+	out := es[:0]
+	for _, e := range es {
+		if n := len(out); n > 0 && out[n-1].k == e.k {
+			if out[n-1].v != e.v {
+				return nil, &keyConflict{k: e.k, a: min(out[n-1].v, e.v), b: max(out[n-1].v, e.v)}
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // disjoint validates ps (IPv4, canonical), drops duplicates and prefixes
@@ -212,4 +329,39 @@ func disjoint(ps []netip.Prefix) ([]netip.Prefix, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// sortElems sorts es by key (keys use at most 48 bits) with an LSD radix
+// sort over bytes, skipping bytes all keys share: several times faster
+// than a comparison sort at 10 000s of elements, which is what a Sync at
+// that size spends most of its Go time on.
+func sortElems(es []elem) {
+	if len(es) < 256 {
+		slices.SortFunc(es, func(a, b elem) int { return cmp.Compare(a.k, b.k) })
+		return
+	}
+	src, dst := es, make([]elem, len(es))
+	for shift := 0; shift < 48; shift += 8 {
+		var count [256]int
+		for _, e := range src {
+			count[byte(e.k>>shift)]++
+		}
+		if count[byte(src[0].k>>shift)] == len(src) {
+			continue
+		}
+		pos := 0
+		for i, c := range count {
+			count[i] = pos
+			pos += c
+		}
+		for _, e := range src {
+			b := byte(e.k >> shift)
+			dst[count[b]] = e
+			count[b]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &es[0] {
+		copy(es, src)
+	}
 }

@@ -6,16 +6,9 @@ import (
 	"net/netip"
 )
 
-// Defaults of a cluster's global address plan.
-var (
-	// DefaultSupernet is the clusterset's global supernet; every cluster
-	// owns one global CIDR inside it.
-	DefaultSupernet = netip.MustParsePrefix("242.0.0.0/8")
-	// DefaultPortRange is the range global ports are allocated from:
-	// every non-privileged port, so a global IP carries 64 512 service
-	// ports.
-	DefaultPortRange = PortRange{First: 1024, Last: 65535}
-)
+// DefaultPortRange is the range global ports are allocated from: every
+// non-privileged port, so a global IP carries 64 512 service ports.
+var DefaultPortRange = PortRange{First: 1024, Last: 65535}
 
 // DefaultEgressIPs is the number of addresses at the top of a global CIDR
 // reserved as SNAT sources for egress.

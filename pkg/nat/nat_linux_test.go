@@ -3,10 +3,14 @@ package nat
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/causeway-net/causeway/internal/netnsx"
 )
 
 // baseConfig is the gateway's config of the test topology: the Service
@@ -190,7 +194,7 @@ func TestIncrementalSyncChangesOnlyTheDifference(t *testing.T) {
 	t.Parallel()
 	tp := newTopo(t)
 	ctx := context.Background()
-	cfg := manyPorts(t, 2000)
+	cfg := manyPortsConfig(t, 2000)
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
 	if _, err := tab.Sync(ctx, cfg); err != nil {
 		t.Fatal(err)
@@ -229,33 +233,59 @@ func TestIncrementalSyncChangesOnlyTheDifference(t *testing.T) {
 	}
 }
 
-// manyPorts is a config of n tcp ports: n/2 Services of two ports each,
-// allocated by the Allocator in the local global CIDR.
-func manyPorts(tb testing.TB, n int) Config {
-	tb.Helper()
-	l, err := NewLayout(localGlobal, DefaultEgressIPs)
-	if err != nil {
-		tb.Fatal(err)
+// TestReleasedPairNeverLeaksClusterIP: a UDP flow outlives its pair. New
+// packets to the released pair go nowhere, and a late reply of the old
+// flow (conntrack still knows it) is dropped instead of reaching the
+// remote cluster with the ClusterIP as its source.
+func TestReleasedPairNeverLeaksClusterIP(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	// The pod answers every datagram twice: at once and 500 ms later.
+	var pc net.PacketConn
+	if err := netnsx.Do(tp.path("pod"), func() (err error) { pc, err = net.ListenPacket("udp4", podAddr.String()+":5353"); return err }); err != nil {
+		t.Fatal(err)
 	}
-	a, err := NewAllocator(l.Ingress, DefaultPortRange)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg := Config{LocalGlobal: []netip.Prefix{localGlobal}, Remote: []netip.Prefix{remoteGlobal}, Egress: l.Egress}
-	for i := range n / 2 {
-		ip, ports, err := a.Allocate(fmt.Sprintf("ns/svc-%d", i), 2)
-		if err != nil {
-			tb.Fatal(err)
+	t.Cleanup(func() { _ = pc.Close() })
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo([]byte("now"), from)
+			time.AfterFunc(500*time.Millisecond, func() { _, _ = pc.WriteTo([]byte("late"), from) })
 		}
-		cip := netip.AddrFrom4([4]byte{10, 96, byte(1 + i/250), byte(1 + i%250)})
-		for j, p := range ports {
-			cfg.Ingress = append(cfg.Ingress, Ingress{Protocol: "tcp", Global: netip.AddrPortFrom(ip, p), Target: netip.AddrPortFrom(cip, uint16(80+j))})
-		}
+	}()
+	cfg, _ := baseConfig(t)
+	udpG := cfg.Ingress[1].Global
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	ctx := context.Background()
+	if _, err := tab.Sync(ctx, cfg); err != nil {
+		t.Fatal(err)
 	}
-	return cfg
-}
-
-func withIngress(c Config, in ...Ingress) Config {
-	c.Ingress = append(slices.Clone(c.Ingress), in...)
-	return c
+	var c net.PacketConn
+	if err := netnsx.Do(tp.path("client"), func() (err error) { c, err = net.ListenPacket("udp4", ":0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.WriteTo([]byte("hi"), net.UDPAddrFromAddrPort(udpG)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	n, from, err := c.ReadFrom(buf)
+	if err != nil || string(buf[:n]) != "now" || from.String() != udpG.String() {
+		t.Fatalf("first reply %q from %v, err %v; want \"now\" from %s", buf[:n], from, err, udpG)
+	}
+	// Release the pair before the late reply.
+	cfg.Ingress = cfg.Ingress[:1]
+	if res, err := tab.Sync(ctx, cfg); err != nil || res.Full || res.Removed != 4 {
+		t.Fatalf("release sync: %+v, %v", res, err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(1500 * time.Millisecond))
+	if n, from, err := c.ReadFrom(buf); err == nil {
+		t.Errorf("late reply %q of a released pair reached the remote client from %s", buf[:n], from)
+	}
 }

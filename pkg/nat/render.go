@@ -2,7 +2,7 @@ package nat
 
 import (
 	"fmt"
-	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -44,7 +44,11 @@ func chainRules(d *desired) string {
 		fmt.Fprintf(&b, "\t\tct direction reply ip daddr @%[4]s %[1]s sport set ip saddr . %[1]s sport map @%[1]s%[2]s ip saddr set ip saddr . %[1]s sport map @%[1]s%[3]s\n",
 			p, suffixOutPort, suffixOutAddr, SetRemote)
 	}
-	fmt.Fprintf(&b, "\t\tip daddr @%s ip saddr set ip saddr map @%s\n\t}\n", SetRemote, MapPodOut)
+	fmt.Fprintf(&b, "\t\tip daddr @%s ip saddr set ip saddr map @%s\n", SetRemote, MapPodOut)
+	// A reply the maps no longer translate (its pair was released while
+	// the flow lived) would leak a ClusterIP or pod IP to the remote
+	// cluster, whose own addresses may overlap ours: dropped.
+	fmt.Fprintf(&b, "\t\tct direction reply ip daddr @%s ip saddr != @%s drop\n\t}\n", SetRemote, SetLocal)
 
 	fmt.Fprintf(&b, "\tchain %s {\n\t\ttype nat hook postrouting priority srcnat - 10; policy accept;\n", ChainEgress)
 	if d.snat != "" {
@@ -60,7 +64,7 @@ func chainRules(d *desired) string {
 func renderFull(d *desired) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "add table %s\ndelete table %s\ntable %s {\n", table, table, table)
-	types := setTypes()
+	types, kinds := setTypes(), elemKinds()
 	for _, name := range setNames() {
 		kind := "set"
 		if strings.Contains(types[name], " : ") {
@@ -69,7 +73,7 @@ func renderFull(d *desired) string {
 		fmt.Fprintf(&b, "\t%s %s {\n\t\t%s\n", kind, name, types[name])
 		if els := d.elems[name]; len(els) > 0 {
 			b.WriteString("\t\telements = { ")
-			writeElements(&b, els, true)
+			writeElements(&b, kinds[name], els, true)
 			b.WriteString(" }\n")
 		}
 		b.WriteString("\t}\n")
@@ -80,38 +84,28 @@ func renderFull(d *desired) string {
 }
 
 // renderDiff is the nft script taking the table from old to d, elements
-// only (d.snat == old.snat), plus the canary probe: deleting and
-// re-adding the canary chain fails the whole transaction if the table is
-// gone. added and removed count elements.
+// only (d.snat == old.snat), after the canary probe, which fails the
+// whole transaction if the table is gone. added and removed count elements.
 func renderDiff(old, d *desired) (script string, added, removed int) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "delete chain %s %s\nadd chain %s %s\n", table, ChainCanary, table, ChainCanary)
+	b.WriteString(canaryProbe)
+	kinds := elemKinds()
+	dels, adds := map[string][]elem{}, map[string][]elem{}
 	for _, name := range setNames() {
-		have, want := old.elems[name], d.elems[name]
-		del := map[string]string{}
-		for k, v := range have {
-			if w, ok := want[k]; !ok || w != v {
-				del[k] = v
-			}
-		}
-		if len(del) > 0 {
+		dels[name], adds[name] = diffElems(old.elems[name], d.elems[name])
+	}
+	for _, name := range setNames() {
+		if del := dels[name]; len(del) > 0 {
 			fmt.Fprintf(&b, "delete element %s %s { ", table, name)
-			writeElements(&b, del, false)
+			writeElements(&b, kinds[name], del, false)
 			b.WriteString(" }\n")
 			removed += len(del)
 		}
 	}
 	for _, name := range setNames() {
-		have, want := old.elems[name], d.elems[name]
-		add := map[string]string{}
-		for k, v := range want {
-			if h, ok := have[k]; !ok || h != v {
-				add[k] = v
-			}
-		}
-		if len(add) > 0 {
+		if add := adds[name]; len(add) > 0 {
 			fmt.Fprintf(&b, "add element %s %s { ", table, name)
-			writeElements(&b, add, true)
+			writeElements(&b, kinds[name], add, true)
 			b.WriteString(" }\n")
 			added += len(add)
 		}
@@ -119,25 +113,80 @@ func renderDiff(old, d *desired) (script string, added, removed int) {
 	return b.String(), added, removed
 }
 
-// writeElements writes els sorted by key, with values for maps if
-// withValues (deletes name keys only).
-func writeElements(b *strings.Builder, els map[string]string, withValues bool) {
-	keys := make([]string, 0, len(els))
-	for k := range els {
-		keys = append(keys, k)
+// diffElems merges two sorted element lists: del are keys gone or with a
+// changed value (deleted first), add are keys new or changed.
+func diffElems(have, want []elem) (del, add []elem) {
+	i, j := 0, 0
+	for i < len(have) || j < len(want) {
+		switch {
+		case j == len(want) || (i < len(have) && have[i].k < want[j].k):
+			del = append(del, have[i])
+			i++
+		case i == len(have) || want[j].k < have[i].k:
+			add = append(add, want[j])
+			j++
+		default:
+			if have[i].v != want[j].v {
+				del, add = append(del, have[i]), append(add, want[j])
+			}
+			i++
+			j++
+		}
 	}
-	slices.Sort(keys)
-	for i, k := range keys {
+	return del, add
+}
+
+// writeElements writes els (sorted), with values for maps if withValues
+// (deletes name keys only).
+func writeElements(b *strings.Builder, kind elemKind, els []elem, withValues bool) {
+	for i, e := range els {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(k)
-		if v := els[k]; withValues && v != "" {
+		writeKey(b, kind, e.k)
+		if withValues && kind != kindPrefix {
 			b.WriteString(" : ")
-			b.WriteString(v)
+			writeValue(b, kind, e.v)
 		}
 	}
 }
+
+func writeAddr(b *strings.Builder, a uint32) {
+	var buf [15]byte
+	b.Write(addrFromIndex(a).AppendTo(buf[:0]))
+}
+
+func writeKey(b *strings.Builder, kind elemKind, k uint64) {
+	switch kind {
+	case kindPrefix:
+		writeAddr(b, uint32(k>>8))
+		b.WriteByte('/')
+		b.WriteString(strconv.Itoa(int(k & 0xff)))
+	case kindAddrAddr:
+		writeAddr(b, uint32(k))
+	default:
+		writeAddr(b, uint32(k>>16))
+		b.WriteString(" . ")
+		b.WriteString(strconv.Itoa(int(k & 0xffff)))
+	}
+}
+
+func writeValue(b *strings.Builder, kind elemKind, v uint32) {
+	switch kind {
+	case kindPrefix:
+	case kindAddrPortPort:
+		b.WriteString(strconv.Itoa(int(v)))
+	default:
+		writeAddr(b, v)
+	}
+}
+
+// canaryProbe flushes the empty canary chain: a no-op that fails the
+// whole transaction when the table (or the chain) is gone. It is the
+// cheapest check nft offers (≈ 6 ms; deleting and re-adding the chain
+// costs ≈ 17 ms, like any deletion, and any `nft list` first loads every
+// element of the table).
+var canaryProbe = fmt.Sprintf("flush chain %s %s\n", table, ChainCanary)
 
 // renderCleanup deletes the table, whether it exists or not.
 func renderCleanup() string {

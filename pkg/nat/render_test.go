@@ -1,8 +1,11 @@
 package nat
 
 import (
+	"cmp"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -34,7 +37,7 @@ func TestRenderFull(t *testing.T) {
 		"\tset remote {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 242.0.2.0/24, 242.0.3.0/24 }\n", // the /25 inside the /24 dropped
 		"\tmap tcp-in-addr {\n\t\ttype ipv4_addr . inet_service : ipv4_addr;\n\t\telements = { 242.0.1.2 . 1024 : 10.96.0.10, 242.0.1.2 . 1025 : 10.96.0.10 }\n",
 		"\tmap tcp-in-port {\n\t\ttype ipv4_addr . inet_service : inet_service;\n\t\telements = { 10.96.0.10 . 1024 : 80, 10.96.0.10 . 1025 : 443 }\n",
-		"\tmap tcp-out-port {\n\t\ttype ipv4_addr . inet_service : inet_service;\n\t\telements = { 10.96.0.10 . 443 : 1025, 10.96.0.10 . 80 : 1024 }\n",
+		"\tmap tcp-out-port {\n\t\ttype ipv4_addr . inet_service : inet_service;\n\t\telements = { 10.96.0.10 . 80 : 1024, 10.96.0.10 . 443 : 1025 }\n",
 		"\tmap udp-out-addr {\n\t\ttype ipv4_addr . inet_service : ipv4_addr;\n\t\telements = { 10.96.0.10 . 1026 : 242.0.1.2 }\n",
 		"\tmap sctp-in-addr {\n\t\ttype ipv4_addr . inet_service : ipv4_addr;\n\t}\n", // declared, empty
 		"\tmap pod-in {\n\t\ttype ipv4_addr : ipv4_addr;\n\t\telements = { 242.0.1.252 : 10.244.0.6 }\n",
@@ -43,7 +46,7 @@ func TestRenderFull(t *testing.T) {
 		"\t\tip daddr set ip daddr map @pod-in\n",
 		"\tchain reply {\n\t\ttype filter hook postrouting priority srcnat + 10; policy accept;\n",
 		"\t\tct direction reply ip daddr @remote udp sport set ip saddr . udp sport map @udp-out-port ip saddr set ip saddr . udp sport map @udp-out-addr\n",
-		"\t\tip daddr @remote ip saddr set ip saddr map @pod-out\n",
+		"\t\tip daddr @remote ip saddr set ip saddr map @pod-out\n\t\tct direction reply ip daddr @remote ip saddr != @local drop\n\t}\n",
 		"\tchain egress {\n\t\ttype nat hook postrouting priority srcnat - 10; policy accept;\n\t\tip daddr @remote ip saddr != @local ip saddr != @pod-out snat to 242.0.1.253-242.0.1.254 persistent\n\t}\n",
 		"\tchain canary {\n\t}\n}\n",
 	} {
@@ -70,8 +73,7 @@ func TestRenderDiff(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, added, removed := renderDiff(old, d)
-	want := `delete chain ip causeway-globalnet canary
-add chain ip causeway-globalnet canary
+	want := `flush chain ip causeway-globalnet canary
 delete element ip causeway-globalnet remote { 242.0.2.0/24 }
 delete element ip causeway-globalnet tcp-in-port { 10.96.0.10 . 1025 }
 delete element ip causeway-globalnet tcp-out-port { 10.96.0.10 . 443 }
@@ -117,12 +119,15 @@ func TestCompileRefusesAmbiguousConfigs(t *testing.T) {
 		{"zero port", func(c *Config) { c.Ingress[0].Target = ap("10.96.0.10:0") }},
 		{"IPv6 target", func(c *Config) { c.Ingress[0].Target = ap("[fd00::1]:80") }},
 		{"egress not contiguous", func(c *Config) { c.Egress = []netip.Addr{ip("242.0.1.252"), ip("242.0.1.254")} }},
+		{"ingress outside the local global CIDR", func(c *Config) { c.Ingress[0].Global = ap("242.0.3.2:1024") }},
+		{"pod outside the local global CIDR", func(c *Config) { c.Pods[0].Global = ip("242.0.3.9") }},
+		{"egress outside the local global CIDR", func(c *Config) { c.Egress = []netip.Addr{ip("242.0.3.253")} }},
 		{"remote not canonical", func(c *Config) { c.Remote = []netip.Prefix{netip.MustParsePrefix("242.0.3.1/24")} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := smallConfig()
 			tc.mod(&c)
-			if _, err := c.compile(); !errors.Is(err, ErrConfig) {
+			if err := c.Validate(); !errors.Is(err, ErrConfig) {
 				t.Errorf("compile: %v, want ErrConfig", err)
 			}
 		})
@@ -132,5 +137,24 @@ func TestCompileRefusesAmbiguousConfigs(t *testing.T) {
 	c.Ingress = append(c.Ingress, c.Ingress[0])
 	if _, err := c.compile(); err != nil {
 		t.Errorf("duplicate identical entry: %v", err)
+	}
+}
+
+func TestSortElems(t *testing.T) {
+	for _, n := range []int{0, 1, 5, 255, 256, 3000} {
+		rng := rand.New(rand.NewPCG(uint64(n), 1))
+		es := make([]elem, n)
+		for i := range es {
+			es[i] = elem{k: rng.Uint64() >> 16, v: uint32(i)}
+			if i%7 == 0 && i > 0 {
+				es[i].k = es[i-1].k & 0xffff00ffffff // shared bytes, duplicates
+			}
+		}
+		want := slices.Clone(es)
+		slices.SortStableFunc(want, func(a, b elem) int { return cmp.Compare(a.k, b.k) })
+		sortElems(es)
+		if !slices.EqualFunc(es, want, func(a, b elem) bool { return a.k == b.k }) {
+			t.Errorf("n=%d: not sorted by key", n)
+		}
 	}
 }

@@ -38,9 +38,10 @@ type Table struct {
 	run     Runner
 	metrics *Metrics
 
-	mu       sync.Mutex
-	applied  *desired // last successfully applied; nil = unknown
-	needFull bool
+	mu         sync.Mutex
+	applied    *desired // last successfully applied; nil = unknown
+	appliedCfg Config   // the Config applied was compiled from (a copy)
+	needFull   bool
 }
 
 // NewTable returns a Table applying through run and recording into m
@@ -63,7 +64,8 @@ func (t *Table) RequestFull() {
 // Sync makes the table translate exactly cfg. An invalid cfg changes
 // nothing. Otherwise Sync writes only the elements that differ from the
 // last applied Config, in one transaction that also proves the table
-// still exists; an equal Config costs one read of the canary chain. When
+// still exists (the canary probe); an equal Config costs the probe alone,
+// which leaves the table as it was. When
 // the incremental transaction fails or the table is gone, the same call
 // replaces the whole table atomically. After a failed full sync the next
 // Sync is full again.
@@ -71,30 +73,33 @@ func (t *Table) Sync(ctx context.Context, cfg Config) (SyncResult, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	start := time.Now()
-	d, err := cfg.compile()
-	if err != nil {
-		t.metrics.SyncFailures.Inc()
-		return SyncResult{}, err
-	}
 	var res SyncResult
-	if t.applied != nil && !t.needFull && d.snat == t.applied.snat {
-		script, added, removed := renderDiff(t.applied, d)
-		if added+removed == 0 {
-			if _, err := t.run.Nft(ctx, "", "list", "chain", "ip", TableName, ChainCanary); err == nil {
-				res.Elements = d.elementCount()
-				t.observe("partial", start, res)
-				return res, nil
+	incremental := t.applied != nil && !t.needFull
+	d := t.applied
+	if !incremental || !cfg.equal(t.appliedCfg) { // an equal input needs no compile or diff
+		var err error
+		if d, err = cfg.compile(); err != nil {
+			t.metrics.SyncFailures.Inc()
+			return SyncResult{}, err
+		}
+	}
+	if incremental && d.snat == t.applied.snat {
+		script, added, removed := canaryProbe, 0, 0
+		if d != t.applied {
+			script, added, removed = renderDiff(t.applied, d)
+		}
+		if _, err := t.run.Nft(ctx, script, "-f", "-"); err == nil {
+			if d != t.applied {
+				t.applied, t.appliedCfg = d, cfg.clone()
 			}
-			res.CanaryMissing = true
-		} else if _, err := t.run.Nft(ctx, script, "-f", "-"); err == nil {
-			t.applied = d
 			res.Added, res.Removed, res.Elements = added, removed, d.elementCount()
 			t.observe("partial", start, res)
 			return res, nil
-		} else if _, perr := t.run.Nft(ctx, "", "list", "chain", "ip", TableName, ChainCanary); perr != nil {
-			res.CanaryMissing = true
 		}
-		if res.CanaryMissing {
+		// The table is gone, or our elements drifted so that the diff
+		// does not apply: replace the whole table below.
+		if _, err := t.run.Nft(ctx, canaryProbe, "-f", "-"); err != nil {
+			res.CanaryMissing = true
 			t.metrics.OutsideFlushes.Inc()
 		}
 	}
@@ -104,7 +109,7 @@ func (t *Table) Sync(ctx context.Context, cfg Config) (SyncResult, error) {
 		t.metrics.SyncFailures.Inc()
 		return res, fmt.Errorf("replace nftables table %s: %w", TableName, err)
 	}
-	t.applied, t.needFull = d, false
+	t.applied, t.appliedCfg, t.needFull = d, cfg.clone(), false
 	res.Added, res.Elements = d.elementCount(), d.elementCount()
 	t.observe("full", start, res)
 	return res, nil

@@ -258,7 +258,7 @@ func TestLab(t *testing.T) {
 
 	// A second up repairs or reports; it never duplicates.
 	before := podCount(t, l, "c1")
-	if out, err := l.run("lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()); err != nil || !strings.Contains(out, "already up") {
+	if out, err := l.run(append([]string{"lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()}, args...)...); err != nil || !strings.Contains(out, "already up") {
 		t.Errorf("second lab up: %v\n%s", err, out)
 	}
 	if after := podCount(t, l, "c1"); after != before {
@@ -268,6 +268,7 @@ func TestLab(t *testing.T) {
 	if out, err := l.run("lab", "status"); err != nil || !strings.Contains(out, "whereami") {
 		t.Errorf("lab status: %v\n%s", err, out)
 	}
+	l.checkMergedKubeconfig()
 
 	// Down removes everything; checked here rather than only in cleanup.
 	if out, err := l.run("lab", "down", "--prefix", l.Prefix); err != nil || !strings.Contains(out, "nothing left") {
@@ -767,4 +768,33 @@ func isReady(conds []corev1.NodeCondition) bool {
 		}
 	}
 	return false
+}
+
+// checkMergedKubeconfig: `lab kubeconfig` without an argument writes one
+// kubeconfig with a context per cluster and the broker, like kind's.
+func (l *Lab) checkMergedKubeconfig() {
+	l.t.Helper()
+	out, err := l.run("lab", "kubeconfig")
+	if err != nil {
+		l.t.Fatalf("lab kubeconfig: %v\n%s", err, out)
+	}
+	path := strings.TrimSpace(out)
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if cfg.CurrentContext != "c1" {
+		l.t.Errorf("current context %q, want c1", cfg.CurrentContext)
+	}
+	for _, name := range []string{"c1", "c2", "c3", "broker"} {
+		if _, ok := cfg.Contexts[name]; !ok {
+			l.t.Errorf("merged kubeconfig has no context %q", name)
+			continue
+		}
+		kubectl := filepath.Join(controlplane.DefaultBinDir(), "kubectl")
+		got, err := exec.Command(kubectl, "--kubeconfig", path, "--context", name, "get", "namespace", "kube-system", "-o", "name").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(got)) != "namespace/kube-system" {
+			l.t.Errorf("kubectl --context %s: %v: %s", name, err, got)
+		}
+	}
 }
