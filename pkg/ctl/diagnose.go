@@ -13,6 +13,7 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/lab"
+	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 // finding is one diagnose result.
@@ -158,6 +159,11 @@ func diagnoseLab(st *lab.State) []finding {
 				dev := st.TunnelDevice(c.Name, n.Name)
 				link, err := nsRun(ns, "ip", "-o", "link", "show", dev)
 				fs = append(fs, finding{err == nil, where + "tunnel device " + dev, "mtu " + fieldAfter(link, "mtu")})
+				if st.Globalnet {
+					// Listing a chain does not load the maps' elements.
+					_, err := nsRun(ns, "nft", "list", "chain", "ip", nat.TableName, nat.ChainIngress)
+					fs = append(fs, finding{err == nil, where + "globalnet table ip " + nat.TableName, "translating global IP:port pairs"})
+				}
 			}
 		}
 	}
