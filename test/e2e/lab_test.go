@@ -232,7 +232,8 @@ func TestLab(t *testing.T) {
 	waitFor(t, "diagnose reporting every tunnel healthy", func() error {
 		out, err := l.causewayctl("diagnose")
 		for _, want := range []string{"ok   c1: tunnel n0 → c2", "ok   c2: tunnel n0 → c1", "ok   c1: tunnel n0 → c3",
-			"ok   c3: tunnel n0 → c1", "ok   c2: tunnel n0 → c3", "ok   c3: tunnel n0 → c2", "ok   c3/n1: chain CAUSEWAY-MSS"} {
+			"ok   c3: tunnel n0 → c1", "ok   c2: tunnel n0 → c3", "ok   c3: tunnel n0 → c2", "ok   c3/n1: chain CAUSEWAY-MSS",
+			"ok   c1/n0: globalnet table ip causeway-globalnet"} {
 			if !strings.Contains(out, want) {
 				return fmt.Errorf("diagnose lacks %q (%v):\n%s", want, err, out)
 			}
