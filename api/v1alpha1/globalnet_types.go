@@ -65,9 +65,11 @@ type GlobalIngressSpec struct {
 	// ReleasedAt is set when the Service stopped being exported: the
 	// gateway no longer translates the addresses, and they stay reserved
 	// (not handed to another Service) until the quarantine after this time
-	// has passed, so that no old flow reaches a new Service.
+	// has passed, so that no old flow reaches a new Service. Microsecond
+	// precision: a timestamp truncated to the second would shorten the
+	// quarantine by up to a second.
 	// +optional
-	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
+	ReleasedAt *metav1.MicroTime `json:"releasedAt,omitempty"`
 }
 
 // GlobalIngressPort is one Service port's global port.

@@ -19,7 +19,7 @@ func TestRules(t *testing.T) {
 	gi := func(name string, spec v1alpha1.GlobalIngressSpec) v1alpha1.GlobalIngress {
 		return v1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: name}, Spec: spec}
 	}
-	now := metav1.Now()
+	now := metav1.NowMicro()
 	in := []v1alpha1.GlobalIngress{
 		gi("web", v1alpha1.GlobalIngressSpec{ClusterIP: "10.96.0.10", IP: "242.0.1.2", Ports: []v1alpha1.GlobalIngressPort{
 			{Name: "http", Protocol: "TCP", Port: 80, GlobalPort: 1024}, {Name: "dns", Protocol: "UDP", Port: 53, GlobalPort: 1025}}}),

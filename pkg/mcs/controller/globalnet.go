@@ -207,7 +207,7 @@ func (c *Controller) releaseGlobal(ctx context.Context, key types.NamespacedName
 	}
 	if have.Spec.ReleasedAt == nil {
 		upd := have.DeepCopy()
-		upd.Spec.ReleasedAt = &metav1.Time{Time: time.Now()}
+		upd.Spec.ReleasedAt = &metav1.MicroTime{Time: time.Now()}
 		if err := c.local.Update(ctx, upd); err != nil {
 			return res, fmt.Errorf("release GlobalIngress: %w", err)
 		}
