@@ -120,6 +120,9 @@ func RecordEndpointsFromSlices(in []discoveryv1.EndpointSlice) []causewayv1alpha
 // when the exporter allocated) is left out. The importing cluster's own
 // record always uses its ClusterIP and pod IPs. Whether a remote address
 // is reachable at all is Reachable's business.
+//
+// It maps every port the record has; importers use MergeResult.Source,
+// which keeps only the import ports the export serves.
 func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, local bool) SourceEndpoints {
 	src := SourceEndpoints{ClusterID: r.ClusterID}
 	global := !local && HasGlobalAddresses(r)

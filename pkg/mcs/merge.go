@@ -29,8 +29,9 @@ type MergeResult struct {
 	// Spec is the ServiceImport spec; IPs is left empty (the clusterset
 	// VIP comes from the VIP allocator).
 	Spec mcsv1beta1.ServiceImportSpec
-	// Labels and Annotations are the merged exportedLabels and
-	// exportedAnnotations, for the ServiceImport's metadata.
+	// Labels and Annotations are the oldest export's exportedLabels and
+	// exportedAnnotations (nil when empty), for the ServiceImport's
+	// metadata.
 	Labels      map[string]string
 	Annotations map[string]string
 	// Clusters is the ServiceImport's status.clusters, sorted.
@@ -88,19 +89,23 @@ type issue struct {
 //     the order of records.
 //   - Ports are the union of all exports' ports, matched first by name,
 //     then by protocol and port. A port whose definition clashes with one
-//     already taken from an older export is left out.
+//     already taken from an older export is left out (PortConflict on the
+//     exports defining it), and the losing export serves no traffic for
+//     it (MergeResult.Source). Port sets that differ are a PortConflict
+//     on every export.
 //   - Type, session affinity (and its config), internal traffic policy,
 //     traffic distribution and IP families come from the oldest export.
 //     Session affinity, traffic policy and distribution are not compared
 //     for a Headless import, which has no proxying.
-//   - exportedLabels/exportedAnnotations are the union; a key with
-//     different values takes the value of the oldest export that has it.
+//   - exportedLabels/exportedAnnotations are the oldest export's, whole;
+//     another export's differing map is a conflict on every export.
 //
 // Every export involved in a conflict gets Conflict=True with the mcs-api
 // reason(s) (comma-separated when several) and a message naming the
 // clusters; all others get Conflict=False, reason NoConflicts. For a
-// property every export has (type, affinity, ...) all exports are
-// involved; for a port, label or annotation only the exports that define it.
+// property every export has (type, affinity, labels, the port set, ...)
+// all exports are involved; for one port's definition only the exports
+// that define it.
 //
 // Records must come from distinct clusters; of duplicates, only the oldest
 // is used. No records give the zero MergeResult.

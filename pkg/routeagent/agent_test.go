@@ -129,10 +129,11 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	}
 	routesVia := func(via string, dsts ...string) func(DesiredState) bool {
 		return func(d DesiredState) bool {
-			if len(d.Routes) != len(dsts) {
+			routes := remoteRoutes(d)
+			if len(routes) != len(dsts) || len(d.Routes) != len(dsts)+1 {
 				return false
 			}
-			for i, r := range d.Routes {
+			for i, r := range routes {
 				if r.Dst.String() != dsts[i] || r.Via.String() != via {
 					return false
 				}
@@ -157,7 +158,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	if err := cl.Status().Update(ctx, c3); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("c3 withdrawn", func(d DesiredState) bool { return len(d.Routes) == 0 })
+	waitFor("c3 withdrawn", func(d DesiredState) bool { return len(d.Routes) == 1 && len(remoteRoutes(d)) == 0 })
 
 	// This node becomes the gateway: no routes, no peer.
 	setValid(c3, true)
@@ -169,7 +170,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("gateway role", func(d DesiredState) bool {
-		return d.Overlay.Peer == nil && len(d.Routes) == 0 && len(d.Rules.Chains["mangle"][ChainMSS]) == 4
+		return d.Overlay.Peer == nil && len(d.Routes) == 1 && len(remoteRoutes(d)) == 0 && len(d.Rules.Chains["mangle"][ChainMSS]) == 4
 	})
 	if n := testutil.ToFloat64(m.GatewayChanges); n < 2 {
 		t.Errorf("gateway changes %v, want >= 2", n)

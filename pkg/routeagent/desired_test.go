@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 )
 
 var (
@@ -19,6 +21,13 @@ var (
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// remoteRoutes is d's routes but the default VIP range's, which every
+// node has.
+func remoteRoutes(d DesiredState) []Route {
+	vipRange := pfx(addrpolicy.DefaultVIPRange)
+	return slices.DeleteFunc(slices.Clone(d.Routes), func(r Route) bool { return r.Dst == vipRange && !r.Via.IsValid() })
+}
 
 func TestComputeStates(t *testing.T) {
 	g0 := &Gateway{Hostname: "n0", NodeIP: nodeG0}
