@@ -1,7 +1,8 @@
 // Package mcs is the Multi-Cluster Services sync layer (KEP-1645):
 // ServiceExports go to the broker as ServiceExportRecords, the records of
 // all exporting clusters merge into one ServiceImport (Merge: union of
-// ports, oldest export wins conflicts, Conflict conditions) with a
+// ports, oldest export wins conflicts, Conflict conditions on every export
+// involved) with a
 // clusterset VIP (VIPAllocator), and EndpointSlices for every source
 // cluster appear in every member cluster (RenderEndpointSlices). Under
 // globalnet an exporting cluster allocates global addresses

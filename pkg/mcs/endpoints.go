@@ -3,6 +3,7 @@ package mcs
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -120,6 +121,9 @@ func RecordEndpointsFromSlices(in []discoveryv1.EndpointSlice) []causewayv1alpha
 // when the exporter allocated) is left out. The importing cluster's own
 // record always uses its ClusterIP and pod IPs. Whether a remote address
 // is reachable at all is Reachable's business.
+//
+// It maps every port the record has; importers use MergeResult.Source,
+// which keeps only the import ports the export serves.
 func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, local bool) SourceEndpoints {
 	src := SourceEndpoints{ClusterID: r.ClusterID}
 	global := !local && HasGlobalAddresses(r)
@@ -189,6 +193,39 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 			continue
 		}
 		src.Backends = append(src.Backends, Backend{Address: addr, Ports: ports, Ready: ready, Serving: serving || ready})
+	}
+	return src
+}
+
+// Source is SourceFromRecord(r, m.Spec.Type, local) restricted to the
+// import ports r serves: those r exports exactly as the import defines
+// them (name, protocol, port, appProtocol). A port whose definition lost a
+// conflict in r, or that r does not export, is missing from every one of
+// r's backends' Ports, so the VIP's traffic for that port never reaches r
+// (not through a same-named port of r either). A backend left with no
+// port is not rendered.
+func (m MergeResult) Source(r ExportRecord, local bool) SourceEndpoints {
+	src := SourceFromRecord(r, m.Spec.Type, local)
+	served := map[string]int32{} // import port name -> service port
+	for _, ip := range m.Spec.Ports {
+		for _, p := range r.Ports {
+			if p.Name == ip.Name && p.Protocol == ip.Protocol && p.Port == ip.Port && deref(p.AppProtocol) == deref(ip.AppProtocol) {
+				served[ip.Name] = ip.Port
+			}
+		}
+	}
+	for i, b := range src.Backends {
+		if b.Ports == nil {
+			src.Backends[i].Ports = maps.Clone(served)
+			continue
+		}
+		kept := make(map[string]int32, len(b.Ports))
+		for name, n := range b.Ports {
+			if _, ok := served[name]; ok {
+				kept[name] = n
+			}
+		}
+		src.Backends[i].Ports = kept
 	}
 	return src
 }

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
@@ -28,8 +29,9 @@ type MergeResult struct {
 	// Spec is the ServiceImport spec; IPs is left empty (the clusterset
 	// VIP comes from the VIP allocator).
 	Spec mcsv1beta1.ServiceImportSpec
-	// Labels and Annotations are the merged exportedLabels and
-	// exportedAnnotations, for the ServiceImport's metadata.
+	// Labels and Annotations are the oldest export's exportedLabels and
+	// exportedAnnotations (nil when empty), for the ServiceImport's
+	// metadata.
 	Labels      map[string]string
 	Annotations map[string]string
 	// Clusters is the ServiceImport's status.clusters, sorted.
@@ -87,19 +89,23 @@ type issue struct {
 //     the order of records.
 //   - Ports are the union of all exports' ports, matched first by name,
 //     then by protocol and port. A port whose definition clashes with one
-//     already taken from an older export is left out.
+//     already taken from an older export is left out (PortConflict on the
+//     exports defining it), and the losing export serves no traffic for
+//     it (MergeResult.Source). Port sets that differ are a PortConflict
+//     on every export.
 //   - Type, session affinity (and its config), internal traffic policy,
 //     traffic distribution and IP families come from the oldest export.
 //     Session affinity, traffic policy and distribution are not compared
 //     for a Headless import, which has no proxying.
-//   - exportedLabels/exportedAnnotations are the union; a key with
-//     different values takes the value of the oldest export that has it.
+//   - exportedLabels/exportedAnnotations are the oldest export's, whole;
+//     another export's differing map is a conflict on every export.
 //
 // Every export involved in a conflict gets Conflict=True with the mcs-api
 // reason(s) (comma-separated when several) and a message naming the
 // clusters; all others get Conflict=False, reason NoConflicts. For a
-// property every export has (type, affinity, ...) all exports are
-// involved; for a port, label or annotation only the exports that define it.
+// property every export has (type, affinity, labels, the port set, ...)
+// all exports are involved; for one port's definition only the exports
+// that define it.
 //
 // Records must come from distinct clusters; of duplicates, only the oldest
 // is used. No records give the zero MergeResult.
@@ -162,13 +168,12 @@ func Merge(records []ExportRecord) MergeResult {
 	issues = append(issues, portIssues...)
 
 	res := MergeResult{Spec: spec, Oldest: oldest.ClusterID}
-	var mapIssues []issue
-	res.Labels, mapIssues = mergeMaps(recs, "exportedLabels", mcsv1beta1.ServiceExportReasonLabelsConflict,
-		func(r ExportRecord) map[string]string { return r.ExportedLabels })
-	issues = append(issues, mapIssues...)
-	res.Annotations, mapIssues = mergeMaps(recs, "exportedAnnotations", mcsv1beta1.ServiceExportReasonAnnotationsConflict,
-		func(r ExportRecord) map[string]string { return r.ExportedAnnotations })
-	issues = append(issues, mapIssues...)
+	res.Labels = cloneNonEmpty(oldest.ExportedLabels)
+	add(scalarConflict(recs, mcsv1beta1.ServiceExportReasonLabelsConflict, "exportedLabels",
+		func(r ExportRecord) string { return labels.Set(r.ExportedLabels).String() }, nil))
+	res.Annotations = cloneNonEmpty(oldest.ExportedAnnotations)
+	add(scalarConflict(recs, mcsv1beta1.ServiceExportReasonAnnotationsConflict, "exportedAnnotations",
+		func(r ExportRecord) string { return labels.Set(r.ExportedAnnotations).String() }, nil))
 
 	byCluster := slices.Clone(recs)
 	slices.SortFunc(byCluster, func(a, b ExportRecord) int { return cmp.Compare(a.ClusterID, b.ClusterID) })
@@ -268,16 +273,21 @@ func ipFamilyConflict(recs []ExportRecord) *issue {
 	}
 }
 
-// mergedPort is a port of the import and the cluster it was taken from.
+// mergedPort is a port of the import, the cluster it was taken from, and
+// the other exports that define it the same (served) or differently
+// (clashes, losers).
 type mergedPort struct {
 	port    causewayv1alpha1.RecordPort
 	from    string
+	served  []string // cluster IDs, from first
 	clashes []string // "<cluster> (<definition>)"
 	losers  []string // cluster IDs
 }
 
-// mergePorts returns the union of the records' ports (oldest first) and
-// one issue per port whose definition clashed.
+// mergePorts returns the union of the records' ports (oldest first), one
+// issue per port whose definition clashed, and one per port that some
+// exports do not define at all (differing port sets: every export is
+// involved).
 func mergePorts(recs []ExportRecord) ([]mcsv1beta1.ServicePort, []issue) {
 	var merged []*mergedPort
 	for _, r := range recs {
@@ -299,12 +309,18 @@ func mergePorts(recs []ExportRecord) ([]mcsv1beta1.ServicePort, []issue) {
 			}
 			switch {
 			case hit == nil:
-				merged = append(merged, &mergedPort{port: p, from: r.ClusterID})
-			case !samePort(hit.port, p):
+				merged = append(merged, &mergedPort{port: p, from: r.ClusterID, served: []string{r.ClusterID}})
+			case samePort(hit.port, p):
+				hit.served = append(hit.served, r.ClusterID)
+			default:
 				hit.clashes = append(hit.clashes, fmt.Sprintf("%s (%s)", r.ClusterID, portString(p)))
 				hit.losers = append(hit.losers, r.ClusterID)
 			}
 		}
+	}
+	all := map[string]bool{}
+	for _, r := range recs {
+		all[r.ClusterID] = true
 	}
 	ports := make([]mcsv1beta1.ServicePort, 0, len(merged))
 	var issues []issue
@@ -315,18 +331,38 @@ func mergePorts(recs []ExportRecord) ([]mcsv1beta1.ServicePort, []issue) {
 			Port:        m.port.Port,
 			AppProtocol: clonePtr(m.port.AppProtocol),
 		})
-		if len(m.clashes) == 0 {
-			continue
+		if len(m.clashes) > 0 {
+			involved := map[string]bool{m.from: true}
+			for _, c := range m.losers {
+				involved[c] = true
+			}
+			issues = append(issues, issue{
+				reason: mcsv1beta1.ServiceExportReasonPortConflict,
+				message: fmt.Sprintf("conflicting port %s: using it from the oldest export, in cluster %s; not served by: %s",
+					portString(m.port), m.from, strings.Join(m.clashes, ", ")),
+				involved: involved,
+			})
 		}
-		involved := map[string]bool{m.from: true}
-		for _, c := range m.losers {
-			involved[c] = true
+	}
+	lacking := map[string][]string{} // cluster -> ports it does not export
+	for _, m := range merged {
+		for _, r := range recs {
+			if !slices.Contains(m.served, r.ClusterID) && !slices.Contains(m.losers, r.ClusterID) {
+				lacking[r.ClusterID] = append(lacking[r.ClusterID], portString(m.port))
+			}
+		}
+	}
+	if len(lacking) > 0 {
+		var parts []string
+		for _, r := range recs {
+			if l := lacking[r.ClusterID]; l != nil {
+				parts = append(parts, fmt.Sprintf("%s lacks %s", r.ClusterID, strings.Join(l, ", ")))
+			}
 		}
 		issues = append(issues, issue{
-			reason: mcsv1beta1.ServiceExportReasonPortConflict,
-			message: fmt.Sprintf("conflicting port %s: using it from the oldest export, in cluster %s; left out: %s",
-				portString(m.port), m.from, strings.Join(m.clashes, ", ")),
-			involved: involved,
+			reason:   mcsv1beta1.ServiceExportReasonPortConflict,
+			message:  "differing port sets: the import has the union, each port served only by the exports defining it; " + strings.Join(parts, "; "),
+			involved: all,
 		})
 	}
 	return ports, issues
@@ -342,47 +378,6 @@ func portString(p causewayv1alpha1.RecordPort) string {
 		s += " appProtocol " + ap
 	}
 	return s
-}
-
-// mergeMaps returns the union of one map of every record, the oldest value
-// winning per key, and one issue per key whose values differ.
-func mergeMaps(recs []ExportRecord, field string, reason mcsv1beta1.ServiceExportConditionReason,
-	get func(ExportRecord) map[string]string) (map[string]string, []issue) {
-	var out map[string]string
-	from := map[string]string{}
-	clashes := map[string][]string{}
-	involved := map[string]map[string]bool{}
-	for _, r := range recs {
-		for _, k := range slices.Sorted(maps.Keys(get(r))) {
-			v := get(r)[k]
-			if out == nil {
-				out = map[string]string{}
-			}
-			old, ok := out[k]
-			if !ok {
-				out[k] = v
-				from[k] = r.ClusterID
-				continue
-			}
-			if old != v {
-				clashes[k] = append(clashes[k], fmt.Sprintf("%s (%q)", r.ClusterID, v))
-				if involved[k] == nil {
-					involved[k] = map[string]bool{from[k]: true}
-				}
-				involved[k][r.ClusterID] = true
-			}
-		}
-	}
-	var issues []issue
-	for _, k := range slices.Sorted(maps.Keys(clashes)) {
-		issues = append(issues, issue{
-			reason: reason,
-			message: fmt.Sprintf("conflicting %s[%q]: using %q from the oldest export, in cluster %s; disagreeing: %s",
-				field, k, out[k], from[k], strings.Join(clashes[k], ", ")),
-			involved: involved[k],
-		})
-	}
-	return out, issues
 }
 
 // conflictCondition is the Conflict condition of one cluster's export.
@@ -443,6 +438,13 @@ func canonical(v any) string {
 		return fmt.Sprint(err)
 	}
 	return string(b)
+}
+
+func cloneNonEmpty(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
 }
 
 func deref[T any](p *T) T {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,22 +120,40 @@ func TestMerge(t *testing.T) {
 			},
 		},
 		{
-			name: "ports are the union",
+			name: "differing port sets: the union, and a conflict on every export",
 			records: []ExportRecord{
 				rec("c1", 0, ports(port("http", "TCP", 80))),
 				rec("c2", 1, ports(port("http", "TCP", 80), port("metrics", "TCP", 9090))),
 				rec("c3", 2, ports(port("dns", "UDP", 53))),
+				rec("c4", 3, ports(port("dns", "UDP", 53), port("http", "TCP", 80), port("metrics", "TCP", 9090))),
 			},
 			wantType:   mcsv1beta1.ClusterSetIP,
 			wantPorts:  []string{"http TCP/80", "metrics TCP/9090", "dns UDP/53"},
-			wantReason: map[string]string{"c1": noConflict, "c2": noConflict, "c3": noConflict},
+			wantReason: map[string]string{"c1": "PortConflict", "c2": "PortConflict", "c3": "PortConflict", "c4": "PortConflict"},
+			wantMsg: map[string][]string{"c4": {"differing port sets",
+				`c1 lacks "metrics" TCP/9090, "dns" UDP/53; c2 lacks "dns" UDP/53; c3 lacks "http" TCP/80, "metrics" TCP/9090`}},
+			check: func(t *testing.T, m MergeResult) {
+				if c, _ := m.Conflict("c4"); strings.Contains(c.Message, "c4 lacks") {
+					t.Errorf("c4 exports every port: %s", c.Message)
+				}
+			},
 		},
 		{
-			name: "same name, other port: oldest wins, uninvolved export unaffected",
+			name: "same port sets in any order do not conflict",
 			records: []ExportRecord{
-				rec("c2", 1, ports(port("http", "TCP", 8080))),
-				rec("c1", 0, ports(port("http", "TCP", 80))),
-				rec("c3", 2, ports(port("grpc", "TCP", 9000))),
+				rec("c1", 0, ports(port("http", "TCP", 80), port("metrics", "TCP", 9090))),
+				rec("c2", 1, ports(port("metrics", "TCP", 9090), port("http", "TCP", 80))),
+			},
+			wantType:   mcsv1beta1.ClusterSetIP,
+			wantPorts:  []string{"http TCP/80", "metrics TCP/9090"},
+			wantReason: map[string]string{"c1": noConflict, "c2": noConflict},
+		},
+		{
+			name: "same name, other port: oldest wins",
+			records: []ExportRecord{
+				rec("c2", 1, ports(port("http", "TCP", 8080), port("grpc", "TCP", 9000))),
+				rec("c1", 0, ports(port("http", "TCP", 80), port("grpc", "TCP", 9000))),
+				rec("c3", 2, ports(port("http", "TCP", 80), port("grpc", "TCP", 9000))),
 			},
 			wantType:   mcsv1beta1.ClusterSetIP,
 			wantPorts:  []string{"http TCP/80", "grpc TCP/9000"},
@@ -143,6 +162,17 @@ func TestMerge(t *testing.T) {
 				"c1": {`"http" TCP/80`, "cluster c1", `c2 ("http" TCP/8080)`},
 				"c2": {"cluster c1", "c2"},
 			},
+		},
+		{
+			name: "same name, other protocol: oldest wins",
+			records: []ExportRecord{
+				rec("c1", 0, ports(port("dns", "UDP", 53))),
+				rec("c2", 1, ports(port("dns", "TCP", 53))),
+			},
+			wantType:   mcsv1beta1.ClusterSetIP,
+			wantPorts:  []string{"dns UDP/53"},
+			wantReason: map[string]string{"c1": "PortConflict", "c2": "PortConflict"},
+			wantMsg:    map[string][]string{"c2": {`c2 ("dns" TCP/53)`}},
 		},
 		{
 			name: "same protocol and port, other name",
@@ -156,10 +186,10 @@ func TestMerge(t *testing.T) {
 			wantMsg:    map[string][]string{"c2": {`c2 ("web" TCP/80)`}},
 		},
 		{
-			name: "same port number, other protocol is no clash",
+			name: "same port number, other protocol and name is no clash",
 			records: []ExportRecord{
-				rec("c1", 0, ports(port("dns", "UDP", 53))),
-				rec("c2", 1, ports(port("dns-tcp", "TCP", 53))),
+				rec("c1", 0, ports(port("dns", "UDP", 53), port("dns-tcp", "TCP", 53))),
+				rec("c2", 1, ports(port("dns-tcp", "TCP", 53), port("dns", "UDP", 53))),
 			},
 			wantType:   mcsv1beta1.ClusterSetIP,
 			wantPorts:  []string{"dns UDP/53", "dns-tcp TCP/53"},
@@ -345,20 +375,51 @@ func TestMerge(t *testing.T) {
 			},
 		},
 		{
-			name: "exported labels: union, oldest value wins per key",
+			name: "exported labels: the oldest export's, every export involved",
 			records: []ExportRecord{
 				rec("c1", 0, func(r *ExportRecord) { r.ExportedLabels = map[string]string{"tier": "web", "team": "a"} }),
 				rec("c2", 1, func(r *ExportRecord) { r.ExportedLabels = map[string]string{"tier": "api", "zone": "x"} }),
-				rec("c3", 2, func(r *ExportRecord) { r.ExportedLabels = map[string]string{"team": "a"} }),
+				rec("c3", 2, func(r *ExportRecord) { r.ExportedLabels = map[string]string{"team": "a", "tier": "web"} }),
+				rec("c4", 3, func(r *ExportRecord) { r.ExportedLabels = map[string]string{"team": "a"} }),
 			},
 			wantType:   mcsv1beta1.ClusterSetIP,
 			wantPorts:  []string{"http TCP/80"},
-			wantReason: map[string]string{"c1": "LabelsConflict", "c2": "LabelsConflict", "c3": noConflict},
-			wantMsg:    map[string][]string{"c2": {`exportedLabels["tier"]`, `using "web"`, `c2 ("api")`}},
+			wantReason: map[string]string{"c1": "LabelsConflict", "c2": "LabelsConflict", "c3": "LabelsConflict", "c4": "LabelsConflict"},
+			wantMsg: map[string][]string{"c3": {"conflicting exportedLabels", `using "team=a,tier=web"`, "cluster c1", "2 of 4",
+				`c2 ("tier=api,zone=x")`, `c4 ("team=a")`}},
 			check: func(t *testing.T, m MergeResult) {
-				want := map[string]string{"tier": "web", "team": "a", "zone": "x"}
+				want := map[string]string{"tier": "web", "team": "a"}
 				if !reflect.DeepEqual(m.Labels, want) {
-					t.Errorf("labels = %v, want %v", m.Labels, want)
+					t.Errorf("labels = %v, want %v (the oldest's, no union)", m.Labels, want)
+				}
+			},
+		},
+		{
+			name: "exported labels: equal maps, nil equals empty",
+			records: []ExportRecord{
+				rec("c1", 0, func(r *ExportRecord) { r.ExportedLabels = map[string]string{"tier": "web"} }),
+				rec("c2", 1, func(r *ExportRecord) { r.ExportedLabels = map[string]string{"tier": "web"} }),
+				rec("c3", 2, func(r *ExportRecord) {
+					r.ExportedLabels = map[string]string{"tier": "web"}
+					r.ExportedAnnotations = map[string]string{}
+				}),
+			},
+			wantType:   mcsv1beta1.ClusterSetIP,
+			wantPorts:  []string{"http TCP/80"},
+			wantReason: map[string]string{"c1": noConflict, "c2": noConflict, "c3": noConflict},
+		},
+		{
+			name: "exported labels: an oldest export without labels gives none",
+			records: []ExportRecord{
+				rec("c1", 0),
+				rec("c2", 1, func(r *ExportRecord) { r.ExportedLabels = map[string]string{"tier": "web"} }),
+			},
+			wantType:   mcsv1beta1.ClusterSetIP,
+			wantPorts:  []string{"http TCP/80"},
+			wantReason: map[string]string{"c1": "LabelsConflict", "c2": "LabelsConflict"},
+			check: func(t *testing.T, m MergeResult) {
+				if m.Labels != nil {
+					t.Errorf("labels = %v, want none", m.Labels)
 				}
 			},
 		},
@@ -366,13 +427,13 @@ func TestMerge(t *testing.T) {
 			name: "exported annotations",
 			records: []ExportRecord{
 				rec("c1", 0, func(r *ExportRecord) { r.ExportedAnnotations = map[string]string{"owner": "x"} }),
-				rec("c2", 1, func(r *ExportRecord) { r.ExportedAnnotations = map[string]string{"owner": "y"} }),
+				rec("c2", 1, func(r *ExportRecord) { r.ExportedAnnotations = map[string]string{"owner": "y", "extra": "z"} }),
 			},
 			wantType:   mcsv1beta1.ClusterSetIP,
 			wantPorts:  []string{"http TCP/80"},
 			wantReason: map[string]string{"c1": "AnnotationsConflict", "c2": "AnnotationsConflict"},
 			check: func(t *testing.T, m MergeResult) {
-				if m.Annotations["owner"] != "x" || m.Labels != nil {
+				if !reflect.DeepEqual(m.Annotations, map[string]string{"owner": "x"}) || m.Labels != nil {
 					t.Errorf("annotations = %v labels = %v", m.Annotations, m.Labels)
 				}
 			},
@@ -556,5 +617,120 @@ func TestExportConditions(t *testing.T) {
 		if tc.got.Type != tc.typ || tc.got.Reason != tc.reason || tc.got.Status != tc.status || tc.got.Message == "" {
 			t.Errorf("condition %+v, want %s=%s reason %s with a message", tc.got, tc.typ, tc.status, tc.reason)
 		}
+	}
+}
+
+// served is rec with a ClusterIP and one ready pod whose endpoint ports
+// are the record's ports at target port +1000 (headless imports use them).
+func served(cluster string, age int, mods ...func(*ExportRecord)) ExportRecord {
+	r := rec(cluster, age, mods...)
+	r.ClusterIPs = []string{"10.96.0." + cluster[1:]}
+	g := causewayv1alpha1.RecordEndpoints{AddressType: "IPv4",
+		Backends: []causewayv1alpha1.RecordBackend{{Address: "10.244.0." + cluster[1:], Ready: true, Serving: true}}}
+	for _, p := range r.Ports {
+		g.Ports = append(g.Ports, causewayv1alpha1.RecordEndpointPort{Name: p.Name, Port: p.Port + 1000})
+	}
+	r.Endpoints = []causewayv1alpha1.RecordEndpoints{g}
+	return r
+}
+
+// renderedPorts merges records, renders the import's slices as seen from
+// c1 and returns "<address> <port>/<protocol>/<number>,..." per endpoint,
+// sorted.
+func renderedPorts(records []ExportRecord) []string {
+	m := Merge(records)
+	imp := BuildServiceImport(m, "kubecon", "whereami", nil)
+	var srcs []SourceEndpoints
+	for _, r := range records {
+		srcs = append(srcs, m.Source(r, r.ClusterID == "c1"))
+	}
+	var out []string
+	for _, s := range RenderEndpointSlices(RenderInput{Import: imp, LocalClusterID: "c1", Sources: srcs}) {
+		var ps []string
+		for _, p := range s.Ports {
+			ps = append(ps, fmt.Sprintf("%s/%s/%d", *p.Name, *p.Protocol, *p.Port))
+		}
+		for _, e := range s.Endpoints {
+			out = append(out, e.Addresses[0]+" "+strings.Join(ps, ","))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestMergeLosersServeNoContestedPort: a cluster whose definition of a
+// port lost the conflict gets none of the VIP's traffic for it — not at
+// its own number, not through a same-named port — while the ports it
+// does share are still served; a cluster that lost every port is not
+// rendered at all.
+func TestMergeLosersServeNoContestedPort(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		records []ExportRecord
+		want    []string
+	}{
+		{
+			name: "same name, other number",
+			records: []ExportRecord{
+				served("c1", 0, ports(port("http", "TCP", 80), port("metrics", "TCP", 9090))),
+				served("c2", 1, ports(port("http", "TCP", 8080), port("metrics", "TCP", 9090))),
+			},
+			want: []string{"10.96.0.1 http/TCP/80,metrics/TCP/9090", "10.96.0.2 metrics/TCP/9090"},
+		},
+		{
+			name: "same name, other protocol",
+			records: []ExportRecord{
+				served("c1", 0, ports(port("dns", "UDP", 53))),
+				served("c2", 1, ports(port("dns", "TCP", 53))),
+			},
+			want: []string{"10.96.0.1 dns/UDP/53"},
+		},
+		{
+			name: "same number, other name",
+			records: []ExportRecord{
+				served("c1", 0, ports(port("http", "TCP", 80))),
+				served("c2", 1, ports(port("web", "TCP", 80))),
+			},
+			want: []string{"10.96.0.1 http/TCP/80"},
+		},
+		{
+			name: "other appProtocol",
+			records: []ExportRecord{
+				served("c1", 0, ports(causewayv1alpha1.RecordPort{Name: "web", Protocol: "TCP", Port: 443, AppProtocol: ptrTo("https")})),
+				served("c2", 1, ports(causewayv1alpha1.RecordPort{Name: "web", Protocol: "TCP", Port: 443})),
+			},
+			want: []string{"10.96.0.1 web/TCP/443"},
+		},
+		{
+			name: "differing port sets: each port by the exports defining it",
+			records: []ExportRecord{
+				served("c1", 0, ports(port("http", "TCP", 80))),
+				served("c2", 1, ports(port("http", "TCP", 80), port("metrics", "TCP", 9090))),
+			},
+			want: []string{"10.96.0.1 http/TCP/80", "10.96.0.2 http/TCP/80,metrics/TCP/9090"},
+		},
+		{
+			name: "headless: the loser's pods lack the port",
+			records: []ExportRecord{
+				served("c1", 0, headless, ports(port("http", "TCP", 80), port("grpc", "TCP", 9000))),
+				served("c2", 1, headless, ports(port("http", "TCP", 8080), port("grpc", "TCP", 9000))),
+			},
+			want: []string{"10.244.0.1 http/TCP/1080,grpc/TCP/10000", "10.244.0.2 grpc/TCP/10000"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := renderedPorts(tc.records)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("rendered\n got %q\nwant %q", got, tc.want)
+			}
+			rng := rand.New(rand.NewPCG(3, 4))
+			for i := range 20 {
+				shuffled := slices.Clone(tc.records)
+				rng.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
+				if again := renderedPorts(shuffled); !reflect.DeepEqual(again, got) {
+					t.Fatalf("permutation %d renders %q, want %q", i, again, got)
+				}
+			}
+		})
 	}
 }

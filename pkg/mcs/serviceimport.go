@@ -11,7 +11,7 @@ import (
 )
 
 // BuildServiceImport returns the desired ServiceImport for a merge result:
-// metadata (name, namespace, merged exported labels and annotations),
+// metadata (name, namespace, the exported labels and annotations of the merge),
 // spec (with vips as spec.ips when the type is ClusterSetIP) and
 // status.clusters. Spec and status are written separately (status is a
 // subresource); conditions are left to the controller.

@@ -108,9 +108,9 @@ func TestAgentEndToEndFailover(t *testing.T) {
 	var problem string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		problem = ""
-		if d, _ := agents["n1"].Applied(); len(d.Routes) != 0 || d.Overlay.Peer != nil {
+		if d, _ := agents["n1"].Applied(); len(remoteRoutes(d)) != 0 || d.Overlay.Peer != nil {
 			problem = fmt.Sprintf("new gateway n1 kept routes or a peer:\n%s", d)
-		} else if d, _ := agents["n0"].Applied(); len(d.Routes) != 1 || d.Overlay.Peer == nil || d.Overlay.Peer.NodeIP != tb.nodeIP("n1") {
+		} else if d, _ := agents["n0"].Applied(); len(remoteRoutes(d)) != 1 || d.Overlay.Peer == nil || d.Overlay.Peer.NodeIP != tb.nodeIP("n1") {
 			problem = fmt.Sprintf("old gateway n0 does not route via n1:\n%s", d)
 		}
 		if problem == "" {

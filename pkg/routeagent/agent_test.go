@@ -129,10 +129,11 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	}
 	routesVia := func(via string, dsts ...string) func(DesiredState) bool {
 		return func(d DesiredState) bool {
-			if len(d.Routes) != len(dsts) {
+			routes := remoteRoutes(d)
+			if len(routes) != len(dsts) || len(d.Routes) != len(dsts)+1 {
 				return false
 			}
-			for i, r := range d.Routes {
+			for i, r := range routes {
 				if r.Dst.String() != dsts[i] || r.Via.String() != via {
 					return false
 				}
@@ -157,7 +158,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	if err := cl.Status().Update(ctx, c3); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("c3 withdrawn", func(d DesiredState) bool { return len(d.Routes) == 0 })
+	waitFor("c3 withdrawn", func(d DesiredState) bool { return len(d.Routes) == 1 && len(remoteRoutes(d)) == 0 })
 
 	// This node becomes the gateway: no routes, no peer.
 	setValid(c3, true)
@@ -169,7 +170,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("gateway role", func(d DesiredState) bool {
-		return d.Overlay.Peer == nil && len(d.Routes) == 0 && len(d.Rules.Chains["mangle"][ChainMSS]) == 4
+		return d.Overlay.Peer == nil && len(d.Routes) == 1 && len(remoteRoutes(d)) == 0 && len(d.Rules.Chains["mangle"][ChainMSS]) == 4
 	})
 	if n := testutil.ToFloat64(m.GatewayChanges); n < 2 {
 		t.Errorf("gateway changes %v, want >= 2", n)
@@ -219,7 +220,8 @@ type staticLister []v1alpha1.Endpoint
 func (s staticLister) ListEndpoints(context.Context) ([]v1alpha1.Endpoint, error) { return s, nil }
 
 func TestValidateFlags(t *testing.T) {
-	good := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU, nodeIP: "172.18.1.11"}
+	good := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU, nodeIP: "172.18.1.11",
+		vipRange: "243.0.0.0/12"}
 	if err := validate(&good); err != nil {
 		t.Fatalf("good flags refused: %v", err)
 	}
@@ -227,14 +229,18 @@ func TestValidateFlags(t *testing.T) {
 		mutate func(*flags)
 		want   string
 	}{
-		"vni":      {func(f *flags) { f.vni = 1 << 24 }, "--vxlan-vni"},
-		"port":     {func(f *flags) { f.port = 0 }, "--vxlan-port"},
-		"device":   {func(f *flags) { f.device = "a-very-long-device-name" }, "--vxlan-device"},
-		"mtu":      {func(f *flags) { f.overlayMTU = 100 }, "--overlay-mtu"},
-		"table":    {func(f *flags) { f.table = 255 }, "--route-table"},
-		"backend":  {func(f *flags) { f.iptablesBackend = "ebtables" }, "--iptables-backend"},
-		"node ip":  {func(f *flags) { f.nodeIP = "fd00::1" }, "--node-ip"},
-		"node ip2": {func(f *flags) { f.nodeIP = "banana" }, "--node-ip"},
+		"vni":                 {func(f *flags) { f.vni = 1 << 24 }, "--vxlan-vni"},
+		"port":                {func(f *flags) { f.port = 0 }, "--vxlan-port"},
+		"device":              {func(f *flags) { f.device = "a-very-long-device-name" }, "--vxlan-device"},
+		"mtu":                 {func(f *flags) { f.overlayMTU = 100 }, "--overlay-mtu"},
+		"table":               {func(f *flags) { f.table = 255 }, "--route-table"},
+		"backend":             {func(f *flags) { f.iptablesBackend = "ebtables" }, "--iptables-backend"},
+		"node ip":             {func(f *flags) { f.nodeIP = "fd00::1" }, "--node-ip"},
+		"node ip2":            {func(f *flags) { f.nodeIP = "banana" }, "--node-ip"},
+		"vip range":           {func(f *flags) { f.vipRange = "243.0.0.0" }, "--vip-range"},
+		"vip range host bits": {func(f *flags) { f.vipRange = "243.0.0.1/12" }, "--vip-range"},
+		"vip range loopback":  {func(f *flags) { f.vipRange = "127.0.0.0/8" }, "--vip-range"},
+		"vip range IPv6":      {func(f *flags) { f.vipRange = "fd00:243::/64" }, "--vip-range"},
 	} {
 		f := good
 		tc.mutate(&f)

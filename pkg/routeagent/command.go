@@ -24,7 +24,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/daemon"
+	"github.com/causeway-net/causeway/pkg/mcs"
 	"github.com/causeway-net/causeway/pkg/vip"
 )
 
@@ -47,6 +49,7 @@ type flags struct {
 	dryRun            bool
 	vip               bool
 	vipPinDir         string
+	vipRange          string
 }
 
 // pinDir is where the VIP datapath's maps and links are pinned.
@@ -61,7 +64,7 @@ func (f *flags) pinDir() string {
 func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort)
 	f := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU,
-		minInterval: 100 * time.Millisecond, fullInterval: 30 * time.Second}
+		minInterval: 100 * time.Millisecond, fullInterval: 30 * time.Second, vipRange: addrpolicy.DefaultVIPRange}
 	cmd := daemon.Command("route-agent",
 		"Causeway route agent: routes to remote clusters and the clusterset VIP datapath",
 		`The route agent runs on every node (hostNetwork). It routes remote
@@ -89,6 +92,7 @@ on the node and exits.`,
 	fs.BoolVar(&f.cleanup, "cleanup", false, "remove every device, route and chain the route agent owns on this node, then exit")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "compute and log the desired state without programming the node")
 	fs.BoolVar(&f.vip, "vip", true, "load the eBPF clusterset VIP datapath and keep it equal to the ServiceImports and EndpointSlices")
+	fs.StringVar(&f.vipRange, "vip-range", f.vipRange, "clusterset VIP range (IPv4, the MCS controllers' --vip-range), routed unreachable on every node so an unknown VIP fails at once")
 	fs.StringVar(&f.vipPinDir, "vip-pin-dir", "", "bpffs directory of the VIP datapath's pinned maps and links (default <bpffs>/causeway/vip)")
 
 	// --cleanup needs no cluster identity and no API server.
@@ -136,6 +140,11 @@ func validate(f *flags) error {
 	case "", "nft", "legacy":
 	default:
 		errs = append(errs, fmt.Errorf("--iptables-backend %q: must be empty, nft or legacy", f.iptablesBackend))
+	}
+	if r, err := mcs.ParseVIPRange(f.vipRange); err != nil {
+		errs = append(errs, fmt.Errorf("--vip-range: %w", err))
+	} else if !r.Prefix().Addr().Is4() {
+		errs = append(errs, fmt.Errorf("--vip-range %s: must be IPv4", f.vipRange))
 	}
 	if f.nodeIP != "" {
 		if ip, err := netip.ParseAddr(f.nodeIP); err != nil || !ip.Is4() {
@@ -190,7 +199,7 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		return err
 	}
 	params := Params{Device: f.device, VNI: f.vni, Port: f.port, OverlayMTU: f.overlayMTU, TunnelMTU: f.tunnelMTU,
-		Table: f.table, LocalCIDRs: local}
+		Table: f.table, LocalCIDRs: local, VIPRange: netip.MustParsePrefix(f.vipRange)}
 	var dp Dataplane
 	if f.dryRun {
 		dp = &loggingDataplane{log: rt.Log}
@@ -213,7 +222,7 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		dp = ldp
 	}
 	rt.Log.Info("route agent", "nodeIP", nodeIP, "device", params.Device, "vni", params.VNI, "port", params.Port,
-		"overlayMTU", params.OverlayMTU, "tunnelMTU", params.TunnelMTU, "dryRun", f.dryRun)
+		"overlayMTU", params.OverlayMTU, "tunnelMTU", params.TunnelMTU, "vipRange", params.VIPRange, "dryRun", f.dryRun)
 
 	metrics := NewMetrics(rt.Metrics)
 	var runner *Runner

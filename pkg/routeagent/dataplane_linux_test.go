@@ -209,6 +209,24 @@ func set(t *testing.T, dp Dataplane, d DesiredState) Report {
 	return rep
 }
 
+// wantVIPUnreachable dials an address of the VIP range from namespace ns
+// and wants EHOSTUNREACH within a second.
+func (tb *testbed) wantVIPUnreachable(t *testing.T, ns string) {
+	t.Helper()
+	vip := netip.AddrPortFrom(netip.MustParseAddr("243.0.0.77"), 80).String()
+	start := time.Now()
+	err := tb.h.Do(ns, func() error {
+		c, err := (&net.Dialer{Timeout: 3 * time.Second}).Dial("tcp4", vip)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	if took := time.Since(start); !errors.Is(err, syscall.EHOSTUNREACH) || took > time.Second {
+		t.Errorf("%s: dial %s: %v after %v, want EHOSTUNREACH at once", ns, vip, err, took)
+	}
+}
+
 func TestDataplaneOverlayFailoverCleanup(t *testing.T) {
 	tb := newTestbed(t)
 	worker := tb.dataplane(t, "n2")
@@ -240,6 +258,13 @@ func TestDataplaneOverlayFailoverCleanup(t *testing.T) {
 	if rx := rxPackets(t, tb, "n0", DefaultDevice); rx == 0 {
 		t.Fatal("gateway n0 received nothing on the overlay device")
 	}
+	// A clusterset VIP without a BPF map entry (no VIP datapath here at
+	// all) meets the unreachable VIP range and fails at once, on a node,
+	// gateway or not. pkg/vip's TestKernelUnknownVIPFailsFast checks that
+	// known VIPs still connect.
+	for _, n := range []string{"n0", "n2"} {
+		tb.wantVIPUnreachable(t, tb.nodeNS(n))
+	}
 
 	// An equal Set changes nothing, also through a fresh dataplane (restart).
 	if rep := set(t, worker, tb.desired("n2", "n0")); len(rep.Changes) != 0 || rep.OutsideFlush {
@@ -258,7 +283,7 @@ func TestDataplaneOverlayFailoverCleanup(t *testing.T) {
 		t.Fatalf("after failover: greeting %q, err %v; want n1", greeting, err)
 	}
 	routes := strings.TrimSpace(tb.sh(t, tb.nodeNS("n2"), "ip route show table all proto 148"))
-	if want := "10.245.0.0/16 via 241.18.1.11 dev vx-causeway metric 100 onlink"; routes != want {
+	if want := "10.245.0.0/16 via 241.18.1.11 dev vx-causeway metric 100 onlink \nunreachable 243.0.0.0/12 metric 100"; routes != want {
 		t.Fatalf("routes after failover:\n%s\nwant\n%s", routes, want)
 	}
 	fdb := tb.sh(t, tb.nodeNS("n2"), "bridge fdb show dev "+DefaultDevice)
@@ -276,6 +301,12 @@ func TestDataplaneOverlayFailoverCleanup(t *testing.T) {
 	if _, err := tb.dialRemote(t); err != nil {
 		t.Fatalf("gateway back: %v", err)
 	}
+	// From a pod, the node forwards the SYN to the unreachable route and
+	// answers with ICMP host unreachable. The kernel sends at most one such
+	// ICMP per second to one host (net.ipv4.icmp_ratelimit), and the
+	// no-gateway dial above just had one: lift the limit for this check.
+	tb.sh(t, tb.nodeNS("n2"), "sysctl -qw net.ipv4.icmp_ratelimit=0")
+	tb.wantVIPUnreachable(t, tb.h.Names().PodOf(tb.pod))
 
 	// Cleanup leaves no device, owned route or chain.
 	for _, n := range []string{"n0", "n1", "n2"} {

@@ -85,6 +85,10 @@ type Params struct {
 	// subnets overlapping them are never routed (a safety check; the
 	// gateway's policy refuses them first).
 	LocalCIDRs []netip.Prefix
+	// VIPRange is the clusterset VIP range (IPv4), routed unreachable on
+	// every node; zero picks addrpolicy.DefaultVIPRange. Remote subnets
+	// overlapping it are never routed (as for LocalCIDRs).
+	VIPRange netip.Prefix
 }
 
 func (p Params) withDefaults() Params {
@@ -102,6 +106,9 @@ func (p Params) withDefaults() Params {
 	}
 	if p.TunnelMTU == 0 {
 		p.TunnelMTU = DefaultTunnelMTU
+	}
+	if !p.VIPRange.IsValid() {
+		p.VIPRange = netip.MustParsePrefix(addrpolicy.DefaultVIPRange)
 	}
 	return p
 }
@@ -150,8 +157,8 @@ type Peer struct {
 }
 
 // Route is one route the agent owns. An invalid Via makes it an
-// unreachable route (no active gateway known: fail fast instead of
-// leaking remote traffic to a default route).
+// unreachable route (the VIP range; remote subnets while no active
+// gateway is known: fail fast instead of leaking to a default route).
 type Route struct {
 	Dst netip.Prefix
 	Via netip.Addr
@@ -271,13 +278,18 @@ func sortedKeys[V any](m map[string]V) []string {
 //     unreachable routes.
 //   - The active gateway node gets no routes: pkg/cable routes the remote
 //     subnets into the tunnel there.
+//   - Every node routes the clusterset VIP range unreachable: a VIP the
+//     eBPF connect hook knows is rewritten to a backend before the route
+//     lookup, so only an unknown VIP (not synced yet, a port not exported)
+//     meets the route, and connect() fails at once with EHOSTUNREACH
+//     instead of leaving by the default route and hanging.
 //   - Every node clamps the MSS of TCP SYNs to and from remote subnets to
 //     min(overlay MTU, tunnel MTU) - 40, accepts forwarded traffic to
 //     and from them, and exempts traffic from them from source NAT.
 func Compute(in Inputs) DesiredState {
 	p := in.Params.withDefaults()
-	d := DesiredState{RouteTable: p.Table}
-	subnets, skipped := usableSubnets(in.Remotes, p.LocalCIDRs)
+	d := DesiredState{RouteTable: p.Table, Routes: []Route{{Dst: p.VIPRange}}}
+	subnets, skipped := usableSubnets(in.Remotes, p.LocalCIDRs, p.VIPRange)
 	d.Skipped = skipped
 	d.Rules = renderRules(subnets, min(p.OverlayMTU, p.TunnelMTU)-40)
 	if !in.NodeIP.Is4() {
@@ -314,6 +326,7 @@ func Compute(in Inputs) DesiredState {
 		}
 		d.LooseUplinkRPFilter = len(subnets) > 0
 	}
+	slices.SortFunc(d.Routes, func(a, b Route) int { return addrpolicy.ComparePrefix(a.Dst, b.Dst) })
 	return d
 }
 
@@ -325,8 +338,9 @@ func Compute(in Inputs) DesiredState {
 // same active gateway, whose tunnels carry what the policy accepted). It
 // keeps only safety checks of its own, for what it programs on the node:
 // an IPv4, canonical, non-default CIDR that never overlaps a local CIDR
-// (routing one would take the local pods or services off this node).
-func usableSubnets(remotes []Remote, local []netip.Prefix) ([]netip.Prefix, []string) {
+// (routing one would take the local pods or services off this node) nor
+// the VIP range (routed unreachable here).
+func usableSubnets(remotes []Remote, local []netip.Prefix, vipRange netip.Prefix) ([]netip.Prefix, []string) {
 	var out []netip.Prefix
 	var notes []string
 	for _, r := range remotes {
@@ -338,6 +352,8 @@ func usableSubnets(remotes []Remote, local []netip.Prefix) ([]netip.Prefix, []st
 				notes = append(notes, fmt.Sprintf("%s: %s is not a canonical, non-default CIDR", r.ClusterID, s))
 			case slices.ContainsFunc(local, s.Overlaps):
 				notes = append(notes, fmt.Sprintf("%s: %s overlaps a local CIDR", r.ClusterID, s))
+			case s.Overlaps(vipRange):
+				notes = append(notes, fmt.Sprintf("%s: %s overlaps the VIP range %s", r.ClusterID, s, vipRange))
 			default:
 				out = append(out, s)
 			}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 )
 
 var (
@@ -19,6 +21,13 @@ var (
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// remoteRoutes is d's routes but the default VIP range's, which every
+// node has.
+func remoteRoutes(d DesiredState) []Route {
+	vipRange := pfx(addrpolicy.DefaultVIPRange)
+	return slices.DeleteFunc(slices.Clone(d.Routes), func(r Route) bool { return r.Dst == vipRange && !r.Via.IsValid() })
+}
 
 func TestComputeStates(t *testing.T) {
 	g0 := &Gateway{Hostname: "n0", NodeIP: nodeG0}
@@ -33,22 +42,25 @@ func TestComputeStates(t *testing.T) {
 		"worker routes via the gateway's overlay address": {
 			in:         Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Remotes: []Remote{c3, c4}},
 			wantPeer:   nodeG0,
-			wantRoutes: []string{"10.97.0.0/16 via 241.18.1.10", "10.245.0.0/16 via 241.18.1.10", "10.246.0.0/16 via 241.18.1.10"},
+			wantRoutes: []string{"10.97.0.0/16 via 241.18.1.10", "10.245.0.0/16 via 241.18.1.10", "10.246.0.0/16 via 241.18.1.10", "unreachable 243.0.0.0/12"},
 			wantLoose:  true,
 		},
 		"the active gateway node has no routes (pkg/cable owns them)": {
-			in: Inputs{NodeName: "n0", NodeIP: nodeG0, Gateway: g0, Remotes: []Remote{c3}},
+			in:         Inputs{NodeName: "n0", NodeIP: nodeG0, Gateway: g0, Remotes: []Remote{c3}},
+			wantRoutes: []string{"unreachable 243.0.0.0/12"},
 		},
 		"gateway recognised by address when the hostname differs": {
-			in: Inputs{NodeName: "n0.example", NodeIP: nodeG0, Gateway: g0, Remotes: []Remote{c3}},
+			in:         Inputs{NodeName: "n0.example", NodeIP: nodeG0, Gateway: g0, Remotes: []Remote{c3}},
+			wantRoutes: []string{"unreachable 243.0.0.0/12"},
 		},
 		"no gateway known: unreachable routes": {
 			in:         Inputs{NodeName: "n2", NodeIP: nodeW, Remotes: []Remote{c3}},
-			wantRoutes: []string{"unreachable 10.97.0.0/16", "unreachable 10.245.0.0/16"},
+			wantRoutes: []string{"unreachable 10.97.0.0/16", "unreachable 10.245.0.0/16", "unreachable 243.0.0.0/12"},
 		},
 		"no remotes: overlay only": {
-			in:       Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0},
-			wantPeer: nodeG0,
+			in:         Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0},
+			wantPeer:   nodeG0,
+			wantRoutes: []string{"unreachable 243.0.0.0/12"},
 		},
 		"bad remote subnets are skipped, others kept": {
 			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Params: Params{LocalCIDRs: local}, Remotes: []Remote{
@@ -56,7 +68,7 @@ func TestComputeStates(t *testing.T) {
 				c4,
 			}},
 			wantPeer:   nodeG0,
-			wantRoutes: []string{"10.246.0.0/16 via 241.18.1.10"},
+			wantRoutes: []string{"10.246.0.0/16 via 241.18.1.10", "unreachable 243.0.0.0/12"},
 			wantSkip:   []string{"0.0.0.0/0", "10.244.5.0/24 overlaps a local", "10.9.1.1/16", "fd00::/64", "invalid Prefix"},
 			wantLoose:  true,
 		},
@@ -67,19 +79,34 @@ func TestComputeStates(t *testing.T) {
 				c3, {ClusterID: "c5", Subnets: []netip.Prefix{pfx("10.245.1.0/24"), pfx("10.97.0.0/16")}},
 			}},
 			wantPeer:   nodeG0,
-			wantRoutes: []string{"10.97.0.0/16 via 241.18.1.10", "10.245.0.0/16 via 241.18.1.10", "10.245.1.0/24 via 241.18.1.10"},
+			wantRoutes: []string{"10.97.0.0/16 via 241.18.1.10", "10.245.0.0/16 via 241.18.1.10", "10.245.1.0/24 via 241.18.1.10", "unreachable 243.0.0.0/12"},
 			wantLoose:  true,
 		},
 		"gateway colliding on the overlay address: unreachable": {
 			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: &Gateway{Hostname: "x", NodeIP: netip.MustParseAddr("192.18.1.12")},
 				Remotes: []Remote{c4}},
-			wantRoutes: []string{"unreachable 10.246.0.0/16"},
+			wantRoutes: []string{"unreachable 10.246.0.0/16", "unreachable 243.0.0.0/12"},
 			wantSkip:   []string{"share the overlay address 241.18.1.12"},
 		},
-		"IPv6 node: nothing but rules": {
-			in:        Inputs{NodeName: "n2", NodeIP: netip.MustParseAddr("fd00::2"), Gateway: g0, Remotes: []Remote{c4}},
-			noOverlay: true,
-			wantSkip:  []string{"not IPv4"},
+		"IPv6 node: rules and the VIP range only": {
+			in:         Inputs{NodeName: "n2", NodeIP: netip.MustParseAddr("fd00::2"), Gateway: g0, Remotes: []Remote{c4}},
+			noOverlay:  true,
+			wantRoutes: []string{"unreachable 243.0.0.0/12"},
+			wantSkip:   []string{"not IPv4"},
+		},
+		"another VIP range, sorted among the remote subnets": {
+			in:         Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Params: Params{VIPRange: pfx("10.100.0.0/16")}, Remotes: []Remote{c3}},
+			wantPeer:   nodeG0,
+			wantRoutes: []string{"10.97.0.0/16 via 241.18.1.10", "unreachable 10.100.0.0/16", "10.245.0.0/16 via 241.18.1.10"},
+			wantLoose:  true,
+		},
+		"a remote subnet overlapping the VIP range is skipped": {
+			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Remotes: []Remote{c4,
+				{ClusterID: "c6", Subnets: []netip.Prefix{pfx("243.1.0.0/16"), pfx("240.0.0.0/4")}}}},
+			wantPeer:   nodeG0,
+			wantRoutes: []string{"10.246.0.0/16 via 241.18.1.10", "unreachable 243.0.0.0/12"},
+			wantSkip:   []string{"c6: 243.1.0.0/16 overlaps the VIP range 243.0.0.0/12", "c6: 240.0.0.0/4 overlaps the VIP range"},
+			wantLoose:  true,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -127,11 +154,15 @@ func TestComputeStates(t *testing.T) {
 					ruleSubnets = append(ruleSubnets, strings.Fields(r)[1])
 				}
 			}
+			// Rules cover the remote subnets, not the VIP range.
+			vipRange := tc.in.Params.withDefaults().VIPRange
 			var routed []string
 			for _, r := range d.Routes {
-				routed = append(routed, r.Dst.String())
+				if r.Dst != vipRange {
+					routed = append(routed, r.Dst.String())
+				}
 			}
-			if d.Overlay != nil && d.Overlay.Peer == nil && len(d.Routes) == 0 {
+			if d.Overlay != nil && d.Overlay.Peer == nil && len(routed) == 0 {
 				routed = ruleSubnets // gateway node: rules, no routes
 			}
 			if d.Overlay != nil && !slices.Equal(ruleSubnets, routed) {

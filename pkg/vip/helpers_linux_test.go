@@ -217,7 +217,7 @@ func (c *client) do(tb testing.TB, format string, args ...any) string {
 // runClient executes commands, one per line, answering each with one line:
 // "ok ..." or "err <errno name or message>".
 //
-//	tcp ADDR          dial, send a line, print "ok <backend> <getpeername>"
+//	tcp ADDR          dial (2 s timeout), send a line, print "ok <backend> <getpeername>"
 //	open ADDR         dial and keep the connection: "ok <getpeername>"
 //	say               on the kept connection: "ok <backend> <getpeername>"
 //	udp ADDR          unconnected sendto + recvfrom: "ok <backend> <source>"
@@ -234,7 +234,7 @@ func runClient(r io.Reader, w io.Writer) {
 		switch f[0] {
 		case "tcp":
 			var c net.Conn
-			if c, err = net.Dial("tcp4", f[1]); err == nil {
+			if c, err = net.DialTimeout("tcp4", f[1], 2*time.Second); err == nil {
 				res, err = exchange(c)
 				c.Close()
 			}

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -156,6 +157,61 @@ func TestKernelTranslates(t *testing.T) {
 	for range 20 {
 		if res := c.do(t, "tcp %s", ap(vipA, 80)); !strings.HasPrefix(res, "ok be1 ") {
 			t.Fatalf("after removing be2: %s, want be1", res)
+		}
+	}
+}
+
+// TestKernelUnknownVIPFailsFast: on a node with a default route, a VIP
+// without a map entry leaves by it and connect() hangs. With the VIP range
+// routed unreachable (what pkg/routeagent programs on every node: proto
+// 148, metric 100) it fails at once with EHOSTUNREACH, while VIPs the maps
+// know still connect: the hooks rewrite the destination before the route
+// lookup.
+func TestKernelUnknownVIPFailsFast(t *testing.T) {
+	f := newFixture(t)
+	// A default route whose next hop swallows everything: veth wan0 to
+	// wan1 (no address there, so nothing answers), neighbour static.
+	f.ns.mustRun(t, "ip", "link", "add", "wan0", "type", "veth", "peer", "name", "wan1")
+	f.ns.mustRun(t, "ip", "link", "set", "wan0", "up")
+	f.ns.mustRun(t, "ip", "link", "set", "wan1", "up")
+	f.ns.mustRun(t, "ip", "addr", "add", "192.0.2.1/24", "dev", "wan0")
+	f.ns.mustRun(t, "ip", "neigh", "add", "192.0.2.2", "lladdr", "02:00:00:00:00:02", "dev", "wan0", "nud", "permanent")
+	f.ns.mustRun(t, "ip", "route", "add", "default", "via", "192.0.2.2", "dev", "wan0")
+	k := f.open(t)
+	t.Cleanup(func() {
+		if err := k.Cleanup(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	mustSet(t, k, map[ServiceKey][]Backend{{vipA, 80, TCP}: {be1}, {vipA, 53, UDP}: {be1u}})
+	unknown := netip.MustParseAddr("243.0.0.9")
+	c := startClient(t, f.ns, f.cg)
+
+	// The problem: an unknown VIP goes to the default route and hangs.
+	if res := c.do(t, "tcp %s", ap(unknown, 80)); !strings.Contains(res, "timeout") {
+		t.Fatalf("unknown VIP without the unreachable range: %q, want a timeout", res)
+	}
+
+	f.ns.mustRun(t, "ip", "route", "add", "unreachable", "243.0.0.0/12", "proto", "148", "metric", "100")
+	for _, tc := range []struct{ cmd, addr string }{
+		{"tcp", ap(unknown, 80)}, // no entry at all
+		{"tcp", ap(vipA, 81)},    // a port the service does not export
+		{"udp", ap(unknown, 53)}, // unconnected sendto
+		{"cudp", ap(vipA, 5353)}, // connect of a UDP socket
+		{"tcp", ap(vipA, 53)},    // the UDP port's number over TCP
+	} {
+		start := time.Now()
+		if res := c.do(t, "%s %s", tc.cmd, tc.addr); res != "err EHOSTUNREACH" || time.Since(start) > time.Second {
+			t.Errorf("%s %s: %q after %v, want err EHOSTUNREACH at once", tc.cmd, tc.addr, res, time.Since(start))
+		}
+	}
+	// Known VIPs are translated before the route lookup: unaffected.
+	if res := c.do(t, "tcp %s", ap(vipA, 80)); !strings.HasPrefix(res, "ok be1 "+ap(vipA, 80)) {
+		t.Errorf("tcp to the known VIP: %q, want be1 behind %s", res, ap(vipA, 80))
+	}
+	for _, cmd := range []string{"udp", "cudp"} {
+		if res := c.do(t, "%s %s", cmd, ap(vipA, 53)); !strings.HasPrefix(res, "ok be1 "+ap(vipA, 53)) {
+			t.Errorf("%s to the known VIP: %q, want be1 answering as %s", cmd, res, ap(vipA, 53))
 		}
 	}
 }

@@ -219,6 +219,21 @@ func testConflicts(t *testing.T, e *env) {
 	if len(si.Spec.Ports) != 1 || si.Spec.Ports[0].Port != 80 {
 		t.Errorf("import ports %v, want the oldest export's port 80", si.Spec.Ports)
 	}
+	// c2's http lost: no traffic of the VIP's port 80 reaches c2, so its
+	// backend is in no cluster's slices.
+	ip1 := s1.Spec.ClusterIP
+	for _, id := range []string{"c1", "c2"} {
+		eventually(t, id+": only c1 serves api", func() error {
+			got, err := endpoints(e.c(id), "kubecon", "api")
+			if err != nil {
+				return err
+			}
+			if len(got) != 1 || !strings.HasPrefix(got[0], "c1/"+ip1+"/") {
+				return fmt.Errorf("endpoints %v, want only c1's %s", got, ip1)
+			}
+			return nil
+		})
+	}
 	eventually(t, "a Warning event on c2's export", func() error {
 		var evs eventsv1.EventList
 		if err := c2.List(context.Background(), &evs, client.InNamespace("kubecon")); err != nil {
@@ -242,6 +257,16 @@ func testConflicts(t *testing.T, e *env) {
 	}
 	for _, id := range []string{"c1", "c2"} {
 		eventually(t, id+": conflict resolved", wantCondition(e.c(id), "kubecon", "api", "Conflict", "False/NoConflicts"))
+		eventually(t, id+": c2 serves api again", func() error {
+			got, err := endpoints(e.c(id), "kubecon", "api")
+			if err != nil {
+				return err
+			}
+			if len(got) != 2 || !strings.HasPrefix(got[1], "c2/"+fix.Spec.ClusterIP+"/") {
+				return fmt.Errorf("endpoints %v, want c1's and c2's", got)
+			}
+			return nil
+		})
 	}
 
 	// ExternalName: refused, nothing in the broker.

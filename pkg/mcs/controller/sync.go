@@ -228,7 +228,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 			continue
 		}
 		local := r.ClusterID == c.cfg.ClusterID
-		src := mcs.SourceFromRecord(r, m.Spec.Type, local)
+		src := m.Source(r, local)
 		if !local {
 			var why string
 			if src, why = mcs.Reachable(src, r, c.reach(ctx, r.ClusterID)); why != "" {
