@@ -40,6 +40,13 @@ type activeTerm struct {
 	natSkipped string
 }
 
+// apiTimeout bounds the API writes of one sync (publish and mirror) and
+// of one status write: an API server that does not answer (frozen,
+// partitioned: a request would hang for as long) must not hold the
+// active loop, which keeps programming the cable from the broker cache
+// meanwhile (fail static). The writes are idempotent and retried.
+const apiTimeout = 5 * time.Second
+
 // runActive is one term as the active gateway: it ends when lctx ends
 // (leadership lost or shutdown; runCtx tells which).
 func (e *Engine) runActive(lctx, runCtx context.Context) {
@@ -79,7 +86,9 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 			if first {
 				first = false
 				e.log.Info("active gateway programmed", append([]any{"took", time.Since(start).Round(time.Millisecond), "connections", len(t.desired.Connections)}, t.steps...)...)
-				e.writeStatus(lctx, t, true)
+				sctx, cancel := context.WithTimeout(lctx, apiTimeout)
+				e.writeStatus(sctx, t, true)
+				cancel()
 			}
 		}
 	wait:
@@ -90,15 +99,19 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 		case <-resync.C:
 		case <-retry:
 		case <-status.C:
-			e.writeStatus(lctx, t, false)
+			sctx, cancel := context.WithTimeout(lctx, apiTimeout)
+			e.writeStatus(sctx, t, false)
+			cancel()
 			goto wait
 		}
 	}
 }
 
 // endTerm tears the term down: on shutdown the driver is closed (kernel
-// state stays for a restarted gateway to adopt); on a lost election the
-// tunnel is removed, since a passive candidate holds none.
+// state stays for a restarted gateway to adopt); when another candidate
+// holds the Lease (the only other way a term ends: an unreachable API
+// server ends none) the tunnel is removed, since a passive candidate
+// holds none.
 func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 	e.setRole(v1alpha1.HAStatusPassive)
 	e.m.active.Set(0)
@@ -285,15 +298,17 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	// Publish this cluster to its broker namespace (remote gateways wait
 	// for the Endpoint) while mirroring into the local cluster (its own
 	// Endpoint first: the route agents wait for it). The two talk to
-	// different API servers.
+	// different API servers. Both are bounded by apiTimeout.
+	actx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
 	var pubErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		pubErr = e.publish(ctx, ownEP, ownCl)
+		pubErr = e.publish(actx, ownEP, ownCl)
 	}()
-	if err := e.mirror(ctx, remotes, d); err != nil {
+	if err := e.mirror(actx, remotes, d); err != nil {
 		errs = append(errs, err)
 	}
 	step("mirrored")

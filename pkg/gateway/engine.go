@@ -279,7 +279,10 @@ func (e *Engine) Role() v1alpha1.HAStatus {
 
 // Run takes part in the election until ctx ends. While active it
 // publishes, mirrors, programs the cable and health-checks; while passive
-// it holds no tunnel. On return the lease is released (ReleaseOnStop) and
+// it holds no tunnel. An active term ends only when another candidate is
+// seen holding the Lease (the tunnel is then removed) or ctx ends: while
+// the local API server does not answer, the term — tunnel, routes,
+// globalnet rules — goes on from the caches (fail static; see README). On return the lease is released (ReleaseOnStop) and
 // the driver closed: kernel tunnel state stays for a restarted gateway to
 // adopt (see Cleanup for uninstall).
 func (e *Engine) Run(ctx context.Context) error {

@@ -34,10 +34,13 @@ import (
 //     seen at the next watch event.
 //   - every write is conditional on the resourceVersion last seen, so
 //     two candidates can never both win; the loser re-reads.
-//   - the holder renews every retry period and steps down when it has not
-//     renewed for renewDeadline (< lease duration: it is gone before any
-//     other candidate may take over), or at once when a renewal finds
-//     another holder.
+//   - the holder renews every retry period (each attempt bounded by
+//     renewDeadline) and steps down only when a successful read shows
+//     another holder (fencing by holderIdentity). Renewals that fail are
+//     retried without end: the holder fails static, keeping its term
+//     (and the node its tunnel) through an API outage. A candidate that
+//     could not write the Lease restarts its expiry clock when it next
+//     reads the same version, so an outage alone hands nothing over.
 //
 // Only local elapsed time is compared, never clocks of different nodes.
 type elector struct {
