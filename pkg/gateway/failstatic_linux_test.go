@@ -77,6 +77,10 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 	})
 	roles := watchRole(t, a.e)
 	lease0 := leaseOf(t, env, "c1")
+	const freeze = 5 * time.Second
+	tb := time.Now()
+	time.Sleep(freeze)
+	t.Logf("%s: no fault, %s: longest probe silence %s (the machine's own noise)", driver, freeze, probe.gapSince(tb).Round(time.Millisecond))
 
 	// 1. Frozen API server.
 	apiserver := env.c1.Process("kube-apiserver")
@@ -94,7 +98,6 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 	}
 	t.Cleanup(resume) // never leave the shared API server frozen
 	samples := sampleKernel(t, tp.gw1a, dev, base)
-	const freeze = 5 * time.Second
 	t0 := time.Now()
 	if err := syscall.Kill(apiserver.PID(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -157,7 +160,8 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 	}
 	written := time.Now()
 	time.Sleep(time.Second) // a cannot know: it keeps forwarding
-	if r := a.e.Role(); r != v1alpha1.HAStatusActive {
+	roleCut := a.e.Role()
+	if r := roleCut; r != v1alpha1.HAStatusActive {
 		t.Errorf("a is %s while cut off, before it could see the new holder; want active", r)
 	}
 	if changed, _ := samples.stop(); !changed.IsZero() {
@@ -186,8 +190,8 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 	if h := ptr.Deref(leaseOf(t, env, "c1").Spec.HolderIdentity, ""); h != "c1-gw-b" {
 		t.Errorf("lease holder %q after a stepped down, want c1-gw-b (a must not overwrite it)", h)
 	}
-	t.Logf("%s: cut off %s (lease written as c1-gw-b %s after the cut): a stayed active, longest probe silence %s; after the heal a stepped down in %s, device gone after %s",
-		driver, t2.Sub(t0).Round(time.Millisecond), written.Sub(t0).Round(time.Millisecond), cutGap.Round(time.Millisecond),
+	t.Logf("%s: cut off %s (lease written as c1-gw-b %s after the cut): a %s at the end of the cut, longest probe silence %s; after the heal a stepped down in %s, device gone after %s",
+		driver, t2.Sub(t0).Round(time.Millisecond), written.Sub(t0).Round(time.Millisecond), roleCut, cutGap.Round(time.Millisecond),
 		stepped.Sub(t2).Round(time.Millisecond), removed.Sub(t2).Round(time.Millisecond))
 }
 
