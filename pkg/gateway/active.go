@@ -40,6 +40,8 @@ type activeTerm struct {
 	natSkipped string
 }
 
+var errLeaseNotFresh = errors.New("gateway lease not renewed for its duration: holding back publish and mirror")
+
 // apiTimeout bounds the API writes of one sync (publish and mirror) and
 // of one status write: an API server that does not answer (frozen,
 // partitioned: a request would hang for as long) must not hold the
@@ -295,27 +297,18 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		step("nat")
 	}
 
-	// Publish this cluster to its broker namespace (remote gateways wait
-	// for the Endpoint) while mirroring into the local cluster (its own
-	// Endpoint first: the route agents wait for it). The two talk to
-	// different API servers. Both are bounded by apiTimeout.
-	actx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	var pubErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		pubErr = e.publish(actx, ownEP, ownCl)
-	}()
-	if err := e.mirror(actx, remotes, d); err != nil {
-		errs = append(errs, err)
-	}
-	step("mirrored")
-	wg.Wait()
-	step("published")
-	if pubErr != nil {
-		errs = append(errs, pubErr)
+	// Fencing of the API claims: a term that is not certain (the Lease
+	// not renewed for a lease duration: another candidate may hold it
+	// by now) keeps its kernel state, programmed above from the caches,
+	// but publishes and mirrors nothing — an old active cut off from its
+	// own API server but not from the broker would otherwise overwrite
+	// the new active's Endpoint on every retry, and the two would take
+	// turns re-pointing every remote gateway. The renewal that makes the
+	// term certain again kicks a sync.
+	if e.leaseFresh() {
+		errs = append(errs, e.publishAndMirror(ctx, remotes, d, ownEP, ownCl, step)...)
+	} else {
+		errs = append(errs, errLeaseNotFresh)
 	}
 
 	now := time.Now()
@@ -349,6 +342,33 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	e.m.remotes.WithLabelValues("valid").Set(float64(len(d.Connections)))
 	e.m.remotes.WithLabelValues("invalid").Set(float64(invalid))
 	return errors.Join(errs...)
+}
+
+// publishAndMirror publishes this cluster to its broker namespace (remote
+// gateways wait for the Endpoint) while mirroring into the local cluster
+// (its own Endpoint first: the route agents wait for it). The two talk to
+// different API servers. Both are bounded by apiTimeout.
+func (e *Engine) publishAndMirror(ctx context.Context, remotes []Remote, d Desired, ownEP v1alpha1.EndpointSpec, ownCl v1alpha1.ClusterSpec, step func(string)) []error {
+	actx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	var errs []error
+	var pubErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pubErr = e.publish(actx, ownEP, ownCl)
+	}()
+	if err := e.mirror(actx, remotes, d); err != nil {
+		errs = append(errs, err)
+	}
+	step("mirrored")
+	wg.Wait()
+	step("published")
+	if pubErr != nil {
+		errs = append(errs, pubErr)
+	}
+	return errs
 }
 
 // +kubebuilder:rbac:groups=causeway.dev,resources=globalingresses,verbs=get;list;watch

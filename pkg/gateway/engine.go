@@ -201,6 +201,10 @@ type Engine struct {
 	// an active term never overlap).
 	driverMu sync.Mutex
 
+	// leaseFresh reports whether the current term is certain (see
+	// elector.fresh); set by Run before the first term.
+	leaseFresh func() bool
+
 	mu     sync.Mutex
 	role   v1alpha1.HAStatus
 	leader string
@@ -351,6 +355,8 @@ func (e *Engine) Run(ctx context.Context) error {
 				e.removeLeftovers(ctx)
 			}
 		})
+	el.onRenewedAgain = e.kick // publish and mirror what was held back
+	e.leaseFresh = el.fresh
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go el.watch(watchCtx)

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 )
@@ -168,6 +169,29 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 		t.Errorf("tunnel device or routes changed %s after the cut", changed.Sub(t0).Round(time.Millisecond))
 	}
 	cutGap := probe.gapSince(t0)
+	// The new holder publishes its Endpoint in the broker (which a
+	// still reaches): a, whose term is no longer certain, must not
+	// write its own back (the event kicks its sync).
+	epKey := client.ObjectKey{Namespace: brokerNamespace("c1"), Name: "c1"}
+	eventually(t, "publish c1-gw-b's Endpoint", time.Minute, func() error {
+		ep := &v1alpha1.Endpoint{}
+		if err := env.broker.Client.Get(ctx, epKey, ep); err != nil {
+			return err
+		}
+		ep.Spec.Hostname, ep.Spec.PublicIP = "c1-gw-b", wan1b.String()
+		return env.broker.Client.Update(ctx, ep)
+	})
+	time.Sleep(2 * time.Second)
+	brokerHost := func() string {
+		ep := &v1alpha1.Endpoint{}
+		if err := env.broker.Client.Get(ctx, epKey, ep); err != nil {
+			t.Fatal(err)
+		}
+		return ep.Spec.Hostname
+	}
+	if h := brokerHost(); h != "c1-gw-b" {
+		t.Errorf("broker Endpoint of c1 names %q 2 s after c1-gw-b published it: the cut-off a wrote it back", h)
+	}
 	t2 := time.Now()
 	passive := roleAt(a.e, v1alpha1.HAStatusPassive)
 	proxy.heal()
@@ -186,6 +210,9 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 	removed := time.Now()
 	if out, _ := exec.Command("ip", "-n", tp.gw1a, "route", "show", "table", "all", "proto", "157").CombinedOutput(); strings.TrimSpace(string(out)) != "" {
 		t.Errorf("routes left after the step-down: %s", out)
+	}
+	if h := brokerHost(); h != "c1-gw-b" {
+		t.Errorf("broker Endpoint of c1 names %q after a stepped down, want c1-gw-b", h)
 	}
 	if h := ptr.Deref(leaseOf(t, env, "c1").Spec.HolderIdentity, ""); h != "c1-gw-b" {
 		t.Errorf("lease holder %q after a stepped down, want c1-gw-b (a must not overwrite it)", h)

@@ -56,7 +56,13 @@ type elector struct {
 	// observed holder changes to a non-empty identity.
 	onNewLeader func(identity string)
 
+	// onRenewedAgain is called (on renew's goroutine, must not block)
+	// when a renewal succeeds after the lease had gone unrenewed for its
+	// duration.
+	onRenewedAgain func()
+
 	mu         sync.Mutex
+	renewed    time.Time // send time of this term's last successful write; zero: no term
 	synced     bool
 	observed   *coordinationv1.Lease // nil: no Lease (or not synced yet)
 	observedAt time.Time             // when this version was first seen here
@@ -167,6 +173,7 @@ func (el *elector) acquire(ctx context.Context) (*coordinationv1.Lease, time.Tim
 			l, expiresIn, err := el.tryAcquire(ctx, cur, at)
 			switch {
 			case l != nil:
+				el.setRenewed(sent)
 				return l, sent
 			case err != nil:
 				el.log.Warn("acquire gateway lease", "err", err)
@@ -318,8 +325,13 @@ func (el *elector) renew(ctx context.Context, l *coordinationv1.Lease, renewed t
 				return l
 			}
 			if err == nil {
+				fresh := el.fresh()
+				el.setRenewed(sent)
 				if failing {
 					el.log.Info("renewed the gateway lease again", "sinceLastRenewal", sent.Sub(renewed).Round(time.Millisecond))
+				}
+				if !fresh && el.onRenewedAgain != nil {
+					el.onRenewedAgain()
 				}
 				l, renewed, failing, overdue = next, sent, false, false
 				break
@@ -350,6 +362,23 @@ func (el *elector) renew(ctx context.Context, l *coordinationv1.Lease, renewed t
 			}
 		}
 	}
+}
+
+func (el *elector) setRenewed(at time.Time) {
+	el.mu.Lock()
+	el.renewed = at
+	el.mu.Unlock()
+}
+
+// fresh reports whether this candidate's term is certain: its last
+// successful write of the Lease was sent less than a lease duration ago,
+// so no other candidate can have taken the Lease over since. A holder
+// failing static (renewals failing) keeps its term but is no longer
+// fresh; the engine then makes no API claims (see sync).
+func (el *elector) fresh() bool {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return !el.renewed.IsZero() && time.Since(el.renewed) < el.duration
 }
 
 // observedOther reports whether the last version seen names a holder
