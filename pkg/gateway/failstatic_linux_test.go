@@ -83,71 +83,16 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 	time.Sleep(freeze)
 	t.Logf("%s: no fault, %s: longest probe silence %s (the machine's own noise)", driver, freeze, probe.gapSince(tb).Round(time.Millisecond))
 
-	// 1. Frozen API server.
-	apiserver := env.c1.Process("kube-apiserver")
-	if apiserver == nil {
-		t.Fatal("no kube-apiserver process for c1")
+	// 1. Frozen kube-apiserver, then frozen etcd.
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		freezeProcess(t, env, tp, a, probe, roles, lease0, base, driver, bin, freeze)
 	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			if err := syscall.Kill(apiserver.PID(), syscall.SIGCONT); err != nil {
-				t.Errorf("SIGCONT: %v", err)
-			}
-		}
-	}
-	t.Cleanup(resume) // never leave the shared API server frozen
-	samples := sampleKernel(t, tp.gw1a, dev, base)
-	t0 := time.Now()
-	if err := syscall.Kill(apiserver.PID(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(freeze)
-	if r := a.e.Role(); r != v1alpha1.HAStatusActive {
-		t.Errorf("a is %s with its API server frozen, want active", r)
-	}
-	resume()
-	t1 := time.Now()
-	var renewedAfter time.Duration
-	eventually(t, "a renewing its lease after the freeze", time.Minute, func() error {
-		l := leaseOf(t, env, "c1")
-		if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "c1-gw-a" {
-			return fmt.Errorf("holder %q", h)
-		}
-		if !l.Spec.RenewTime.After(t1) {
-			return fmt.Errorf("last renewal %s, before the resume", l.Spec.RenewTime.Format(time.StampMilli))
-		}
-		renewedAfter = l.Spec.RenewTime.Sub(t1)
-		return nil
-	})
-	time.Sleep(time.Second) // a settled sync after the resume
-	kept, n := samples.stop()
-	if kept.IsZero() {
-		t.Logf("%s: freeze %s: tunnel device (ifindex %d) and %d routes unchanged in all %d samples over %s, from the freeze to 1 s after the renewal",
-			driver, freeze, base.index, strings.Count(base.routes, "\n")+1, n, time.Since(t0).Round(time.Millisecond))
-	} else {
-		t.Errorf("%s: tunnel device or routes changed %s after the freeze began", driver, kept.Sub(t0).Round(time.Millisecond))
-	}
-	if left, ok := roles.leftActive(); ok {
-		t.Errorf("a left the active role %s after the freeze began", left.Sub(t0).Round(time.Millisecond))
-	}
-	if got := testutil.ToFloat64(a.e.m.leaderChanges); got != 1 {
-		t.Errorf("a had %v active terms, want 1 (no rebuild)", got)
-	}
-	lease1 := leaseOf(t, env, "c1")
-	if ptr.Deref(lease1.Spec.LeaseTransitions, 0) != ptr.Deref(lease0.Spec.LeaseTransitions, 0) || !lease1.Spec.AcquireTime.Equal(lease0.Spec.AcquireTime) {
-		t.Errorf("lease transitions %d→%d, acquire time %s→%s: want the same term",
-			ptr.Deref(lease0.Spec.LeaseTransitions, 0), ptr.Deref(lease1.Spec.LeaseTransitions, 0), lease0.Spec.AcquireTime, lease1.Spec.AcquireTime)
-	}
-	t.Logf("%s: freeze %s: longest probe silence %s; lease renewed %s after SIGCONT (renewals had stopped for %s)",
-		driver, freeze, probe.gapSince(t0).Round(time.Millisecond), renewedAfter.Round(time.Millisecond), (t1.Sub(t0) + renewedAfter).Round(time.Millisecond))
 
 	// 2. a cut off from its API server; after the lease expired, another
 	// candidate takes it (written here as c1-gw-b, with a long duration
 	// so that a, once passive, does not take it back).
-	samples = sampleKernel(t, tp.gw1a, dev, base)
-	t0 = time.Now()
+	samples := sampleKernel(t, tp.gw1a, dev, base)
+	t0 := time.Now()
 	proxy.cut()
 	time.Sleep(2 * DefaultLeaseDuration)
 	taken := leaseOf(t, env, "c1")
@@ -220,6 +165,70 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 	t.Logf("%s: cut off %s (lease written as c1-gw-b %s after the cut): a %s at the end of the cut, longest probe silence %s; after the heal a stepped down in %s, device gone after %s",
 		driver, t2.Sub(t0).Round(time.Millisecond), written.Sub(t0).Round(time.Millisecond), roleCut, cutGap.Round(time.Millisecond),
 		stepped.Sub(t2).Round(time.Millisecond), removed.Sub(t2).Round(time.Millisecond))
+}
+
+// freezeProcess SIGSTOPs c1's bin for freeze and checks that a stays
+// active with its kernel state untouched and renews the same term.
+func freezeProcess(t *testing.T, env *env, tp *topo, a *gw, probe *probe, roles *roleLog, lease0 *coordinationv1.Lease, base kernelState, driver, bin string, freeze time.Duration) {
+	dev := tp.dev("1a")
+	apiserver := env.c1.Process(bin)
+	if apiserver == nil {
+		t.Fatalf("no %s process for c1", bin)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := syscall.Kill(apiserver.PID(), syscall.SIGCONT); err != nil {
+				t.Errorf("SIGCONT: %v", err)
+			}
+		}
+	}
+	t.Cleanup(resume) // never leave the shared control plane frozen
+	samples := sampleKernel(t, tp.gw1a, dev, base)
+	t0 := time.Now()
+	if err := syscall.Kill(apiserver.PID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(freeze)
+	if r := a.e.Role(); r != v1alpha1.HAStatusActive {
+		t.Errorf("a is %s with %s frozen, want active", r, bin)
+	}
+	resume()
+	t1 := time.Now()
+	var renewedAfter time.Duration
+	eventually(t, "a renewing its lease after the freeze", time.Minute, func() error {
+		l := leaseOf(t, env, "c1")
+		if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "c1-gw-a" {
+			return fmt.Errorf("holder %q", h)
+		}
+		if !l.Spec.RenewTime.After(t1) {
+			return fmt.Errorf("last renewal %s, before the resume", l.Spec.RenewTime.Format(time.StampMilli))
+		}
+		renewedAfter = l.Spec.RenewTime.Sub(t1)
+		return nil
+	})
+	time.Sleep(time.Second) // a settled sync after the resume
+	kept, n := samples.stop()
+	if kept.IsZero() {
+		t.Logf("%s: %s frozen %s: tunnel device (ifindex %d) and %d routes unchanged in all %d samples over %s, from the freeze to 1 s after the renewal",
+			driver, bin, freeze, base.index, strings.Count(base.routes, "\n")+1, n, time.Since(t0).Round(time.Millisecond))
+	} else {
+		t.Errorf("%s: %s frozen: tunnel device or routes changed %s after the freeze began", driver, bin, kept.Sub(t0).Round(time.Millisecond))
+	}
+	if left, ok := roles.leftActive(); ok {
+		t.Errorf("a left the active role %s after %s was frozen", left.Sub(t0).Round(time.Millisecond), bin)
+	}
+	if got := testutil.ToFloat64(a.e.m.leaderChanges); got != 1 {
+		t.Errorf("a had %v active terms, want 1 (no rebuild)", got)
+	}
+	lease1 := leaseOf(t, env, "c1")
+	if ptr.Deref(lease1.Spec.LeaseTransitions, 0) != ptr.Deref(lease0.Spec.LeaseTransitions, 0) || !lease1.Spec.AcquireTime.Equal(lease0.Spec.AcquireTime) {
+		t.Errorf("lease transitions %d→%d, acquire time %s→%s: want the same term",
+			ptr.Deref(lease0.Spec.LeaseTransitions, 0), ptr.Deref(lease1.Spec.LeaseTransitions, 0), lease0.Spec.AcquireTime, lease1.Spec.AcquireTime)
+	}
+	t.Logf("%s: %s frozen %s: longest probe silence %s; lease renewed %s after SIGCONT (renewals had stopped for %s)",
+		driver, bin, freeze, probe.gapSince(t0).Round(time.Millisecond), renewedAfter.Round(time.Millisecond), (t1.Sub(t0) + renewedAfter).Round(time.Millisecond))
 }
 
 func leaseOf(t *testing.T, env *env, cluster string) *coordinationv1.Lease {
