@@ -337,6 +337,7 @@ func (el *elector) renew(ctx context.Context, l *coordinationv1.Lease, renewed t
 				break
 			}
 			if errors.Is(err, errLeaseLost) {
+				el.setRenewed(time.Time{}) // no term: nothing is fresh
 				el.log.Warn("gateway lease taken by another candidate", "holder", holderOf(next))
 				return l
 			}
