@@ -356,6 +356,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		})
 	el.onRenewedAgain = e.kick // publish and mirror what was held back
+	el.onRenewed = func(at time.Time) { e.m.leaseRenewed.Set(float64(at.UnixNano()) / 1e9) }
 	e.leaseFresh = el.fresh
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()

@@ -60,6 +60,9 @@ type elector struct {
 	// when a renewal succeeds after the lease had gone unrenewed for its
 	// duration.
 	onRenewedAgain func()
+	// onRenewed, when set, is told the send time of every successful
+	// write of the Lease (acquire or renewal); it must not block.
+	onRenewed func(sent time.Time)
 
 	mu         sync.Mutex
 	renewed    time.Time // send time of this term's last successful write; zero: no term
@@ -369,6 +372,9 @@ func (el *elector) setRenewed(at time.Time) {
 	el.mu.Lock()
 	el.renewed = at
 	el.mu.Unlock()
+	if !at.IsZero() && el.onRenewed != nil {
+		el.onRenewed(at)
+	}
 }
 
 // fresh reports whether this candidate's term is certain: its last
