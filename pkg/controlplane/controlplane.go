@@ -224,6 +224,19 @@ func (cp *ControlPlane) CACertFile() string { return cp.pki.CA.CertFile }
 // Dir is the control plane's state directory.
 func (cp *ControlPlane) Dir() string { return cp.cfg.Dir }
 
+// Process is the running process of bin ("etcd", "kube-apiserver", or a
+// component's binary) that this handle started, nil if none (a control
+// plane adopted with Adopt, or stopped). Tests signal it to simulate
+// faults, e.g. SIGSTOP to freeze the API server.
+func (cp *ControlPlane) Process(bin string) *Process {
+	for _, p := range cp.procs {
+		if p.cfg.Name == cp.cfg.Name+"/"+bin {
+			return p
+		}
+	}
+	return nil
+}
+
 // Stop stops every process this handle started, newest first.
 func (cp *ControlPlane) Stop() {
 	for i := len(cp.procs) - 1; i >= 0; i-- {

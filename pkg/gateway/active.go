@@ -40,6 +40,15 @@ type activeTerm struct {
 	natSkipped string
 }
 
+var errLeaseNotFresh = errors.New("gateway lease not renewed for its duration: holding back publish and mirror")
+
+// apiTimeout bounds the API writes of one sync (publish and mirror) and
+// of one status write: an API server that does not answer (frozen,
+// partitioned: a request would hang for as long) must not hold the
+// active loop, which keeps programming the cable from the broker cache
+// meanwhile (fail static). The writes are idempotent and retried.
+const apiTimeout = 5 * time.Second
+
 // runActive is one term as the active gateway: it ends when lctx ends
 // (leadership lost or shutdown; runCtx tells which).
 func (e *Engine) runActive(lctx, runCtx context.Context) {
@@ -79,7 +88,9 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 			if first {
 				first = false
 				e.log.Info("active gateway programmed", append([]any{"took", time.Since(start).Round(time.Millisecond), "connections", len(t.desired.Connections)}, t.steps...)...)
-				e.writeStatus(lctx, t, true)
+				sctx, cancel := context.WithTimeout(lctx, apiTimeout)
+				e.writeStatus(sctx, t, true)
+				cancel()
 			}
 		}
 	wait:
@@ -90,15 +101,19 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 		case <-resync.C:
 		case <-retry:
 		case <-status.C:
-			e.writeStatus(lctx, t, false)
+			sctx, cancel := context.WithTimeout(lctx, apiTimeout)
+			e.writeStatus(sctx, t, false)
+			cancel()
 			goto wait
 		}
 	}
 }
 
 // endTerm tears the term down: on shutdown the driver is closed (kernel
-// state stays for a restarted gateway to adopt); on a lost election the
-// tunnel is removed, since a passive candidate holds none.
+// state stays for a restarted gateway to adopt); when another candidate
+// holds the Lease (the only other way a term ends: an unreachable API
+// server ends none) the tunnel is removed, since a passive candidate
+// holds none.
 func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 	e.setRole(v1alpha1.HAStatusPassive)
 	e.m.active.Set(0)
@@ -282,25 +297,18 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		step("nat")
 	}
 
-	// Publish this cluster to its broker namespace (remote gateways wait
-	// for the Endpoint) while mirroring into the local cluster (its own
-	// Endpoint first: the route agents wait for it). The two talk to
-	// different API servers.
-	var pubErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		pubErr = e.publish(ctx, ownEP, ownCl)
-	}()
-	if err := e.mirror(ctx, remotes, d); err != nil {
-		errs = append(errs, err)
-	}
-	step("mirrored")
-	wg.Wait()
-	step("published")
-	if pubErr != nil {
-		errs = append(errs, pubErr)
+	// Fencing of the API claims: a term that is not certain (the Lease
+	// not renewed for a lease duration: another candidate may hold it
+	// by now) keeps its kernel state, programmed above from the caches,
+	// but publishes and mirrors nothing — an old active cut off from its
+	// own API server but not from the broker would otherwise overwrite
+	// the new active's Endpoint on every retry, and the two would take
+	// turns re-pointing every remote gateway. The renewal that makes the
+	// term certain again kicks a sync.
+	if e.leaseFresh() {
+		errs = append(errs, e.publishAndMirror(ctx, remotes, d, ownEP, ownCl, step)...)
+	} else {
+		errs = append(errs, errLeaseNotFresh)
 	}
 
 	now := time.Now()
@@ -334,6 +342,33 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	e.m.remotes.WithLabelValues("valid").Set(float64(len(d.Connections)))
 	e.m.remotes.WithLabelValues("invalid").Set(float64(invalid))
 	return errors.Join(errs...)
+}
+
+// publishAndMirror publishes this cluster to its broker namespace (remote
+// gateways wait for the Endpoint) while mirroring into the local cluster
+// (its own Endpoint first: the route agents wait for it). The two talk to
+// different API servers. Both are bounded by apiTimeout.
+func (e *Engine) publishAndMirror(ctx context.Context, remotes []Remote, d Desired, ownEP v1alpha1.EndpointSpec, ownCl v1alpha1.ClusterSpec, step func(string)) []error {
+	actx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	var errs []error
+	var pubErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pubErr = e.publish(actx, ownEP, ownCl)
+	}()
+	if err := e.mirror(actx, remotes, d); err != nil {
+		errs = append(errs, err)
+	}
+	step("mirrored")
+	wg.Wait()
+	step("published")
+	if pubErr != nil {
+		errs = append(errs, pubErr)
+	}
+	return errs
 }
 
 // +kubebuilder:rbac:groups=causeway.dev,resources=globalingresses,verbs=get;list;watch

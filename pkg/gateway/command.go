@@ -113,7 +113,7 @@ object) and exits.`,
 	fs.IntVar(&f.routeTable, "route-table", f.routeTable, "routing table for remote subnets (0: main)")
 	fs.StringVar(&f.healthCheckIP, "health-check-ip", f.healthCheckIP, "address inside the pod CIDR put on the tunnel device and published for health checks (empty: none)")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", f.leaseDuration, "gateway lease duration (whole seconds)")
-	fs.DurationVar(&f.renewDeadline, "renew-deadline", f.renewDeadline, "the active gives up leadership when it cannot renew within this")
+	fs.DurationVar(&f.renewDeadline, "renew-deadline", f.renewDeadline, "timeout of one lease renewal; a renewal failing for longer is logged, and the active stays active (fail static) until it sees another holder")
 	fs.DurationVar(&f.retryPeriod, "retry-period", f.retryPeriod, "lease renew interval of the active (passive candidates watch the lease) and retry interval after a failed lease request")
 	fs.BoolVar(&f.globalnet, "globalnet", f.globalnet, "reach this cluster only through a global CIDR (for clusters whose pod/service CIDRs overlap another member's)")
 	fs.StringVar(&f.globalSupernet, "global-supernet", f.globalSupernet, "globalnet: clusterset supernet the global CIDRs are claimed from (the same on every cluster)")

@@ -201,6 +201,10 @@ type Engine struct {
 	// an active term never overlap).
 	driverMu sync.Mutex
 
+	// leaseFresh reports whether the current term is certain (see
+	// elector.fresh); set by Run before the first term.
+	leaseFresh func() bool
+
 	mu     sync.Mutex
 	role   v1alpha1.HAStatus
 	leader string
@@ -279,7 +283,10 @@ func (e *Engine) Role() v1alpha1.HAStatus {
 
 // Run takes part in the election until ctx ends. While active it
 // publishes, mirrors, programs the cable and health-checks; while passive
-// it holds no tunnel. On return the lease is released (ReleaseOnStop) and
+// it holds no tunnel. An active term ends only when another candidate is
+// seen holding the Lease (the tunnel is then removed) or ctx ends: while
+// the local API server does not answer, the term — tunnel, routes,
+// globalnet rules — goes on from the caches (fail static; see README). On return the lease is released (ReleaseOnStop) and
 // the driver closed: kernel tunnel state stays for a restarted gateway to
 // adopt (see Cleanup for uninstall).
 func (e *Engine) Run(ctx context.Context) error {
@@ -348,6 +355,9 @@ func (e *Engine) Run(ctx context.Context) error {
 				e.removeLeftovers(ctx)
 			}
 		})
+	el.onRenewedAgain = e.kick // publish and mirror what was held back
+	el.onRenewed = func(at time.Time) { e.m.leaseRenewed.Set(float64(at.UnixNano()) / 1e9) }
+	e.leaseFresh = el.fresh
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go el.watch(watchCtx)

@@ -278,6 +278,12 @@ func logger(name string) *slog.Logger {
 }
 
 func (e *env) startGateway(t *testing.T, tp *topo, driver, cluster, node, ns, dev string, pub, health netip.Addr, release bool) *gw {
+	return e.startGatewayVia(t, e.local[cluster], tp, driver, cluster, node, ns, dev, pub, health, release)
+}
+
+// startGatewayVia starts a gateway whose local API client uses local
+// (e.g. through a proxy the test can cut).
+func (e *env) startGatewayVia(t *testing.T, local *rest.Config, tp *topo, driver, cluster, node, ns, dev string, pub, health netip.Addr, release bool) *gw {
 	cfg := Config{
 		ClusterID: cluster, NodeName: node, Namespace: "causeway-system",
 		PublicIP: pub, Port: 4500, CableDriver: driver, TunnelDevice: tp.dev(dev),
@@ -291,7 +297,7 @@ func (e *env) startGateway(t *testing.T, tp *topo, driver, cluster, node, ns, de
 	case "c3":
 		cfg.PodCIDRs, cfg.ServiceCIDRs = []netip.Prefix{c3Pods}, []netip.Prefix{c3Svcs}
 	}
-	cfg.Local, cfg.Broker = e.local[cluster], e.identity[cluster]
+	cfg.Local, cfg.Broker = local, e.identity[cluster]
 	en, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -34,10 +34,13 @@ import (
 //     seen at the next watch event.
 //   - every write is conditional on the resourceVersion last seen, so
 //     two candidates can never both win; the loser re-reads.
-//   - the holder renews every retry period and steps down when it has not
-//     renewed for renewDeadline (< lease duration: it is gone before any
-//     other candidate may take over), or at once when a renewal finds
-//     another holder.
+//   - the holder renews every retry period (each attempt bounded by
+//     renewDeadline) and steps down only when a successful read shows
+//     another holder (fencing by holderIdentity). Renewals that fail are
+//     retried without end: the holder fails static, keeping its term
+//     (and the node its tunnel) through an API outage. A candidate that
+//     could not write the Lease restarts its expiry clock when it next
+//     reads the same version, so an outage alone hands nothing over.
 //
 // Only local elapsed time is compared, never clocks of different nodes.
 type elector struct {
@@ -53,7 +56,16 @@ type elector struct {
 	// observed holder changes to a non-empty identity.
 	onNewLeader func(identity string)
 
+	// onRenewedAgain is called (on renew's goroutine, must not block)
+	// when a renewal succeeds after the lease had gone unrenewed for its
+	// duration.
+	onRenewedAgain func()
+	// onRenewed, when set, is told the send time of every successful
+	// write of the Lease (acquire or renewal); it must not block.
+	onRenewed func(sent time.Time)
+
 	mu         sync.Mutex
+	renewed    time.Time // send time of this term's last successful write; zero: no term
 	synced     bool
 	observed   *coordinationv1.Lease // nil: no Lease (or not synced yet)
 	observedAt time.Time             // when this version was first seen here
@@ -146,19 +158,29 @@ func holderOf(l *coordinationv1.Lease) string {
 func (el *elector) acquire(ctx context.Context) (*coordinationv1.Lease, time.Time) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	unreachable := false // the last write failed other than by a conflict
 	for {
+		if unreachable {
+			if err := el.recheck(ctx); err != nil {
+				el.log.Debug("re-read gateway lease", "err", err)
+			} else {
+				unreachable = false
+			}
+		}
 		el.mu.Lock()
 		synced, cur, at := el.synced, el.observed, el.observedAt
 		el.mu.Unlock()
 		wait := el.retry
-		if synced {
+		if synced && !unreachable {
 			sent := time.Now()
 			l, expiresIn, err := el.tryAcquire(ctx, cur, at)
 			switch {
 			case l != nil:
+				el.setRenewed(sent)
 				return l, sent
 			case err != nil:
 				el.log.Warn("acquire gateway lease", "err", err)
+				unreachable = true
 			case expiresIn > 0:
 				wait = expiresIn
 			default:
@@ -177,6 +199,33 @@ func (el *elector) acquire(ctx context.Context) (*coordinationv1.Lease, time.Tim
 			return nil, time.Time{}
 		}
 	}
+}
+
+// recheck reads the Lease after this candidate could not write it, and
+// restarts the expiry clock when the version is the one already seen:
+// while the API server did not answer this candidate it probably did not
+// answer the holder either, whose renewals failed, and which keeps its
+// term through the outage (fail static, see renew). Counting the outage
+// as expiry would hand the Lease over at the moment the API server comes
+// back and tear down a working tunnel. A holder that really died is
+// taken over one lease duration after the API server answered again.
+func (el *elector) recheck(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, el.deadline)
+	defer cancel()
+	l, err := el.writes.Get(rctx, el.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		l = nil
+	case err != nil:
+		return fmt.Errorf("get lease: %w", err)
+	}
+	el.mu.Lock()
+	if (l == nil) == (el.observed == nil) && (l == nil || l.ResourceVersion == el.observed.ResourceVersion) {
+		el.observedAt = time.Now()
+	}
+	el.mu.Unlock()
+	el.observe(l)
+	return nil
 }
 
 // tryAcquire takes the Lease over if cur (seen since at) allows it. It
@@ -243,57 +292,118 @@ func (el *elector) reread(ctx context.Context) error {
 	return nil
 }
 
-// renew keeps the Lease held (l is the last version written, its write
-// sent at renewed) until ctx ends or the renewals fail for renewDeadline
-// or find another holder; it returns the last version written.
+// renew keeps the Lease held until ctx ends or a successful read shows
+// another holder: errLeaseLost, the only way a term ends while running.
+// Renewals that fail (API server unreachable, frozen, slow or erroring)
+// are retried for as long as it takes — the holder fails static: it
+// keeps its term without renewing, since no other candidate can take
+// the Lease over without writing it, and a write by another holder is
+// what the next successful read shows. When the API server answers
+// again the renewal, conditional on the holder's last written version,
+// succeeds if nobody wrote the Lease meanwhile (expired or not), and
+// conflicts — then the read finds the new holder — if somebody did.
+// A watch event naming another holder triggers a renewal at once (the
+// watch may replay an older version: the conditional write decides).
+// renew returns the last version written.
 func (el *elector) renew(ctx context.Context, l *coordinationv1.Lease, renewed time.Time) *coordinationv1.Lease {
 	tick := time.NewTicker(el.retry)
 	defer tick.Stop()
+	failing, overdue := false, false
 	for {
 		select {
 		case <-ctx.Done():
 			return l
 		case <-tick.C:
+		case <-el.changed:
+			if !el.observedOther() {
+				continue
+			}
 		}
 		for {
-			if time.Since(renewed) > el.deadline {
-				el.log.Warn("could not renew the gateway lease in time: stepping down", "renewDeadline", el.deadline)
-				return l
-			}
 			sent := time.Now()
-			rctx, cancel := context.WithDeadline(ctx, renewed.Add(el.deadline))
+			rctx, cancel := context.WithTimeout(ctx, el.deadline)
 			next, err := el.renewOnce(rctx, l)
 			cancel()
 			if ctx.Err() != nil {
 				return l
 			}
 			if err == nil {
-				l, renewed = next, sent
+				fresh := el.fresh()
+				el.setRenewed(sent)
+				if failing {
+					el.log.Info("renewed the gateway lease again", "sinceLastRenewal", sent.Sub(renewed).Round(time.Millisecond))
+				}
+				if !fresh && el.onRenewedAgain != nil {
+					el.onRenewedAgain()
+				}
+				l, renewed, failing, overdue = next, sent, false, false
 				break
 			}
 			if errors.Is(err, errLeaseLost) {
+				el.setRenewed(time.Time{}) // no term: nothing is fresh
 				el.log.Warn("gateway lease taken by another candidate", "holder", holderOf(next))
 				return l
 			}
-			if next != nil {
-				l = next // a newer version of our own term: retry at once
-				continue
+			switch {
+			case !failing:
+				el.log.Warn("renew gateway lease", "err", err)
+			case !overdue && time.Since(renewed) > el.deadline:
+				el.log.Warn("gateway lease not renewed within the renew deadline: staying active (fail static) until another holder is seen",
+					"renewDeadline", el.deadline, "err", err)
+				overdue = true
+			default:
+				el.log.Debug("renew gateway lease", "err", err)
 			}
-			el.log.Warn("renew gateway lease", "err", err)
+			failing = true
+			wait := el.retry / 2 // try to renew within the deadline
+			if overdue {
+				wait = el.retry
+			}
 			select {
 			case <-ctx.Done():
 				return l
-			case <-time.After(el.retry / 2):
+			case <-time.After(wait):
 			}
 		}
 	}
 }
 
+func (el *elector) setRenewed(at time.Time) {
+	el.mu.Lock()
+	el.renewed = at
+	el.mu.Unlock()
+	if !at.IsZero() && el.onRenewed != nil {
+		el.onRenewed(at)
+	}
+}
+
+// fresh reports whether this candidate's term is certain: its last
+// successful write of the Lease was sent less than a lease duration ago,
+// so no other candidate can have taken the Lease over since. A holder
+// failing static (renewals failing) keeps its term but is no longer
+// fresh; the engine then makes no API claims (see sync).
+func (el *elector) fresh() bool {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return !el.renewed.IsZero() && time.Since(el.renewed) < el.duration
+}
+
+// observedOther reports whether the last version seen names a holder
+// other than this candidate.
+func (el *elector) observedOther() bool {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	h := holderOf(el.observed)
+	return el.observed != nil && h != "" && h != el.identity
+}
+
 var errLeaseLost = errors.New("lease held by another candidate")
 
 // renewOnce writes one renewal of l. After a conflict it re-reads the
-// Lease: still ours → the newer version and an error (retry with it);
-// another holder → errLeaseLost.
+// Lease: another holder → that version and errLeaseLost; still ours,
+// released or deleted (nobody else holds it) → it takes the Lease
+// again, from the version read (the term goes on). Any other failure
+// is an error to retry.
 func (el *elector) renewOnce(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	next := l.DeepCopy()
 	next.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
@@ -306,18 +416,24 @@ func (el *elector) renewOnce(ctx context.Context, l *coordinationv1.Lease) (*coo
 		return nil, fmt.Errorf("renew lease: %w", err)
 	}
 	cur, gerr := el.writes.Get(ctx, el.name, metav1.GetOptions{})
-	if gerr != nil {
-		if apierrors.IsNotFound(gerr) {
-			el.observe(nil)
-			return nil, errLeaseLost
-		}
+	switch {
+	case apierrors.IsNotFound(gerr):
+		cur = nil
+	case gerr != nil:
 		return nil, fmt.Errorf("renew lease: %w (re-read: %v)", err, gerr)
 	}
 	el.observe(cur)
-	if holderOf(cur) != el.identity {
+	if h := holderOf(cur); h != "" && h != el.identity {
 		return cur, errLeaseLost
 	}
-	return cur, fmt.Errorf("renew lease: %w", err)
+	got, _, aerr := el.tryAcquire(ctx, cur, time.Now())
+	switch {
+	case aerr != nil:
+		return nil, fmt.Errorf("renew lease: %w (retake: %v)", err, aerr)
+	case got == nil:
+		return nil, fmt.Errorf("renew lease: %w (retake: written meanwhile)", err)
+	}
+	return got, nil
 }
 
 // release gives the Lease up (empty holder) so that another candidate

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -46,9 +48,16 @@ func startCandidate(t *testing.T, kc kubernetes.Interface, ns, id string, releas
 
 func startCandidateWith(t *testing.T, kc kubernetes.Interface, ns, id string, release bool, lease, deadline, retry time.Duration) *candidate {
 	t.Helper()
+	return startCandidateClients(t, kc, kc, ns, id, release, lease, deadline, retry)
+}
+
+// startCandidateClients watches with kc and reads and writes with writes
+// (the engine gives the latter a request timeout).
+func startCandidateClients(t *testing.T, kc, writes kubernetes.Interface, ns, id string, release bool, lease, deadline, retry time.Duration) *candidate {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &candidate{stop: cancel, done: make(chan struct{})}
-	c.el = newElector(kc.CoordinationV1(), kc.CoordinationV1(), ns, LeaseName, id, lease, deadline, retry,
+	c.el = newElector(kc.CoordinationV1(), writes.CoordinationV1(), ns, LeaseName, id, lease, deadline, retry,
 		slog.New(slog.DiscardHandler), nil)
 	go c.el.watch(ctx)
 	go func() {
@@ -243,6 +252,51 @@ func TestElector(t *testing.T) {
 		}
 		if h := holder(t, kc, ns).Spec.HolderIdentity; h != nil {
 			t.Errorf("holder %q after the release, want none", *h)
+		}
+	})
+
+	// Fail static: with the API server frozen for longer than the lease,
+	// the holder keeps its term (renewals failing) and the passive
+	// candidate, whose takeover writes failed too, restarts its expiry
+	// clock when it reads the unchanged Lease again.
+	t.Run("frozen API server: the holder keeps its term", func(t *testing.T) {
+		ns := "freeze"
+		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		wcfg := rest.CopyConfig(cl.Config)
+		wcfg.Timeout = DefaultRenewDeadline
+		writes, err := kubernetes.NewForConfig(wcfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		apiserver := cl.Process("kube-apiserver")
+		for i := range 3 {
+			a := startCandidateClients(t, kc, writes, ns, fmt.Sprintf("a%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod)
+			within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
+			b := startCandidateClients(t, kc, writes, ns, fmt.Sprintf("b%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod)
+			time.Sleep(time.Second) // b sees renewals
+			if err := syscall.Kill(apiserver.PID(), syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * DefaultLeaseDuration)
+			if err := syscall.Kill(apiserver.PID(), syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * DefaultLeaseDuration) // b would have taken an expired lease by now
+			la, _, ta := a.state()
+			lb, _, tb := b.state()
+			t.Logf("round %d: after the freeze a leading %v (%d terms), b leading %v (%d terms)", i, la, ta, lb, tb)
+			if !la || ta != 1 || tb != 0 {
+				t.Errorf("round %d: a leading %v after %d terms, b had %d terms; want a's one term only", i, la, ta, tb)
+			}
+			a.stop()
+			b.stop()
+			<-a.done
+			<-b.done
+			if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), LeaseName, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 

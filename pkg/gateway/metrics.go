@@ -18,6 +18,7 @@ type metrics struct {
 	remotes        *prometheus.GaugeVec
 	leaderChanges  prometheus.Counter
 	driverSetFails prometheus.Counter
+	leaseRenewed   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,10 +46,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Times this candidate became the active gateway."}),
 		driverSetFails: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "cable_set_failures_total",
 			Help: "Cable driver Set calls that returned an error other than refused connections."}),
+		leaseRenewed: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lease_renewed_timestamp_seconds",
+			Help: "Unix time at which this candidate sent its last successful write of the gateway Lease."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.active, m.connStatus, m.rtt, m.probesLost, m.syncDuration, m.syncFailures,
-			m.lastSync, m.remotes, m.leaderChanges, m.driverSetFails)
+			m.lastSync, m.remotes, m.leaderChanges, m.driverSetFails, m.leaseRenewed)
 	}
 	return m
 }
