@@ -63,9 +63,9 @@ test-unit: ## unit tests only (no root, no apiservers)
 # (testdata/fuzz/<target>) run with every plain go test as well.
 FUZZ_TARGETS = ./pkg/addrpolicy:FuzzDecide ./pkg/gateway:FuzzCompute ./pkg/cable:FuzzValidate \
 	./pkg/mcs:FuzzMerge ./pkg/mcs:FuzzSourceFromRecord ./pkg/routeagent:FuzzParseSave ./pkg/routeagent:FuzzPlanIptables
-FUZZTIME ?= 5s
+FUZZTIME ?= 4s
 
-fuzz: ## run every fuzz target for FUZZTIME (default 5s) each
+fuzz: ## run every fuzz target for FUZZTIME (default 4s) each
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
