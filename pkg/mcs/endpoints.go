@@ -193,7 +193,7 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 	return src
 }
 
-// parseRecordAddr parses an address of a remote record: an IP address
+// parseRecordAddr parses an address of a record: an IP address
 // without zone (a zone names an interface of the exporting node, means
 // nothing here, and the EndpointSlice API refuses it).
 func parseRecordAddr(s string) (netip.Addr, error) {
