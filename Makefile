@@ -4,7 +4,7 @@ GO ?= go
 MCS_API_DIR = $(shell $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 K8S_BIN ?= $(shell hack/k8s-binaries.sh --print-dir)
 
-.PHONY: help host-setup build generate generate-crds generate-rbac generate-bpf verify-generate lint test test-unit k8s-binaries lab
+.PHONY: help host-setup build generate generate-crds generate-rbac generate-bpf verify-generate lint test test-unit fuzz k8s-binaries lab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -58,5 +58,18 @@ lab: host-setup k8s-binaries build ## bring the lab up and show c3 reaching c1's
 test-unit: ## unit tests only (no root, no apiservers)
 	$(GO) test -short ./...
 
-test: host-setup k8s-binaries verify-generate lint ## everything CI runs: generation check, lint, unit + privileged + apiserver + e2e tests
+# Every fuzz target, as <package>:<target>. -fuzz takes one target per
+# package run, so each gets its own go test. Their seed corpora
+# (testdata/fuzz/<target>) run with every plain go test as well.
+FUZZ_TARGETS = ./pkg/addrpolicy:FuzzDecide ./pkg/gateway:FuzzCompute ./pkg/cable:FuzzValidate \
+	./pkg/mcs:FuzzMerge ./pkg/mcs:FuzzSourceFromRecord ./pkg/routeagent:FuzzParseSave ./pkg/routeagent:FuzzPlanIptables
+FUZZTIME ?= 4s
+
+fuzz: ## run every fuzz target for FUZZTIME (default 4s) each
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+	done
+
+test: host-setup k8s-binaries verify-generate lint fuzz ## everything CI runs: generation check, lint, a short fuzz run, unit + privileged + apiserver + e2e tests
 	CAUSEWAY_K8S_BIN=$(K8S_BIN) CAUSEWAY_E2E=1 $(GO) test -count=1 -timeout 40m ./...

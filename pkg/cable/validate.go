@@ -50,6 +50,8 @@ func Validate(conns []Connection, req Requirements) ([]Connection, error) {
 	}
 	var ok []Connection
 	for _, c := range conns {
+		// Unmapped first: ::ffff:0.0.0.0 is the unspecified address too.
+		c.Endpoint = netip.AddrPortFrom(c.Endpoint.Addr().Unmap(), c.Endpoint.Port())
 		switch {
 		case c.ClusterID == "":
 			reject(c.ClusterID, "empty cluster ID")
@@ -66,14 +68,13 @@ func Validate(conns []Connection, req Requirements) ([]Connection, error) {
 		case req.PublicKey && c.PublicKey.IsZero():
 			reject(c.ClusterID, "missing public key")
 			continue
-		case req.IPv4Only && !c.Endpoint.Addr().Unmap().Is4():
+		case req.IPv4Only && !c.Endpoint.Addr().Is4():
 			reject(c.ClusterID, "IPv6 endpoint %s not supported", c.Endpoint)
 			continue
 		case len(c.Subnets) == 0:
 			reject(c.ClusterID, "no subnets")
 			continue
 		}
-		c.Endpoint = netip.AddrPortFrom(c.Endpoint.Addr().Unmap(), c.Endpoint.Port())
 		var bad []string
 		subnets := make([]netip.Prefix, 0, len(c.Subnets))
 		for _, p := range c.Subnets {

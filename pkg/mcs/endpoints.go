@@ -119,8 +119,9 @@ func RecordEndpointsFromSlices(in []discoveryv1.EndpointSlice) []causewayv1alpha
 // without a global pair is not served by it); headless is each backend at
 // its globalIP with its target ports, and a backend without one (not ready
 // when the exporter allocated) is left out. The importing cluster's own
-// record always uses its ClusterIP and pod IPs. Whether a remote address
-// is reachable at all is Reachable's business.
+// record always uses its ClusterIP and pod IPs. Addresses that do not
+// parse, or carry an IPv6 zone, are dropped. Whether a remote address is
+// reachable at all is Reachable's business.
 //
 // It maps every port the record has; importers use MergeResult.Source,
 // which keeps only the import ports the export serves.
@@ -140,7 +141,7 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 						continue
 					}
 				}
-				addr, err := netip.ParseAddr(a)
+				addr, err := parseRecordAddr(a)
 				if err != nil {
 					continue
 				}
@@ -168,7 +169,7 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 			if p.Global == nil {
 				continue
 			}
-			addr, err := netip.ParseAddr(p.Global.IP)
+			addr, err := parseRecordAddr(p.Global.IP)
 			if err != nil {
 				continue
 			}
@@ -188,7 +189,7 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 		ports[p.Name] = p.Port
 	}
 	for _, ip := range r.ClusterIPs {
-		addr, err := netip.ParseAddr(ip)
+		addr, err := parseRecordAddr(ip)
 		if err != nil {
 			continue
 		}
@@ -228,6 +229,17 @@ func (m MergeResult) Source(r ExportRecord, local bool) SourceEndpoints {
 		src.Backends[i].Ports = kept
 	}
 	return src
+}
+
+// parseRecordAddr parses an address of a record: an IP address
+// without zone (a zone names an interface of the exporting node, means
+// nothing here, and the EndpointSlice API refuses it).
+func parseRecordAddr(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err == nil && a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("address %q has a zone", s)
+	}
+	return a, err
 }
 
 // ConditionReachable is the ServiceImport condition saying whether every

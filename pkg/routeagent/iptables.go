@@ -159,13 +159,17 @@ func planIptables(saved string, want Rules) iptablesPlan {
 		body = append(body, dels...)
 		body = append(body, adds...)
 		// Owned chains no longer wanted in this table are flushed and deleted
-		// (their jumps were deleted above).
+		// (their jumps were deleted above): all flushed before any is
+		// deleted, as one may jump to another.
+		var gone []string
 		for _, c := range ownedChains {
 			if _, ok := wantChains[c]; ok || !have.chains[c] {
 				continue
 			}
-			body = append(body, ":"+c+" - [0:0]", "-X "+c)
+			body = append(body, ":"+c+" - [0:0]")
+			gone = append(gone, "-X "+c)
 		}
+		body = append(body, gone...)
 		if len(body) == 0 {
 			continue
 		}
