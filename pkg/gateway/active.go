@@ -225,7 +225,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 			e.event(ctx, &v1alpha1.Gateway{}, e.cfg.NodeName, Verdict{Reason: "GlobalCIDRUnavailable", Message: err.Error()})
 			return fmt.Errorf("global CIDR: %w", err)
 		}
-		l, err := nat.NewLayout(cidr, nat.DefaultEgressIPs)
+		l, err := nat.ClusterLayout(cidr)
 		if err != nil {
 			return fmt.Errorf("global CIDR %s: %w", cidr, err)
 		}

@@ -12,7 +12,7 @@ import (
 )
 
 func TestRules(t *testing.T) {
-	layout, err := nat.NewLayout(netip.MustParsePrefix("242.0.1.0/24"), nat.DefaultEgressIPs)
+	layout, err := nat.ClusterLayout(netip.MustParsePrefix("242.0.1.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}

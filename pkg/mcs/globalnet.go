@@ -18,10 +18,10 @@ import (
 type GlobalIngressSpec = causewayv1alpha1.GlobalIngressSpec
 
 // NewGlobalAllocator returns the allocator of a cluster's global CIDR:
-// nat.NewLayout with nat.DefaultEgressIPs (the layout the gateway uses),
-// ingress range with nat.DefaultPortRange.
+// the ingress range of nat.ClusterLayout (the layout the gateway uses),
+// ports from nat.DefaultPortRange.
 func NewGlobalAllocator(cidr netip.Prefix) (*nat.Allocator, error) {
-	l, err := nat.NewLayout(cidr, nat.DefaultEgressIPs)
+	l, err := nat.ClusterLayout(cidr)
 	if err != nil {
 		return nil, err
 	}

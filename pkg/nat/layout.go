@@ -89,6 +89,12 @@ func NewLayout(cidr netip.Prefix, egressIPs int) (Layout, error) {
 	return l, nil
 }
 
+// ClusterLayout is the layout of a member cluster's global CIDR, with
+// DefaultEgressIPs: the MCS controller allocates from its Ingress range and
+// the active gateway health-checks, translates and SNATs with it. Both
+// call this one function so the two can never split the CIDR differently.
+func ClusterLayout(cidr netip.Prefix) (Layout, error) { return NewLayout(cidr, DefaultEgressIPs) }
+
 func addrIndex(a netip.Addr) uint32 {
 	b := a.As4()
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
