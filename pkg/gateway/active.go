@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,6 +100,10 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 			return
 		case <-e.trigger:
 		case <-resync.C:
+			// The canary catches an outside flush of the globalnet
+			// table, not a single element removed or altered behind
+			// our back: the periodic resync rewrites the table whole.
+			e.nat.RequestFull()
 		case <-retry:
 		case <-status.C:
 			sctx, cancel := context.WithTimeout(lctx, apiTimeout)
@@ -222,7 +227,10 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		if err != nil {
 			// Nothing is programmed or published without it; the
 			// Gateway object says why (the sync retries with backoff).
-			e.event(ctx, &v1alpha1.Gateway{}, e.cfg.NodeName, Verdict{Reason: "GlobalCIDRUnavailable", Message: err.Error()})
+			gw := &v1alpha1.Gateway{}
+			if e.local.Get(ctx, client.ObjectKey{Namespace: e.cfg.Namespace, Name: e.cfg.NodeName}, gw) == nil {
+				e.recorder.Event(gw, corev1.EventTypeWarning, "GlobalCIDRUnavailable", err.Error())
+			}
 			return fmt.Errorf("global CIDR: %w", err)
 		}
 		l, err := nat.ClusterLayout(cidr)
