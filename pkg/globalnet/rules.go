@@ -1,6 +1,7 @@
 package globalnet
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -13,55 +14,119 @@ import (
 // Rules is the active gateway's desired translation: every GlobalIngress
 // that is not released becomes ingress pairs (global IP:port ↔
 // ClusterIP:port) or 1:1 pod addresses, traffic to the remote clusters'
-// subnets is SNATed to the layout's egress IPs. It is pure. Objects whose
-// addresses do not fit the layout (not this cluster's global CIDR, not a
-// ClusterIP, an unknown protocol) are left out and explained in skipped;
-// they never reach the kernel.
+// subnets is SNATed to the layout's egress IPs. It is pure.
+//
+// Each object is taken whole or not at all. Left out, and explained in
+// skipped, are objects whose addresses do not fit the layout (not this
+// cluster's ingress range, not an IPv4 ClusterIP, an unknown protocol or
+// port) and objects that contend with an older one for an address (a hand
+// edit, or two allocators for a moment): the MCS controller's allocator
+// never hands out such pairs, and nat refuses a whole Config that holds
+// them, so one bad object must not stop every translation.
 func Rules(layout nat.Layout, ingresses []v1alpha1.GlobalIngress, remote []netip.Prefix) (cfg nat.Config, skipped []string) {
 	cfg = nat.Config{
 		LocalGlobal: []netip.Prefix{layout.CIDR},
 		Remote:      slices.Clone(remote),
 		Egress:      slices.Clone(layout.Egress),
 	}
+	objs := make([]*v1alpha1.GlobalIngress, 0, len(ingresses))
 	for i := range ingresses {
-		gi := &ingresses[i]
-		if gi.Spec.ReleasedAt != nil || gi.DeletionTimestamp != nil {
-			continue
-		}
-		name := gi.Namespace + "/" + gi.Name
-		skip := func(format string, args ...any) {
-			skipped = append(skipped, name+": "+fmt.Sprintf(format, args...))
-		}
-		for _, p := range gi.Spec.Pods {
-			pod, err1 := netip.ParseAddr(p.PodIP)
-			global, err2 := netip.ParseAddr(p.GlobalIP)
-			if err1 != nil || err2 != nil || !pod.Is4() || !layout.Ingress.Contains(global) {
-				skip("pod %q at %q: not an IPv4 pod address and an ingress address of %s", p.PodIP, p.GlobalIP, layout.CIDR)
-				continue
-			}
-			cfg.Pods = append(cfg.Pods, nat.PodIngress{Global: global, Pod: pod})
-		}
-		if len(gi.Spec.Ports) == 0 {
-			continue
-		}
-		ip, err1 := netip.ParseAddr(gi.Spec.IP)
-		target, err2 := netip.ParseAddr(gi.Spec.ClusterIP)
-		if err1 != nil || err2 != nil || !target.Is4() || !layout.Ingress.Contains(ip) {
-			skip("ip %q, clusterIP %q: want an ingress address of %s and an IPv4 cluster IP", gi.Spec.IP, gi.Spec.ClusterIP, layout.CIDR)
-			continue
-		}
-		for _, p := range gi.Spec.Ports {
-			proto := strings.ToLower(p.Protocol)
-			if !slices.Contains(nat.Protocols, proto) || p.Port < 1 || p.Port > 65535 || p.GlobalPort < 1 || p.GlobalPort > 65535 {
-				skip("port %s %d → %d: bad protocol or port", p.Protocol, p.GlobalPort, p.Port)
-				continue
-			}
-			cfg.Ingress = append(cfg.Ingress, nat.Ingress{
-				Protocol: proto,
-				Global:   netip.AddrPortFrom(ip, uint16(p.GlobalPort)),
-				Target:   netip.AddrPortFrom(target, uint16(p.Port)),
-			})
+		if gi := &ingresses[i]; gi.Spec.ReleasedAt == nil && gi.DeletionTimestamp == nil {
+			objs = append(objs, gi)
 		}
 	}
+	// Oldest first: on contention the older allocation keeps its pairs.
+	slices.SortFunc(objs, func(a, b *v1alpha1.GlobalIngress) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
+			cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	held := claims{}
+	for _, gi := range objs {
+		name := gi.Namespace + "/" + gi.Name
+		ins, pods, err := translation(layout, gi.Spec)
+		if err == nil {
+			err = held.take(name, ins, pods)
+		}
+		if err != nil {
+			skipped = append(skipped, name+": "+err.Error())
+			continue
+		}
+		cfg.Ingress = append(cfg.Ingress, ins...)
+		cfg.Pods = append(cfg.Pods, pods...)
+	}
 	return cfg, skipped
+}
+
+// translation is one GlobalIngress's entries, or why they do not fit.
+func translation(layout nat.Layout, spec v1alpha1.GlobalIngressSpec) ([]nat.Ingress, []nat.PodIngress, error) {
+	var pods []nat.PodIngress
+	for _, p := range spec.Pods {
+		pod, err1 := netip.ParseAddr(p.PodIP)
+		global, err2 := netip.ParseAddr(p.GlobalIP)
+		if err1 != nil || err2 != nil || !pod.Is4() || !layout.Ingress.Contains(global) {
+			return nil, nil, fmt.Errorf("pod %q at %q: not an IPv4 pod address and an ingress address of %s", p.PodIP, p.GlobalIP, layout.CIDR)
+		}
+		pods = append(pods, nat.PodIngress{Global: global, Pod: pod})
+	}
+	if len(spec.Ports) == 0 {
+		return nil, pods, nil
+	}
+	ip, err1 := netip.ParseAddr(spec.IP)
+	target, err2 := netip.ParseAddr(spec.ClusterIP)
+	if err1 != nil || err2 != nil || !target.Is4() || !layout.Ingress.Contains(ip) {
+		return nil, nil, fmt.Errorf("ip %q, clusterIP %q: want an ingress address of %s and an IPv4 cluster IP", spec.IP, spec.ClusterIP, layout.CIDR)
+	}
+	var ins []nat.Ingress
+	for _, p := range spec.Ports {
+		proto := strings.ToLower(p.Protocol)
+		if !slices.Contains(nat.Protocols, proto) || p.Port < 1 || p.Port > 65535 || p.GlobalPort < 1 || p.GlobalPort > 65535 {
+			return nil, nil, fmt.Errorf("port %s %d → %d: bad protocol or port", p.Protocol, p.GlobalPort, p.Port)
+		}
+		ins = append(ins, nat.Ingress{
+			Protocol: proto,
+			Global:   netip.AddrPortFrom(ip, uint16(p.GlobalPort)),
+			Target:   netip.AddrPortFrom(target, uint16(p.Port)),
+		})
+	}
+	return ins, pods, nil
+}
+
+// claims records which object holds each address the stateless maps key
+// on: a global IP:port, a ClusterIP:port (the reply direction), a global
+// IP used 1:1 or for ports, a pod.
+type claims map[string]string
+
+// take gives every key of the entries to owner, all or none: it fails if
+// an older owner holds one of them or the entries repeat one.
+func (c claims) take(owner string, ins []nat.Ingress, pods []nat.PodIngress) error {
+	var keys []string
+	for _, in := range ins {
+		keys = append(keys,
+			in.Protocol+" global "+in.Global.String(),
+			in.Protocol+" target "+in.Target.String(),
+			"ports-on "+in.Global.Addr().String())
+	}
+	for _, p := range pods {
+		keys = append(keys, "whole "+p.Global.String(), "pod "+p.Pod.String())
+	}
+	own := map[string]bool{}
+	for _, k := range keys {
+		if h, ok := c[k]; ok {
+			return fmt.Errorf("%s is held by %s (older)", k, h)
+		}
+		kind, addr, _ := strings.Cut(k, " ")
+		if own[k] && kind != "ports-on" {
+			return fmt.Errorf("%s twice", k)
+		}
+		own[k] = true
+		// A global IP is either 1:1 or carries ports, never both.
+		other := map[string]string{"whole": "ports-on", "ports-on": "whole"}[kind]
+		if h, ok := c[other+" "+addr]; other != "" && ok {
+			return fmt.Errorf("global IP %s is used by %s the other way", addr, h)
+		}
+	}
+	for _, k := range keys {
+		c[k] = owner
+	}
+	return nil
 }

@@ -1,9 +1,12 @@
 package globalnet
 
 import (
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -16,8 +19,12 @@ func TestRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	age := 0
 	gi := func(name string, spec v1alpha1.GlobalIngressSpec) v1alpha1.GlobalIngress {
-		return v1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: name}, Spec: spec}
+		age++ // each object younger than the one before
+		return v1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: name,
+			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))}, Spec: spec}
 	}
 	now := metav1.NowMicro()
 	in := []v1alpha1.GlobalIngress{
@@ -33,34 +40,49 @@ func TestRules(t *testing.T) {
 			{Protocol: "ICMP", Port: 80, GlobalPort: 1029}, {Protocol: "TCP", Port: 81, GlobalPort: 1030}}}),
 		gi("headless", v1alpha1.GlobalIngressSpec{Pods: []v1alpha1.GlobalPodAddress{
 			{PodIP: "10.244.1.5", GlobalIP: "242.0.1.9"}, {PodIP: "10.244.1.6", GlobalIP: "242.0.1.254"}}}),
+		gi("db", v1alpha1.GlobalIngressSpec{ClusterIP: "10.96.0.15", IP: "242.0.1.4", Ports: []v1alpha1.GlobalIngressPort{
+			{Protocol: "TCP", Port: 5432, GlobalPort: 1024}}}),
+		gi("pods", v1alpha1.GlobalIngressSpec{Pods: []v1alpha1.GlobalPodAddress{{PodIP: "10.244.1.7", GlobalIP: "242.0.1.10"}}}),
+		// Contending with older objects: a pair of web's, web's IP 1:1,
+		// the same pair twice, db's ClusterIP:port, a pod of pods'.
+		gi("copy", v1alpha1.GlobalIngressSpec{ClusterIP: "10.96.0.20", IP: "242.0.1.2", Ports: []v1alpha1.GlobalIngressPort{
+			{Protocol: "TCP", Port: 80, GlobalPort: 1024}}}),
+		gi("both", v1alpha1.GlobalIngressSpec{Pods: []v1alpha1.GlobalPodAddress{{PodIP: "10.244.1.8", GlobalIP: "242.0.1.2"}}}),
+		gi("twice", v1alpha1.GlobalIngressSpec{ClusterIP: "10.96.0.21", IP: "242.0.1.5", Ports: []v1alpha1.GlobalIngressPort{
+			{Protocol: "TCP", Port: 80, GlobalPort: 2000}, {Protocol: "TCP", Port: 81, GlobalPort: 2000}}}),
+		gi("target", v1alpha1.GlobalIngressSpec{ClusterIP: "10.96.0.15", IP: "242.0.1.6", Ports: []v1alpha1.GlobalIngressPort{
+			{Protocol: "TCP", Port: 5432, GlobalPort: 3000}}}),
+		gi("pod-again", v1alpha1.GlobalIngressSpec{Pods: []v1alpha1.GlobalPodAddress{{PodIP: "10.244.1.7", GlobalIP: "242.0.1.11"}}}),
 	}
-	remote := []netip.Prefix{netip.MustParsePrefix("242.0.3.0/24")}
-	cfg, skipped := Rules(layout, in, remote)
 	want := []nat.Ingress{
 		{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.2:1024"), Target: netip.MustParseAddrPort("10.96.0.10:80")},
 		{Protocol: "udp", Global: netip.MustParseAddrPort("242.0.1.2:1025"), Target: netip.MustParseAddrPort("10.96.0.10:53")},
-		{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.3:1030"), Target: netip.MustParseAddrPort("10.96.0.14:81")},
+		{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.4:1024"), Target: netip.MustParseAddrPort("10.96.0.15:5432")},
 	}
-	if len(cfg.Ingress) != len(want) {
-		t.Fatalf("ingress = %v, want %v", cfg.Ingress, want)
-	}
-	for i := range want {
-		if cfg.Ingress[i] != want[i] {
-			t.Errorf("ingress[%d] = %v, want %v", i, cfg.Ingress[i], want[i])
+	wantPods := []nat.PodIngress{{Global: netip.MustParseAddr("242.0.1.10"), Pod: netip.MustParseAddr("10.244.1.7")}}
+	wantSkipped := []string{"foreign", "health", "proto", "headless", "copy", "both", "twice", "target", "pod-again"}
+	remote := []netip.Prefix{netip.MustParsePrefix("242.0.3.0/24")}
+	// The result does not depend on the objects' order: age decides.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 20 {
+		rng.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
+		cfg, skipped := Rules(layout, in, remote)
+		if !slices.Equal(cfg.Ingress, want) || !slices.Equal(cfg.Pods, wantPods) {
+			t.Fatalf("round %d: ingress %v pods %v, want %v and %v (skipped %q)", round, cfg.Ingress, cfg.Pods, want, wantPods, skipped)
 		}
-	}
-	if len(cfg.Pods) != 1 || cfg.Pods[0] != (nat.PodIngress{Global: netip.MustParseAddr("242.0.1.9"), Pod: netip.MustParseAddr("10.244.1.5")}) {
-		t.Errorf("pods = %v", cfg.Pods)
-	}
-	if len(skipped) != 4 {
-		t.Errorf("skipped = %q, want foreign, health, proto's ICMP and the egress pod address", skipped)
-	}
-	for _, s := range []string{"demo/foreign", "demo/health", "demo/proto", "demo/headless"} {
-		if !strings.Contains(strings.Join(skipped, "\n"), s) {
-			t.Errorf("%s not explained in %q", s, skipped)
+		if len(skipped) != len(wantSkipped) {
+			t.Fatalf("round %d: skipped %q, want one line each for %v", round, skipped, wantSkipped)
 		}
-	}
-	if cfg.LocalGlobal[0] != layout.CIDR || len(cfg.Egress) != 2 || cfg.Remote[0] != remote[0] {
-		t.Errorf("cfg = %+v", cfg)
+		for _, s := range wantSkipped {
+			if !strings.Contains(strings.Join(skipped, "\n"), "demo/"+s+":") {
+				t.Errorf("round %d: %s not explained in %q", round, s, skipped)
+			}
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("round %d: nat refuses the result: %v", round, err)
+		}
+		if cfg.LocalGlobal[0] != layout.CIDR || len(cfg.Egress) != 2 || cfg.Remote[0] != remote[0] {
+			t.Errorf("cfg = %+v", cfg)
+		}
 	}
 }
