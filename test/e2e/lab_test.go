@@ -7,7 +7,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -127,15 +126,10 @@ func (l *Lab) curlWhereami(pod, url string, want []string, attempts int) map[str
 	var errs []string
 	done := func() bool { return len(seen) > 0 && hasAll(seen, want) }
 	for i := 0; i < attempts && !done(); i++ {
-		out, err := l.Exec(pod, "curl", "-s", "-m", "3", url)
+		id, err := l.whereami(pod, url)
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("%v: %s", err, out))
+			errs = append(errs, err.Error())
 			time.Sleep(200 * time.Millisecond)
-			continue
-		}
-		var id apps.Identity
-		if err := json.Unmarshal([]byte(out), &id); err != nil {
-			errs = append(errs, fmt.Sprintf("not whereami JSON: %q", out))
 			continue
 		}
 		seen[id.Pod] = id
@@ -415,10 +409,9 @@ func (l *Lab) waitClientSeen(pod, url string, want []string, clientIP string) {
 	var lastErr string
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		out, err := l.Exec(pod, "curl", "-s", "-m", "3", url)
-		var id apps.Identity
-		if err != nil || json.Unmarshal([]byte(out), &id) != nil {
-			lastErr = fmt.Sprintf("%v: %q", err, out)
+		id, err := l.whereami(pod, url)
+		if err != nil {
+			lastErr = err.Error()
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
