@@ -111,12 +111,17 @@ func (c claims) take(owner string, ins []nat.Ingress, pods []nat.PodIngress) err
 	}
 	own := map[string]bool{}
 	for _, k := range keys {
-		if h, ok := c[k]; ok {
-			return fmt.Errorf("%s is held by %s (older)", k, h)
-		}
 		kind, addr, _ := strings.Cut(k, " ")
-		if own[k] && kind != "ports-on" {
-			return fmt.Errorf("%s twice", k)
+		// Many Services carry ports on one global IP (that is the
+		// point of IP:port pairs): "ports-on" is shared, the rest are
+		// exclusive.
+		if kind != "ports-on" {
+			if h, ok := c[k]; ok {
+				return fmt.Errorf("%s is held by %s (older)", k, h)
+			}
+			if own[k] {
+				return fmt.Errorf("%s twice", k)
+			}
 		}
 		own[k] = true
 		// A global IP is either 1:1 or carries ports, never both.
@@ -126,7 +131,9 @@ func (c claims) take(owner string, ins []nat.Ingress, pods []nat.PodIngress) err
 		}
 	}
 	for _, k := range keys {
-		c[k] = owner
+		if _, ok := c[k]; !ok {
+			c[k] = owner
+		}
 	}
 	return nil
 }

@@ -42,6 +42,9 @@ func TestRules(t *testing.T) {
 			{PodIP: "10.244.1.5", GlobalIP: "242.0.1.9"}, {PodIP: "10.244.1.6", GlobalIP: "242.0.1.254"}}}),
 		gi("db", v1alpha1.GlobalIngressSpec{ClusterIP: "10.96.0.15", IP: "242.0.1.4", Ports: []v1alpha1.GlobalIngressPort{
 			{Protocol: "TCP", Port: 5432, GlobalPort: 1024}}}),
+		// Another Service on web's global IP, other ports: shared.
+		gi("api", v1alpha1.GlobalIngressSpec{ClusterIP: "10.96.0.16", IP: "242.0.1.2", Ports: []v1alpha1.GlobalIngressPort{
+			{Protocol: "TCP", Port: 80, GlobalPort: 1026}}}),
 		gi("pods", v1alpha1.GlobalIngressSpec{Pods: []v1alpha1.GlobalPodAddress{{PodIP: "10.244.1.7", GlobalIP: "242.0.1.10"}}}),
 		// Contending with older objects: a pair of web's, web's IP 1:1,
 		// the same pair twice, db's ClusterIP:port, a pod of pods'.
@@ -58,6 +61,7 @@ func TestRules(t *testing.T) {
 		{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.2:1024"), Target: netip.MustParseAddrPort("10.96.0.10:80")},
 		{Protocol: "udp", Global: netip.MustParseAddrPort("242.0.1.2:1025"), Target: netip.MustParseAddrPort("10.96.0.10:53")},
 		{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.4:1024"), Target: netip.MustParseAddrPort("10.96.0.15:5432")},
+		{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.2:1026"), Target: netip.MustParseAddrPort("10.96.0.16:80")},
 	}
 	wantPods := []nat.PodIngress{{Global: netip.MustParseAddr("242.0.1.10"), Pod: netip.MustParseAddr("10.244.1.7")}}
 	wantSkipped := []string{"foreign", "health", "proto", "headless", "copy", "both", "twice", "target", "pod-again"}
