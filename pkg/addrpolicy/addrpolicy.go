@@ -24,8 +24,8 @@
 //     not nil) every global CIDR a Cluster announces lies inside a global
 //     CIDR the broker holds a claim for in that cluster's name.
 //  3. Local and assigned space (ReasonOverlappingCIDR): no CIDR overlaps
-//     this cluster's pod, service or global CIDRs, nor a global CIDR the
-//     broker assigned to another cluster.
+//     this cluster's pod, service, global or node networks, nor a global
+//     CIDR the broker assigned to another cluster.
 //  4. The Endpoint follows its Cluster: when the Cluster object exists, an
 //     Endpoint is refused if the Cluster is (ReasonInvalidCluster) and each
 //     of its subnets must lie inside the Cluster's CIDRs
@@ -49,8 +49,14 @@
 //
 // Decide's result depends on the set of its inputs, never on their order.
 //
-// The seed corpus of FuzzDecide (testdata/fuzz) runs with every go test;
-// go test -fuzz FuzzDecide ./pkg/addrpolicy/ explores further.
+// CheckRecord (record.go) applies the same space to what a remote writes
+// in its export records: every address importers send traffic to lies
+// inside the subnets Decide accepted for that cluster, nothing names a
+// reserved range, and ports and sizes are bounded.
+//
+// The seed corpora of FuzzDecide and FuzzCheckRecord (testdata/fuzz) run
+// with every go test; go test -fuzz FuzzDecide ./pkg/addrpolicy/ explores
+// further.
 package addrpolicy
 
 import (
@@ -105,6 +111,10 @@ func DefaultReserved() []netip.Prefix {
 type Config struct {
 	// LocalCIDRs are this cluster's pod and service CIDRs.
 	LocalCIDRs []netip.Prefix
+	// NodeCIDRs are this cluster's node and gateway networks (the
+	// networks of the gateway's public and private addresses): a remote
+	// claiming them could steer traffic to this cluster's own hosts.
+	NodeCIDRs []netip.Prefix
 	// GlobalCIDRs are this cluster's own global CIDRs; empty when
 	// globalnet is off here.
 	GlobalCIDRs []netip.Prefix

@@ -255,6 +255,11 @@ func (cfg Config) checkSpace(id string, subs []netip.Prefix) *Verdict {
 				return refuse(v1alpha1.ReasonOverlappingCIDR, "%s overlaps local global CIDR %s", p, q)
 			}
 		}
+		for _, q := range cfg.NodeCIDRs {
+			if p.Overlaps(q) {
+				return refuse(v1alpha1.ReasonOverlappingCIDR, "%s overlaps the local node network %s", p, q)
+			}
+		}
 	}
 	// Claims are walked in cluster-ID order so the message is stable.
 	owners := make([]string, 0, len(cfg.Claims))

@@ -7,12 +7,18 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/lab"
+	"github.com/causeway-net/causeway/pkg/mcs"
 	"github.com/causeway-net/causeway/pkg/nat"
 )
 
@@ -26,11 +32,12 @@ func newDiagnoseCommand() *cobra.Command {
 	cs := &clusterSetFlags{}
 	cmd := &cobra.Command{
 		Use:   "diagnose",
-		Short: "Check the ClusterSet: gateways, tunnel health, refused remotes, and in the lab each node's MTU and firewall",
+		Short: "Check the ClusterSet: gateways, tunnel health, refused remotes and records, and in the lab each node's MTU and firewall",
 		Long: `Check every cluster of the ClusterSet and print one line per check:
   - exactly one active gateway per cluster;
   - every tunnel connected, with no health-check loss;
   - remote Clusters and Endpoints refused by validation (with the reason);
+  - remote export records refused by the MCS controller (with the reason);
 and, for the local lab, inside every node: IP forwarding, the route agent's
 overlay device and its MTU against the tunnel's, and Causeway's iptables
 chains (MSS clamping, forwarding). Exits non-zero when a check fails.`,
@@ -104,7 +111,51 @@ func diagnoseAPI(ctx context.Context, clusters []memberCluster) []finding {
 			fs = append(fs, f)
 		}
 	}
-	return append(fs, refusals...)
+	fs = append(fs, refusals...)
+	return append(fs, diagnoseRecords(ctx, clusters)...)
+}
+
+// diagnoseRecords lists the remote export records each cluster's MCS
+// controller refused (pkg/addrpolicy.CheckRecord): the ServiceImports'
+// RemoteRecordRefused conditions, and, for Services of which every
+// record was refused (no import), the Warning Events on the refused
+// cluster's Endpoint mirror. Like a refused remote, a refused record is
+// the policy working: reported, not failed.
+func diagnoseRecords(ctx context.Context, clusters []memberCluster) []finding {
+	var fs []finding
+	for _, c := range clusters {
+		var sis mcsv1beta1.ServiceImportList
+		if err := c.Client.List(ctx, &sis); err != nil {
+			fs = append(fs, finding{false, c.Name + ": service imports", err.Error()})
+			continue
+		}
+		for _, si := range sis.Items {
+			cond := meta.FindStatusCondition(si.Status.Conditions, mcs.ConditionRemoteRecordRefused)
+			if cond != nil && cond.Status == metav1.ConditionTrue {
+				fs = append(fs, finding{true, fmt.Sprintf("%s: import %s/%s: record refused", c.Name, si.Namespace, si.Name), cond.Message})
+			}
+		}
+		var evs eventsv1.EventList
+		if err := c.Client.List(ctx, &evs, client.InNamespace(gwNamespace)); err != nil {
+			fs = append(fs, finding{false, c.Name + ": events", err.Error()})
+			continue
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == mcs.EventRemoteRecordRefused && ev.Regarding.Kind == "Endpoint" {
+				fs = append(fs, finding{true, fmt.Sprintf("%s: remote %s: record refused", c.Name, ev.Regarding.Name),
+					fmt.Sprintf("%s (Event, %s ago)", ev.Note, time.Since(eventTime(ev)).Round(time.Second))})
+			}
+		}
+	}
+	return fs
+}
+
+// eventTime is when an Event was last seen.
+func eventTime(ev eventsv1.Event) time.Time {
+	if ev.Series != nil {
+		return ev.Series.LastObservedTime.Time
+	}
+	return ev.EventTime.Time
 }
 
 func gatewaysByCluster(ctx context.Context, clusters []memberCluster) map[string][]finding {

@@ -25,9 +25,12 @@ import (
 
 // activeTerm is the state of one term as the active gateway.
 type activeTerm struct {
-	driver      cable.Driver
-	prober      prober
-	forwarding  bool
+	driver     cable.Driver
+	prober     prober
+	forwarding bool
+	// nodeNets are the networks of the gateway's public and private
+	// addresses (read once per term): no remote may claim them.
+	nodeNets    []netip.Prefix
 	desired     Desired
 	endpoints   map[string]v1alpha1.EndpointSpec // programmed remotes' specs
 	setAt       map[string]time.Time             // when a remote was first programmed
@@ -220,6 +223,11 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 			return err
 		}
 		t.forwarding = true
+		nets, err := nodeNetworks(e.cfg.Netns, e.cfg.PublicIP, e.cfg.PrivateIP)
+		if err != nil {
+			return fmt.Errorf("node networks: %w", err)
+		}
+		t.nodeNets = nets
 	}
 	if e.cfg.Globalnet != nil && t.global == nil {
 		// Before the driver: the tunnel carries the global CIDR.
@@ -276,7 +284,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	// new active gateway without waiting for the broker round trip.
 	ownEP, ownCl := e.localEndpoint(t, t.driver.PublicKey()), e.localCluster(t)
 	remotes = withOwn(remotes, e.cfg.ClusterID, ownEP, ownCl)
-	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), CableDriver: e.cfg.CableDriver, Port: e.cfg.Port}
+	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), NodeCIDRs: t.nodeNets, CableDriver: e.cfg.CableDriver, Port: e.cfg.Port}
 	if t.global != nil {
 		// A remote's global CIDRs must be its own claims in the broker.
 		claims, err := globalnet.Claims(ctx, e.broker)

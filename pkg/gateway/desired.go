@@ -32,6 +32,10 @@ type Local struct {
 	ClusterID string
 	// Subnets are the local pod and service CIDRs.
 	Subnets []netip.Prefix
+	// NodeCIDRs are the networks of this gateway's public and private
+	// addresses (its node network, the WAN it reaches remotes over): a
+	// remote subnet overlapping one is refused.
+	NodeCIDRs []netip.Prefix
 	// GlobalCIDRs are this cluster's own global CIDRs; empty when
 	// globalnet is off here. A remote subnet overlapping one is refused.
 	GlobalCIDRs []netip.Prefix
@@ -55,7 +59,7 @@ type Local struct {
 // policy is the addrpolicy configuration local stands for.
 func (l Local) policy() addrpolicy.Config {
 	return addrpolicy.Config{
-		LocalCIDRs: l.Subnets, GlobalCIDRs: l.GlobalCIDRs, Claims: l.GlobalClaims,
+		LocalCIDRs: l.Subnets, NodeCIDRs: l.NodeCIDRs, GlobalCIDRs: l.GlobalCIDRs, Claims: l.GlobalClaims,
 		Supernet: l.Supernet, VIPRange: l.VIPRange,
 	}
 }

@@ -22,6 +22,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 var local = Local{
 	ClusterID:   "c1",
 	Subnets:     []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/16")},
+	NodeCIDRs:   []netip.Prefix{netip.MustParsePrefix("172.18.1.0/24"), netip.MustParsePrefix("198.18.0.0/15")},
 	CableDriver: "wireguard",
 	Port:        4500,
 }
@@ -55,6 +56,8 @@ func TestComputeEndpointValidation(t *testing.T) {
 		"local pod cidr":       {ep("c4", "198.18.4.10", 4500, keyB, "10.244.5.0/24"), v1alpha1.ReasonOverlappingCIDR},
 		"local service cidr":   {ep("c4", "198.18.4.10", 4500, keyB, "10.0.0.0/8"), v1alpha1.ReasonOverlappingCIDR},
 		"other cluster's cidr": {ep("c4", "198.18.4.10", 4500, keyB, "10.245.1.0/24"), v1alpha1.ReasonOverlappingCIDR},
+		"local node network":   {ep("c4", "198.18.4.10", 4500, keyB, "172.18.0.0/16"), v1alpha1.ReasonOverlappingCIDR},
+		"gateway WAN":          {ep("c4", "198.18.4.10", 4500, keyB, "198.19.0.0/16"), v1alpha1.ReasonOverlappingCIDR},
 		"host bits":            {ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.1/16"), v1alpha1.ReasonInvalidCIDR},
 		"default route halves": {ep("c4", "198.18.4.10", 4500, keyB, "0.0.0.0/1", "128.0.0.0/1"), v1alpha1.ReasonInvalidCIDR},
 		"reserved link-local":  {ep("c4", "198.18.4.10", 4500, keyB, "169.254.0.0/16"), v1alpha1.ReasonInvalidCIDR},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -56,4 +57,39 @@ func linkExists(nsPath, dev string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// nodeNetworks returns the networks of addrs as configured in the
+// namespace: the prefix of the interface address equal to each one (a
+// public address behind NAT, on no interface, stands for itself, /32 or
+// /128). They are this cluster's node and gateway networks, which no
+// remote may claim.
+func nodeNetworks(nsPath string, addrs ...netip.Addr) ([]netip.Prefix, error) {
+	h, err := netnsx.Handle(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	have, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if !a.IsValid() {
+			continue
+		}
+		p := netip.PrefixFrom(a, a.BitLen())
+		for _, h := range have {
+			ip, ok := netip.AddrFromSlice(h.IP)
+			if ones, _ := h.Mask.Size(); ok && ip.Unmap() == a.Unmap() {
+				p = netip.PrefixFrom(a.Unmap(), ones).Masked()
+				break
+			}
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }

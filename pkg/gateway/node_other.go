@@ -13,3 +13,5 @@ func enableForwarding(string) error                     { return errNotLinux }
 func ensureHealthAddr(string, string, netip.Addr) error { return errNotLinux }
 
 func linkExists(string, string) (bool, error) { return false, errNotLinux }
+
+func nodeNetworks(string, ...netip.Addr) ([]netip.Prefix, error) { return nil, errNotLinux }

@@ -99,9 +99,8 @@ func RecordEndpointsFromSlices(in []discoveryv1.EndpointSlice) []causewayv1alpha
 }
 
 // SourceFromRecord returns the backends of one exporting cluster as an
-// importing cluster reaches them, by the type of the merged import (an
-// export that lost a type conflict contributes what fits the winner: a
-// headless export has no ClusterIP to offer a ClusterSetIP import). local
+// importing cluster reaches them, by importType (importers use
+// MergeResult.Source, which asks only for the record's own type). local
 // says r is the importing cluster's own record.
 //
 //   - ClusterSetIP: one backend per ClusterIP of the exporting cluster's
@@ -121,7 +120,8 @@ func RecordEndpointsFromSlices(in []discoveryv1.EndpointSlice) []causewayv1alpha
 // when the exporter allocated) is left out. The importing cluster's own
 // record always uses its ClusterIP and pod IPs. Addresses that do not
 // parse, or carry an IPv6 zone, are dropped. Whether a remote address is
-// reachable at all is Reachable's business.
+// reachable at all is Reachable's business, whether a remote may name it
+// addrpolicy.CheckRecord's.
 //
 // It maps every port the record has; importers use MergeResult.Source,
 // which keeps only the import ports the export serves.
@@ -198,14 +198,20 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 	return src
 }
 
-// Source is SourceFromRecord(r, m.Spec.Type, local) restricted to the
-// import ports r serves: those r exports exactly as the import defines
+// Source is SourceFromRecord(r, m.Spec.Type, local) restricted to what r
+// serves. An export whose type lost the conflict serves nothing (no
+// backends), like a port that lost: the addresses a record of one type
+// offers are those addrpolicy.CheckRecord placed for that type. Of the
+// import ports, r serves those it exports exactly as the import defines
 // them (name, protocol, port, appProtocol). A port whose definition lost a
 // conflict in r, or that r does not export, is missing from every one of
 // r's backends' Ports, so the VIP's traffic for that port never reaches r
 // (not through a same-named port of r either). A backend left with no
 // port is not rendered.
 func (m MergeResult) Source(r ExportRecord, local bool) SourceEndpoints {
+	if r.Type != m.Spec.Type {
+		return SourceEndpoints{ClusterID: r.ClusterID}
+	}
 	src := SourceFromRecord(r, m.Spec.Type, local)
 	served := map[string]int32{} // import port name -> service port
 	for _, ip := range m.Spec.Ports {
@@ -242,10 +248,12 @@ func parseRecordAddr(s string) (netip.Addr, error) {
 	return a, err
 }
 
-// ConditionReachable is the ServiceImport condition saying whether every
-// exporting cluster's backends are reachable from the importing cluster:
-// True (ReasonReachable), or False (ReasonUnreachable) with one message
-// per unreachable cluster from Reachable, sorted, joined by "; ".
+// ConditionReachable is the ServiceImport condition saying whether this
+// cluster has a tunnel to every exporting cluster: True
+// (ReasonReachable), or False (ReasonUnreachable) with one message per
+// cluster without one from Reachable, sorted, joined by "; ". Whether a
+// record's addresses lie inside what its cluster may claim is not
+// reachability but acceptance (ConditionRemoteRecordRefused).
 const ConditionReachable = "Reachable"
 
 // Reasons of ConditionReachable.
@@ -254,9 +262,24 @@ const (
 	ReasonUnreachable = "Unreachable"
 )
 
+// ConditionRemoteRecordRefused is the ServiceImport condition naming the
+// remote records pkg/addrpolicy.CheckRecord refused (they contribute
+// nothing to the import): True with the first refused cluster's
+// addrpolicy.RecordReason as reason and one "cluster <id>: <reason>:
+// <message>" part per refused cluster, sorted, joined by "; "; False
+// (ReasonNoneRefused) otherwise.
+const ConditionRemoteRecordRefused = "RemoteRecordRefused"
+
+// ReasonNoneRefused is ConditionRemoteRecordRefused's reason when every
+// record was accepted; EventRemoteRecordRefused the reason of the Warning
+// Event an importer records for a refused record.
+const (
+	ReasonNoneRefused        = "NoneRefused"
+	EventRemoteRecordRefused = "RemoteRecordRefused"
+)
+
 // Reach is how the importing cluster reaches one remote cluster, from the
-// Cluster and Endpoint objects the gateway mirrors into the local
-// Causeway namespace.
+// Endpoint object the gateway mirrors into the local Causeway namespace.
 type Reach struct {
 	// Tunnel: the cluster's mirrored Endpoint exists and is Valid, and
 	// Subnets (its spec.subnets) are exactly what is reachable through it.
@@ -264,71 +287,26 @@ type Reach struct {
 	Subnets []netip.Prefix
 	// NoTunnel says why Tunnel is false, e.g. "no gateway endpoint".
 	NoTunnel string
-	// Overlap: the cluster's pod or service CIDRs overlap this cluster's
-	// (mirrored Cluster specs); only used to explain.
-	Overlap bool
 }
 
-// Reachable returns src with every backend that reach cannot reach (no
-// tunnel, or an address outside the tunnel's subnets) set not ready, not
-// serving — an unreachable endpoint is never advertised as ready — and a
-// message saying why, naming the cluster ("" when all are reachable or src
-// has no backends). r is the record src came from.
-//
-// The subnet test is pkg/addrpolicy's Contains (the one authority on
-// which subnets reach a cluster).
+// Claim is what the cluster may claim in its records, for
+// addrpolicy.CheckRecord: the subnets its tunnel reaches.
+func (r Reach) Claim(clusterID string) addrpolicy.Claim {
+	return addrpolicy.Claim{ClusterID: clusterID, Tunnel: r.Tunnel, Subnets: r.Subnets}
+}
+
+// Reachable returns src unchanged when reach has a tunnel; without one,
+// with every backend set not ready, not serving — an unreachable endpoint
+// is never advertised as ready — and a message naming the cluster ("" when
+// reachable or src has no backends). r is the record src came from. An
+// accepted record (addrpolicy.CheckRecord with reach.Claim) names only
+// addresses inside the tunnel's subnets.
 func Reachable(src SourceEndpoints, r ExportRecord, reach Reach) (SourceEndpoints, string) {
-	var out []string
-	for i, b := range src.Backends {
-		if reach.Tunnel && addrpolicy.Contains(reach.Subnets, b.Address) {
-			continue
-		}
-		src.Backends[i].Ready, src.Backends[i].Serving = false, false
-		out = append(out, b.Address.String())
-	}
-	if len(out) == 0 {
+	if reach.Tunnel || len(src.Backends) == 0 {
 		return src, ""
 	}
-	switch {
-	case !reach.Tunnel:
-		return src, fmt.Sprintf("no tunnel to cluster %s: %s", r.ClusterID, cmp.Or(reach.NoTunnel, "no gateway endpoint"))
-	case !HasGlobalAddresses(r) && reach.Overlap:
-		return src, fmt.Sprintf("cluster %s exports no global address and its CIDRs overlap this cluster's", r.ClusterID)
-	case !HasGlobalAddresses(r):
-		return src, fmt.Sprintf("cluster %s exports no global address and %s %s outside its tunnel's subnets %s",
-			r.ClusterID, strings.Join(out, ", "), isAre(len(out)), prefixesString(reach.Subnets))
-	default:
-		return src, fmt.Sprintf("global addresses %s of cluster %s %s outside its tunnel's subnets %s",
-			strings.Join(out, ", "), r.ClusterID, isAre(len(out)), prefixesString(reach.Subnets))
+	for i := range src.Backends {
+		src.Backends[i].Ready, src.Backends[i].Serving = false, false
 	}
-}
-
-// Overlaps reports whether a prefix of a overlaps one of b.
-func Overlaps(a, b []netip.Prefix) bool {
-	for _, x := range a {
-		for _, y := range b {
-			if x.Overlaps(y) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func isAre(n int) string {
-	if n == 1 {
-		return "is"
-	}
-	return "are"
-}
-
-func prefixesString(p []netip.Prefix) string {
-	if len(p) == 0 {
-		return "(none)"
-	}
-	s := make([]string, len(p))
-	for i, x := range p {
-		s[i] = x.String()
-	}
-	return "[" + strings.Join(s, " ") + "]"
+	return src, fmt.Sprintf("no tunnel to cluster %s: %s", r.ClusterID, cmp.Or(reach.NoTunnel, "no gateway endpoint"))
 }

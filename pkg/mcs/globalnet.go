@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/nat"
 )
 
@@ -279,19 +280,7 @@ func SetGlobalAddresses(r *ExportRecord, spec GlobalIngressSpec) {
 }
 
 // HasGlobalAddresses reports whether the record carries globalnet
-// addresses (its cluster runs globalnet and the Service is allocated).
-func HasGlobalAddresses(r ExportRecord) bool {
-	for _, p := range r.Ports {
-		if p.Global != nil {
-			return true
-		}
-	}
-	for _, g := range r.Endpoints {
-		for _, b := range g.Backends {
-			if b.GlobalIP != "" {
-				return true
-			}
-		}
-	}
-	return false
-}
+// addresses (its cluster runs globalnet and the Service is allocated):
+// addrpolicy.RecordHasGlobalAddresses, the rule CheckRecord places a
+// remote record's addresses by.
+func HasGlobalAddresses(r ExportRecord) bool { return addrpolicy.RecordHasGlobalAddresses(&r) }

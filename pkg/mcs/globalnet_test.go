@@ -12,6 +12,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/nat"
 )
 
@@ -19,8 +20,10 @@ import (
 // one ready.
 func globalRecord(headless bool) ExportRecord {
 	r := ExportRecord{
-		ClusterID: "c2",
-		Type:      mcsv1beta1.ClusterSetIP,
+		ClusterID:        "c2",
+		ServiceNamespace: "gn",
+		ServiceName:      "web",
+		Type:             mcsv1beta1.ClusterSetIP,
 		Ports: []causewayv1alpha1.RecordPort{
 			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80},
 			{Name: "grpc", Protocol: corev1.ProtocolTCP, Port: 9090},
@@ -64,14 +67,16 @@ func TestSourceFromRecordGlobalnet(t *testing.T) {
 	flat := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("10.244.0.0/16")}
 	tunnel := func(subnets []netip.Prefix) Reach { return Reach{Tunnel: true, Subnets: subnets} }
 	for _, tc := range []struct {
-		name     string
-		rec      ExportRecord
-		typ      mcsv1beta1.ServiceImportType
-		local    bool
-		reach    Reach
-		want     string
-		wantWhy  string // substring of the reason; "" = reachable
-		checkWhy bool
+		name    string
+		rec     ExportRecord
+		typ     mcsv1beta1.ServiceImportType
+		local   bool
+		reach   Reach
+		want    string
+		wantWhy string // substring of the reason; "" = reachable
+		// refused: substring of addrpolicy.CheckRecord's refusal of the
+		// remote record ("" = accepted).
+		refused string
 	}{
 		{name: "remote ClusterSetIP with globals uses the global IP:ports", rec: withGlobals(globalRecord(false)),
 			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(global), want: "242.0.2.2 map[grpc:1025 http:1024] true/true"},
@@ -79,27 +84,31 @@ func TestSourceFromRecordGlobalnet(t *testing.T) {
 			typ: mcsv1beta1.ClusterSetIP, want: "10.96.0.10 map[grpc:9090 http:80] true/true"},
 		{name: "remote ClusterSetIP without globals, flat tunnel", rec: globalRecord(false),
 			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(flat), want: "10.96.0.10 map[grpc:9090 http:80] true/true"},
-		{name: "remote without globals, overlapping CIDRs: not ready", rec: globalRecord(false),
-			typ: mcsv1beta1.ClusterSetIP, reach: Reach{Tunnel: true, Subnets: global, Overlap: true},
-			want: "10.96.0.10 map[grpc:9090 http:80] false/false", wantWhy: "cluster c2 exports no global address and its CIDRs overlap"},
-		{name: "remote without globals outside the subnets", rec: globalRecord(false),
+		{name: "remote without globals outside the subnets: refused", rec: globalRecord(false),
 			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(global),
-			want: "10.96.0.10 map[grpc:9090 http:80] false/false", wantWhy: "10.96.0.10 is outside its tunnel's subnets [242.0.2.0/24]"},
+			refused: "AddressOutsideClaim: clusterIP 10.96.0.10 is outside the subnets cluster \"c2\" is reached through [242.0.2.0/24] (the record carries no global address)"},
 		{name: "no tunnel: not ready even with globals", rec: withGlobals(globalRecord(false)),
 			typ: mcsv1beta1.ClusterSetIP, reach: Reach{NoTunnel: "its gateway endpoint is not valid"},
 			want: "242.0.2.2 map[grpc:1025 http:1024] false/false", wantWhy: "no tunnel to cluster c2: its gateway endpoint is not valid"},
-		{name: "globals outside a tunnel's subnets", rec: withGlobals(globalRecord(false)),
-			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(flat),
-			want: "242.0.2.2 map[grpc:1025 http:1024] false/false", wantWhy: "global addresses 242.0.2.2 of cluster c2 is outside"},
+		{name: "globals outside a tunnel's subnets: refused", rec: withGlobals(globalRecord(false)),
+			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(flat), refused: `port "http" global IP 242.0.2.2 is outside`},
 		{name: "remote headless with globals: only pods with a global IP", rec: withGlobals(globalRecord(true)),
 			typ: mcsv1beta1.Headless, reach: tunnel(global), want: "242.0.2.252 map[grpc:9000 http:8080] true/true"},
 		{name: "local headless keeps pod IPs", rec: withGlobals(globalRecord(true)), local: true,
 			typ: mcsv1beta1.Headless, want: "10.244.0.5 map[grpc:9000 http:8080] true/true; 10.244.0.6 map[grpc:9000 http:8080] false/false"},
-		{name: "remote headless without globals over an overlapping network", rec: globalRecord(true),
-			typ: mcsv1beta1.Headless, reach: Reach{Tunnel: true, Subnets: global, Overlap: true},
-			want: "10.244.0.5 map[grpc:9000 http:8080] false/false; 10.244.0.6 map[grpc:9000 http:8080] false/false", wantWhy: "overlap"},
+		{name: "remote headless without globals over a global tunnel: refused", rec: globalRecord(true),
+			typ: mcsv1beta1.Headless, reach: tunnel(global), refused: "backend 10.244.0.5 is outside"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if !tc.local {
+				err := addrpolicy.CheckRecord(addrpolicy.Config{}, &tc.rec, tc.reach.Claim(tc.rec.ClusterID))
+				if tc.refused == "" && err != nil || tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused)) {
+					t.Fatalf("CheckRecord = %v, want refused %q", err, tc.refused)
+				}
+				if err != nil {
+					return
+				}
+			}
 			src := SourceFromRecord(tc.rec, tc.typ, tc.local)
 			why := ""
 			if !tc.local {

@@ -165,6 +165,9 @@ type Controller struct {
 	sliceCount int
 	// waitingVIP are Services whose VIP allocation found the range full.
 	waitingVIP map[types.NamespacedName]bool
+	// refused holds, per Service, the remote records refused at its last
+	// sync (cluster ID -> refusal), so that each refusal is reported once.
+	refused map[types.NamespacedName]map[string]string
 
 	// global is the globalnet allocation of this cluster's exports.
 	global globalnet
@@ -307,6 +310,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		imports:  map[types.NamespacedName]int{},
 
 		waitingVIP: map[types.NamespacedName]bool{},
+		refused:    map[types.NamespacedName]map[string]string{},
 		global: globalnet{
 			held:    map[types.NamespacedName]mcs.GlobalIngressSpec{},
 			waiting: map[types.NamespacedName]bool{},

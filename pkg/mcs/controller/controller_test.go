@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -234,18 +233,7 @@ func testConflicts(t *testing.T, e *env) {
 			return nil
 		})
 	}
-	eventually(t, "a Warning event on c2's export", func() error {
-		var evs eventsv1.EventList
-		if err := c2.List(context.Background(), &evs, client.InNamespace("kubecon")); err != nil {
-			return err
-		}
-		for _, ev := range evs.Items {
-			if ev.Regarding.Kind == "ServiceExport" && ev.Regarding.Name == "api" && ev.Reason == "PortConflict" && ev.Type == corev1.EventTypeWarning {
-				return nil
-			}
-		}
-		return fmt.Errorf("no PortConflict event among %d events", len(evs.Items))
-	})
+	eventually(t, "a Warning event on c2's export", wantEvent(c2, "kubecon", "ServiceExport", "api", "PortConflict", ""))
 	// c2 fixes its Service: the conflict clears on both sides.
 	var fix corev1.Service
 	if err := c2.Get(context.Background(), client.ObjectKeyFromObject(s2), &fix); err != nil {

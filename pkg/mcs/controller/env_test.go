@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -389,6 +390,23 @@ func gone(c client.Client, obj client.Object) func() error {
 			return nil
 		}
 		return fmt.Errorf("%T %s still there (%v)", obj, client.ObjectKeyFromObject(obj), err)
+	}
+}
+
+// wantEvent waits for a Warning Event (events.k8s.io) with the reason
+// and a note containing note, regarding the object kind ns/name.
+func wantEvent(c client.Client, ns, kind, name, reason, note string) func() error {
+	return func() error {
+		var list eventsv1.EventList
+		if err := c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, ev := range list.Items {
+			if ev.Type == corev1.EventTypeWarning && ev.Reason == reason && ev.Regarding.Kind == kind && ev.Regarding.Name == name && strings.Contains(ev.Note, note) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Warning Event %s regarding %s %s/%s with %q among %d", reason, kind, ns, name, note, len(list.Items))
 	}
 }
 

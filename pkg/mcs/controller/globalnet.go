@@ -300,8 +300,8 @@ func (c *Controller) waitingGlobal() []reconcile.Request {
 	return out
 }
 
-// reach is how this cluster reaches cluster id, from the Endpoint and
-// Cluster objects the gateway mirrors into the Causeway namespace.
+// reach is how this cluster reaches cluster id, from the Endpoint object
+// the gateway mirrors into the Causeway namespace.
 func (c *Controller) reach(ctx context.Context, id string) mcs.Reach {
 	var r mcs.Reach
 	key := types.NamespacedName{Namespace: c.cfg.Namespace, Name: id}
@@ -323,16 +323,7 @@ func (c *Controller) reach(ctx context.Context, id string) mcs.Reach {
 			r.Subnets = parsePrefixes(ep.Spec.Subnets)
 		}
 	}
-	var own, other causewayv1alpha1.Cluster
-	if c.local.Get(ctx, types.NamespacedName{Namespace: c.cfg.Namespace, Name: c.cfg.ClusterID}, &own) == nil &&
-		c.local.Get(ctx, key, &other) == nil {
-		r.Overlap = mcs.Overlaps(clusterCIDRs(own), clusterCIDRs(other))
-	}
 	return r
-}
-
-func clusterCIDRs(cl causewayv1alpha1.Cluster) []netip.Prefix {
-	return append(parsePrefixes(cl.Spec.PodCIDRs), parsePrefixes(cl.Spec.ServiceCIDRs)...)
 }
 
 func parsePrefixes(in []string) []netip.Prefix {

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,6 +18,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -93,6 +93,19 @@ func wantReachable(c client.Client, ns, name string, status metav1.ConditionStat
 		}
 		if cond.Status != status || !strings.Contains(cond.Message, msg) {
 			return fmt.Errorf("Reachable = %s/%s %q, want %s containing %q", cond.Status, cond.Reason, cond.Message, status, msg)
+		}
+		return nil
+	}
+}
+
+func wantImportCondition(c client.Client, ns, name, typ string, status metav1.ConditionStatus, reason, msg string) func() error {
+	return func() error {
+		cond, err := importCondition(c, ns, name, typ)
+		if err != nil {
+			return err
+		}
+		if cond.Status != status || cond.Reason != reason || !strings.Contains(cond.Message, msg) {
+			return fmt.Errorf("%s = %s/%s %q, want %s/%s containing %q", typ, cond.Status, cond.Reason, cond.Message, status, reason, msg)
 		}
 		return nil
 	}
@@ -330,15 +343,19 @@ func TestGlobalnet(t *testing.T) {
 			return nil
 		})
 		export(t, c1, "gn", "web")
-		eventually(t, "c2 not ready in c1 (overlap)", wantEndpoints(c1, "gn", "web",
-			"c1/"+svcs["c1"].Spec.ClusterIP+"/true", "c2/"+svcs["c2"].Spec.ClusterIP+"/false"))
-		eventually(t, "Reachable=False (overlap)", wantReachable(c1, "gn", "web", metav1.ConditionFalse,
-			"cluster c2 exports no global address and its CIDRs overlap"))
+		// c2's record names its ClusterIP 10.96.x, outside the global CIDR
+		// c1 reaches it through: refused, nothing of it imported.
+		eventually(t, "c2 refused in c1", wantEndpoints(c1, "gn", "web", "c1/"+svcs["c1"].Spec.ClusterIP+"/true"))
+		eventually(t, "RemoteRecordRefused=True", wantImportCondition(c1, "gn", "web", mcs.ConditionRemoteRecordRefused,
+			metav1.ConditionTrue, string(addrpolicy.RecordOutsideClaim), "cluster c2: AddressOutsideClaim: clusterIP "+svcs["c2"].Spec.ClusterIP))
+		eventually(t, "Warning Event on the import", wantEvent(c1, "gn", "ServiceImport", "web", mcs.EventRemoteRecordRefused, "record gn.web of cluster c2 refused"))
+		// Without a tunnel nothing is reached and the record's addresses
+		// are not placed: accepted, not ready, Reachable=False.
 		e.tunnel("c1", "c2", false, globalCIDR["c2"])
 		eventually(t, "Reachable=False (no tunnel)", wantReachable(c1, "gn", "web", metav1.ConditionFalse, "no tunnel to cluster c2"))
-		if err := wantEndpoints(c1, "gn", "web", "c1/"+svcs["c1"].Spec.ClusterIP+"/true", "c2/"+svcs["c2"].Spec.ClusterIP+"/false")(); err != nil {
-			t.Error(err)
-		}
+		eventually(t, "c2 not ready", wantEndpoints(c1, "gn", "web", "c1/"+svcs["c1"].Spec.ClusterIP+"/true", "c2/"+svcs["c2"].Spec.ClusterIP+"/false"))
+		eventually(t, "RemoteRecordRefused=False", wantImportCondition(c1, "gn", "web", mcs.ConditionRemoteRecordRefused,
+			metav1.ConditionFalse, mcs.ReasonNoneRefused, ""))
 		cond, _ := importCondition(c1, "gn", "web", mcs.ConditionReachable)
 		if cond.Reason != mcs.ReasonUnreachable {
 			t.Errorf("reason %q", cond.Reason)
@@ -409,18 +426,7 @@ func TestGlobalPoolExhausted(t *testing.T) {
 	if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "db"}, &gi); err != nil || len(gi.Spec.Pods) != 0 {
 		t.Errorf("half allocated: %+v (%v)", gi.Spec, err)
 	}
-	eventually(t, "Warning event", func() error {
-		var evs eventsv1.EventList
-		if err := c1.List(ctx, &evs, client.InNamespace("gn")); err != nil {
-			return err
-		}
-		for _, ev := range evs.Items {
-			if ev.Regarding.Kind == "ServiceExport" && ev.Regarding.Name == "db" && ev.Reason == causewayv1alpha1.ReasonGlobalPoolExhausted && ev.Type == corev1.EventTypeWarning {
-				return nil
-			}
-		}
-		return fmt.Errorf("no GlobalPoolExhausted event among %d", len(evs.Items))
-	})
+	eventually(t, "Warning event", wantEvent(c1, "gn", "ServiceExport", "db", causewayv1alpha1.ReasonGlobalPoolExhausted, ""))
 
 	// Three pods fit.
 	localSlice(t, c1, db, 5432, pods[:3]...)

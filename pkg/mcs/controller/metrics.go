@@ -19,6 +19,7 @@ type metrics struct {
 	apiWrites    *prometheus.CounterVec
 	globals      prometheus.Gauge
 	globalWait   prometheus.Gauge
+	refused      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -68,9 +69,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "causeway", Subsystem: "mcs", Name: "global_pool_waiting",
 			Help: "Exported Services waiting for room in this cluster's global CIDR.",
 		}),
+		refused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "causeway", Subsystem: "mcs", Name: "remote_records_refused",
+			Help: "Remote export records refused by the address policy (one per Service and cluster); they contribute nothing.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.globals, m.globalWait)
+		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.globals, m.globalWait, m.refused)
 	}
 	return m
 }

@@ -20,6 +20,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -149,17 +150,28 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	return st, nil
 }
 
+// refusal is a remote record addrpolicy.CheckRecord refused.
+type refusal struct {
+	clusterID string
+	err       *addrpolicy.RecordError
+}
+
+func (r refusal) String() string { return "cluster " + r.clusterID + ": " + r.err.Error() }
+
 // records returns every cluster's record of key from the broker cache,
-// with this cluster's replaced by what syncExport just published. A record
-// claiming a cluster other than its namespace's is ignored: identities can
-// write only their own namespace, and this keeps one from speaking for
-// another.
-func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, error) {
+// with this cluster's replaced by what syncExport just published, and
+// the remote records refused by addrpolicy.CheckRecord (left out of the
+// first list: they contribute nothing). A record claiming a cluster other
+// than its namespace's is ignored: identities can write only their own
+// namespace, and this keeps one from speaking for another.
+func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, []refusal, error) {
 	list, err := c.recordIndex.list(indexRecordService, key.String())
 	if err != nil {
-		return nil, fmt.Errorf("list records: %w", err)
+		return nil, nil, fmt.Errorf("list records: %w", err)
 	}
 	var out []mcs.ExportRecord
+	var refused []refusal
+	var pol *addrpolicy.Config
 	for _, o := range list {
 		r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
 		if !ok {
@@ -170,22 +182,33 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 			r.Name != mcs.RecordName(key.Namespace, key.Name) {
 			continue
 		}
+		if pol == nil {
+			pol = ptrTo(c.recordPolicy(ctx))
+		}
+		var re *addrpolicy.RecordError
+		if err := addrpolicy.CheckRecord(*pol, &r.Spec, c.reach(ctx, id).Claim(id)); errors.As(err, &re) {
+			refused = append(refused, refusal{id, re})
+			continue
+		}
 		out = append(out, *r.Spec.DeepCopy())
 	}
 	if exp.record != nil {
 		out = append(out, *exp.record)
 	}
-	return out, nil
+	slices.SortFunc(refused, func(a, b refusal) int { return strings.Compare(a.clusterID, b.clusterID) })
+	return out, refused, nil
 }
 
 // syncImport writes or removes the ServiceImport and EndpointSlices of key
 // here, and returns the merge (nil when nobody exports key).
 func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, exp exportState) (*mcs.MergeResult, error) {
-	recs, err := c.records(ctx, key, exp)
+	recs, refused, err := c.records(ctx, key, exp)
 	if err != nil {
 		return nil, err
 	}
 	if len(recs) == 0 {
+		// Every record refused: nothing to import; the Events say why.
+		c.eventRefused(ctx, key, nil, refused)
 		return nil, c.removeImport(ctx, key)
 	}
 	m := mcs.Merge(recs)
@@ -243,10 +266,11 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 		slices.Sort(unreachable)
 		reachable.Status, reachable.Reason, reachable.Message = metav1.ConditionFalse, mcs.ReasonUnreachable, truncate(strings.Join(unreachable, "; "), 2000)
 	}
-	si, err := c.applyServiceImport(ctx, want, ready, reachable)
+	si, err := c.applyServiceImport(ctx, want, ready, reachable, refusedCondition(refused))
 	if err != nil {
 		return &m, err
 	}
+	c.eventRefused(ctx, key, si, refused)
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
 	have, err := c.sliceIndex.slices(indexImportSlice, key.String())
 	if err != nil {

@@ -1,0 +1,95 @@
+package controller
+
+import (
+	"context"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/mcs"
+)
+
+// recordPolicy is the addrpolicy configuration remote records are
+// checked with: the clusterset VIP range, and this cluster's own CIDRs
+// from its mirrored Cluster (empty until the gateway mirrored it; the
+// tunnels' subnets, which Decide placed outside them, still bound every
+// claim).
+func (c *Controller) recordPolicy(ctx context.Context) addrpolicy.Config {
+	cfg := addrpolicy.Config{VIPRange: c.cfg.VIPRange.Prefix()}
+	var own causewayv1alpha1.Cluster
+	if c.local.Get(ctx, types.NamespacedName{Namespace: c.cfg.Namespace, Name: c.cfg.ClusterID}, &own) == nil {
+		cfg.LocalCIDRs = append(parsePrefixes(own.Spec.PodCIDRs), parsePrefixes(own.Spec.ServiceCIDRs)...)
+		cfg.GlobalCIDRs = parsePrefixes(own.Spec.GlobalCIDRs)
+	}
+	return cfg
+}
+
+// refusedCondition is the ServiceImport's RemoteRecordRefused condition.
+func refusedCondition(refused []refusal) metav1.Condition {
+	cond := metav1.Condition{Type: mcs.ConditionRemoteRecordRefused, Status: metav1.ConditionFalse, Reason: mcs.ReasonNoneRefused,
+		Message: "every exporting cluster's record was accepted"}
+	if len(refused) == 0 {
+		return cond
+	}
+	parts := make([]string, len(refused))
+	for i, r := range refused {
+		parts[i] = r.String()
+	}
+	cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, string(refused[0].err.Reason), truncate(strings.Join(parts, "; "), 2000)
+	return cond
+}
+
+// eventRefused records a Warning Event for each refusal of key not
+// reported on the same object before (by this process): on the
+// ServiceImport si, or, when
+// every record was refused and there is no import, on the refused
+// cluster's Endpoint mirror in Causeway's namespace. It keeps the
+// remote_records_refused gauge.
+func (c *Controller) eventRefused(ctx context.Context, key types.NamespacedName, si *mcsv1beta1.ServiceImport, refused []refusal) {
+	// A refusal is reported again when the object it is reported on
+	// changes (an import appears or goes).
+	on := "import "
+	if si == nil {
+		on = "endpoint "
+	}
+	now := make(map[string]string, len(refused))
+	for _, r := range refused {
+		now[r.clusterID] = on + r.err.Error()
+	}
+	c.mu.Lock()
+	before := c.refused[key]
+	if len(now) == 0 {
+		delete(c.refused, key)
+	} else {
+		c.refused[key] = now
+	}
+	n := 0
+	for _, m := range c.refused {
+		n += len(m)
+	}
+	c.metrics.refused.Set(float64(n))
+	c.mu.Unlock()
+
+	for _, r := range refused {
+		if before[r.clusterID] == now[r.clusterID] {
+			continue
+		}
+		var regarding runtime.Object = si
+		if si == nil {
+			ep := &causewayv1alpha1.Endpoint{}
+			if err := c.local.Get(ctx, types.NamespacedName{Namespace: c.cfg.Namespace, Name: r.clusterID}, ep); err != nil {
+				ep.Namespace, ep.Name = c.cfg.Namespace, r.clusterID
+			}
+			regarding = ep
+		}
+		c.recorder.Eventf(regarding, nil, corev1.EventTypeWarning, mcs.EventRemoteRecordRefused, "Import",
+			"record %s of cluster %s refused, nothing of it is imported: %s", mcs.RecordName(key.Namespace, key.Name), r.clusterID, truncate(r.err.Error(), 900))
+		c.log.Warn("remote record refused", "service", key, "peer", r.clusterID, "reason", r.err.Reason, "message", r.err.Message)
+	}
+}
