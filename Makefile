@@ -61,7 +61,7 @@ test-unit: ## unit tests only (no root, no apiservers)
 # Every fuzz target, as <package>:<target>. -fuzz takes one target per
 # package run, so each gets its own go test. Their seed corpora
 # (testdata/fuzz/<target>) run with every plain go test as well.
-FUZZ_TARGETS = ./pkg/addrpolicy:FuzzDecide ./pkg/gateway:FuzzCompute ./pkg/cable:FuzzValidate \
+FUZZ_TARGETS = ./pkg/addrpolicy:FuzzDecide ./pkg/addrpolicy:FuzzCheckRecord ./pkg/gateway:FuzzCompute ./pkg/cable:FuzzValidate \
 	./pkg/mcs:FuzzMerge ./pkg/mcs:FuzzSourceFromRecord ./pkg/routeagent:FuzzParseSave ./pkg/routeagent:FuzzPlanIptables
 FUZZTIME ?= 4s
 
