@@ -31,8 +31,11 @@ type ServiceExportRecordSpec struct {
 	ServiceName string `json:"serviceName"`
 
 	// ExportCreationTimestamp is the creationTimestamp of the ServiceExport
-	// in the exporting cluster. Conflicts are resolved in favour of the
-	// oldest export (KEP-1645); ties go to the smaller cluster ID.
+	// in the exporting cluster, for information only. Conflicts are
+	// resolved in favour of the oldest export (KEP-1645), aged by the
+	// record object's metadata.creationTimestamp, which the broker API
+	// server sets (a member could write any time here); ties go to the
+	// smaller cluster ID.
 	ExportCreationTimestamp metav1.Time `json:"exportCreationTimestamp"`
 
 	// Type is ClusterSetIP, or Headless for a Service with clusterIP None.

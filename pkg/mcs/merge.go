@@ -86,7 +86,10 @@ type issue struct {
 //
 //   - Precedence goes to the oldest export (ExportCreationTimestamp), ties
 //     broken by the smaller cluster ID, so the result does not depend on
-//     the order of records.
+//     the order of records. Importers (pkg/mcs/controller) set it to the
+//     broker's metadata.creationTimestamp of the record object, which the
+//     broker API server assigns and no member can choose: a remote's own
+//     exportCreationTimestamp is not trusted.
 //   - Ports are the union of all exports' ports, matched first by name,
 //     then by protocol and port. A port whose definition clashes with one
 //     already taken from an older export is left out (PortConflict on the

@@ -131,11 +131,18 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 			ObjectMeta: metav1.ObjectMeta{Namespace: recKey.Namespace, Name: recKey.Name},
 			Spec:       spec,
 		}
-		if err := c.bclient.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := c.bclient.Create(ctx, obj)
+		if apierrors.IsAlreadyExists(err) {
+			// The cache lags behind our own create: its age is the
+			// broker's.
+			err = c.breader.Get(ctx, recKey, obj)
+		}
+		if err != nil {
 			st.writeErr = fmt.Errorf("create record %s: %w", recKey, err)
 			return st, nil
 		}
 		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "create").Inc()
+		have = obj
 	case !equality.Semantic.DeepEqual(have.Spec, spec):
 		upd := have.DeepCopy()
 		upd.Spec = spec
@@ -145,6 +152,8 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		}
 		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "update").Inc()
 	}
+	// Merged as every importer merges it: aged by the broker.
+	st.record.ExportCreationTimestamp = have.CreationTimestamp
 	st.published = true
 	c.setExported(key, true)
 	return st, nil
@@ -190,13 +199,25 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 			refused = append(refused, refusal{id, re})
 			continue
 		}
-		out = append(out, *r.Spec.DeepCopy())
+		out = append(out, brokerAged(r))
 	}
 	if exp.record != nil {
 		out = append(out, *exp.record)
 	}
 	slices.SortFunc(refused, func(a, b refusal) int { return strings.Compare(a.clusterID, b.clusterID) })
 	return out, refused, nil
+}
+
+// brokerAged is a remote record's spec as merged: its age is the
+// creationTimestamp the broker API server gave the record object, not the
+// exportCreationTimestamp the exporter wrote (which any member could set
+// to the distant past to win every conflict; the broker's it cannot
+// choose, only renew by deleting and recreating the record, which makes
+// it younger).
+func brokerAged(r *causewayv1alpha1.ServiceExportRecord) mcs.ExportRecord {
+	spec := *r.Spec.DeepCopy()
+	spec.ExportCreationTimestamp = r.CreationTimestamp
+	return spec
 }
 
 // syncImport writes or removes the ServiceImport and EndpointSlices of key
