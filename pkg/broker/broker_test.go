@@ -135,18 +135,77 @@ func TestClusterIdentity(t *testing.T) {
 	if err := a.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "cluster-a", Name: "x"}}); !apierrors.IsForbidden(err) {
 		t.Errorf("a creates a ConfigMap: err=%v, want Forbidden", err)
 	}
-	// VIP allocations: create and delete, no update.
-	vip := &causewayv1alpha1.VIPAllocation{ObjectMeta: metav1.ObjectMeta{Name: "243.0.0.9"},
-		Spec: causewayv1alpha1.VIPAllocationSpec{ServiceNamespace: "kubecon", ServiceName: "whereami"}}
-	if err := a.Create(ctx, vip); err != nil {
-		t.Errorf("a allocates a VIP: %v", err)
+	// VIP allocations and global CIDR claims: create and delete, no
+	// update, and only one's own (OwnershipPolicy). The API server loads
+	// a new policy within a moment: wait until it refuses.
+	b := clients["b"]
+	vip := func(owner string) *causewayv1alpha1.VIPAllocation {
+		v := &causewayv1alpha1.VIPAllocation{ObjectMeta: metav1.ObjectMeta{Name: "243.0.0.9"},
+			Spec: causewayv1alpha1.VIPAllocationSpec{ServiceNamespace: "kubecon", ServiceName: "whereami"}}
+		if owner != "" {
+			v.Labels = map[string]string{broker.LabelClusterID: owner}
+		}
+		return v
 	}
-	vip.Labels = map[string]string{"x": "y"}
-	if err := clients["b"].Update(ctx, vip); !apierrors.IsForbidden(err) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := a.Create(ctx, vip("b"))
+		if apierrors.IsForbidden(err) {
+			break
+		}
+		if err == nil {
+			if err := api.Client.Delete(ctx, vip("b")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a allocates a VIP in b's name: err=%v, want Forbidden", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := a.Create(ctx, vip("")); !apierrors.IsForbidden(err) {
+		t.Errorf("a allocates a VIP without owner: err=%v, want Forbidden", err)
+	}
+	mine := vip("a")
+	if err := a.Create(ctx, mine); err != nil {
+		t.Fatalf("a allocates a VIP: %v", err)
+	}
+	if err := b.Delete(ctx, mine); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "claim of cluster a") {
+		t.Errorf("b releases a's VIP allocation: err=%v, want Forbidden", err)
+	}
+	stolen := mine.DeepCopy()
+	stolen.Labels[broker.LabelClusterID] = "b"
+	if err := b.Update(ctx, stolen); !apierrors.IsForbidden(err) {
 		t.Errorf("b updates a VIP allocation: err=%v, want Forbidden", err)
 	}
-	if err := clients["b"].Delete(ctx, vip); err != nil {
-		t.Errorf("b releases a VIP allocation: %v", err)
+	if err := a.Delete(ctx, mine); err != nil {
+		t.Errorf("a releases its VIP allocation: %v", err)
+	}
+	legacy := vip("")
+	if err := api.Client.Create(ctx, legacy); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Delete(ctx, legacy); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "claim of nobody") {
+		t.Errorf("a releases an allocation without owner: err=%v, want Forbidden", err)
+	}
+	if err := api.Client.Delete(ctx, legacy); err != nil {
+		t.Errorf("the administrator releases it: %v", err)
+	}
+	claim := func(label, spec string) *causewayv1alpha1.GlobalCIDR {
+		return &causewayv1alpha1.GlobalCIDR{ObjectMeta: metav1.ObjectMeta{Name: "242.0.9.0-24", Labels: map[string]string{broker.LabelClusterID: label}},
+			Spec: causewayv1alpha1.GlobalCIDRSpec{ClusterID: spec}}
+	}
+	if err := a.Create(ctx, claim("a", "b")); !apierrors.IsForbidden(err) {
+		t.Errorf("a claims a global CIDR in b's name: err=%v, want Forbidden", err)
+	}
+	if err := b.Create(ctx, claim("b", "b")); err != nil {
+		t.Fatalf("b claims a global CIDR: %v", err)
+	}
+	if err := a.Delete(ctx, claim("b", "b")); !apierrors.IsForbidden(err) {
+		t.Errorf("a deletes b's global CIDR claim: err=%v, want Forbidden", err)
+	}
+	if err := b.Delete(ctx, claim("b", "b")); err != nil {
+		t.Errorf("b releases its global CIDR claim: %v", err)
 	}
 	// The token works for years, not hours.
 	kc, err := broker.EnsureClusterIdentity(ctx, api.Config, "a")

@@ -38,7 +38,9 @@ cluster as Secret causeway-system/causeway-broker, which the gateway and MCS
 controller Pods of deploy/manifests mount (the daemons' own ServiceAccounts
 may not read Secrets). The cluster ID is --cluster-id, or the About API's
 ClusterProperty cluster.clusterset.k8s.io when the cluster has one.
-Idempotent: joining again refreshes the credentials.`,
+The broker namespace records which cluster holds the ID (the UID of its
+kube-system namespace): a join with an ID another cluster holds is
+refused. Idempotent: joining again refreshes the credentials.`,
 		Example: `  causewayctl join --broker-kubeconfig broker-admin.yaml --kubeconfig c1.yaml --cluster-id c1`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -62,6 +64,13 @@ Idempotent: joining again refreshes the credentials.`,
 			admin, err := clientcmd.BuildConfigFromFlags("", brokerKubeconfig)
 			if err != nil {
 				return fmt.Errorf("broker kubeconfig: %w", err)
+			}
+			kubeSystem := &corev1.Namespace{}
+			if err := cl.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, kubeSystem); err != nil {
+				return fmt.Errorf("read the cluster's identity (namespace kube-system): %w", err)
+			}
+			if err := broker.ClaimClusterID(ctx, admin, clusterID, string(kubeSystem.UID)); err != nil {
+				return err
 			}
 			raw, err := broker.EnsureClusterIdentity(ctx, admin, clusterID)
 			if err != nil {

@@ -3,6 +3,7 @@ package ctl
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +22,7 @@ import (
 )
 
 func TestJoin(t *testing.T) {
-	cps := kubetest.StartMany(t, "c1", "broker")
+	cps := kubetest.StartMany(t, "c1", "impostor", "broker")
 	c1, b := cps["c1"], cps["broker"]
 	ctx := context.Background()
 	run := func(args ...string) (string, error) {
@@ -45,6 +46,18 @@ func TestJoin(t *testing.T) {
 		if out, err := run("--cluster-id", "c1", "--output", file); err != nil {
 			t.Fatalf("join: %v\n%s", err, out)
 		}
+	}
+	// Another cluster cannot join as c1 (nor get c1's credentials).
+	cmd := NewCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"join", "--broker-kubeconfig", b.AdminKubeconfig, "--kubeconfig", cps["impostor"].AdminKubeconfig, "--cluster-id", "c1"})
+	if err := cmd.Execute(); !errors.Is(err, broker.ErrClusterIDInUse) {
+		t.Errorf("a second cluster joins as c1: err=%v, want ErrClusterIDInUse", err)
+	}
+	if err := cps["impostor"].Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: BrokerSecret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused cluster got a broker Secret: %v", err)
 	}
 
 	sec := &corev1.Secret{}

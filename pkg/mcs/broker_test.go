@@ -155,8 +155,8 @@ func testRecords(ctx context.Context, t *testing.T, c1, c2 client.Client) {
 func testVIPs(ctx context.Context, t *testing.T, admin, c1, c2 client.Client) {
 	r := mcs.MustParseVIPRange("243.0.0.0/24")
 	allocators := []*mcs.VIPAllocator{
-		mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c1)),
-		mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c2)),
+		mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c1, "c1")),
+		mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c2, "c2")),
 	}
 	const services = 20
 	got := make([][]netip.Addr, len(allocators))
@@ -200,7 +200,7 @@ func testVIPs(ctx context.Context, t *testing.T, admin, c1, c2 client.Client) {
 
 	// A restarted allocator finds the same VIP.
 	svc0 := types.NamespacedName{Namespace: "kubecon", Name: "svc-0"}
-	if v, err := mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c2)).Allocate(ctx, svc0); err != nil || v != got[0][0] {
+	if v, err := mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c2, "c2")).Allocate(ctx, svc0); err != nil || v != got[0][0] {
 		t.Errorf("after restart: %s, %v; want %s", v, err, got[0][0])
 	}
 
@@ -227,7 +227,7 @@ func testVIPs(ctx context.Context, t *testing.T, admin, c1, c2 client.Client) {
 
 	// Exhaustion: a two-address range, a third Service.
 	tiny := mcs.MustParseVIPRange("243.1.0.0/30")
-	ta := mcs.NewVIPAllocator(tiny, mcs.NewBrokerVIPStore(c1))
+	ta := mcs.NewVIPAllocator(tiny, mcs.NewBrokerVIPStore(c1, "c1"))
 	for _, n := range []string{"a", "b"} {
 		if _, err := ta.Allocate(ctx, types.NamespacedName{Namespace: "tiny", Name: n}); err != nil {
 			t.Fatal(err)

@@ -24,13 +24,24 @@ const (
 // broker API server, one per address, named VIPObjectName(addr). The
 // API server's refusal to create a second object of the same name makes
 // Claim atomic across clusters.
+//
+// Each allocation is owned by the cluster that created it (label
+// causeway.dev/cluster-id), and only that cluster deletes it: the broker
+// refuses a member's delete of another's allocation
+// (broker.OwnershipPolicy). Every cluster runs the same release logic,
+// so each releases its own share (a duplicate it created in a race, the
+// allocation of a Service nobody exports any more).
 type BrokerVIPStore struct {
-	c client.Client
+	c         client.Client
+	clusterID string
 }
 
-// NewBrokerVIPStore returns a store using c, a client of the broker. Its
-// reads may come from a cache; Claim and Release go to the API server.
-func NewBrokerVIPStore(c client.Client) *BrokerVIPStore { return &BrokerVIPStore{c: c} }
+// NewBrokerVIPStore returns a store using c, a client of the broker with
+// cluster clusterID's identity. Its reads may come from a cache; Claim
+// and Release go to the API server.
+func NewBrokerVIPStore(c client.Client, clusterID string) *BrokerVIPStore {
+	return &BrokerVIPStore{c: c, clusterID: clusterID}
+}
 
 // AllocatedTo implements VIPStore.
 func (s *BrokerVIPStore) AllocatedTo(ctx context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
@@ -75,8 +86,9 @@ func (s *BrokerVIPStore) Claim(ctx context.Context, addr netip.Addr, svc types.N
 		ObjectMeta: metav1.ObjectMeta{
 			Name: VIPObjectName(addr),
 			Labels: map[string]string{
-				LabelVIPServiceNamespace: svc.Namespace,
-				LabelVIPServiceName:      svc.Name,
+				LabelVIPServiceNamespace:        svc.Namespace,
+				LabelVIPServiceName:             svc.Name,
+				causewayv1alpha1.LabelClusterID: s.clusterID,
 			},
 		},
 		Spec: causewayv1alpha1.VIPAllocationSpec{ServiceNamespace: svc.Namespace, ServiceName: svc.Name},
@@ -98,9 +110,10 @@ func (s *BrokerVIPStore) Claim(ctx context.Context, addr netip.Addr, svc types.N
 	return holder, fmt.Errorf("claim %s: held by %s: %w", addr, holder, ErrVIPTaken)
 }
 
-// Release implements VIPStore. It deletes the object only if svc holds it,
-// with a UID precondition so a re-allocation to another Service in
-// between is never deleted.
+// Release implements VIPStore. It deletes the object only if svc holds it
+// and this cluster owns it (another's is its owner's to release), with a
+// UID precondition so a re-allocation to another Service in between is
+// never deleted.
 func (s *BrokerVIPStore) Release(ctx context.Context, addr netip.Addr, svc types.NamespacedName) error {
 	var a causewayv1alpha1.VIPAllocation
 	err := s.c.Get(ctx, types.NamespacedName{Name: VIPObjectName(addr)}, &a)
@@ -110,7 +123,7 @@ func (s *BrokerVIPStore) Release(ctx context.Context, addr netip.Addr, svc types
 	case err != nil:
 		return fmt.Errorf("get VIP allocation %s: %w", addr, err)
 	}
-	if a.Spec.ServiceNamespace != svc.Namespace || a.Spec.ServiceName != svc.Name {
+	if a.Spec.ServiceNamespace != svc.Namespace || a.Spec.ServiceName != svc.Name || a.Labels[causewayv1alpha1.LabelClusterID] != s.clusterID {
 		return nil
 	}
 	err = s.c.Delete(ctx, &a, client.Preconditions{UID: &a.UID})

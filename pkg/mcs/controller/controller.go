@@ -316,7 +316,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			waiting: map[types.NamespacedName]bool{},
 		},
 	}
-	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient), c: c.bclient, live: c.breader})
+	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader})
 	if err := c.setup(); err != nil {
 		return nil, err
 	}
