@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"regexp"
 	"slices"
 	"strings"
@@ -138,6 +139,19 @@ func TestWorkloadFlags(t *testing.T) {
 			for _, must := range []string{"cluster-id", "node-name"} {
 				if !cmd.Flags().Changed(must) {
 					t.Errorf("%s/%s: --%s is not set", p.name, c.Name, must)
+				}
+			}
+			// Metrics and pprof stay off a host-network Pod's node
+			// interfaces; the probes reach the health listener.
+			metrics, _ := cmd.Flags().GetString("metrics-addr")
+			health, _ := cmd.Flags().GetString("health-addr")
+			if host, _, _ := net.SplitHostPort(metrics); p.spec.HostNetwork && host != "127.0.0.1" {
+				t.Errorf("%s/%s: host network with --metrics-addr %q, want 127.0.0.1", p.name, c.Name, metrics)
+			}
+			_, healthPort, _ := net.SplitHostPort(health)
+			for _, probe := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+				if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Port.String() != healthPort {
+					t.Errorf("%s/%s: probe %+v does not use the --health-addr port %s", p.name, c.Name, probe, healthPort)
 				}
 			}
 			ran = append(ran, c.Command[0])

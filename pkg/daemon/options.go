@@ -1,6 +1,7 @@
 // Package daemon is the runtime every Causeway daemon shares: the common
-// flags, structured logging, one HTTP listener serving /metrics, /healthz
-// and /readyz, and a context that ends on SIGTERM or SIGINT so the daemon
+// flags, structured logging, an HTTP listener serving /metrics, /healthz
+// and /readyz (loopback by default) and one serving only /healthz and
+// /readyz (for the kubelet's probes), and a context that ends on SIGTERM or SIGINT so the daemon
 // can shut down cleanly.
 package daemon
 
@@ -35,17 +36,23 @@ type Options struct {
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string
 	LogFormat string
-	// MetricsAddr is where /metrics, /healthz and /readyz are served;
-	// empty or "0" turns the listener off.
+	// MetricsAddr is where /metrics, /healthz and /readyz (and pprof with
+	// Profiling) are served; empty or "0" turns the listener off. The
+	// default is loopback only: the daemons run with host network, where
+	// ":port" would open them on every interface of the node.
 	MetricsAddr string
+	// HealthAddr is where /healthz and /readyz alone are served, for the
+	// kubelet's probes (which reach a host-network Pod at the node's
+	// address); empty, "0" or equal to MetricsAddr: no separate listener.
+	HealthAddr string
 	// Profiling also serves Go's pprof handlers under /debug/pprof/ on
 	// the metrics listener.
 	Profiling bool
 }
 
 // DefaultOptions returns the defaults for a daemon whose metrics listen on
-// metricsPort.
-func DefaultOptions(metricsPort int) Options {
+// 127.0.0.1:metricsPort and whose health checks on :healthPort.
+func DefaultOptions(metricsPort, healthPort int) Options {
 	host, _ := os.Hostname()
 	if n := os.Getenv("NODE_NAME"); n != "" {
 		host = n
@@ -55,7 +62,8 @@ func DefaultOptions(metricsPort int) Options {
 		Namespace:   "causeway-system",
 		LogLevel:    "info",
 		LogFormat:   "text",
-		MetricsAddr: fmt.Sprintf(":%d", metricsPort),
+		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", metricsPort),
+		HealthAddr:  fmt.Sprintf(":%d", healthPort),
 	}
 }
 
@@ -70,7 +78,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.ServiceCIDRs, "service-cidrs", o.ServiceCIDRs, "the local cluster's service CIDRs, comma separated")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: text or json")
-	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, `address serving /metrics, /healthz and /readyz ("0" to disable)`)
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, `address serving /metrics, /healthz and /readyz, and pprof with --profiling; loopback by default, as the daemon may run with host network ("0" to disable)`)
+	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, `address serving only /healthz and /readyz, for the kubelet's probes ("0" or the --metrics-addr: no separate listener)`)
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "also serve Go pprof profiles under /debug/pprof/ on the metrics address")
 }
 
@@ -97,9 +106,11 @@ func (o *Options) Validate() error {
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format %q: must be text or json", o.LogFormat))
 	}
-	if o.MetricsAddr != "" && o.MetricsAddr != "0" {
-		if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
-			errs = append(errs, fmt.Errorf("--metrics-addr %q: %w", o.MetricsAddr, err))
+	for _, a := range [][2]string{{"metrics-addr", o.MetricsAddr}, {"health-addr", o.HealthAddr}} {
+		if on(a[1]) {
+			if _, _, err := net.SplitHostPort(a[1]); err != nil {
+				errs = append(errs, fmt.Errorf("--%s %q: %w", a[0], a[1], err))
+			}
 		}
 	}
 	return errors.Join(errs...)

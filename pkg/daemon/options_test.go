@@ -6,7 +6,7 @@ import (
 )
 
 func TestValidate(t *testing.T) {
-	good := DefaultOptions(9999)
+	good := DefaultOptions(9999, 9998)
 	good.ClusterID = "c1"
 	good.NodeName = "n1"
 	good.PodCIDRs = []string{"10.244.0.0/16"}
@@ -26,6 +26,7 @@ func TestValidate(t *testing.T) {
 		"log level":         {func(o *Options) { o.LogLevel = "loud" }, "--log-level"},
 		"log format":        {func(o *Options) { o.LogFormat = "xml" }, "--log-format"},
 		"metrics addr":      {func(o *Options) { o.MetricsAddr = "nope" }, "--metrics-addr"},
+		"health addr":       {func(o *Options) { o.HealthAddr = "nope" }, "--health-addr"},
 		"node name missing": {func(o *Options) { o.NodeName = "" }, "--node-name"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -31,6 +31,9 @@ type Runtime struct {
 	// Addr is the address /metrics, /healthz and /readyz listen on, once
 	// bound; empty when the listener is off.
 	Addr string
+	// HealthAddr is the address of the separate /healthz and /readyz
+	// listener, once bound; empty when there is none.
+	HealthAddr string
 
 	mu       sync.Mutex
 	notReady map[string]string // check name -> reason
@@ -86,17 +89,42 @@ func RunContext(ctx context.Context, component string, opts *Options, work func(
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rt := &Runtime{Log: log, Metrics: reg, notReady: map[string]string{"startup": "not started"}}
 
-	var srv *http.Server
-	srvErr := make(chan error, 1)
-	if opts.MetricsAddr != "" && opts.MetricsAddr != "0" {
-		ln, err := net.Listen("tcp", opts.MetricsAddr)
+	// Metrics (and pprof) on one listener, by default on loopback only: a
+	// host-network daemon's metrics listener is otherwise open on every
+	// interface of the node. Health on its own for the kubelet's probes.
+	srvErr := make(chan error, 2)
+	var srvs []*http.Server
+	serve := func(what, addr string, h http.Handler) (string, error) {
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return fmt.Errorf("listen for metrics on %s: %w", opts.MetricsAddr, err)
+			return "", fmt.Errorf("listen for %s on %s: %w", what, addr, err)
 		}
-		rt.Addr = ln.Addr().String()
-		srv = &http.Server{Handler: rt.mux(opts.Profiling), ReadHeaderTimeout: 5 * time.Second}
-		go func() { srvErr <- srv.Serve(ln) }()
-		log.Info("serving metrics and health", "addr", rt.Addr)
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		srvs = append(srvs, srv)
+		go func() { srvErr <- fmt.Errorf("%s server: %w", what, srv.Serve(ln)) }()
+		log.Info("serving "+what, "addr", ln.Addr().String())
+		return ln.Addr().String(), nil
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		for _, srv := range srvs {
+			_ = srv.Shutdown(sctx)
+		}
+	}()
+	if on(opts.MetricsAddr) {
+		addr, err := serve("metrics and health", opts.MetricsAddr, rt.mux(opts.Profiling))
+		if err != nil {
+			return err
+		}
+		rt.Addr = addr
+	}
+	if on(opts.HealthAddr) && opts.HealthAddr != opts.MetricsAddr {
+		addr, err := serve("health", opts.HealthAddr, rt.healthMux())
+		if err != nil {
+			return err
+		}
+		rt.HealthAddr = addr
 	}
 
 	log.Info("starting", "pid", os.Getpid())
@@ -109,7 +137,6 @@ func RunContext(ctx context.Context, component string, opts *Options, work func(
 	select {
 	case err = <-workErr:
 	case err = <-srvErr:
-		err = fmt.Errorf("metrics server: %w", err)
 		cancel()
 		<-workErr
 	case <-ctx.Done():
@@ -120,11 +147,6 @@ func RunContext(ctx context.Context, component string, opts *Options, work func(
 		case <-time.After(ShutdownTimeout):
 			err = fmt.Errorf("did not stop within %s", ShutdownTimeout)
 		}
-	}
-	if srv != nil {
-		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer scancel()
-		_ = srv.Shutdown(sctx)
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		err = nil
@@ -137,8 +159,12 @@ func RunContext(ctx context.Context, component string, opts *Options, work func(
 	return nil
 }
 
+func on(addr string) bool { return addr != "" && addr != "0" }
+
+// mux serves /metrics, /healthz, /readyz and, with profiling, pprof.
 func (r *Runtime) mux(profiling bool) *http.ServeMux {
-	mux := http.NewServeMux()
+	mux := r.healthMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -146,7 +172,12 @@ func (r *Runtime) mux(profiling bool) *http.ServeMux {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
+	return mux
+}
+
+// healthMux serves /healthz and /readyz only.
+func (r *Runtime) healthMux() *http.ServeMux {
+	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

@@ -28,8 +28,12 @@ import (
 	"github.com/causeway-net/causeway/pkg/globalnet"
 )
 
-// MetricsPort is the gateway's default /metrics port.
+// MetricsPort is the gateway's default /metrics port (127.0.0.1).
 const MetricsPort = 9531
+
+// HealthPort is the gateway's default /healthz and /readyz port (all
+// interfaces; metrics stay on loopback).
+const HealthPort = 9541
 
 // flags are the gateway's own flags, beside daemon.Options.
 type flags struct {
@@ -49,7 +53,7 @@ type flags struct {
 
 // NewCommand returns the gateway daemon's command.
 func NewCommand() *cobra.Command {
-	opts := daemon.DefaultOptions(MetricsPort)
+	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	f := flags{
 		port: 4500, cableDriver: string(v1alpha1.CableWireGuard), tunnelDevice: "cw-gw",
 		stateDir: "/var/lib/causeway/gateway", leaseDuration: DefaultLeaseDuration,

@@ -30,8 +30,12 @@ import (
 	"github.com/causeway-net/causeway/pkg/vip"
 )
 
-// MetricsPort is the route agent's default /metrics port.
+// MetricsPort is the route agent's default /metrics port (127.0.0.1).
 const MetricsPort = 9532
+
+// HealthPort is the route agent's default /healthz and /readyz port (all
+// interfaces; metrics stay on loopback).
+const HealthPort = 9542
 
 // flags are the route agent's own flags.
 type flags struct {
@@ -62,7 +66,7 @@ func (f *flags) pinDir() string {
 
 // NewCommand returns the route agent's command.
 func NewCommand() *cobra.Command {
-	opts := daemon.DefaultOptions(MetricsPort)
+	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	f := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU,
 		minInterval: 100 * time.Millisecond, fullInterval: 30 * time.Second, vipRange: addrpolicy.DefaultVIPRange}
 	cmd := daemon.Command("route-agent",

@@ -10,12 +10,16 @@ import (
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
-// MetricsPort is the MCS controller's default /metrics port.
+// MetricsPort is the MCS controller's default /metrics port (127.0.0.1).
 const MetricsPort = 9534
+
+// HealthPort is the MCS controller's default /healthz and /readyz port (all
+// interfaces; metrics stay on loopback).
+const HealthPort = 9544
 
 // NewCommand returns the mcs-controller daemon's command.
 func NewCommand() *cobra.Command {
-	opts := daemon.DefaultOptions(MetricsPort)
+	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	var (
 		vipRange    = mcs.DefaultVIPRange
 		deadAfter   = DefaultDeadClusterTimeout
