@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,11 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/ctl"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -94,4 +98,181 @@ func TestForgedExportTimestamp(t *testing.T) {
 	if !equality.Semantic.DeepEqual(si.Spec.Ports, want) || si.Labels["stolen"] != "" {
 		t.Errorf("import took the forged export: ports %+v, labels %v", si.Spec.Ports, si.Labels)
 	}
+}
+
+// importState is what c1 programs for a Service: the ServiceImport's
+// spec (VIP, type, ports) and labels, and the multi-cluster slices'
+// endpoints — the route agent's VIP table and CoreDNS follow exactly
+// these.
+func importState(c client.Client, ns, name string) (string, error) {
+	var si mcsv1beta1.ServiceImport
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &si); err != nil {
+		return "", err
+	}
+	eps, err := endpoints(c, ns, name)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal([]any{si.Spec, si.Labels, si.Status.Clusters, eps})
+	return string(b), err
+}
+
+// TestBadRecords: members (their controllers stopped) write bad export
+// records into their broker namespaces by hand, with their own broker
+// credentials, for a Service c1 imports. Each is refused or rejected by
+// the broker's schema: what c1 programs stays what it was without the
+// bad record, the refusal shows as RemoteRecordRefused on the import, a
+// Warning Event and a causewayctl diagnose line; c3's honest record of the
+// same Service is served throughout.
+func TestBadRecords(t *testing.T) {
+	e := newEnv(t, "c1", "c2")
+	ctx := context.Background()
+	// c3 has no API server here, only its broker identity and, in c1, a
+	// Valid Endpoint mirror.
+	kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, "c3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.identity["c3"] = c3cfg
+	e.tunnel("c1", "c3", true, "10.97.0.0/16", "10.245.0.0/16")
+	e.namespace("c1", "demo")
+	e.start("c1")
+	c1 := e.c("c1")
+	svc := service(t, c1, "demo", "web", false, map[string]int32{"http": 80})
+	localSlice(t, c1, svc, 8080, pod{ip: "10.244.1.5", ready: true})
+	export(t, c1, "demo", "web")
+
+	honest := func(id, clusterIP, pod string) mcs.ExportRecord {
+		return mcs.ExportRecord{ClusterID: id, ServiceNamespace: "demo", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP,
+			ExportCreationTimestamp: metav1.Now(), ClusterIPs: []string{clusterIP},
+			Ports: []causewayv1alpha1.RecordPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+			Endpoints: []causewayv1alpha1.RecordEndpoints{{AddressType: "IPv4",
+				Ports:    []causewayv1alpha1.RecordEndpointPort{{Name: "http", Port: 8080}},
+				Backends: []causewayv1alpha1.RecordBackend{{Address: pod, Ready: true, Serving: true}}}}}
+	}
+	if err := writeRecord(t, e.member("c3"), "c3", honest("c3", "10.97.0.30", "10.245.1.30")); err != nil {
+		t.Fatal(err)
+	}
+	mine := "c1/" + svc.Spec.ClusterIP + "/true"
+	eventually(t, "c1 imports itself and c3", wantEndpoints(c1, "demo", "web", mine, "c3/10.97.0.30/true"))
+	var want string
+	eventually(t, "import settled", func() error {
+		var err error
+		want, err = importState(c1, "demo", "web")
+		return err
+	})
+	// Each case starts from c2's honest record, which c1 serves: c2's
+	// records do reach c1's slices.
+	c2 := e.member("c2")
+	good := honest("c2", "10.96.0.77", "10.244.2.5")
+
+	bigGroups := func(r *mcs.ExportRecord) {
+		r.Endpoints = nil
+		for g := range 11 {
+			grp := causewayv1alpha1.RecordEndpoints{AddressType: "IPv4", Ports: []causewayv1alpha1.RecordEndpointPort{{Name: "http", Port: 8080}}}
+			for i := range 1000 {
+				grp.Backends = append(grp.Backends, causewayv1alpha1.RecordBackend{Address: fmt.Sprintf("10.244.%d.%d", 100+g, i%250), Ready: true})
+			}
+			r.Endpoints = append(r.Endpoints, grp)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		edit   func(*mcs.ExportRecord)
+		subnet []string // c2's Endpoint mirror in c1, when not the flat default
+		reason string   // RemoteRecordRefused reason; "" = the broker refuses the write
+		msg    string
+	}{
+		{name: "ClusterIP outside c2's CIDRs", edit: func(r *mcs.ExportRecord) { r.ClusterIPs = []string{"172.18.1.10"} },
+			reason: string(addrpolicy.RecordOutsideClaim), msg: "clusterIP 172.18.1.10 is outside"},
+		{name: "backend in the VIP range", edit: func(r *mcs.ExportRecord) { r.Endpoints[0].Backends[0].Address = "243.0.0.5" },
+			reason: string(addrpolicy.RecordReservedAddress), msg: "clusterset VIP range"},
+		{name: "backend 127.0.0.1", edit: func(r *mcs.ExportRecord) { r.Endpoints[0].Backends[0].Address = "127.0.0.1" },
+			reason: string(addrpolicy.RecordReservedAddress), msg: "127.0.0.0/8"},
+		{name: "0.0.0.0/1 split claimed", edit: func(r *mcs.ExportRecord) { r.ClusterIPs = []string{"8.8.8.8"} },
+			subnet: []string{"0.0.0.0/1", "128.0.0.0/1"}, reason: string(addrpolicy.RecordInvalidClaim), msg: "shorter than /8"},
+		{name: "duplicate port", edit: func(r *mcs.ExportRecord) { r.Ports = append(r.Ports, r.Ports[0]) },
+			reason: string(addrpolicy.RecordInvalidPort), msg: "listed twice"},
+		{name: "11 000 backends", edit: bigGroups, reason: string(addrpolicy.RecordTooLarge), msg: "11000 backends"},
+		{name: "port 0", edit: func(r *mcs.ExportRecord) { r.Ports[0].Port = 0 }},
+		{name: "101 ports", edit: func(r *mcs.ExportRecord) {
+			for i := range 100 {
+				r.Ports = append(r.Ports, causewayv1alpha1.RecordPort{Name: fmt.Sprintf("p%d", i), Protocol: corev1.ProtocolTCP, Port: int32(1000 + i)})
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// From the honest record, served.
+			if err := writeRecord(t, c2, "c2", good); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "c2 served", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.30/true"))
+			if tc.subnet != nil {
+				e.tunnel("c1", "c2", true, tc.subnet...)
+				t.Cleanup(func() { e.tunnel("c1", "c2", true, "10.96.0.0/16", "10.244.0.0/16") })
+			}
+			bad := *good.DeepCopy()
+			tc.edit(&bad)
+			err := writeRecord(t, c2, "c2", bad)
+			if tc.reason == "" {
+				if !apierrors.IsInvalid(err) {
+					t.Fatalf("the broker took the record: err=%v, want Invalid", err)
+				}
+				eventually(t, "c2 still served", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.30/true"))
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "refused", wantImportCondition(c1, "demo", "web", mcs.ConditionRemoteRecordRefused, metav1.ConditionTrue, tc.reason, tc.msg))
+			eventually(t, "nothing of it programmed", func() error {
+				got, err := importState(c1, "demo", "web")
+				if err != nil || got != want {
+					return fmt.Errorf("c1 programs\n%s\nwant\n%s (%v)", got, want, err)
+				}
+				return nil
+			})
+			eventually(t, "Warning Event", wantEvent(c1, "demo", "ServiceImport", "web", mcs.EventRemoteRecordRefused, tc.msg))
+			out := diagnose(t, e, "c1")
+			if !strings.Contains(out, "c1: import demo/web: record refused") || !strings.Contains(out, "cluster c2: "+tc.reason) {
+				t.Errorf("diagnose does not show the refusal:\n%s", out)
+			}
+		})
+	}
+
+	t.Run("every record refused", func(t *testing.T) {
+		// A Service only c2 exports, badly: no import at all in c1, the
+		// Event on c2's Endpoint mirror, and diagnose names it.
+		e.namespace("c1", "solo")
+		bad := honest("c2", "127.0.0.1", "10.244.2.5")
+		bad.ServiceNamespace = "solo"
+		if err := writeRecord(t, c2, "c2", bad); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "Warning Event on the Endpoint mirror", wantEvent(c1, "causeway-system", "Endpoint", "c2", mcs.EventRemoteRecordRefused,
+			"record solo.web of cluster c2 refused"))
+		if err := c1.Get(ctx, types.NamespacedName{Namespace: "solo", Name: "web"}, &mcsv1beta1.ServiceImport{}); !apierrors.IsNotFound(err) {
+			t.Errorf("ServiceImport solo/web: err=%v, want NotFound", err)
+		}
+		if out := diagnose(t, e, "c1"); !strings.Contains(out, "c1: remote c2: record refused") || !strings.Contains(out, "solo.web") {
+			t.Errorf("diagnose does not show the refusal:\n%s", out)
+		}
+	})
+}
+
+// diagnose runs causewayctl diagnose against cluster id and returns its
+// output (it fails here anyway: the test runs no gateways).
+func diagnose(t *testing.T, e *env, id string) string {
+	t.Helper()
+	cmd := ctl.NewCommand()
+	var out strings.Builder
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"diagnose", "--kubeconfig", id + "=" + e.clusters[id].AdminKubeconfig})
+	_ = cmd.Execute()
+	return out.String()
 }
