@@ -55,17 +55,25 @@ func writeRecord(t *testing.T, c client.Client, id string, spec mcs.ExportRecord
 	return c.Update(ctx, obj)
 }
 
+// exportWeb starts c1's controller and exports ns/web from c1 (port
+// http 80, one ready pod); it returns c1's client and the Service.
+func exportWeb(t *testing.T, e *env, ns string) (client.Client, *corev1.Service) {
+	t.Helper()
+	e.namespace("c1", ns)
+	e.start("c1")
+	c1 := e.c("c1")
+	svc := service(t, c1, ns, "web", false, map[string]int32{"http": 80})
+	localSlice(t, c1, svc, 8080, pod{ip: "10.244.1.5", ready: true})
+	export(t, c1, ns, "web")
+	return c1, svc
+}
+
 // TestForgedExportTimestamp: a member whose record claims an export from
 // the year 2000, written after an honest cluster's export, does not win
 // the conflict; the broker's creationTimestamp of the record decides.
 func TestForgedExportTimestamp(t *testing.T) {
 	e := newEnv(t, "c1", "c2")
-	e.namespace("c1", "kubecon")
-	e.start("c1")
-	c1 := e.c("c1")
-	svc := service(t, c1, "kubecon", "web", false, map[string]int32{"http": 80})
-	localSlice(t, c1, svc, 8080, pod{ip: "10.244.1.5", ready: true})
-	export(t, c1, "kubecon", "web")
+	c1, svc := exportWeb(t, e, "kubecon")
 	eventually(t, "import in c1", wantEndpoints(c1, "kubecon", "web", "c1/"+svc.Spec.ClusterIP+"/true"))
 	// The broker's clock counts in seconds: the forged record is younger.
 	time.Sleep(1100 * time.Millisecond)
@@ -139,12 +147,7 @@ func TestBadRecords(t *testing.T) {
 	}
 	e.identity["c3"] = c3cfg
 	e.tunnel("c1", "c3", true, "10.97.0.0/16", "10.245.0.0/16")
-	e.namespace("c1", "demo")
-	e.start("c1")
-	c1 := e.c("c1")
-	svc := service(t, c1, "demo", "web", false, map[string]int32{"http": 80})
-	localSlice(t, c1, svc, 8080, pod{ip: "10.244.1.5", ready: true})
-	export(t, c1, "demo", "web")
+	c1, svc := exportWeb(t, e, "demo")
 
 	honest := func(id, clusterIP, pod string) mcs.ExportRecord {
 		return mcs.ExportRecord{ClusterID: id, ServiceNamespace: "demo", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP,
