@@ -12,12 +12,18 @@
 // Maps (see pkg/vip/README.md for the contract with the Go side):
 //
 //   vip_services  hash   struct svc_key {addr, port, proto}  → struct svc
-//   vip_backends  hash   struct backend_key {id, slot}        → struct addr4
+//   vip_backends  hash   struct backend_key {id, slot}        → struct slot
 //   vip_rev_nat   LRU    struct rnat_key {cookie, backend}    → struct addr4 (VIP)
 //   vip_peers     socket storage: struct peer {vip, backend} of a connected
 //                 socket, freed with the socket
 //
 // A service with count == 0 rejects connect()/sendmsg() with EHOSTUNREACH.
+//
+// Weights: the slots of a service are an alias table (Walker, Vose): slot i
+// holds backend i and, for the share of the slot backend i does not fill, an
+// alias backend. A pick is a uniform slot, then a uniform coin against the
+// slot's threshold: two random numbers and one map lookup, whatever the
+// number of services, backends or the weights.
 
 #include <linux/bpf.h>
 #include <linux/in.h>
@@ -44,7 +50,7 @@ struct svc_key {
 	__u8 pad;
 };
 
-/* What a service maps to: count backends in vip_backends under {id, 0..count-1}.
+/* What a service maps to: count slots in vip_backends under {id, 0..count-1}.
  * flags is reserved (zero). */
 struct svc {
 	__u32 count;
@@ -55,6 +61,16 @@ struct svc {
 struct backend_key {
 	__u32 id;
 	__u32 slot;
+};
+
+/* One slot of a service's alias table. The slot gives backend when the coin
+ * (31 random bits) is below threshold (0..2^31), alias otherwise; weight is
+ * backend's weight, read back by pkg/vip only. */
+struct slot {
+	struct addr4 backend;
+	struct addr4 alias;
+	__u32 threshold;
+	__u32 weight;
 };
 
 /* Reverse NAT key of unconnected UDP: socket cookie and the backend it sent to. */
@@ -84,7 +100,7 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 262144); /* set at load time */
 	__type(key, struct backend_key);
-	__type(value, struct addr4);
+	__type(value, struct slot);
 } vip_backends SEC(".maps");
 
 struct {
@@ -113,30 +129,36 @@ static __always_inline struct svc *lookup_service(struct bpf_sock_addr *ctx)
 	return bpf_map_lookup_elem(&vip_services, &key);
 }
 
-/* mix32 spreads the bits of a 64-bit value over 32 (a finaliser in the style
- * of splitmix64), so that consecutive socket cookies pick different slots. */
-static __always_inline __u32 mix32(__u64 x)
+/* mix64 spreads the bits of a 64-bit value (a finaliser in the style of
+ * splitmix64), so that consecutive socket cookies pick different slots. */
+static __always_inline __u64 mix64(__u64 x)
 {
 	x ^= x >> 33;
 	x *= 0xff51afd7ed558ccdULL;
 	x ^= x >> 33;
 	x *= 0xc4ceb9fe1a85ec53ULL;
 	x ^= x >> 33;
-	return (__u32)x;
+	return x;
 }
 
-/* pick_backend returns the backend in slot (hash % count) of svc, or NULL when
- * the service has none. */
-static __always_inline struct addr4 *pick_backend(struct svc *svc, __u32 hash)
+/* pick_backend returns the backend of svc that the random numbers choose
+ * (slot r_slot % count, then the coin r_coin >> 1 against its threshold), or
+ * NULL when the service has none. */
+static __always_inline struct addr4 *pick_backend(struct svc *svc, __u32 r_slot, __u32 r_coin)
 {
 	__u32 count = svc->count;
 	if (count == 0)
 		return NULL;
 	struct backend_key key = {
 		.id = svc->id,
-		.slot = hash % count,
+		.slot = r_slot % count,
 	};
-	return bpf_map_lookup_elem(&vip_backends, &key);
+	struct slot *s = bpf_map_lookup_elem(&vip_backends, &key);
+	if (!s)
+		return NULL;
+	if ((r_coin >> 1) < s->threshold)
+		return &s->backend;
+	return &s->alias;
 }
 
 /* reject fails the system call with EHOSTUNREACH (instead of the default
@@ -159,7 +181,7 @@ int vip_connect4(struct bpf_sock_addr *ctx)
 			bpf_sk_storage_delete(&vip_peers, ctx->sk);
 		return 1;
 	}
-	struct addr4 *be = pick_backend(svc, bpf_get_prandom_u32());
+	struct addr4 *be = pick_backend(svc, bpf_get_prandom_u32(), bpf_get_prandom_u32());
 	if (!be)
 		return reject();
 
@@ -184,7 +206,8 @@ int vip_sendmsg4(struct bpf_sock_addr *ctx)
 	__u64 cookie = bpf_get_socket_cookie(ctx);
 	/* The same socket keeps the same backend while the service's backends
 	 * do not change, so a request/response exchange stays on one backend. */
-	struct addr4 *be = pick_backend(svc, mix32(cookie ^ ((__u64)ctx->user_ip4 << 16) ^ (__u16)ctx->user_port));
+	__u64 h = mix64(cookie ^ ((__u64)ctx->user_ip4 << 16) ^ (__u16)ctx->user_port);
+	struct addr4 *be = pick_backend(svc, (__u32)h, (__u32)(h >> 32));
 	if (!be)
 		return reject();
 

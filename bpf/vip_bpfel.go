@@ -40,6 +40,14 @@ type VipRnatKey struct {
 	Pad    uint16
 }
 
+type VipSlot struct {
+	_         structs.HostLayout
+	Backend   VipAddr4
+	Alias     VipAddr4
+	Threshold uint32
+	Weight    uint32
+}
+
 type VipSvc struct {
 	_     structs.HostLayout
 	Count uint32

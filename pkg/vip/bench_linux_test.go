@@ -24,14 +24,14 @@ func fillerVIP(i int) netip.Addr {
 
 // manyServices returns n ≥ 2 services: vipA:80/TCP and vipA:80/UDP → be1,
 // and n-2 fillers with two backends each.
-func manyServices(n int) map[ServiceKey][]Backend {
-	m := map[ServiceKey][]Backend{{vipA, 80, TCP}: {be1}, {vipA, 80, UDP}: {be1}}
+func manyServices(n int) map[ServiceKey]Service {
+	m := map[ServiceKey]Service{{vipA, 80, TCP}: on(be1), {vipA, 80, UDP}: on(be1)}
 	for i := range n - 2 {
 		a := fillerVIP(i).As4()
-		m[ServiceKey{fillerVIP(i), 80, TCP}] = []Backend{
-			{netip.AddrFrom4([4]byte{10, 96, a[2], a[3]}), 80},
-			{netip.AddrFrom4([4]byte{242, 1, a[2], a[3]}), uint16(30000 + i%1000)},
-		}
+		m[ServiceKey{fillerVIP(i), 80, TCP}] = on(
+			Backend{Addr: netip.AddrFrom4([4]byte{10, 96, a[2], a[3]}), Port: 80, Weight: 1},
+			Backend{Addr: netip.AddrFrom4([4]byte{242, 1, a[2], a[3]}), Port: uint16(30000 + i%1000), Weight: 1},
+		)
 	}
 	return m
 }
@@ -250,7 +250,7 @@ func BenchmarkSet(b *testing.B) {
 			defer reportCPU(b)()
 			for i := range b.N {
 				if i%2 == 0 {
-					desired[key] = orig[:1] // a backend removed
+					desired[key] = on(orig.Backends[0]) // a backend removed
 				} else {
 					desired[key] = orig
 				}

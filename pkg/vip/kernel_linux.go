@@ -207,7 +207,7 @@ func (k *Kernel) attach() error {
 }
 
 // Set implements Table.
-func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey][]Backend) error {
+func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey]Service) error {
 	if err := validate(desired, k.limits); err != nil {
 		return err
 	}
@@ -243,10 +243,10 @@ func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey][]Backend) erro
 func (k *Kernel) apply(ctx context.Context, o ops) error {
 	if len(o.putBackends) > 0 {
 		keys := make([]bpf.VipBackendKey, 0, len(o.putBackends))
-		vals := make([]bpf.VipAddr4, 0, len(o.putBackends))
-		for key, b := range o.putBackends {
+		vals := make([]bpf.VipSlot, 0, len(o.putBackends))
+		for key, sl := range o.putBackends {
 			keys = append(keys, bpf.VipBackendKey{Id: key.ID, Slot: key.Slot})
-			vals = append(vals, toAddr4(b.Addr, b.Port))
+			vals = append(vals, toSlot(sl))
 		}
 		if _, err := k.objs.VipBackends.BatchUpdate(keys, vals, nil); err != nil {
 			return fmt.Errorf("write %d backends: %w", len(keys), err)
@@ -292,7 +292,7 @@ func (k *Kernel) apply(ctx context.Context, o ops) error {
 
 // Services returns what the maps implement now, read from the kernel,
 // backends in slot order.
-func (k *Kernel) Services() (map[ServiceKey][]Backend, error) {
+func (k *Kernel) Services() (map[ServiceKey]Service, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.objs.VipServices == nil {
@@ -389,11 +389,10 @@ func readState(objs *bpf.VipObjects) (mapState, error) {
 		return mapState{}, fmt.Errorf("read vip_services: %w", err)
 	}
 	var bk bpf.VipBackendKey
-	var bv bpf.VipAddr4
+	var bv bpf.VipSlot
 	it = objs.VipBackends.Iterate()
 	for it.Next(&bk, &bv) {
-		addr, port := fromAddr4(bv)
-		st.backends[backendKey{ID: bk.Id, Slot: bk.Slot}] = Backend{Addr: addr, Port: port}
+		st.backends[backendKey{ID: bk.Id, Slot: bk.Slot}] = fromSlot(bv)
 	}
 	if err := it.Err(); err != nil {
 		return mapState{}, fmt.Errorf("read vip_backends: %w", err)
@@ -421,6 +420,25 @@ func toAddr4(a netip.Addr, port uint16) bpf.VipAddr4 {
 }
 
 func fromAddr4(v bpf.VipAddr4) (netip.Addr, uint16) { return u32Addr(v.Addr), ntohs(v.Port) }
+
+func toSlot(sl slot) bpf.VipSlot {
+	return bpf.VipSlot{
+		Backend:   toAddr4(sl.Backend.Addr, sl.Backend.Port),
+		Alias:     toAddr4(sl.Alias.Addr, sl.Alias.Port),
+		Threshold: sl.Threshold,
+		Weight:    sl.Backend.Weight,
+	}
+}
+
+func fromSlot(v bpf.VipSlot) slot {
+	addr, port := fromAddr4(v.Backend)
+	alias, aliasPort := fromAddr4(v.Alias)
+	return slot{
+		Backend:   Backend{Addr: addr, Port: port, Weight: v.Weight},
+		Alias:     Backend{Addr: alias, Port: aliasPort},
+		Threshold: v.Threshold,
+	}
+}
 
 func toSvcKey(k ServiceKey) bpf.VipSvcKey {
 	return bpf.VipSvcKey{Addr: addrU32(k.VIP), Port: htons(k.Port), Proto: uint8(k.Proto)}
