@@ -45,6 +45,9 @@ const (
 //   - trafficDistribution PreferClose: only localCluster's backends while it
 //     has a ready one, every cluster's otherwise.
 //
+// sessionAffinity ClientIP becomes the service's AffinitySeconds
+// (sessionAffinityConfig.clientIP.timeoutSeconds, default 10800).
+//
 // A service left with no ready endpoint stays in the table with no
 // backends, so that connecting to it fails at once. Pure: same input, same
 // output.
@@ -74,7 +77,10 @@ func VIPDesired(localCluster string, imports []*mcsv1beta1.ServiceImport, eps []
 					continue
 				}
 				key := vip.ServiceKey{VIP: ip, Port: uint16(p.Port), Proto: proto}
-				out[key] = vip.Service{Backends: backendsFor(localCluster, si.Spec, bySvc[client.ObjectKeyFromObject(si)], p)}
+				out[key] = vip.Service{
+					Backends:        backendsFor(localCluster, si.Spec, bySvc[client.ObjectKeyFromObject(si)], p),
+					AffinitySeconds: affinitySeconds(si.Spec),
+				}
 			}
 		}
 	}
@@ -123,6 +129,22 @@ func backendsFor(localCluster string, spec mcsv1beta1.ServiceImportSpec, eps []*
 		return int(int64(a.Weight) - int64(b.Weight))
 	})
 	return slices.Compact(backends)
+}
+
+// defaultClientIPTimeout is Kubernetes' default
+// sessionAffinityConfig.clientIP.timeoutSeconds.
+const defaultClientIPTimeout = 10800
+
+// affinitySeconds is the ClientIP affinity timeout of an import, 0 without
+// affinity.
+func affinitySeconds(spec mcsv1beta1.ServiceImportSpec) uint32 {
+	if spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return 0
+	}
+	if c := spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
+		return uint32(*c.ClientIP.TimeoutSeconds)
+	}
+	return defaultClientIPTimeout
 }
 
 // sliceWeight is the weight of a slice's backends: its
@@ -252,7 +274,7 @@ func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPS
 }
 
 // slimImport keeps of a ServiceImport what VIPDesired reads: its
-// identity, type, IPs, ports and traffic policy.
+// identity, type, IPs, ports, session affinity and traffic policy.
 func slimImport(in any) (any, error) {
 	si, ok := in.(*mcsv1beta1.ServiceImport)
 	if !ok {
@@ -262,6 +284,7 @@ func slimImport(in any) (any, error) {
 		TypeMeta:   si.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Namespace: si.Namespace, Name: si.Name, UID: si.UID, ResourceVersion: si.ResourceVersion},
 		Spec: mcsv1beta1.ServiceImportSpec{Type: si.Spec.Type, IPs: si.Spec.IPs,
+			SessionAffinity: si.Spec.SessionAffinity, SessionAffinityConfig: si.Spec.SessionAffinityConfig,
 			InternalTrafficPolicy: si.Spec.InternalTrafficPolicy, TrafficDistribution: si.Spec.TrafficDistribution},
 	}
 	if len(si.Spec.Ports) > 0 {

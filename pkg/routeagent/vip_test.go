@@ -79,6 +79,31 @@ func TestVIPDesired(t *testing.T) {
 	}
 }
 
+// TestVIPDesiredAffinity: sessionAffinity ClientIP gives the import's
+// timeout, 10800 s when unset; None gives none.
+func TestVIPDesiredAffinity(t *testing.T) {
+	k := vip.ServiceKey{VIP: netip.MustParseAddr("243.0.0.10"), Port: 80, Proto: vip.TCP}
+	for _, tc := range []struct {
+		name     string
+		affinity corev1.ServiceAffinity
+		config   *corev1.SessionAffinityConfig
+		want     uint32
+	}{
+		{"unset", "", nil, 0},
+		{"None", corev1.ServiceAffinityNone, nil, 0},
+		{"ClientIP default", corev1.ServiceAffinityClientIP, nil, 10800},
+		{"ClientIP 60 s", corev1.ServiceAffinityClientIP, &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}}, 60},
+	} {
+		si := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "whereami"},
+			Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{"243.0.0.10"},
+				Ports:           []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+				SessionAffinity: tc.affinity, SessionAffinityConfig: tc.config}}
+		if got := VIPDesired("c1", []*mcsv1beta1.ServiceImport{si}, nil)[k].AffinitySeconds; got != tc.want {
+			t.Errorf("%s: affinity %d s, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestVIPDesiredTrafficPolicy: internalTrafficPolicy Local keeps the local
 // cluster's backend only (none when it exports nothing ready);
 // trafficDistribution PreferClose keeps it while it is ready and falls back

@@ -218,6 +218,87 @@ func TestKernelWeights(t *testing.T) {
 	within("tcp, weights 3:1", share("tcp", 80), 0.75)
 }
 
+// TestKernelAffinity: with ClientIP affinity (1 s), 50 TCP connects and 20
+// UDP sendto()s from new sockets of one client (one network namespace) land
+// on one backend each; weights changed to leave that backend 2^-32 of the
+// picks do not move it within the timeout; after the timeout the next
+// connect picks anew (the other backend, by the weights) and sticks there;
+// a remembered backend removed from the service is not used; without
+// affinity the connects spread over both.
+func TestKernelAffinity(t *testing.T) {
+	f := newFixture(t)
+	k := f.open(t)
+	t.Cleanup(func() { _ = k.Cleanup() })
+	tcp, udp := ServiceKey{vipA, 80, TCP}, ServiceKey{vipA, 53, UDP}
+	desired := map[ServiceKey]Service{
+		tcp: {Backends: []Backend{be1, be2}, AffinitySeconds: 1},
+		udp: {Backends: []Backend{be1u, be2u}, AffinitySeconds: 1},
+	}
+	mustSet(t, k, desired)
+	got, err := k.Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, desired) {
+		t.Fatalf("maps hold %v, want %v", got, desired)
+	}
+	c := startClient(t, f.ns, f.cg)
+	// backends returns how often each backend answered n connects.
+	backends := func(cmd string, key ServiceKey, n int) map[string]int {
+		seen := map[string]int{}
+		for range n {
+			res := c.do(t, "%s %s", cmd, ap(key.VIP, key.Port))
+			fields := strings.Fields(res)
+			if len(fields) < 2 || fields[0] != "ok" {
+				t.Fatalf("%s to %s: %s", cmd, ap(key.VIP, key.Port), res)
+			}
+			seen[fields[1]]++
+		}
+		return seen
+	}
+	only := func(seen map[string]int) string {
+		if len(seen) != 1 {
+			t.Fatalf("connects reached %v, want one backend", seen)
+		}
+		for name := range seen {
+			return name
+		}
+		return ""
+	}
+	first := only(backends("tcp", tcp, 50))
+	only(backends("udp", udp, 20))
+
+	// Leave the remembered backend a 2^-32 share: affinity keeps it.
+	kept, other := be1, be2
+	if first == "be2" {
+		kept, other = be2, be1
+	}
+	kept.Weight, other.Weight = 1, math.MaxUint32-1
+	desired[tcp] = Service{Backends: []Backend{kept, other}, AffinitySeconds: 1}
+	mustSet(t, k, desired)
+	if name := only(backends("tcp", tcp, 50)); name != first {
+		t.Fatalf("within the timeout the client moved from %s to %s", first, name)
+	}
+	// After the timeout the weights decide again, and the new choice sticks.
+	time.Sleep(1500 * time.Millisecond)
+	second := only(backends("tcp", tcp, 20))
+	if second == first {
+		t.Fatalf("after the timeout the client stayed on %s (weight 1 of 2^32-1)", first)
+	}
+	// The remembered backend leaves the service: not used any more.
+	desired[tcp] = Service{Backends: []Backend{kept}, AffinitySeconds: 1}
+	mustSet(t, k, desired)
+	if name := only(backends("tcp", tcp, 5)); name != first {
+		t.Fatalf("with %s removed the client reached %s", second, name)
+	}
+	// Without affinity: spread.
+	desired[tcp] = Service{Backends: []Backend{be1, be2}}
+	mustSet(t, k, desired)
+	if seen := backends("tcp", tcp, 40); len(seen) != 2 {
+		t.Errorf("without affinity 40 connects reached %v, want both backends", seen)
+	}
+}
+
 // TestKernelUnknownVIPFailsFast: on a node with a default route, a VIP
 // without a map entry leaves by it and connect() hangs. With the VIP range
 // routed unreachable (what pkg/routeagent programs on every node: proto

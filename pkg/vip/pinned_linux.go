@@ -84,7 +84,7 @@ func (p *Pinned) read(key ServiceKey) (Service, bool, error) {
 	} else if err != nil {
 		return Service{}, false, fmt.Errorf("read service %s: %w", key, err)
 	}
-	var out Service
+	out := Service{AffinitySeconds: sv.Affinity}
 	for i := uint32(0); i < sv.Count; i++ {
 		var v bpf.VipSlot
 		err := p.backends.Lookup(bpf.VipBackendKey{Id: sv.Id, Slot: i}, &v)

@@ -12,8 +12,9 @@ import (
 
 // service is a value of vip_services.
 type service struct {
-	ID    uint32
-	Count uint32
+	ID       uint32
+	Count    uint32
+	Affinity uint32 // seconds, 0: none
 }
 
 // backendKey is a key of vip_backends.
@@ -24,13 +25,14 @@ type backendKey struct {
 
 // slot is a value of vip_backends: one entry of a service's alias table.
 // Slot i holds the service's i-th backend (canonical order, with its
-// weight) and an alias (address and port only): a pick chooses a slot
+// weight) and an alias (address and port only, and its own slot): a pick chooses a slot
 // uniformly, then Backend when a uniform coin in [0, coinScale) is below
 // Threshold, Alias otherwise.
 type slot struct {
 	Backend   Backend
 	Alias     Backend
 	Threshold uint32
+	AliasSlot uint32 // the slot whose backend Alias is (session affinity remembers slots)
 }
 
 // coinScale is the range of the coin (31 random bits); a Threshold of
@@ -110,7 +112,7 @@ func aliasTable(bes []Backend) []slot {
 	slots := make([]slot, len(bes))
 	uniform := true
 	for i, b := range bes {
-		slots[i] = slot{Backend: b, Alias: Backend{Addr: b.Addr, Port: b.Port}, Threshold: coinScale}
+		slots[i] = slot{Backend: b, Alias: Backend{Addr: b.Addr, Port: b.Port}, Threshold: coinScale, AliasSlot: uint32(i)}
 		uniform = uniform && b.Weight == bes[0].Weight
 	}
 	if uniform {
@@ -140,7 +142,7 @@ func aliasTable(bes []Backend) []slot {
 		hi, lo := bits.Mul64(q[s], coinScale)
 		thr, _ := bits.Div64(hi, lo, total) // hi < total because q[s] < total
 		slots[s].Threshold = uint32(thr)
-		slots[s].Alias = Backend{Addr: bes[l].Addr, Port: bes[l].Port}
+		slots[s].Alias, slots[s].AliasSlot = Backend{Addr: bes[l].Addr, Port: bes[l].Port}, uint32(l)
 		q[l] -= total - q[s]
 		if q[l] < total {
 			small = append(small, l)
@@ -179,8 +181,8 @@ func plan(cur mapState, desired map[ServiceKey]Service) ops {
 				}
 			}
 		}
-		if s.Count != uint32(len(slots)) {
-			o.putServices[k] = service{ID: s.ID, Count: uint32(len(slots))}
+		if s.Count != uint32(len(slots)) || s.Affinity != svc.AffinitySeconds {
+			o.putServices[k] = service{ID: s.ID, Count: uint32(len(slots)), Affinity: svc.AffinitySeconds}
 			for i := uint32(len(slots)); i < s.Count; i++ {
 				bk := backendKey{ID: s.ID, Slot: i}
 				if _, ok := cur.backends[bk]; ok {
@@ -250,7 +252,7 @@ func plan(cur mapState, desired map[ServiceKey]Service) ops {
 		}
 		used[nextID] = true
 		slots := aliasTable(canonical(desired[k].Backends))
-		o.putServices[k] = service{ID: nextID, Count: uint32(len(slots))}
+		o.putServices[k] = service{ID: nextID, Count: uint32(len(slots)), Affinity: desired[k].AffinitySeconds}
 		for i, sl := range slots {
 			o.putBackends[backendKey{ID: nextID, Slot: uint32(i)}] = sl
 		}
@@ -302,7 +304,7 @@ func (m mapState) desired() map[ServiceKey]Service {
 				bes = append(bes, sl.Backend)
 			}
 		}
-		out[k] = Service{Backends: bes}
+		out[k] = Service{Backends: bes, AffinitySeconds: s.Affinity}
 	}
 	return out
 }

@@ -52,6 +52,10 @@ var states = map[string]map[ServiceKey]Service{
 		svc("243.0.0.1", 80, TCP): on(be("10.96.0.10:80*1"), be("242.1.0.1:30001*3")),
 		svc("243.0.0.2", 80, TCP): on(be("10.96.0.12:8080*5"), be("10.96.0.13:8080*1"), be("10.96.0.14:8080*100")),
 	},
+	"affinity": {
+		svc("243.0.0.1", 80, TCP): {Backends: []Backend{be("10.96.0.10:80*1"), be("242.1.0.1:30001*3")}, AffinitySeconds: 10800},
+		svc("243.0.0.1", 53, UDP): {Backends: []Backend{be("10.96.0.11:53")}, AffinitySeconds: 1},
+	},
 	"no-backends": {
 		svc("243.0.0.1", 80, TCP): {},
 		svc("243.0.0.2", 80, TCP): on(be("10.96.0.12:8080"), be("10.96.0.13:8080"), be("10.96.0.14:8080")),
@@ -176,6 +180,9 @@ func TestFakeConverges(t *testing.T) {
 				if want := canonical(states[name][k].Backends); !reflect.DeepEqual(s.Backends, want) && len(want)+len(s.Backends) > 0 {
 					t.Fatalf("walk %d: %s reads back as %v, want %v", walk, k, s.Backends, want)
 				}
+				if s.AffinitySeconds != states[name][k].AffinitySeconds {
+					t.Fatalf("walk %d: %s reads back with affinity %d s, want %d", walk, k, s.AffinitySeconds, states[name][k].AffinitySeconds)
+				}
 			}
 			if err := f.Set(context.Background(), states[name]); err != nil {
 				t.Fatal(err)
@@ -207,8 +214,8 @@ func TestAliasTableIsProportional(t *testing.T) {
 		slots := aliasTable(bes)
 		got := map[netip.AddrPort]float64{}
 		for i, sl := range slots {
-			if sl.Backend != bes[i] || sl.Threshold > coinScale {
-				t.Fatalf("round %d: slot %d = %+v, want backend %v and a threshold ≤ 2^31", round, i, sl, bes[i])
+			if sl.Backend != bes[i] || sl.Threshold > coinScale || slots[sl.AliasSlot].Backend.AddrPort() != sl.Alias.AddrPort() {
+				t.Fatalf("round %d: slot %d = %+v, want backend %v, a threshold ≤ 2^31 and the alias's own slot", round, i, sl, bes[i])
 			}
 			p := float64(sl.Threshold) / coinScale
 			got[sl.Backend.AddrPort()] += p / float64(n)
@@ -318,6 +325,8 @@ func TestIncrementalIsOChanged(t *testing.T) {
 		{"add it back", func() { desired[k] = on(desired[k].Backends[0], be("242.1.7.7:31757")) }, OpCounts{PutServices: 1, PutBackends: 1}},
 		{"replace a backend", func() { desired[k] = on(be("10.96.7.7:80"), be("242.2.0.1:30000")) }, OpCounts{PutBackends: 1}},
 		{"change a weight", func() { desired[k] = on(be("10.96.7.7:80"), be("242.2.0.1:30000*3")) }, OpCounts{PutBackends: 2}},
+		{"affinity on", func() { desired[k] = Service{Backends: desired[k].Backends, AffinitySeconds: 10800} }, OpCounts{PutServices: 1}},
+		{"affinity timeout", func() { desired[k] = Service{Backends: desired[k].Backends, AffinitySeconds: 60} }, OpCounts{PutServices: 1}},
 		{"no backends", func() { desired[k] = Service{} }, OpCounts{PutServices: 1, DeleteBackends: 2}},
 		{"delete the service", func() { delete(desired, k) }, OpCounts{DeleteServices: 1}},
 		{"add a service", func() { desired[svc("243.1.0.1", 8080, UDP)] = on(be("10.96.200.1:53")) }, OpCounts{PutServices: 1, PutBackends: 1}},

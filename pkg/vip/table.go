@@ -64,6 +64,11 @@ func (b Backend) String() string {
 type Service struct {
 	// Backends share the connections in proportion to their weights.
 	Backends []Backend
+	// AffinitySeconds is the ClientIP session affinity timeout: while a
+	// client (a network namespace) connects again within this many
+	// seconds of its last connection, it gets the same backend, as long
+	// as that is still one of Backends. 0: no affinity.
+	AffinitySeconds uint32
 }
 
 // Table is the VIP datapath as the route agent sees it.
