@@ -104,6 +104,12 @@ func canonical(bes []Backend) []Backend {
 	return merged
 }
 
+// Canonical returns bes as Set stores them and the maps read back: sorted
+// by address and port, weight 0 counted as 1, duplicates merged with their
+// weights summed. Two backend lists with the same Canonical form are the
+// same service.
+func Canonical(bes []Backend) []Backend { return slices.Clone(canonical(bes)) }
+
 // aliasTable returns the slots of a service with the canonical backends bes:
 // backend i is chosen with probability weight_i / Σ weights (up to the
 // coin's resolution, 2^-31 per slot). Vose's construction, deterministic in
