@@ -35,7 +35,7 @@ func newJoinCommand() *cobra.Command {
 (cluster-<id>), ServiceAccount and RBAC (it may write only its own namespace
 and read the others), and store the resulting broker kubeconfig in the
 cluster as Secret causeway-system/causeway-broker, which the gateway and MCS
-controller Pods of deploy/manifests mount (the daemons' own ServiceAccounts
+controller Pods of the Helm chart mount (the daemons' own ServiceAccounts
 may not read Secrets). The cluster ID is --cluster-id, or the About API's
 ClusterProperty cluster.clusterset.k8s.io when the cluster has one.
 Idempotent: joining again refreshes the credentials.`,
