@@ -29,7 +29,12 @@ func ServiceAccountName(daemon string) string { return "causeway-" + daemon }
 // "causeway", taking over conflicting fields). With dryRun the API server
 // validates and admits every object without persisting it.
 func Apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructured, dryRun bool) error {
-	opts := []client.ApplyOption{client.FieldOwner("causeway"), client.ForceOwnership}
+	return ApplyAs(ctx, c, "causeway", objs, dryRun)
+}
+
+// ApplyAs is Apply with field manager owner.
+func ApplyAs(ctx context.Context, c client.Client, owner string, objs []*unstructured.Unstructured, dryRun bool) error {
+	opts := []client.ApplyOption{client.FieldOwner(owner), client.ForceOwnership}
 	if dryRun {
 		opts = append(opts, client.DryRunAll)
 	}
