@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/install"
@@ -212,12 +213,21 @@ func TestJoinFileInstall(t *testing.T) {
 		t.Errorf("join with a route agent missing: %v, want a timeout naming it\n%s", err, out)
 	}
 
+	// What the daemons would write in the broker, removed by uninstall.
+	own := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace("c1"), Name: "c1"},
+		Spec: v1alpha1.ClusterSpec{ClusterID: "c1", PodCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{svc}}}
+	if err := member.Create(ctx, own); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := runCtl("uninstall", "--kubeconfig", c1.AdminKubeconfig); err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out)
 	}
 	var leases coordinationv1.LeaseList
 	if err := b.Client.List(ctx, &leases, client.InNamespace(broker.Namespace("c1"))); err != nil || len(leases.Items) != 0 {
 		t.Errorf("broker Leases of c1 after uninstall: %v (%v)", leases.Items, err)
+	}
+	if err := b.Client.Get(ctx, client.ObjectKeyFromObject(own), own); !apierrors.IsNotFound(err) {
+		t.Errorf("c1's Cluster in the broker after uninstall: %v", err)
 	}
 	if err := c1.Client.Get(ctx, client.ObjectKeyFromObject(ds), ds); !apierrors.IsNotFound(err) {
 		t.Errorf("gateway DaemonSet after uninstall: %v", err)
