@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/install"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
@@ -152,6 +153,9 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 	}
 	var raw []byte
 	if f.joinFile != "" {
+		if f.namespace != kube.Namespace {
+			return fmt.Errorf("--namespace %s: the chart installs into %s only", f.namespace, kube.Namespace)
+		}
 		if raw, err = os.ReadFile(f.joinFile); err != nil {
 			return fmt.Errorf("join file: %w", err)
 		}
@@ -180,8 +184,17 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 		if raw, err = broker.EnsureClusterIdentity(ctx, admin, f.clusterID); err != nil {
 			return err
 		}
-	} else if err := f.claim(ctx, cl, raw); err != nil {
-		return err
+	}
+	// With a join file, everything is checked (the values by rendering the
+	// chart) before anything changes in the broker or the cluster.
+	var objs []*unstructured.Unstructured
+	if f.joinFile != "" {
+		if objs, err = f.render(ctx, cl, say); err != nil {
+			return err
+		}
+		if err := f.claim(ctx, cl, raw); err != nil {
+			return err
+		}
 	}
 	if err := storeBrokerSecret(ctx, cl, f.namespace, raw); err != nil {
 		return err
@@ -196,7 +209,7 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 	if f.joinFile == "" {
 		return nil
 	}
-	return f.install(ctx, local, cl, say)
+	return f.install(ctx, local, cl, objs, say)
 }
 
 // claim claims the cluster ID in the broker with the join file's identity.
@@ -212,48 +225,44 @@ func (f *joinFlags) claim(ctx context.Context, cl client.Client, raw []byte) err
 	return broker.Claim(ctx, bc, f.clusterID, uid)
 }
 
-// install discovers the CIDRs, labels the gateways, installs the chart
-// and waits for the daemons.
-func (f *joinFlags) install(ctx context.Context, local *rest.Config, cl client.Client, say func(string, ...any)) error {
-	if f.namespace != kube.Namespace {
-		return fmt.Errorf("--namespace %s: the chart installs into %s only", f.namespace, kube.Namespace)
-	}
+// render discovers the CIDRs not given and renders the chart.
+func (f *joinFlags) render(ctx context.Context, cl client.Client, say func(string, ...any)) ([]*unstructured.Unstructured, error) {
 	values := map[string]any{}
 	for _, s := range f.set {
 		if err := strvals.ParseInto(s, values); err != nil {
-			return fmt.Errorf("--set %s: %w", s, err)
+			return nil, fmt.Errorf("--set %s: %w", s, err)
 		}
 	}
 	var err error
 	if len(f.podCIDRs) == 0 {
 		if f.podCIDRs, err = install.DiscoverPodCIDRs(ctx, cl); err != nil {
-			return fmt.Errorf("%w (--pod-cidrs)", err)
+			return nil, fmt.Errorf("%w (--pod-cidrs)", err)
 		}
 		say("pod CIDRs from the nodes' spec.podCIDRs: %v (give --pod-cidrs with the cluster's whole pod CIDR if nodes will be added)", f.podCIDRs)
 	}
 	if len(f.serviceCIDRs) == 0 {
 		if f.serviceCIDRs, err = install.DiscoverServiceCIDRs(ctx, cl); err != nil {
-			return fmt.Errorf("%w (--service-cidrs)", err)
+			return nil, fmt.Errorf("%w (--service-cidrs)", err)
 		}
 		say("service CIDRs from the API's ServiceCIDRs: %v", f.serviceCIDRs)
 	}
-	for what, cidrs := range map[string][]string{"--pod-cidrs": f.podCIDRs, "--service-cidrs": f.serviceCIDRs} {
-		if err := install.CheckCIDRs(what, cidrs); err != nil {
-			return err
-		}
-	}
-	gateways, err := install.LabelGateways(ctx, cl, f.gatewayNodes)
-	if err != nil {
-		return err
-	}
-	say("gateway nodes: %v", gateways)
 	values["clusterID"] = f.clusterID
 	values["podCIDRs"] = toAny(f.podCIDRs)
 	values["serviceCIDRs"] = toAny(f.serviceCIDRs)
 	values["namespace"] = map[string]any{"create": true}
 	values["brokerSecret"] = BrokerSecret
-	objs, err := install.Apply(ctx, local, cl, values)
+	return chart.Render(values)
+}
+
+// install labels the gateways, installs objs (the rendered chart) and
+// waits for the daemons.
+func (f *joinFlags) install(ctx context.Context, local *rest.Config, cl client.Client, objs []*unstructured.Unstructured, say func(string, ...any)) error {
+	gateways, err := install.LabelGateways(ctx, cl, f.gatewayNodes)
 	if err != nil {
+		return err
+	}
+	say("gateway nodes: %v", gateways)
+	if err := install.Apply(ctx, local, cl, objs); err != nil {
 		return err
 	}
 	say("installed the CRDs and the chart's %d objects (field manager %s)", len(objs), install.FieldOwner)
@@ -334,11 +343,11 @@ on the nodes first to remove their datapath (routes, devices, eBPF pins).`,
 			default:
 				id, err := joinFileClusterID(sec.Data["kubeconfig"])
 				if err != nil {
-					return fmt.Errorf("Secret %s/%s: %w", kube.Namespace, BrokerSecret, err)
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, BrokerSecret, err)
 				}
 				bc, err := clientFromKubeconfig(sec.Data["kubeconfig"])
 				if err != nil {
-					return fmt.Errorf("Secret %s/%s: %w", kube.Namespace, BrokerSecret, err)
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, BrokerSecret, err)
 				}
 				if err := broker.Leave(ctx, bc, id); err != nil {
 					return err

@@ -118,6 +118,16 @@ func TestJoinFileInstall(t *testing.T) {
 		}
 	}
 
+	// A bad chart value is refused before anything changes.
+	if out, err := runCtl("join", "--join-file", joinFile, "--kubeconfig", c1.AdminKubeconfig, "--set", "cable.driver=gre"); err == nil ||
+		!strings.Contains(err.Error(), "/cable/driver") {
+		t.Errorf("join with cable.driver=gre: %v, want the schema's refusal\n%s", err, out)
+	}
+	claim := &coordinationv1.Lease{}
+	if err := b.Client.Get(ctx, client.ObjectKey{Namespace: broker.Namespace("c1"), Name: broker.ClaimLease}, claim); !apierrors.IsNotFound(err) {
+		t.Errorf("claim after a refused join: %v, want NotFound", err)
+	}
+
 	// The test plays the workloads' controllers: three Pods Ready, the
 	// MCS controller's only once join reports waiting for it.
 	pods := []*corev1.Pod{daemonPod("gateway", "n0", true), daemonPod("route-agent", "n0", true),

@@ -8,7 +8,6 @@ package install
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -44,17 +43,13 @@ func DiscoverPodCIDRs(ctx context.Context, c client.Client) ([]string, error) {
 	}
 	var out []string
 	for _, n := range nodes.Items {
-		for _, p := range n.Spec.PodCIDRs {
-			if !slices.Contains(out, p) {
-				out = append(out, p)
-			}
-		}
+		out = append(out, n.Spec.PodCIDRs...)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("none of the %d nodes has spec.podCIDRs (the controller manager sets them with --allocate-node-cidrs): give the pod CIDRs", len(nodes.Items))
 	}
 	slices.Sort(out)
-	return out, nil
+	return slices.Compact(out), nil
 }
 
 // DiscoverServiceCIDRs returns the service CIDRs of the API's ServiceCIDR
@@ -67,30 +62,13 @@ func DiscoverServiceCIDRs(ctx context.Context, c client.Client) ([]string, error
 	}
 	var out []string
 	for _, s := range list.Items {
-		for _, p := range s.Spec.CIDRs {
-			if !slices.Contains(out, p) {
-				out = append(out, p)
-			}
-		}
+		out = append(out, s.Spec.CIDRs...)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("the API server has no ServiceCIDR: give the service CIDRs")
 	}
 	slices.Sort(out)
-	return out, nil
-}
-
-// CheckCIDRs refuses a list without CIDRs or with one that does not parse.
-func CheckCIDRs(what string, cidrs []string) error {
-	if len(cidrs) == 0 {
-		return fmt.Errorf("no %s", what)
-	}
-	for _, s := range cidrs {
-		if _, err := netip.ParsePrefix(s); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-	}
-	return nil
+	return slices.Compact(out), nil
 }
 
 // LabelGateways labels nodes as gateway candidates and returns every
@@ -125,20 +103,13 @@ func LabelGateways(ctx context.Context, c client.Client, nodes []string) ([]stri
 	return out, nil
 }
 
-// Apply installs the CRDs (waiting until they are established) and the
-// chart rendered with values, and returns the objects applied.
-func Apply(ctx context.Context, cfg *rest.Config, c client.Client, values map[string]any) ([]*unstructured.Unstructured, error) {
-	objs, err := chart.Render(values)
-	if err != nil {
-		return nil, err
-	}
+// Apply installs the CRDs (waiting until they are established) and objs,
+// the rendered chart.
+func Apply(ctx context.Context, cfg *rest.Config, c client.Client, objs []*unstructured.Unstructured) error {
 	if err := kube.InstallCRDs(ctx, cfg); err != nil {
-		return nil, err
+		return err
 	}
-	if err := kube.ApplyAs(ctx, c, FieldOwner, objs, false); err != nil {
-		return nil, err
-	}
-	return objs, nil
+	return kube.ApplyAs(ctx, c, FieldOwner, objs, false)
 }
 
 // want is one Pod a workload must have Ready: on node, or any node when
