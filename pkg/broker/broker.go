@@ -21,12 +21,17 @@
 // objects. EnsureClusterIdentity creates all of this idempotently and
 // returns a kubeconfig with a token of the ServiceAccount, obtained through
 // the TokenRequest API (served by the API server itself; no controller
-// manager needed).
+// manager needed): `causewayctl deploy-broker` writes it as the member's
+// join file.
+//
+// A member that joins records its claim on its cluster ID in its own
+// namespace (Claim: Lease causeway-claim holding the member's kube-system
+// UID), so a second cluster joining under the same ID is refused; Leave
+// removes what the member wrote there.
 package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -264,59 +269,4 @@ func WithServer(kubeconfig []byte, server string) ([]byte, error) {
 		c.Server = server
 	}
 	return clientcmd.Write(*cfg)
-}
-
-// AnnotationMemberUID on a member's broker namespace is the UID of the
-// member cluster's kube-system namespace (the usual stand-in for a
-// cluster's identity, as the About API's cluster ID suggests), set by the
-// first ClaimClusterID.
-const AnnotationMemberUID = "causeway.dev/member-uid"
-
-// ErrClusterIDInUse: another cluster already joined under the ID.
-var ErrClusterIDInUse = errors.New("cluster ID in use by another cluster")
-
-// ClaimClusterID reserves clusterID in the broker for the cluster whose
-// kube-system namespace has UID memberUID: it creates the cluster's
-// broker namespace carrying AnnotationMemberUID, or adopts an existing
-// namespace without it, and fails with ErrClusterIDInUse when the
-// namespace names another cluster. Two joins racing for one ID: the
-// namespace's create (or the update's resourceVersion) lets one win.
-func ClaimClusterID(ctx context.Context, brokerAdmin *rest.Config, clusterID, memberUID string) error {
-	if memberUID == "" {
-		return errors.New("claim cluster ID: no member UID")
-	}
-	cs, err := kubernetes.NewForConfig(brokerAdmin)
-	if err != nil {
-		return fmt.Errorf("broker client: %w", err)
-	}
-	name := Namespace(clusterID)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelClusterID: clusterID},
-		Annotations: map[string]string{AnnotationMemberUID: memberUID}}}
-	_, err = cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		if err != nil {
-			return fmt.Errorf("create broker namespace %s: %w", name, err)
-		}
-		return nil
-	}
-	have, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("get broker namespace %s: %w", name, err)
-	}
-	switch uid := have.Annotations[AnnotationMemberUID]; uid {
-	case memberUID:
-		return nil
-	case "":
-		if have.Annotations == nil {
-			have.Annotations = map[string]string{}
-		}
-		have.Annotations[AnnotationMemberUID] = memberUID
-		if _, err := cs.CoreV1().Namespaces().Update(ctx, have, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("claim broker namespace %s: %w", name, err)
-		}
-		return nil
-	default:
-		return fmt.Errorf("%w: %s is held by the cluster whose kube-system UID is %s, this one's is %s (choose another --cluster-id, or let a broker administrator delete namespace %s if that cluster is gone)",
-			ErrClusterIDInUse, clusterID, uid, memberUID, name)
-	}
 }
