@@ -83,6 +83,15 @@ type Config struct {
 	HealthInterval time.Duration
 
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// CandidateProbePort, when not 0 and PrivateIP is set, is the UDP
+	// port on PrivateIP where this candidate answers the other
+	// candidates' probes; passive candidates probe the Lease holder there
+	// every CandidateProbeInterval and take an unrenewed Lease over
+	// early after CandidateProbeMisses unanswered probes in a row (see
+	// README). Every candidate of a cluster uses the same port.
+	CandidateProbePort     uint16
+	CandidateProbeInterval time.Duration
+	CandidateProbeMisses   int
 	// ReleaseOnStop releases the lease when Run's context ends, so a
 	// stopped active hands over at once. Tests turn it off to simulate a
 	// crash.
@@ -114,6 +123,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod
+	}
+	if c.CandidateProbeInterval == 0 {
+		c.CandidateProbeInterval = DefaultCandidateProbeInterval
+	}
+	if c.CandidateProbeMisses == 0 {
+		c.CandidateProbeMisses = DefaultCandidateProbeMisses
 	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = time.Second
@@ -357,6 +372,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		})
 	el.onRenewedAgain = e.kick // publish and mirror what was held back
 	el.onRenewed = func(at time.Time) { e.m.leaseRenewed.Set(float64(at.UnixNano()) / 1e9) }
+	if e.cfg.PrivateIP.IsValid() && e.cfg.CandidateProbePort != 0 {
+		stop, err := e.startCandidateProbes(el)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	e.leaseFresh = el.fresh
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -393,6 +415,31 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.log.Warn("write gateway status at stop", "err", err)
 	}
 	return ctx.Err()
+}
+
+// startCandidateProbes answers the other candidates' probes on
+// PrivateIP:CandidateProbePort and makes el probe the Lease holder's.
+func (e *Engine) startCandidateProbes(el *elector) (stop func(), err error) {
+	conn, err := listenUDP(e.cfg.Netns, netip.AddrPortFrom(e.cfg.PrivateIP, e.cfg.CandidateProbePort))
+	if err != nil {
+		return nil, fmt.Errorf("candidate probe responder: %w", err)
+	}
+	go serveEchoes(conn)
+	h := &holderProbe{misses: e.cfg.CandidateProbeMisses, onDown: el.notify}
+	p, err := newUDPProber(e.cfg.Netns, e.cfg.PrivateIP, e.cfg.CandidateProbePort, e.cfg.CandidateProbeInterval, e.log, h.result)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("candidate prober: %w", err)
+	}
+	h.p = p
+	// A holder renews every retry period: half a lease duration without
+	// a new version (5 renewals by default) is no slow renewal.
+	quiet := max(e.cfg.LeaseDuration/2, time.Duration(e.cfg.CandidateProbeMisses)*e.cfg.CandidateProbeInterval)
+	el.probeIP, el.holders, el.quiet = e.cfg.PrivateIP, h, quiet
+	return func() {
+		p.Close()
+		conn.Close()
+	}, nil
 }
 
 // removeLeftovers deletes a tunnel device a previous active run of this
