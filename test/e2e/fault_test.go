@@ -69,6 +69,9 @@ func TestFaults(t *testing.T) {
 		cl.Name, cl.Spec.NodeName, echo.Name, echo.Spec.NodeName, c1active, tcpAddr, udpAddr)
 
 	var rows []faultRow
+	defer func() {
+		t.Logf("FIGURE fault gaps (c3 pod → c1 pod via global IP:ports, a message every 10 ms):\n%s", gapTable(rows))
+	}()
 	// measure records the gaps of the streams since start (the fault's
 	// beginning) and checks them against bound (0: reported only).
 	measure := func(name string, start time.Time, bound time.Duration) {
@@ -77,6 +80,8 @@ func TestFaults(t *testing.T) {
 		waitForWithin(t, 2*time.Minute, "both streams flowing after: "+name, bothFlowing(tcp, udp, since, 100))
 		r := faultRow{name: name, tcp: tcp.Gap(start), udp: udp.Gap(start), bound: bound}
 		rows = append(rows, r)
+		t.Logf("%s: longest silence TCP %v, UDP %v (%d of %d lost)", name, r.tcp.Longest.Round(time.Millisecond),
+			r.udp.Longest.Round(time.Millisecond), r.udp.Lost, r.udp.Sent)
 		if bound > 0 && (r.tcp.Longest >= bound || r.udp.Longest >= bound) {
 			t.Errorf("%s: longest silence TCP %v, UDP %v; want < %v", name, r.tcp.Longest, r.udp.Longest, bound)
 		}
@@ -167,7 +172,17 @@ func TestFaults(t *testing.T) {
 		measure(fmt.Sprintf("active gateway c1/%s, passive candidate %s: SIGKILL", dead, took), start, failoverBound)
 	}
 	unchanged("two gateway failovers", before)
+}
 
+// faultRow is one line of TestFaults' table.
+type faultRow struct {
+	name     string
+	tcp, udp gapStats
+	bound    time.Duration
+}
+
+// gapTable renders rows as a Markdown table.
+func gapTable(rows []faultRow) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| fault (each held %v) | TCP longest silence | UDP longest silence | UDP lost/sent | bound |\n|---|---|---|---|---|\n", faultHold)
 	for _, r := range rows {
@@ -178,14 +193,7 @@ func TestFaults(t *testing.T) {
 		fmt.Fprintf(&b, "| %s | %v | %v | %d/%d | %s |\n", r.name, r.tcp.Longest.Round(time.Millisecond),
 			r.udp.Longest.Round(time.Millisecond), r.udp.Lost, r.udp.Sent, bound)
 	}
-	t.Logf("FIGURE fault gaps (c3 pod → c1 pod via global IP:ports, a message every 10 ms):\n%s", b.String())
-}
-
-// faultRow is one line of TestFaults' table.
-type faultRow struct {
-	name     string
-	tcp, udp gapStats
-	bound    time.Duration
+	return b.String()
 }
 
 // exportEcho creates, in cluster's namespace demo, a pod "echo" on node

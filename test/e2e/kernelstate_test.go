@@ -14,7 +14,8 @@ import (
 
 // kernelState is what the lab's processes hold in the kernel, each
 // listing normalised so that the same state lists the same lines (no
-// ifindexes, counters, lifetimes or object IDs): per node namespace the
+// ifindexes, counters, lifetimes or object IDs, no IPv6 link-local
+// addresses: a device created again gets a new random one): per node namespace the
 // links, addresses, routes of every table, rules, permanent neighbours,
 // VXLAN FDB entries, iptables-save and the nftables ruleset; per node
 // the BPF programs attached to its cgroup and the processes in its
@@ -100,7 +101,7 @@ func (l *Lab) kernelState() (kernelState, error) {
 func (ks kernelState) add(key, out string, keep func(string) bool) {
 	for _, s := range strings.Split(out, "\n") {
 		s = strings.TrimSpace(s)
-		if s == "" || (keep != nil && !keep(s)) {
+		if s == "" || strings.Contains(s, "fe80::") || (keep != nil && !keep(s)) {
 			continue
 		}
 		s = ipCounters.ReplaceAllString(s, "")
