@@ -39,6 +39,9 @@ type activeTerm struct {
 	global *nat.Layout
 	// natSkipped is what the last NAT sync left out (logged on change).
 	natSkipped string
+	// untracked are the remote subnets whose conntrack entries this term
+	// removed once its rules were in place (see nat.DeleteConntrack).
+	untracked map[netip.Prefix]bool
 }
 
 var errLeaseNotFresh = errors.New("gateway lease not renewed for its duration: holding back publish and mirror")
@@ -59,7 +62,7 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 	e.m.leaderChanges.Inc()
 	start := time.Now()
 	e.log.Info("became the active gateway")
-	t := &activeTerm{prober: noProber{}, endpoints: map[string]v1alpha1.EndpointSpec{}, setAt: map[string]time.Time{}}
+	t := &activeTerm{prober: noProber{}, endpoints: map[string]v1alpha1.EndpointSpec{}, setAt: map[string]time.Time{}, untracked: map[netip.Prefix]bool{}}
 	defer e.endTerm(t, runCtx)
 
 	if !e.bcache.WaitForCacheSync(lctx) {
@@ -401,6 +404,25 @@ func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
 	}
 	if _, err := e.nat.Sync(ctx, cfg); err != nil {
 		return fmt.Errorf("globalnet rules: %w", err)
+	}
+	// Flows this node forwarded while passive are tracked without this
+	// gateway's translation: drop their entries, once per remote subnet
+	// and term, now that the rules are in place.
+	var fresh []netip.Prefix
+	for _, p := range remote {
+		if !t.untracked[p] {
+			fresh = append(fresh, p)
+		}
+	}
+	n, err := nat.DeleteConntrack(e.cfg.Netns, fresh)
+	if err != nil {
+		return err
+	}
+	for _, p := range fresh {
+		t.untracked[p] = true
+	}
+	if n > 0 {
+		e.log.Info("removed conntrack entries of flows tracked before this term's translation", "entries", n, "remotes", fresh)
 	}
 	return nil
 }
