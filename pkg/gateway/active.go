@@ -142,9 +142,7 @@ func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 	if t.global != nil && runCtx.Err() == nil {
 		// A passive candidate translates nothing; on shutdown the rules
 		// stay for a restarted gateway to adopt, like the tunnel.
-		if err := e.nat.Cleanup(ctx); err != nil {
-			e.log.Warn("remove globalnet rules", "err", err)
-		}
+		e.dropTranslation(ctx)
 	}
 	for id := range t.endpoints {
 		e.m.connStatus.DeleteLabelValues(id, string(v1alpha1.Connecting))

@@ -450,6 +450,9 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	if e.Role() == v1alpha1.HAStatusActive {
 		return
 	}
+	if e.cfg.Globalnet != nil {
+		e.dropTranslation(ctx) // a killed active's rules stay in the kernel
+	}
 	if ok, err := linkExists(e.cfg.Netns, e.cfg.device()); err != nil || !ok {
 		return // nothing left (an embedded WireGuard device dies with its process)
 	}
@@ -460,6 +463,26 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	}
 	if err := d.Cleanup(ctx); err != nil {
 		e.log.Warn("remove leftover tunnel", "err", err)
+	}
+}
+
+// dropTranslation removes, on a node that is no longer (or was, in a
+// previous run) the active gateway, the globalnet table and then the
+// conntrack entries of flows to or from global addresses (the
+// supernet): those it tracked as active carry its translation, and a
+// flow the new active now sends this node (to a pod here) or this node's
+// pods send through the new active would otherwise keep matching them
+// (see pkg/nat, "Conntrack on failover").
+func (e *Engine) dropTranslation(ctx context.Context) {
+	if err := e.nat.Cleanup(ctx); err != nil {
+		e.log.Warn("remove globalnet rules", "err", err)
+		return
+	}
+	n, err := nat.DeleteConntrack(e.cfg.Netns, []netip.Prefix{e.cfg.Globalnet.Supernet})
+	if err != nil {
+		e.log.Warn("remove conntrack entries of global flows", "err", err)
+	} else if n > 0 {
+		e.log.Info("removed conntrack entries of global flows tracked while active", "entries", n)
 	}
 }
 
