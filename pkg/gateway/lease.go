@@ -430,14 +430,20 @@ func (el *elector) setRenewed(at time.Time) {
 }
 
 // fresh reports whether this candidate's term is certain: its last
-// successful write of the Lease was sent less than a lease duration ago,
-// so no other candidate can have taken the Lease over since. A holder
-// failing static (renewals failing) keeps its term but is no longer
-// fresh; the engine then makes no API claims (see sync).
+// successful write of the Lease was sent less than a lease duration ago
+// — with candidate probes less than quiet ago, since a candidate to
+// which this one looks dead may take over that early —, so no other
+// candidate can have taken the Lease over since. A holder failing
+// static (renewals failing) keeps its term but is no longer fresh; the
+// engine then makes no API claims (see sync).
 func (el *elector) fresh() bool {
 	el.mu.Lock()
 	defer el.mu.Unlock()
-	return !el.renewed.IsZero() && time.Since(el.renewed) < el.duration
+	window := el.duration
+	if el.holders != nil && el.quiet < window {
+		window = el.quiet
+	}
+	return !el.renewed.IsZero() && time.Since(el.renewed) < window
 }
 
 // observedOther reports whether the last version seen names a holder
