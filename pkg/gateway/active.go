@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/pkg/globalnet"
@@ -42,6 +44,10 @@ type activeTerm struct {
 	// untracked are the remote subnets whose conntrack entries this term
 	// removed once its rules were in place (see nat.DeleteConntrack).
 	untracked map[netip.Prefix]bool
+	// adopted: the globalnet table was in the kernel when the term's
+	// first NAT sync ran (a restarted active of this node: its
+	// connections were tracked under these rules and are kept).
+	adopted *bool
 }
 
 var errLeaseNotFresh = errors.New("gateway lease not renewed for its duration: holding back publish and mirror")
@@ -389,6 +395,12 @@ func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
 	if err := e.lcache.List(ctx, &list); err != nil {
 		return fmt.Errorf("list GlobalIngresses: %w", err)
 	}
+	if t.adopted == nil {
+		// A passive node holds no table (dropTranslation), so one
+		// found here was left by this node's previous active run.
+		_, err := e.nat.Counts(ctx)
+		t.adopted = ptr.To(err == nil)
+	}
 	var remote []netip.Prefix
 	for _, c := range d.Connections {
 		remote = append(remote, c.Subnets...)
@@ -408,7 +420,7 @@ func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
 	// and term, now that the rules are in place.
 	var fresh []netip.Prefix
 	for _, p := range remote {
-		if !t.untracked[p] {
+		if !t.untracked[p] && !*t.adopted {
 			fresh = append(fresh, p)
 		}
 	}
