@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/pkg/globalnet"
@@ -42,6 +44,13 @@ type activeTerm struct {
 	global *nat.Layout
 	// natSkipped is what the last NAT sync left out (logged on change).
 	natSkipped string
+	// untracked are the remote subnets whose conntrack entries this term
+	// removed once its rules were in place (see nat.DeleteConntrack).
+	untracked map[netip.Prefix]bool
+	// adopted: the globalnet table was in the kernel when the term's
+	// first NAT sync ran (a restarted active of this node: its
+	// connections were tracked under these rules and are kept).
+	adopted *bool
 }
 
 var errLeaseNotFresh = errors.New("gateway lease not renewed for its duration: holding back publish and mirror")
@@ -62,7 +71,7 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 	e.m.leaderChanges.Inc()
 	start := time.Now()
 	e.log.Info("became the active gateway")
-	t := &activeTerm{prober: noProber{}, endpoints: map[string]v1alpha1.EndpointSpec{}, setAt: map[string]time.Time{}}
+	t := &activeTerm{prober: noProber{}, endpoints: map[string]v1alpha1.EndpointSpec{}, setAt: map[string]time.Time{}, untracked: map[netip.Prefix]bool{}}
 	defer e.endTerm(t, runCtx)
 
 	if !e.bcache.WaitForCacheSync(lctx) {
@@ -142,9 +151,7 @@ func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 	if t.global != nil && runCtx.Err() == nil {
 		// A passive candidate translates nothing; on shutdown the rules
 		// stay for a restarted gateway to adopt, like the tunnel.
-		if err := e.nat.Cleanup(ctx); err != nil {
-			e.log.Warn("remove globalnet rules", "err", err)
-		}
+		e.dropTranslation(ctx)
 	}
 	for id := range t.endpoints {
 		e.m.connStatus.DeleteLabelValues(id, string(v1alpha1.Connecting))
@@ -396,6 +403,12 @@ func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
 	if err := e.lcache.List(ctx, &list); err != nil {
 		return fmt.Errorf("list GlobalIngresses: %w", err)
 	}
+	if t.adopted == nil {
+		// A passive node holds no table (dropTranslation), so one
+		// found here was left by this node's previous active run.
+		_, err := e.nat.Counts(ctx)
+		t.adopted = ptr.To(err == nil)
+	}
 	var remote []netip.Prefix
 	for _, c := range d.Connections {
 		remote = append(remote, c.Subnets...)
@@ -409,6 +422,25 @@ func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
 	}
 	if _, err := e.nat.Sync(ctx, cfg); err != nil {
 		return fmt.Errorf("globalnet rules: %w", err)
+	}
+	// Flows this node forwarded while passive are tracked without this
+	// gateway's translation: drop their entries, once per remote subnet
+	// and term, now that the rules are in place.
+	var fresh []netip.Prefix
+	for _, p := range remote {
+		if !t.untracked[p] && !*t.adopted {
+			fresh = append(fresh, p)
+		}
+	}
+	n, err := nat.DeleteConntrack(e.cfg.Netns, fresh)
+	if err != nil {
+		return err
+	}
+	for _, p := range fresh {
+		t.untracked[p] = true
+	}
+	if n > 0 {
+		e.log.Info("removed conntrack entries of flows tracked before this term's translation", "entries", n, "remotes", fresh)
 	}
 	return nil
 }

@@ -45,6 +45,9 @@ type flags struct {
 	routeTable                         int
 	leaseDuration, renewDeadline       time.Duration
 	retryPeriod                        time.Duration
+	candidateProbePort                 uint16
+	candidateProbeInterval             time.Duration
+	candidateProbeMisses               int
 	cleanup                            bool
 	globalnet                          bool
 	globalSupernet                     string
@@ -58,7 +61,9 @@ func NewCommand() *cobra.Command {
 		port: 4500, cableDriver: string(v1alpha1.CableWireGuard), tunnelDevice: "cw-gw",
 		stateDir: "/var/lib/causeway/gateway", leaseDuration: DefaultLeaseDuration,
 		renewDeadline: DefaultRenewDeadline, retryPeriod: DefaultRetryPeriod,
-		globalSupernet: globalnet.DefaultSupernet, globalCIDRBits: globalnet.DefaultCIDRBits,
+		candidateProbePort: DefaultCandidateProbePort, candidateProbeInterval: DefaultCandidateProbeInterval,
+		candidateProbeMisses: DefaultCandidateProbeMisses,
+		globalSupernet:       globalnet.DefaultSupernet, globalCIDRBits: globalnet.DefaultCIDRBits,
 	}
 	var cmd *cobra.Command
 	cmd = daemon.Command("gateway",
@@ -119,6 +124,9 @@ object) and exits.`,
 	fs.DurationVar(&f.leaseDuration, "lease-duration", f.leaseDuration, "gateway lease duration (whole seconds)")
 	fs.DurationVar(&f.renewDeadline, "renew-deadline", f.renewDeadline, "timeout of one lease renewal; a renewal failing for longer is logged, and the active stays active (fail static) until it sees another holder")
 	fs.DurationVar(&f.retryPeriod, "retry-period", f.retryPeriod, "lease renew interval of the active (passive candidates watch the lease) and retry interval after a failed lease request")
+	fs.Uint16Var(&f.candidateProbePort, "candidate-probe-port", f.candidateProbePort, "UDP port on --private-ip where this candidate answers the other candidates' probes, the same on every candidate (0: no probes, a dead active is replaced when its lease expires)")
+	fs.DurationVar(&f.candidateProbeInterval, "candidate-probe-interval", f.candidateProbeInterval, "how often a passive candidate probes the active one")
+	fs.IntVar(&f.candidateProbeMisses, "candidate-probe-misses", f.candidateProbeMisses, "unanswered probes in a row (with no lease renewal seen for as long) after which a passive candidate takes the lease over before it expires")
 	fs.BoolVar(&f.globalnet, "globalnet", f.globalnet, "reach this cluster only through a global CIDR (for clusters whose pod/service CIDRs overlap another member's)")
 	fs.StringVar(&f.globalSupernet, "global-supernet", f.globalSupernet, "globalnet: clusterset supernet the global CIDRs are claimed from (the same on every cluster)")
 	fs.IntVar(&f.globalCIDRBits, "global-cidr-bits", f.globalCIDRBits, "globalnet: prefix length of one cluster's global CIDR (the same on every cluster)")
@@ -159,7 +167,11 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 		RenewDeadline: f.renewDeadline,
 		RetryPeriod:   f.retryPeriod,
 		ReleaseOnStop: true,
-		Drivers:       drivers.Registry(),
+
+		CandidateProbePort:     f.candidateProbePort,
+		CandidateProbeInterval: f.candidateProbeInterval,
+		CandidateProbeMisses:   f.candidateProbeMisses,
+		Drivers:                drivers.Registry(),
 	}
 	if f.pskFile != "" {
 		b, err := os.ReadFile(f.pskFile)

@@ -83,6 +83,15 @@ type Config struct {
 	HealthInterval time.Duration
 
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// CandidateProbePort, when not 0 and PrivateIP is set, is the UDP
+	// port on PrivateIP where this candidate answers the other
+	// candidates' probes; passive candidates probe the Lease holder there
+	// every CandidateProbeInterval and take an unrenewed Lease over
+	// early after CandidateProbeMisses unanswered probes in a row (see
+	// README). Every candidate of a cluster uses the same port.
+	CandidateProbePort     uint16
+	CandidateProbeInterval time.Duration
+	CandidateProbeMisses   int
 	// ReleaseOnStop releases the lease when Run's context ends, so a
 	// stopped active hands over at once. Tests turn it off to simulate a
 	// crash.
@@ -114,6 +123,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod
+	}
+	if c.CandidateProbeInterval == 0 {
+		c.CandidateProbeInterval = DefaultCandidateProbeInterval
+	}
+	if c.CandidateProbeMisses == 0 {
+		c.CandidateProbeMisses = DefaultCandidateProbeMisses
 	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = time.Second
@@ -357,6 +372,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		})
 	el.onRenewedAgain = e.kick // publish and mirror what was held back
 	el.onRenewed = func(at time.Time) { e.m.leaseRenewed.Set(float64(at.UnixNano()) / 1e9) }
+	if e.cfg.PrivateIP.IsValid() && e.cfg.CandidateProbePort != 0 {
+		stop, err := e.startCandidateProbes(el)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	e.leaseFresh = el.fresh
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -395,6 +417,31 @@ func (e *Engine) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// startCandidateProbes answers the other candidates' probes on
+// PrivateIP:CandidateProbePort and makes el probe the Lease holder's.
+func (e *Engine) startCandidateProbes(el *elector) (stop func(), err error) {
+	conn, err := listenUDP(e.cfg.Netns, netip.AddrPortFrom(e.cfg.PrivateIP, e.cfg.CandidateProbePort))
+	if err != nil {
+		return nil, fmt.Errorf("candidate probe responder: %w", err)
+	}
+	go serveEchoes(conn)
+	h := &holderProbe{misses: e.cfg.CandidateProbeMisses, onDown: el.notify}
+	p, err := newUDPProber(e.cfg.Netns, e.cfg.PrivateIP, e.cfg.CandidateProbePort, e.cfg.CandidateProbeInterval, e.log, h.result)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("candidate prober: %w", err)
+	}
+	h.p = p
+	// A holder renews every retry period: half a lease duration without
+	// a new version (5 renewals by default) is no slow renewal.
+	quiet := max(e.cfg.LeaseDuration/2, time.Duration(e.cfg.CandidateProbeMisses)*e.cfg.CandidateProbeInterval)
+	el.probeIP, el.holders, el.quiet = e.cfg.PrivateIP, h, quiet
+	return func() {
+		p.Close()
+		conn.Close()
+	}, nil
+}
+
 // removeLeftovers deletes a tunnel device a previous active run of this
 // node left behind (Close keeps kernel state for adoption).
 func (e *Engine) removeLeftovers(ctx context.Context) {
@@ -402,6 +449,9 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	defer e.driverMu.Unlock()
 	if e.Role() == v1alpha1.HAStatusActive {
 		return
+	}
+	if e.cfg.Globalnet != nil {
+		e.dropTranslation(ctx) // a killed active's rules stay in the kernel
 	}
 	if ok, err := linkExists(e.cfg.Netns, e.cfg.device()); err != nil || !ok {
 		return // nothing left (an embedded WireGuard device dies with its process)
@@ -413,6 +463,26 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	}
 	if err := d.Cleanup(ctx); err != nil {
 		e.log.Warn("remove leftover tunnel", "err", err)
+	}
+}
+
+// dropTranslation removes, on a node that is no longer (or was, in a
+// previous run) the active gateway, the globalnet table and then the
+// conntrack entries of flows to or from global addresses (the
+// supernet): those it tracked as active carry its translation, and a
+// flow the new active now sends this node (to a pod here) or this node's
+// pods send through the new active would otherwise keep matching them
+// (see pkg/nat, "Conntrack on failover").
+func (e *Engine) dropTranslation(ctx context.Context) {
+	if err := e.nat.Cleanup(ctx); err != nil {
+		e.log.Warn("remove globalnet rules", "err", err)
+		return
+	}
+	n, err := nat.DeleteConntrack(e.cfg.Netns, []netip.Prefix{e.cfg.Globalnet.Supernet})
+	if err != nil {
+		e.log.Warn("remove conntrack entries of global flows", "err", err)
+	} else if n > 0 {
+		e.log.Info("removed conntrack entries of global flows tracked while active", "entries", n)
 	}
 }
 

@@ -286,7 +286,10 @@ func (e *env) startGateway(t *testing.T, tp *topo, driver, cluster, node, ns, de
 func (e *env) startGatewayVia(t *testing.T, local *rest.Config, tp *topo, driver, cluster, node, ns, dev string, pub, health netip.Addr, release bool) *gw {
 	cfg := Config{
 		ClusterID: cluster, NodeName: node, Namespace: "causeway-system",
-		PublicIP: pub, Port: 4500, CableDriver: driver, TunnelDevice: tp.dev(dev),
+		// The WAN is the candidates' only shared network: they probe
+		// each other there.
+		PublicIP: pub, PrivateIP: pub, CandidateProbePort: DefaultCandidateProbePort,
+		Port: 4500, CableDriver: driver, TunnelDevice: tp.dev(dev),
 		StateDir: t.TempDir(), Netns: tp.path(ns), HealthCheckIP: health,
 		HealthInterval: 200 * time.Millisecond, ReleaseOnStop: release,
 		Drivers: drivers.Registry(), Metrics: prometheus.NewRegistry(), Log: logger(node),
@@ -506,7 +509,7 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	b2.stop(t)
 	probe.waitFrom(t, tp.gw1a)
 	gap = probe.gapSince(t0)
-	t.Logf("FIGURE %s failover, node failure of the active (lease expires): traffic gap %s (a active after %s)",
+	t.Logf("FIGURE %s failover, node failure of the active (no release: candidate probes, else lease expiry): traffic gap %s (a active after %s)",
 		driver, gap.Round(time.Millisecond), (<-active).Sub(t0).Round(time.Millisecond))
 	probe.close()
 	probe.mu.Lock()

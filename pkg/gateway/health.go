@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
 	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
 )
 
 // probeWindow is how many recent echoes loss and the RTT summary cover.
@@ -19,6 +23,9 @@ type probeStats struct {
 	Avg      time.Duration
 	// LastReply is when the last answer arrived (zero: never).
 	LastReply time.Time
+	// LostInARow counts the unanswered echoes since the last answer
+	// (within the window).
+	LostInARow int
 }
 
 // LossPercent is the share of unanswered echoes in the window.
@@ -53,11 +60,13 @@ func (l *probeLog) stats() probeStats {
 	for i, r := range l.rtts {
 		if r < 0 {
 			s.Lost++
+			s.LostInARow++
 			if i == len(l.rtts)-1 {
 				s.Last = 0
 			}
 			continue
 		}
+		s.LostInARow = 0
 		if n == 0 || r < s.Min {
 			s.Min = r
 		}
@@ -128,4 +137,25 @@ func (t *probeTable) Stats() map[string]probeStats {
 		out[id] = l.stats()
 	}
 	return out
+}
+
+// serveEchoes answers the ICMP echo messages UDP probers send to conn
+// (the candidate probes: the answer comes from this process, so it
+// means the process is alive, not only its node) until conn is closed.
+func serveEchoes(conn net.PacketConn) {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := conn.ReadFrom(buf)
+		if err != nil {
+			return // closed
+		}
+		msg, err := icmp.ParseMessage(1, buf[:n])
+		if err != nil || msg.Type != ipv4.ICMPTypeEcho {
+			continue
+		}
+		msg.Type = ipv4.ICMPTypeEchoReply
+		if b, err := msg.Marshal(nil); err == nil {
+			_, _ = conn.WriteTo(b, from)
+		}
+	}
 }

@@ -17,17 +17,25 @@ import (
 	"github.com/causeway-net/causeway/internal/netnsx"
 )
 
-// icmpProber sends one ICMP echo per interval to every target from the
-// local health-check IP, through a raw socket opened in the gateway's
-// namespace. The remote kernel answers (the remote health-check IP is an
-// address of its gateway), so no responder process is needed.
-type icmpProber struct {
+// echoProber sends one ICMP echo message per interval to every target
+// from a local address, through a socket opened in the gateway's
+// namespace, and matches the replies. Two transports:
+//
+//   - raw ICMP (network "ip4:icmp"): the tunnel health checks. The remote
+//     kernel answers (the remote health-check IP is an address of its
+//     gateway), so no responder process is needed.
+//   - UDP (network "udp4", to port): the candidate probes. The message
+//     is the UDP payload and the prober's peer process answers it
+//     (serveEchoes), so an answer means the process is alive, not only
+//     its node.
+type echoProber struct {
 	probeTable
-	conn     *icmp.PacketConn
+	conn     net.PacketConn
+	port     uint16 // UDP: the responders' port
 	id       uint16
 	interval time.Duration
 	log      *slog.Logger
-	onResult func(cluster string, rtt time.Duration) // rtt < 0: lost
+	onResult func(target string, rtt time.Duration) // rtt < 0: lost
 
 	mu2      sync.Mutex
 	inflight map[uint16]inflight // seq -> echo
@@ -37,13 +45,14 @@ type icmpProber struct {
 }
 
 type inflight struct {
-	cluster string
-	to      netip.Addr
-	sent    time.Time
+	target string // the probeTable key: a cluster ID, a candidate
+	to     netip.Addr
+	sent   time.Time
 }
 
-func newICMPProber(nsPath string, local netip.Addr, interval time.Duration, log *slog.Logger, onResult func(string, time.Duration)) (*icmpProber, error) {
-	var conn *icmp.PacketConn
+// newICMPProber probes remote health-check IPs with raw ICMP echoes.
+func newICMPProber(nsPath string, local netip.Addr, interval time.Duration, log *slog.Logger, onResult func(string, time.Duration)) (*echoProber, error) {
+	var conn net.PacketConn
 	err := netnsx.Do(nsPath, func() error {
 		var err error
 		conn, err = icmp.ListenPacket("ip4:icmp", local.String())
@@ -52,17 +61,52 @@ func newICMPProber(nsPath string, local netip.Addr, interval time.Duration, log 
 	if err != nil {
 		return nil, fmt.Errorf("open health-check socket on %s: %w", local, err)
 	}
+	return startEchoProber(conn, 0, interval, log, onResult), nil
+}
+
+// newUDPProber probes echo responders (serveEchoes) on port of each
+// target, from local.
+func newUDPProber(nsPath string, local netip.Addr, port uint16, interval time.Duration, log *slog.Logger, onResult func(string, time.Duration)) (*echoProber, error) {
+	conn, err := listenUDP(nsPath, netip.AddrPortFrom(local, 0))
+	if err != nil {
+		return nil, fmt.Errorf("open probe socket on %s: %w", local, err)
+	}
+	return startEchoProber(conn, port, interval, log, onResult), nil
+}
+
+func startEchoProber(conn net.PacketConn, port uint16, interval time.Duration, log *slog.Logger, onResult func(string, time.Duration)) *echoProber {
 	var b [2]byte
 	rand.Read(b[:])
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &icmpProber{conn: conn, id: binary.BigEndian.Uint16(b[:]), interval: interval, log: log,
+	p := &echoProber{conn: conn, port: port, id: binary.BigEndian.Uint16(b[:]), interval: interval, log: log,
 		onResult: onResult, inflight: map[uint16]inflight{}, cancel: cancel, done: make(chan struct{})}
 	go p.receive()
 	go p.send(ctx)
-	return p, nil
+	return p
 }
 
-func (p *icmpProber) send(ctx context.Context) {
+// dest is where an echo to addr goes.
+func (p *echoProber) dest(addr netip.Addr) net.Addr {
+	if p.port != 0 {
+		return &net.UDPAddr{IP: addr.AsSlice(), Port: int(p.port)}
+	}
+	return &net.IPAddr{IP: addr.AsSlice()}
+}
+
+// sourceOf is the address an answer came from.
+func sourceOf(a net.Addr) netip.Addr {
+	var ip net.IP
+	switch a := a.(type) {
+	case *net.IPAddr:
+		ip = a.IP
+	case *net.UDPAddr:
+		ip = a.IP
+	}
+	addr, _ := netip.AddrFromSlice(ip)
+	return addr.Unmap()
+}
+
+func (p *echoProber) send(ctx context.Context) {
 	defer close(p.done)
 	t := time.NewTicker(p.interval)
 	defer t.Stop()
@@ -84,11 +128,11 @@ func (p *icmpProber) send(ctx context.Context) {
 			p.mu2.Lock()
 			p.seq++
 			seq := p.seq
-			p.inflight[seq] = inflight{cluster: id, to: addr, sent: now}
+			p.inflight[seq] = inflight{target: id, to: addr, sent: now}
 			p.mu2.Unlock()
 			msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: int(p.id), Seq: int(seq), Data: []byte("causeway-health")}}
 			b, _ := msg.Marshal(nil)
-			if _, err := p.conn.WriteTo(b, &net.IPAddr{IP: addr.AsSlice()}); err != nil {
+			if _, err := p.conn.WriteTo(b, p.dest(addr)); err != nil {
 				p.log.Debug("health-check send failed", "remote", id, "to", addr, "err", err)
 			}
 		}
@@ -96,7 +140,7 @@ func (p *icmpProber) send(ctx context.Context) {
 }
 
 // expire counts echoes older than two intervals as lost.
-func (p *icmpProber) expire(now time.Time) {
+func (p *echoProber) expire(now time.Time) {
 	p.mu2.Lock()
 	var lost []inflight
 	for seq, f := range p.inflight {
@@ -107,22 +151,22 @@ func (p *icmpProber) expire(now time.Time) {
 	}
 	p.mu2.Unlock()
 	for _, f := range lost {
-		p.record(f.cluster, f.to, -1, now)
+		p.record(f.target, f.to, -1, now)
 	}
 }
 
-func (p *icmpProber) record(cluster string, to netip.Addr, rtt time.Duration, at time.Time) {
+func (p *echoProber) record(target string, to netip.Addr, rtt time.Duration, at time.Time) {
 	p.mu.Lock()
-	if l := p.logs[cluster]; l != nil && p.targets[cluster] == to {
+	if l := p.logs[target]; l != nil && p.targets[target] == to {
 		l.add(rtt, at)
 	}
 	p.mu.Unlock()
 	if p.onResult != nil {
-		p.onResult(cluster, rtt)
+		p.onResult(target, rtt)
 	}
 }
 
-func (p *icmpProber) receive() {
+func (p *echoProber) receive() {
 	buf := make([]byte, 1500)
 	for {
 		n, from, err := p.conn.ReadFrom(buf)
@@ -138,21 +182,32 @@ func (p *icmpProber) receive() {
 		if !ok || uint16(echo.ID) != p.id {
 			continue
 		}
-		src, _ := netip.AddrFromSlice(from.(*net.IPAddr).IP)
+		src := sourceOf(from)
 		p.mu2.Lock()
 		f, ok := p.inflight[uint16(echo.Seq)]
-		if ok && f.to == src.Unmap() {
+		if ok && f.to == src {
 			delete(p.inflight, uint16(echo.Seq))
 		}
 		p.mu2.Unlock()
-		if ok && f.to == src.Unmap() {
-			p.record(f.cluster, f.to, now.Sub(f.sent), now)
+		if ok && f.to == src {
+			p.record(f.target, f.to, now.Sub(f.sent), now)
 		}
 	}
 }
 
-func (p *icmpProber) Close() error {
+func (p *echoProber) Close() error {
 	p.cancel()
 	<-p.done
 	return p.conn.Close()
+}
+
+// listenUDP opens a UDP socket on addr inside the namespace at nsPath.
+func listenUDP(nsPath string, addr netip.AddrPort) (net.PacketConn, error) {
+	var conn net.PacketConn
+	err := netnsx.Do(nsPath, func() error {
+		var err error
+		conn, err = net.ListenPacket("udp4", addr.String())
+		return err
+	})
+	return conn, err
 }

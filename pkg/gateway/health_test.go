@@ -21,7 +21,7 @@ func TestProbeLog(t *testing.T) {
 	}
 	s := l.stats()
 	// Window holds outcomes 3..12: lost at i=3,7,11 -> 3 of 10.
-	if s.Sent != 10 || s.Lost != 3 || s.LossPercent() != 30 {
+	if s.Sent != 10 || s.Lost != 3 || s.LossPercent() != 30 || s.LostInARow != 1 {
 		t.Fatalf("stats = %+v", s)
 	}
 	if s.Min != 3*time.Millisecond || s.Max != 11*time.Millisecond || s.Last != 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -31,7 +32,9 @@ import (
 //     released it (empty holder) or when the holder is itself (a
 //     restarted process adopting its own term). A timer fires at the
 //     expiry, so takeover does not wait for a poll; a released Lease is
-//     seen at the next watch event.
+//     seen at the next watch event. With candidate probes (holders), a
+//     holder that answers none and has written no new version for quiet
+//     is taken over before the expiry.
 //   - every write is conditional on the resourceVersion last seen, so
 //     two candidates can never both win; the loser re-reads.
 //   - the holder renews every retry period (each attempt bounded by
@@ -63,6 +66,14 @@ type elector struct {
 	// onRenewed, when set, is told the send time of every successful
 	// write of the Lease (acquire or renewal); it must not block.
 	onRenewed func(sent time.Time)
+
+	// Candidate probes (optional): probeIP is written to the Lease's
+	// ProbeIPAnnotation with every acquisition; holders is aimed at the
+	// observed holder's, and a holder it reports down is taken over once
+	// no new version has come for quiet (before the lease expires).
+	probeIP netip.Addr
+	holders *holderProbe
+	quiet   time.Duration
 
 	mu         sync.Mutex
 	renewed    time.Time // send time of this term's last successful write; zero: no term
@@ -126,8 +137,15 @@ func (el *elector) observe(obj any) {
 	var report string
 	if !same {
 		el.observed, el.observedAt = l, time.Now()
-		if h := holderOf(l); h != "" && h != el.leader {
+		h := holderOf(l)
+		if h != "" && h != el.leader {
 			el.leader, report = h, h
+		}
+		if el.holders != nil {
+			if h == el.identity {
+				h = "" // the holder does not probe itself
+			}
+			el.holders.watch(h, probeIPOf(l))
 		}
 	}
 	el.mu.Unlock()
@@ -144,6 +162,15 @@ func (el *elector) notify() {
 	case el.changed <- struct{}{}:
 	default:
 	}
+}
+
+// probeIPOf is the holder's probe IP written on l (invalid: none).
+func probeIPOf(l *coordinationv1.Lease) netip.Addr {
+	if l == nil {
+		return netip.Addr{}
+	}
+	a, _ := netip.ParseAddr(l.Annotations[ProbeIPAnnotation])
+	return a
 }
 
 func holderOf(l *coordinationv1.Lease) string {
@@ -234,13 +261,15 @@ func (el *elector) recheck(ctx context.Context) error {
 func (el *elector) tryAcquire(ctx context.Context, cur *coordinationv1.Lease, at time.Time) (*coordinationv1.Lease, time.Duration, error) {
 	now := metav1.NewMicroTime(time.Now())
 	if cur == nil {
-		l, err := el.writes.Create(ctx, &coordinationv1.Lease{
+		l := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: el.name},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity: ptr.To(el.identity), LeaseDurationSeconds: ptr.To(el.durationSeconds()),
 				AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr.To[int32](0),
 			},
-		}, metav1.CreateOptions{})
+		}
+		el.annotate(l)
+		l, err := el.writes.Create(ctx, l, metav1.CreateOptions{})
 		if err == nil {
 			el.observe(l)
 			return l, 0, nil
@@ -252,7 +281,16 @@ func (el *elector) tryAcquire(ctx context.Context, cur *coordinationv1.Lease, at
 	}
 	holder := holderOf(cur)
 	if holder != "" && holder != el.identity {
-		if left := time.Until(at.Add(leaseDuration(cur, el.duration))); left > 0 {
+		left := time.Until(at.Add(leaseDuration(cur, el.duration)))
+		if left > 0 && el.holders != nil && el.holders.down(holder) {
+			// The holder answers no probes: once no new version has
+			// come for quiet either, it is dead, not slow to renew.
+			if left = min(left, time.Until(at.Add(el.quiet))); left <= 0 {
+				el.log.Info("the gateway lease holder answers no probes: taking the lease over before it expires",
+					"holder", holder, "sinceLastVersion", time.Since(at).Round(time.Millisecond))
+			}
+		}
+		if left > 0 {
 			return nil, left, nil
 		}
 	}
@@ -267,6 +305,7 @@ func (el *elector) tryAcquire(ctx context.Context, cur *coordinationv1.Lease, at
 	}
 	l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(el.identity), &now
 	l.Spec.LeaseDurationSeconds, l.Spec.LeaseTransitions = ptr.To(el.durationSeconds()), &transitions
+	el.annotate(l)
 	l, err := el.writes.Update(ctx, l, metav1.UpdateOptions{})
 	if err == nil {
 		el.observe(l)
@@ -276,6 +315,19 @@ func (el *elector) tryAcquire(ctx context.Context, cur *coordinationv1.Lease, at
 		return nil, 0, el.reread(ctx)
 	}
 	return nil, 0, fmt.Errorf("update lease: %w", err)
+}
+
+// annotate writes this candidate's probe IP on l (or removes a previous
+// holder's).
+func (el *elector) annotate(l *coordinationv1.Lease) {
+	if !el.probeIP.IsValid() {
+		delete(l.Annotations, ProbeIPAnnotation)
+		return
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[ProbeIPAnnotation] = el.probeIP.String()
 }
 
 // reread fetches the Lease after a conflict (the watch may lag).
@@ -378,14 +430,20 @@ func (el *elector) setRenewed(at time.Time) {
 }
 
 // fresh reports whether this candidate's term is certain: its last
-// successful write of the Lease was sent less than a lease duration ago,
-// so no other candidate can have taken the Lease over since. A holder
-// failing static (renewals failing) keeps its term but is no longer
-// fresh; the engine then makes no API claims (see sync).
+// successful write of the Lease was sent less than a lease duration ago
+// — with candidate probes less than quiet ago, since a candidate to
+// which this one looks dead may take over that early —, so no other
+// candidate can have taken the Lease over since. A holder failing
+// static (renewals failing) keeps its term but is no longer fresh; the
+// engine then makes no API claims (see sync).
 func (el *elector) fresh() bool {
 	el.mu.Lock()
 	defer el.mu.Unlock()
-	return !el.renewed.IsZero() && time.Since(el.renewed) < el.duration
+	window := el.duration
+	if el.holders != nil && el.quiet < window {
+		window = el.quiet
+	}
+	return !el.renewed.IsZero() && time.Since(el.renewed) < window
 }
 
 // observedOther reports whether the last version seen names a holder

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"syscall"
 	"testing"
@@ -48,17 +49,21 @@ func startCandidate(t *testing.T, kc kubernetes.Interface, ns, id string, releas
 
 func startCandidateWith(t *testing.T, kc kubernetes.Interface, ns, id string, release bool, lease, deadline, retry time.Duration) *candidate {
 	t.Helper()
-	return startCandidateClients(t, kc, kc, ns, id, release, lease, deadline, retry)
+	return startCandidateClients(t, kc, kc, ns, id, release, lease, deadline, retry, nil)
 }
 
 // startCandidateClients watches with kc and reads and writes with writes
-// (the engine gives the latter a request timeout).
-func startCandidateClients(t *testing.T, kc, writes kubernetes.Interface, ns, id string, release bool, lease, deadline, retry time.Duration) *candidate {
+// (the engine gives the latter a request timeout); configure, when set,
+// changes the elector before it starts.
+func startCandidateClients(t *testing.T, kc, writes kubernetes.Interface, ns, id string, release bool, lease, deadline, retry time.Duration, configure func(*elector)) *candidate {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &candidate{stop: cancel, done: make(chan struct{})}
 	c.el = newElector(kc.CoordinationV1(), writes.CoordinationV1(), ns, LeaseName, id, lease, deadline, retry,
 		slog.New(slog.DiscardHandler), nil)
+	if configure != nil {
+		configure(c.el)
+	}
 	go c.el.watch(ctx)
 	go func() {
 		defer close(c.done)
@@ -272,9 +277,9 @@ func TestElector(t *testing.T) {
 		}
 		apiserver := cl.Process("kube-apiserver")
 		for i := range 3 {
-			a := startCandidateClients(t, kc, writes, ns, fmt.Sprintf("a%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod)
+			a := startCandidateClients(t, kc, writes, ns, fmt.Sprintf("a%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, nil)
 			within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
-			b := startCandidateClients(t, kc, writes, ns, fmt.Sprintf("b%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod)
+			b := startCandidateClients(t, kc, writes, ns, fmt.Sprintf("b%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, nil)
 			time.Sleep(time.Second) // b sees renewals
 			if err := syscall.Kill(apiserver.PID(), syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
@@ -300,6 +305,62 @@ func TestElector(t *testing.T) {
 		}
 	})
 
+	// Candidate probes: a holder that answers no probes is taken over once
+	// no new version has come for quiet — long before its lease expires —
+	// but never while it keeps renewing.
+	t.Run("candidate probes: a dead holder is taken over before expiry", func(t *testing.T) {
+		ns := "probes"
+		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		const lease, quiet = 30 * time.Second, time.Second
+		probed := func(ip string, p *fakeProber) func(*elector) {
+			return func(el *elector) {
+				el.probeIP, el.quiet = netip.MustParseAddr(ip), quiet
+				el.holders = &holderProbe{p: p, misses: 3, onDown: el.notify}
+			}
+		}
+		pa, pb := &fakeProber{}, &fakeProber{}
+		a := startCandidateClients(t, kc, kc, ns, "a", false, lease, testDeadline, testRetry, probed("192.0.2.1", pa))
+		within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
+		b := startCandidateClients(t, kc, kc, ns, "b", false, lease, testDeadline, testRetry, probed("192.0.2.2", pb))
+		within(t, "b probing a at its probe IP", func() bool {
+			return pb.target("a") == netip.MustParseAddr("192.0.2.1") && len(pb.targetsNow()) == 1
+		})
+		if got := holder(t, kc, ns).Annotations[ProbeIPAnnotation]; got != "192.0.2.1" {
+			t.Errorf("lease %s %q, want a's 192.0.2.1", ProbeIPAnnotation, got)
+		}
+		if n := len(pa.targetsNow()); n != 0 {
+			t.Errorf("the holder a probes %d candidates, want none", n)
+		}
+		// a answers no probes but renews: b must wait (renewals every
+		// testRetry, well within quiet).
+		pb.setDown("a", true)
+		b.el.notify()
+		for end := time.Now().Add(3 * quiet); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			if lead, _, _ := b.state(); lead {
+				t.Fatal("b took over from a renewing holder because of probes")
+			}
+		}
+		// a dies: b takes over after quiet, not after the lease's 30 s.
+		a.stop()
+		<-a.done
+		a.mu.Lock()
+		lastRenewal := a.renewed
+		a.mu.Unlock()
+		within(t, "b leading after a's crash", func() bool { lead, _, _ := b.state(); return lead })
+		_, acquired, _ := b.state()
+		gap := acquired.Sub(lastRenewal)
+		t.Logf("b acquired %v after a's last renewal (quiet %v, lease %v)", gap.Round(time.Millisecond), quiet, lease)
+		if gap < quiet || gap >= lease {
+			t.Errorf("b acquired %v after a's last renewal, want between quiet %v and the lease duration %v", gap, quiet, lease)
+		}
+		if got := holder(t, kc, ns).Annotations[ProbeIPAnnotation]; got != "192.0.2.2" {
+			t.Errorf("lease %s %q after b's takeover, want b's 192.0.2.2", ProbeIPAnnotation, got)
+		}
+		within(t, "b probing nobody", func() bool { return len(pb.targetsNow()) == 0 })
+	})
+
 	t.Run("a leader whose lease is taken steps down", func(t *testing.T) {
 		ns := "kube-node-lease"
 		a := startCandidate(t, kc, ns, "a", false)
@@ -317,4 +378,55 @@ func TestElector(t *testing.T) {
 			t.Errorf("holder %q after a stepped down, want intruder (a must not overwrite it)", h)
 		}
 	})
+}
+
+// fakeProber is a prober whose answers the test decides: a target set
+// down has lost probeWindow echoes in a row.
+type fakeProber struct {
+	mu      sync.Mutex
+	targets map[string]netip.Addr
+	down    map[string]bool
+}
+
+func (f *fakeProber) SetTargets(t map[string]netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.targets = t
+}
+
+func (f *fakeProber) Stats() map[string]probeStats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]probeStats{}
+	for id := range f.targets {
+		if f.down[id] {
+			out[id] = probeStats{Sent: probeWindow, Lost: probeWindow, LostInARow: probeWindow}
+		} else {
+			out[id] = probeStats{Sent: probeWindow}
+		}
+	}
+	return out
+}
+
+func (f *fakeProber) Close() error { return nil }
+
+func (f *fakeProber) setDown(id string, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down == nil {
+		f.down = map[string]bool{}
+	}
+	f.down[id] = down
+}
+
+func (f *fakeProber) target(id string) netip.Addr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.targets[id]
+}
+
+func (f *fakeProber) targetsNow() map[string]netip.Addr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.targets
 }

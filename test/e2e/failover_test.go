@@ -13,12 +13,10 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/gateway"
 	"github.com/causeway-net/causeway/pkg/lab"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
@@ -70,31 +68,8 @@ func TestGatewayFailover(t *testing.T) {
 	serverNS := filepath.Join("/run/netns", names.Pod("c1", target.Spec.NodeName, "demo", target.Name))
 	clientNS := filepath.Join("/run/netns", names.Pod("c3", cl.Spec.NodeName, "demo", cl.Name))
 	const interval = 10 * time.Millisecond
-	streams := map[string]*stream{}
-	for proto, port := range map[string]string{"tcp": "7070", "udp": "7071"} {
-		s, err := startStream(proto, serverNS, clientNS, net.JoinHostPort(target.Status.PodIP, port), interval)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Stop)
-		streams[proto] = s
-	}
-	tcp, udp := streams["tcp"], streams["udp"]
-	flowing := func(since time.Time, n int) func() error {
-		return func() error {
-			if err := tcp.Err(); err != nil {
-				return stopWaiting{fmt.Errorf("the TCP connection failed: %w", err)}
-			}
-			if got := tcp.EchoedSince(since); got < n {
-				return fmt.Errorf("%d TCP echoes of messages sent since %s, want %d", got, since.Format(time.StampMilli), n)
-			}
-			if got := udp.EchoedSince(since); got < n/2 {
-				return fmt.Errorf("%d UDP echoes of messages sent since %s, want %d", got, since.Format(time.StampMilli), n/2)
-			}
-			return nil
-		}
-	}
-	waitForWithin(t, time.Minute, "both streams flowing before the kill", flowing(time.Now(), 100))
+	tcp, udp := startStreams(t, serverNS, clientNS, streamEnds{"7070", net.JoinHostPort(target.Status.PodIP, "7070")},
+		streamEnds{"7071", net.JoinHostPort(target.Status.PodIP, "7071")}, interval)
 
 	// Freeze the lab supervisor so it does not restart the killed
 	// gateway at once: a restarted candidate holding the same identity
@@ -102,73 +77,18 @@ func TestGatewayFailover(t *testing.T) {
 	// and this test is about the passive taking over.
 	// Another candidate runs steadily and stands by: one still starting
 	// (or backing off) could not take over while the supervisor is frozen.
-	var standby string
-	waitForWithin(t, time.Minute, "another c1 gateway candidate standing by", func() error {
-		gws := &v1alpha1.GatewayList{}
-		if err := c1.List(ctx, gws, client.InNamespace("causeway-system")); err != nil {
-			return err
-		}
-		for _, g := range gws.Items {
-			if g.Name != old && g.Status.HAStatus == v1alpha1.HAStatusPassive {
-				standby = g.Name
-				return nil
-			}
-		}
-		return fmt.Errorf("no passive candidate besides %s", old)
-	})
-	l.unitPID("c1/" + standby + "/gateway")
-	unit := "c1/" + old + "/gateway"
-	pid := l.unitPID(unit)
-	st, err := lab.Load(l.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	supervisor := st.SupervisorPID()
-	if supervisor == 0 {
-		t.Fatal("lab supervisor not running")
-	}
-	if err := syscall.Kill(supervisor, syscall.SIGSTOP); err != nil {
-		t.Fatalf("stop supervisor: %v", err)
-	}
-	frozen := true
-	resume := func() {
-		if frozen {
-			frozen = false
-			_ = syscall.Kill(supervisor, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
-
+	l.waitStandby(ctx, "c1", old)
+	gw := daemon("c1", old, "gateway")
+	pid := l.pid(ctx, gw)
+	resume := l.holdRestarts()
 	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill %s (pid %d): %v", unit, pid, err)
+		t.Fatalf("kill %s (pid %d): %v", gw, pid, err)
 	}
-	var now string
-	waitForWithin(t, time.Minute, "another c1 candidate holding the lease and reporting itself active", func() error {
-		lease := &coordinationv1.Lease{}
-		if err := c1.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: gateway.LeaseName}, lease); err != nil {
-			return err
-		}
-		holder := ""
-		if lease.Spec.HolderIdentity != nil {
-			holder = *lease.Spec.HolderIdentity
-		}
-		if holder == "" || holder == old {
-			return fmt.Errorf("lease holder %q", holder)
-		}
-		gw := &v1alpha1.Gateway{}
-		if err := c1.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: holder}, gw); err != nil {
-			return err
-		}
-		if gw.Status.HAStatus != v1alpha1.HAStatusActive {
-			return fmt.Errorf("lease held by %s, whose Gateway says %q", holder, gw.Status.HAStatus)
-		}
-		now = holder
-		return nil
-	})
+	now := l.waitNewActive(ctx, "c1", old)
 	takenOver := time.Now()
 	// The correctness check: the same connection carries new data.
-	waitForWithin(t, time.Minute, "the TCP connection carrying data through "+now, flowing(takenOver, 100))
+	waitForWithin(t, time.Minute, "the TCP connection carrying data through "+now, bothFlowing(tcp, udp, takenOver, 100))
 
 	tg, ug := tcp.Gap(killed), udp.Gap(killed)
 	t.Logf("failover c1 %s → %s (SIGKILL), streams c3 pod → c1 pod %s on %s, a message every %v:", old, now, target.Name, target.Spec.NodeName, interval)
@@ -181,21 +101,7 @@ func TestGatewayFailover(t *testing.T) {
 	// The killed candidate restarts, finds the lease held by the new
 	// active and stays passive; the connection is not disturbed.
 	resume()
-	waitForWithin(t, time.Minute, unit+" restarted by the supervisor", func() error {
-		units, err := st.Status()
-		if err != nil {
-			return err
-		}
-		for _, u := range units {
-			if u.Name == unit {
-				if !u.Running || u.PID == pid || syscall.Kill(u.PID, 0) != nil {
-					return fmt.Errorf("%s: %+v", unit, u)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("no unit %s", unit)
-	})
+	l.waitRestarted(ctx, gw, pid)
 	// Exactly one active again: the restarted candidate reported itself
 	// passive. (It cannot adopt its old term, the Lease names the new
 	// active; a different active here would be a later, separate
@@ -204,7 +110,7 @@ func TestGatewayFailover(t *testing.T) {
 		t.Logf("after %s restarted, c1's active gateway is %s (was %s): another failover happened meanwhile", old, got, now)
 	}
 	restarted := time.Now()
-	waitForWithin(t, time.Minute, "the TCP connection still carrying data after "+old+" came back", flowing(restarted, 100))
+	waitForWithin(t, time.Minute, "the TCP connection still carrying data after "+old+" came back", bothFlowing(tcp, udp, restarted, 100))
 	if g := tcp.Gap(restarted); g.Longest > 0 {
 		t.Logf("after %s came back as passive: longest TCP silence %v", old, g.Longest.Round(time.Millisecond))
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/causeway-net/causeway/internal/netnsx"
@@ -44,14 +45,16 @@ type echo struct {
 	sent, at time.Duration // offsets from start
 }
 
-// startStream starts an echo server for proto ("tcp" or "udp") on addr
-// inside serverNetns, connects to it from clientNetns and sends a message
-// every interval until Stop.
-func startStream(proto, serverNetns, clientNetns, addr string, interval time.Duration) (*stream, error) {
+// startStream starts an echo server for proto ("tcp" or "udp") on port
+// (every address) inside serverNetns, connects to addr from clientNetns
+// (that port of a pod IP, or an address translated to it on the way,
+// such as a global IP:port) and sends a message every interval until
+// Stop.
+func startStream(proto, serverNetns, port, clientNetns, addr string, interval time.Duration) (*stream, error) {
 	s := &stream{proto: proto, interval: interval, done: make(chan struct{})}
-	if err := netnsx.Do(serverNetns, func() error { return s.serve(addr) }); err != nil {
+	if err := netnsx.Do(serverNetns, func() error { return s.serve(net.JoinHostPort("", port)) }); err != nil {
 		s.Stop()
-		return nil, fmt.Errorf("%s echo server on %s: %w", proto, addr, err)
+		return nil, fmt.Errorf("%s echo server on port %s: %w", proto, port, err)
 	}
 	var conn net.Conn
 	err := netnsx.Do(clientNetns, func() error {
@@ -283,4 +286,49 @@ func (s *stream) Gap(from time.Time) gapStats {
 		}
 	}
 	return g
+}
+
+// streamEnds are the ends of one stream: the echo server's port in the
+// server's namespace and the address the client connects to.
+type streamEnds struct{ port, addr string }
+
+// startStreams starts a TCP stream and a UDP probe from clientNetns to
+// echo servers in serverNetns, each sending a message every interval
+// (stopped when the test ends), and waits until both carry 100 echoes.
+func startStreams(t *testing.T, serverNetns, clientNetns string, tcpEnds, udpEnds streamEnds, interval time.Duration) (tcp, udp *stream) {
+	t.Helper()
+	for proto, ends := range map[string]streamEnds{"tcp": tcpEnds, "udp": udpEnds} {
+		var s *stream
+		// A path just programmed may refuse the first dials.
+		waitForWithin(t, time.Minute, proto+" stream to "+ends.addr, func() error {
+			var err error
+			s, err = startStream(proto, serverNetns, ends.port, clientNetns, ends.addr, interval)
+			return err
+		})
+		t.Cleanup(s.Stop)
+		if proto == "tcp" {
+			tcp = s
+		} else {
+			udp = s
+		}
+	}
+	waitForWithin(t, time.Minute, "both streams flowing", bothFlowing(tcp, udp, time.Now(), 100))
+	return tcp, udp
+}
+
+// bothFlowing checks that the TCP connection is intact and carried n
+// echoes of messages sent since since, and the UDP probe n/2.
+func bothFlowing(tcp, udp *stream, since time.Time, n int) func() error {
+	return func() error {
+		if err := tcp.Err(); err != nil {
+			return stopWaiting{fmt.Errorf("the TCP connection failed: %w", err)}
+		}
+		if got := tcp.EchoedSince(since); got < n {
+			return fmt.Errorf("%d TCP echoes of messages sent since %s, want %d", got, since.Format(time.StampMilli), n)
+		}
+		if got := udp.EchoedSince(since); got < n/2 {
+			return fmt.Errorf("%d UDP echoes of messages sent since %s, want %d", got, since.Format(time.StampMilli), n/2)
+		}
+		return nil
+	}
 }

@@ -1,0 +1,58 @@
+package gateway
+
+import (
+	"net/netip"
+	"time"
+)
+
+// ProbeIPAnnotation on the gateway Lease is the node address of its
+// holder, where the holder answers candidate probes (on every
+// candidate's --candidate-probe-port). The holder writes it with every
+// acquisition; passive candidates probe it.
+const ProbeIPAnnotation = "causeway.dev/probe-ip"
+
+// Candidate probe defaults: a passive candidate sends an echo to the
+// Lease holder every DefaultCandidateProbeInterval and counts it dead
+// after DefaultCandidateProbeMisses in a row without an answer.
+const (
+	DefaultCandidateProbePort     = 9535
+	DefaultCandidateProbeInterval = 100 * time.Millisecond
+	DefaultCandidateProbeMisses   = 3
+)
+
+// holderProbe tells a passive candidate whether the Lease holder still
+// answers it directly: a UDP echo prober (the tunnel health checks'
+// prober, over the node network) aimed at the holder's probe IP, and a
+// holder counted down after misses unanswered echoes in a row. It
+// decides nothing by itself: the elector takes a Lease over early only
+// when the holder is down AND no new Lease version has come for as long
+// (see elector.tryAcquire), and the active candidate never looks at it.
+type holderProbe struct {
+	p      prober // target: holder identity → its probe IP
+	misses int
+	// onDown is called whenever an echo to a down holder is lost (the
+	// elector looks again).
+	onDown func()
+}
+
+// watch aims the probes at holder's addr (an invalid addr or empty
+// holder: probe nobody).
+func (h *holderProbe) watch(holder string, addr netip.Addr) {
+	targets := map[string]netip.Addr{}
+	if holder != "" && addr.IsValid() {
+		targets[holder] = addr
+	}
+	h.p.SetTargets(targets)
+}
+
+// down reports whether holder left its last misses probes unanswered.
+func (h *holderProbe) down(holder string) bool {
+	return h.p.Stats()[holder].LostInARow >= h.misses
+}
+
+// result is the prober's report of one echo.
+func (h *holderProbe) result(target string, rtt time.Duration) {
+	if rtt < 0 && h.onDown != nil && h.down(target) {
+		h.onDown()
+	}
+}
