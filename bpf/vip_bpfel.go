@@ -89,8 +89,11 @@ const (
 	VipMapVipRevNat        = "vip_rev_nat"
 	VipMapVipServices      = "vip_services"
 	VipProgVipConnect4     = "vip_connect4"
+	VipProgVipConnect6     = "vip_connect6"
 	VipProgVipGetpeername4 = "vip_getpeername4"
+	VipProgVipGetpeername6 = "vip_getpeername6"
 	VipProgVipRecvmsg4     = "vip_recvmsg4"
+	VipProgVipRecvmsg6     = "vip_recvmsg6"
 	VipProgVipSendmsg4     = "vip_sendmsg4"
 )
 
@@ -137,8 +140,11 @@ type VipSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type VipProgramSpecs struct {
 	VipConnect4     *ebpf.ProgramSpec `ebpf:"vip_connect4"`
+	VipConnect6     *ebpf.ProgramSpec `ebpf:"vip_connect6"`
 	VipGetpeername4 *ebpf.ProgramSpec `ebpf:"vip_getpeername4"`
+	VipGetpeername6 *ebpf.ProgramSpec `ebpf:"vip_getpeername6"`
 	VipRecvmsg4     *ebpf.ProgramSpec `ebpf:"vip_recvmsg4"`
+	VipRecvmsg6     *ebpf.ProgramSpec `ebpf:"vip_recvmsg6"`
 	VipSendmsg4     *ebpf.ProgramSpec `ebpf:"vip_sendmsg4"`
 }
 
@@ -207,16 +213,22 @@ type VipVariables struct {
 // It can be passed to LoadVipObjects or ebpf.CollectionSpec.LoadAndAssign.
 type VipPrograms struct {
 	VipConnect4     *ebpf.Program `ebpf:"vip_connect4"`
+	VipConnect6     *ebpf.Program `ebpf:"vip_connect6"`
 	VipGetpeername4 *ebpf.Program `ebpf:"vip_getpeername4"`
+	VipGetpeername6 *ebpf.Program `ebpf:"vip_getpeername6"`
 	VipRecvmsg4     *ebpf.Program `ebpf:"vip_recvmsg4"`
+	VipRecvmsg6     *ebpf.Program `ebpf:"vip_recvmsg6"`
 	VipSendmsg4     *ebpf.Program `ebpf:"vip_sendmsg4"`
 }
 
 func (p *VipPrograms) Close() error {
 	return _VipClose(
 		p.VipConnect4,
+		p.VipConnect6,
 		p.VipGetpeername4,
+		p.VipGetpeername6,
 		p.VipRecvmsg4,
+		p.VipRecvmsg6,
 		p.VipSendmsg4,
 	)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,6 +223,8 @@ func (c *client) do(tb testing.TB, format string, args ...any) string {
 //	say               on the kept connection: "ok <backend> <getpeername>"
 //	udp ADDR          unconnected sendto + recvfrom: "ok <backend> <source>"
 //	cudp ADDR         connect, send, recvfrom: "ok <backend> <source> <getpeername>"
+//	tcp6, udp6, cudp6 ADDR  the same over an AF_INET6 socket (see exchange6);
+//	                  cudp6 ADDR ADDR2 connects to ADDR, then to ADDR2, and talks to ADDR2
 //	bench-tcp ADDR N  N times connect + close(RST): "ok <ns>"
 //	bench-udp ADDR N  N times connect() of one UDP socket: "ok <ns>"
 func runClient(r io.Reader, w io.Writer) {
@@ -248,6 +251,8 @@ func runClient(r io.Reader, w io.Writer) {
 			res, err = udpExchange(f[1], false)
 		case "cudp":
 			res, err = udpExchange(f[1], true)
+		case "tcp6", "udp6", "cudp6":
+			res, err = exchange6(strings.TrimSuffix(f[0], "6"), f[1:]...)
 		case "bench-tcp", "bench-udp":
 			n, _ := strconv.Atoi(f[2])
 			var d time.Duration
@@ -283,11 +288,95 @@ func peerName(c net.Conn) (string, error) {
 	if serr != nil {
 		return "", serr
 	}
-	in4, ok := sa.(*unix.SockaddrInet4)
-	if !ok {
-		return "", fmt.Errorf("peer is %T", sa)
+	return sockaddrString(sa)
+}
+
+// sockaddrString prints an IPv4 or IPv6 socket address as netip.AddrPort
+// does: 1.2.3.4:80, [::ffff:1.2.3.4]:80.
+func sockaddrString(sa unix.Sockaddr) (string, error) {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String(), nil
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)).String(), nil
 	}
-	return fmt.Sprintf("%d.%d.%d.%d:%d", in4.Addr[0], in4.Addr[1], in4.Addr[2], in4.Addr[3], in4.Port), nil
+	return "", fmt.Errorf("address is %T", sa)
+}
+
+// exchange6 is tcp, udp or cudp (kind) over an AF_INET6 socket with
+// IPV6_V6ONLY off, the dual-stack socket of Java and others, to addrs (an
+// IPv4-mapped [::ffff:a.b.c.d]:port or a plain IPv6 one; tcp and cudp
+// connect to each in turn and talk to the last). Raw system calls, because
+// package net turns IPv4-mapped addresses into IPv4 ones: the addresses are
+// printed as the kernel reports them. The answer has the shape of tcp's,
+// udp's or cudp's.
+func exchange6(kind string, addrs ...string) (string, error) {
+	var sa *unix.SockaddrInet6
+	typ := unix.SOCK_DGRAM
+	if kind == "tcp" {
+		typ = unix.SOCK_STREAM
+	}
+	fd, err := unix.Socket(unix.AF_INET6, typ|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
+		return "", err
+	}
+	tv := unix.NsecToTimeval((2 * time.Second).Nanoseconds()) // bounds connect() and recvfrom()
+	for _, opt := range []int{unix.SO_SNDTIMEO, unix.SO_RCVTIMEO} {
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
+			return "", err
+		}
+	}
+	for _, addr := range addrs {
+		dst, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return "", err
+		}
+		sa = &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16()}
+		if kind == "udp" {
+			continue
+		}
+		if err := unix.Connect(fd, sa); err != nil {
+			return "", err
+		}
+	}
+	msg := []byte("hello\n")
+	if kind == "udp" {
+		err = unix.Sendto(fd, msg, 0, sa)
+	} else {
+		_, err = unix.Write(fd, msg)
+	}
+	if err != nil {
+		return "", err
+	}
+	buf := make([]byte, 512)
+	n, from, err := unix.Recvfrom(fd, buf, 0) // the source goes through recvmsg6
+	if err != nil {
+		return "", err
+	}
+	res := strings.Fields(string(buf[:n]))[0]
+	if kind != "tcp" {
+		src, err := sockaddrString(from)
+		if err != nil {
+			return "", err
+		}
+		res += " " + src
+	}
+	if kind != "udp" {
+		sa, err := unix.Getpeername(fd)
+		if err != nil {
+			return "", err
+		}
+		peer, err := sockaddrString(sa)
+		if err != nil {
+			return "", err
+		}
+		res += " " + peer
+	}
+	return res, nil
 }
 
 // exchange sends a line on c and returns "<backend> <getpeername>".
@@ -386,12 +475,20 @@ func benchConnect(tcp bool, addr string, n int) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
+// family is network ("tcp", "udp") with the IP version of addr: tcp4, tcp6.
+func family(network, addr string) string {
+	if netip.MustParseAddrPort(addr).Addr().Is6() {
+		return network + "6"
+	}
+	return network + "4"
+}
+
 // tcpEcho serves name-prefixed echoes on addr inside ns until cleanup: every
 // line received is answered with "<name> <line>".
 func tcpEcho(tb testing.TB, ns *netNS, addr, name string) {
 	tb.Helper()
 	var ln net.Listener
-	if err := ns.Do(func() (err error) { ln, err = net.Listen("tcp4", addr); return err }); err != nil {
+	if err := ns.Do(func() (err error) { ln, err = net.Listen(family("tcp", addr), addr); return err }); err != nil {
 		tb.Fatalf("listen %s: %v", addr, err)
 	}
 	testserve.Serve(tb, ln, func(c net.Conn) {
@@ -412,7 +509,7 @@ func tcpEcho(tb testing.TB, ns *netNS, addr, name string) {
 func udpEcho(tb testing.TB, ns *netNS, addr, name string) {
 	tb.Helper()
 	var pc net.PacketConn
-	if err := ns.Do(func() (err error) { pc, err = net.ListenPacket("udp4", addr); return err }); err != nil {
+	if err := ns.Do(func() (err error) { pc, err = net.ListenPacket(family("udp", addr), addr); return err }); err != nil {
 		tb.Fatalf("listen %s: %v", addr, err)
 	}
 	tb.Cleanup(func() { _ = pc.Close() })

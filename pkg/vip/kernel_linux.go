@@ -67,9 +67,12 @@ type hook struct {
 
 var hooks = []hook{
 	{"link_getpeername4", ebpf.AttachCgroupInet4GetPeername, func(o *bpf.VipObjects) *ebpf.Program { return o.VipGetpeername4 }},
+	{"link_getpeername6", ebpf.AttachCgroupInet6GetPeername, func(o *bpf.VipObjects) *ebpf.Program { return o.VipGetpeername6 }},
 	{"link_recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipRecvmsg4 }},
+	{"link_recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipRecvmsg6 }},
 	{"link_sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipSendmsg4 }},
 	{"link_connect4", ebpf.AttachCGroupInet4Connect, func(o *bpf.VipObjects) *ebpf.Program { return o.VipConnect4 }},
+	{"link_connect6", ebpf.AttachCGroupInet6Connect, func(o *bpf.VipObjects) *ebpf.Program { return o.VipConnect6 }},
 }
 
 // Kernel is the Table backed by the eBPF programs of bpf/vip.c.
@@ -168,7 +171,7 @@ func requireBPFFS(dir string) error {
 	return nil
 }
 
-// attach adopts or creates the four cgroup links.
+// attach adopts or creates the cgroup links, one per hook.
 func (k *Kernel) attach() error {
 	var cg unix.Stat_t
 	if err := unix.Stat(k.cfg.CgroupPath, &cg); err != nil {

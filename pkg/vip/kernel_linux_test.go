@@ -67,6 +67,15 @@ func mustSet(tb testing.TB, tbl Table, desired map[ServiceKey]Service) {
 
 func ap(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
 
+// apFor is the address client command cmd dials for a:port: a:port, or
+// for the AF_INET6 commands (tcp6, udp6, cudp6) [::ffff:a]:port.
+func apFor(cmd string, a netip.Addr, port uint16) string {
+	if strings.HasSuffix(cmd, "6") {
+		return ap(netip.AddrFrom16(a.As16()), port)
+	}
+	return ap(a, port)
+}
+
 // TestKernelTranslates checks every hook through a client process in the
 // cgroup: TCP load-balancing and getpeername, unconnected and connected UDP
 // with the VIP as the reply source, EHOSTUNREACH without backends, and a
@@ -101,51 +110,56 @@ func TestKernelTranslates(t *testing.T) {
 	}
 
 	c := startClient(t, f.ns, f.cg)
-	seen := map[string]int{}
-	for range 40 {
-		res := c.do(t, "tcp %s", ap(vipA, 80))
-		name, peer, ok := parseOK(t, res)
-		if !ok {
-			t.Fatalf("tcp to %s: %s", ap(vipA, 80), res)
+	// IPv4 sockets, and dual-stack AF_INET6 ones to the IPv4-mapped VIP.
+	for _, v := range []string{"", "6"} {
+		tcp := "tcp" + v
+		seen := map[string]int{}
+		for range 40 {
+			res := c.do(t, "%s %s", tcp, apFor(tcp, vipA, 80))
+			name, peer, ok := parseOK(t, res)
+			if !ok {
+				t.Fatalf("%s to %s: %s", tcp, apFor(tcp, vipA, 80), res)
+			}
+			if peer != apFor(tcp, vipA, 80) {
+				t.Fatalf("%s: getpeername = %s, want the VIP %s", tcp, peer, apFor(tcp, vipA, 80))
+			}
+			seen[name]++
 		}
-		if peer != ap(vipA, 80) {
-			t.Fatalf("getpeername = %s, want the VIP %s", peer, ap(vipA, 80))
+		if seen["be1"] == 0 || seen["be2"] == 0 || len(seen) != 2 {
+			t.Fatalf("%s: 40 connections reached %v, want both be1 and be2", tcp, seen)
 		}
-		seen[name]++
-	}
-	if seen["be1"] == 0 || seen["be2"] == 0 || len(seen) != 2 {
-		t.Fatalf("40 connections reached %v, want both be1 and be2", seen)
-	}
 
-	for _, cmd := range []string{"udp", "cudp"} {
-		seenUDP := map[string]bool{}
-		for range 20 {
-			res := c.do(t, "%s %s", cmd, ap(vipA, 53))
-			fields := strings.Fields(res)
-			if len(fields) < 3 || fields[0] != "ok" {
-				t.Fatalf("%s to %s: %s", cmd, ap(vipA, 53), res)
+		for _, cmd := range []string{"udp" + v, "cudp" + v} {
+			vip := apFor(cmd, vipA, 53)
+			seenUDP := map[string]bool{}
+			for range 20 {
+				res := c.do(t, "%s %s", cmd, vip)
+				fields := strings.Fields(res)
+				if len(fields) < 3 || fields[0] != "ok" {
+					t.Fatalf("%s to %s: %s", cmd, vip, res)
+				}
+				seenUDP[fields[1]] = true
+				if fields[2] != vip {
+					t.Fatalf("%s: reply source %s, want the VIP %s", cmd, fields[2], vip)
+				}
+				if strings.HasPrefix(cmd, "cudp") && fields[3] != vip {
+					t.Fatalf("%s: getpeername %s, want the VIP %s", cmd, fields[3], vip)
+				}
 			}
-			seenUDP[fields[1]] = true
-			if fields[2] != ap(vipA, 53) {
-				t.Fatalf("%s: reply source %s, want the VIP %s", cmd, fields[2], ap(vipA, 53))
-			}
-			if cmd == "cudp" && fields[3] != ap(vipA, 53) {
-				t.Fatalf("cudp: getpeername %s, want the VIP %s", fields[3], ap(vipA, 53))
+			if len(seenUDP) != 2 {
+				t.Errorf("%s: 20 sockets reached %v, want both backends", cmd, seenUDP)
 			}
 		}
-		if len(seenUDP) != 2 {
-			t.Errorf("%s: 20 sockets reached %v, want both backends", cmd, seenUDP)
-		}
-	}
 
-	// No backends: connect() and sendto() fail at once with EHOSTUNREACH.
-	for _, cmd := range []string{"tcp", "udp", "cudp"} {
-		port := uint16(80)
-		if cmd != "tcp" {
-			port = 53
-		}
-		if res := c.do(t, "%s %s", cmd, ap(vipB, port)); res != "err EHOSTUNREACH" {
-			t.Errorf("%s to %s without backends: %q, want err EHOSTUNREACH", cmd, ap(vipB, port), res)
+		// No backends: connect() and sendto() fail at once with EHOSTUNREACH.
+		for _, cmd := range []string{"tcp" + v, "udp" + v, "cudp" + v} {
+			port := uint16(80)
+			if !strings.HasPrefix(cmd, "tcp") {
+				port = 53
+			}
+			if res := c.do(t, "%s %s", cmd, apFor(cmd, vipB, port)); res != "err EHOSTUNREACH" {
+				t.Errorf("%s to %s without backends: %q, want err EHOSTUNREACH", cmd, apFor(cmd, vipB, port), res)
+			}
 		}
 	}
 
@@ -162,10 +176,47 @@ func TestKernelTranslates(t *testing.T) {
 	}
 }
 
+// TestKernelPlainIPv6Untouched: a dual-stack socket's connect(), sendto()
+// and getpeername() to a plain IPv6 address are left alone, also when its
+// low 32 bits are a VIP (the NAT64 address 64:ff9b::<vip>), and a socket
+// that connected through a VIP and then to the backend's own address
+// reports that address.
+func TestKernelPlainIPv6Untouched(t *testing.T) {
+	f := newFixture(t)
+	nat64 := netip.MustParseAddr("64:ff9b::" + vipA.String())
+	f.ns.mustRun(t, "ip", "-6", "addr", "add", nat64.String()+"/128", "dev", "lo", "nodad")
+	tcpEcho(t, f.ns, ap(nat64, 80), "v6")
+	udpEcho(t, f.ns, ap(nat64, 53), "v6")
+	k := f.open(t)
+	t.Cleanup(func() { _ = k.Cleanup() })
+	mustSet(t, k, map[ServiceKey]Service{{vipA, 80, TCP}: on(be1), {vipA, 53, UDP}: on(be1u)})
+	c := startClient(t, f.ns, f.cg)
+	for _, tc := range []struct{ cmd, addr, want string }{
+		{"tcp6", ap(nat64, 80), "ok v6 " + ap(nat64, 80)},
+		{"udp6", ap(nat64, 53), "ok v6 " + ap(nat64, 53)},
+		{"cudp6", ap(nat64, 53), "ok v6 " + ap(nat64, 53) + " " + ap(nat64, 53)},
+		// The IPv4-mapped VIP on the same sockets is translated.
+		{"tcp6", apFor("tcp6", vipA, 80), "ok be1 " + apFor("tcp6", vipA, 80)},
+		{"cudp6", apFor("cudp6", vipA, 53), "ok be1 " + apFor("cudp6", vipA, 53) + " " + apFor("cudp6", vipA, 53)},
+	} {
+		if res := c.do(t, "%s %s", tc.cmd, tc.addr); res != tc.want {
+			t.Errorf("%s %s: %q, want %q", tc.cmd, tc.addr, res, tc.want)
+		}
+	}
+	// Connected through the VIP to be1u, then to be1u itself (a UDP socket
+	// connected to an IPv4-mapped peer cannot move to a plain IPv6 one):
+	// replies and getpeername show be1u, not the VIP.
+	direct := apFor("cudp6", be1u.Addr, be1u.Port)
+	if res := c.do(t, "cudp6 %s %s", apFor("cudp6", vipA, 53), direct); res != "ok be1 "+direct+" "+direct {
+		t.Errorf("UDP socket connected to the VIP, then to %s: %q, want that peer", direct, res)
+	}
+}
+
 // TestKernelWeights: with weights 1 and 3, 400 TCP connections through the
 // hook split about 1:3 (within 5 standard deviations of a binomial), for
-// connect() (random) and for unconnected UDP sendto() from new sockets
-// (hash of the socket cookie); then, with the weights swapped by a Set
+// connect() (random), for unconnected UDP sendto() from new sockets (hash
+// of the socket cookie) and for connect() of dual-stack AF_INET6 sockets to
+// ::ffff:<vip>; then, with the weights swapped by a Set
 // that rewrites the two slots only, about 3:1.
 func TestKernelWeights(t *testing.T) {
 	f := newFixture(t)
@@ -182,12 +233,12 @@ func TestKernelWeights(t *testing.T) {
 	share := func(cmd string, port uint16) float64 {
 		got := 0
 		for range n {
-			res := c.do(t, "%s %s", cmd, ap(vipA, port))
+			res := c.do(t, "%s %s", cmd, apFor(cmd, vipA, port))
 			switch {
 			case strings.HasPrefix(res, "ok be1 "):
 				got++
 			case !strings.HasPrefix(res, "ok be2 "):
-				t.Fatalf("%s to %s: %s", cmd, ap(vipA, port), res)
+				t.Fatalf("%s to %s: %s", cmd, apFor(cmd, vipA, port), res)
 			}
 		}
 		return float64(got) / n
@@ -202,6 +253,7 @@ func TestKernelWeights(t *testing.T) {
 	}
 	within("tcp, weights 1:3", share("tcp", 80), 0.25)
 	within("udp sendto, weights 1:3", share("udp", 53), 0.25)
+	within("dual-stack tcp6 to ::ffff:VIP, weights 1:3", share("tcp6", 80), 0.25)
 
 	desired[ServiceKey{vipA, 80, TCP}] = on(one(be1, 3), one(be2, 1))
 	mustSet(t, k, desired)
@@ -220,7 +272,8 @@ func TestKernelWeights(t *testing.T) {
 
 // TestKernelAffinity: with ClientIP affinity (1 s), 50 TCP connects and 20
 // UDP sendto()s from new sockets of one client (one network namespace) land
-// on one backend each; weights changed to leave that backend 2^-32 of the
+// on one backend each, and its dual-stack sockets to ::ffff:<vip> on the
+// same one; weights changed to leave that backend 2^-32 of the
 // picks do not move it within the timeout; after the timeout the next
 // connect picks anew (the other backend, by the weights) and sticks there;
 // a remembered backend removed from the service is not used; without
@@ -247,10 +300,10 @@ func TestKernelAffinity(t *testing.T) {
 	backends := func(cmd string, key ServiceKey, n int) map[string]int {
 		seen := map[string]int{}
 		for range n {
-			res := c.do(t, "%s %s", cmd, ap(key.VIP, key.Port))
+			res := c.do(t, "%s %s", cmd, apFor(cmd, key.VIP, key.Port))
 			fields := strings.Fields(res)
 			if len(fields) < 2 || fields[0] != "ok" {
-				t.Fatalf("%s to %s: %s", cmd, ap(key.VIP, key.Port), res)
+				t.Fatalf("%s to %s: %s", cmd, apFor(cmd, key.VIP, key.Port), res)
 			}
 			seen[fields[1]]++
 		}
@@ -266,7 +319,14 @@ func TestKernelAffinity(t *testing.T) {
 		return ""
 	}
 	first := only(backends("tcp", tcp, 50))
-	only(backends("udp", udp, 20))
+	udpFirst := only(backends("udp", udp, 20))
+	// Dual-stack sockets of the same client share its affinity.
+	if name := only(backends("tcp6", tcp, 20)); name != first {
+		t.Fatalf("tcp6 to ::ffff:VIP reached %s, the client's IPv4 connects %s", name, first)
+	}
+	if name := only(backends("udp6", udp, 10)); name != udpFirst {
+		t.Fatalf("udp6 to ::ffff:VIP reached %s, the client's IPv4 sendto()s %s", name, udpFirst)
+	}
 
 	// Leave the remembered backend a 2^-32 share: affinity keeps it.
 	kept, other := be1, be2
