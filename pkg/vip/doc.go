@@ -2,7 +2,9 @@
 // desired set of services.
 //
 // The programs translate a VIP:port at the socket layer (cgroup connect4,
-// sendmsg4, recvmsg4 and getpeername4 hooks) to one backend picked from a BPF
+// sendmsg4, recvmsg4 and getpeername4 hooks, and connect6, recvmsg6 and
+// getpeername6 for dual-stack sockets reaching it as ::ffff:<vip>) to one
+// backend picked from a BPF
 // map in proportion to the backends' weights (an alias table per service),
 // optionally with ClientIP session affinity per network namespace, so no
 // per-packet NAT is involved. The route agent computes, from the

@@ -227,6 +227,7 @@ func (c *client) do(tb testing.TB, format string, args ...any) string {
 //	                  cudp6 ADDR ADDR2 connects to ADDR, then to ADDR2, and talks to ADDR2
 //	bench-tcp ADDR N  N times connect + close(RST): "ok <ns>"
 //	bench-udp ADDR N  N times connect() of one UDP socket: "ok <ns>"
+//	bench-tcp6, bench-udp6 ADDR N  the same with AF_INET6 sockets ([::ffff:a.b.c.d]:port)
 func runClient(r io.Reader, w io.Writer) {
 	var kept net.Conn
 	s := bufio.NewScanner(r)
@@ -253,10 +254,10 @@ func runClient(r io.Reader, w io.Writer) {
 			res, err = udpExchange(f[1], true)
 		case "tcp6", "udp6", "cudp6":
 			res, err = exchange6(strings.TrimSuffix(f[0], "6"), f[1:]...)
-		case "bench-tcp", "bench-udp":
+		case "bench-tcp", "bench-udp", "bench-tcp6", "bench-udp6":
 			n, _ := strconv.Atoi(f[2])
 			var d time.Duration
-			d, err = benchConnect(f[0] == "bench-tcp", f[1], n)
+			d, err = benchConnect(strings.HasPrefix(f[0], "bench-tcp"), f[1], n)
 			res = strconv.FormatInt(d.Nanoseconds(), 10)
 		default:
 			err = fmt.Errorf("unknown command %q", f[0])
@@ -436,16 +437,20 @@ func udpExchange(addr string, connected bool) (string, error) {
 }
 
 // benchConnect times n connect() calls to addr: TCP connect + close with
-// RST (no TIME_WAIT), or connect() of one UDP socket (no packet sent).
+// RST (no TIME_WAIT), or connect() of one UDP socket (no packet sent). An
+// IPv6 addr ([::ffff:a.b.c.d]:port) is dialled from AF_INET6 sockets.
 func benchConnect(tcp bool, addr string, n int) (time.Duration, error) {
-	ap, err := net.ResolveTCPAddr("tcp4", addr)
+	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return 0, err
 	}
-	sa := &unix.SockaddrInet4{Port: ap.Port}
-	copy(sa.Addr[:], ap.IP.To4())
+	family := unix.AF_INET
+	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	if ap.Addr().Is6() {
+		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	}
 	if !tcp {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return 0, err
 		}
@@ -461,7 +466,7 @@ func benchConnect(tcp bool, addr string, n int) (time.Duration, error) {
 	linger := &unix.Linger{Onoff: 1, Linger: 0}
 	start := time.Now()
 	for range n {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return 0, err
 		}

@@ -465,8 +465,10 @@ func TestKernelRestartAdoptsAndCleanup(t *testing.T) {
 	if res := c.do(t, "say"); res != first {
 		t.Errorf("established connection after restart: %q, want %q", res, first)
 	}
-	if res := c.do(t, "tcp %s", ap(vipA, 80)); !strings.HasPrefix(res, "ok be") {
-		t.Fatalf("new connection after restart: %s", res)
+	for _, cmd := range []string{"tcp", "tcp6"} {
+		if res := c.do(t, "%s %s", cmd, apFor(cmd, vipA, 80)); !strings.HasPrefix(res, "ok be") {
+			t.Fatalf("new %s connection after restart: %s", cmd, res)
+		}
 	}
 	for _, h := range hooks {
 		if n := attached(t, f.cg, h.attach); n != 1 {
@@ -487,8 +489,10 @@ func TestKernelRestartAdoptsAndCleanup(t *testing.T) {
 		}
 	}
 	// Nothing translates the VIP any more (and nothing routes it here).
-	if res := c.do(t, "tcp %s", ap(vipA, 80)); strings.HasPrefix(res, "ok") {
-		t.Errorf("VIP still reachable after cleanup: %s", res)
+	for _, cmd := range []string{"tcp", "tcp6"} {
+		if res := c.do(t, "%s %s", cmd, apFor(cmd, vipA, 80)); strings.HasPrefix(res, "ok") {
+			t.Errorf("VIP still reachable over %s after cleanup: %s", cmd, res)
+		}
 	}
 	// The established connection was never translated per packet: it lives on.
 	if res := c.do(t, "say"); !strings.HasPrefix(res, "ok be") {
