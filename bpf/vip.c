@@ -27,6 +27,8 @@
 //   vip_affinity  LRU    struct aff_key {netns cookie, svc_key} → struct aff
 //   vip_peers     socket storage: struct peer {vip, backend} of a connected
 //                 socket, freed with the socket
+//   vip_gone      hash   struct peer {vip, backend}            → u8, pairs
+//                 whose connected UDP sockets vip_destroy_udp terminates
 //
 // A service with count == 0 rejects connect()/sendmsg() with EHOSTUNREACH.
 //
@@ -153,6 +155,16 @@ struct {
 	__type(key, struct aff_key);
 	__type(value, struct aff);
 } vip_affinity SEC(".maps");
+
+/* The (VIP, backend) pairs a Set just removed, while pkg/vip runs
+ * vip_destroy_udp; empty otherwise. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, struct peer);
+	__type(value, __u8);
+} vip_gone SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -426,4 +438,46 @@ SEC("cgroup/getpeername6")
 int vip_getpeername6(struct bpf_sock_addr *ctx)
 {
 	return getpeername_vip(ctx, 1);
+}
+
+/* Kernel types of the UDP socket iterator, relocated against the running
+ * kernel's BTF (CO-RE): only the members used below. */
+struct seq_file;
+struct udp_sock;
+
+struct sock_common {
+	unsigned short skc_family;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__udp {
+	struct bpf_iter_meta *meta;
+	struct udp_sock *udp_sk;
+} __attribute__((preserve_access_index));
+
+extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
+
+/* vip_destroy_udp (iter/udp, run by pkg/vip in each network namespace of
+ * the cgroup after a Set removed backends) terminates every UDP socket
+ * connected through a VIP to a backend that left it (its vip_peers pair is
+ * in vip_gone): the kernel aborts it with ECONNABORTED and disconnects it,
+ * so the application notices and reconnects (and is translated anew)
+ * instead of sending into a void. One byte of output per socket. */
+SEC("iter/udp")
+int vip_destroy_udp(struct bpf_iter__udp *ctx)
+{
+	struct udp_sock *udp = ctx->udp_sk;
+	if (!udp)
+		return 0;
+	struct peer *p = bpf_sk_storage_get(&vip_peers, udp, 0, 0);
+	if (!p || !bpf_map_lookup_elem(&vip_gone, p))
+		return 0;
+	if (bpf_sock_destroy((struct sock_common *)udp) == 0) {
+		char one = 1;
+		bpf_seq_write(ctx->meta->seq, &one, sizeof(one));
+	}
+	return 0;
 }

@@ -225,11 +225,16 @@ func (c *client) do(tb testing.TB, format string, args ...any) string {
 //	cudp ADDR         connect, send, recvfrom: "ok <backend> <source> <getpeername>"
 //	tcp6, udp6, cudp6 ADDR  the same over an AF_INET6 socket (see exchange6);
 //	                  cudp6 ADDR ADDR2 connects to ADDR, then to ADDR2, and talks to ADDR2
+//	uopen NAME ADDR   connect a UDP socket NAME and keep it, send, read: "ok <backend>"
+//	uopen6 NAME ADDR  the same from an AF_INET6 socket ([::ffff:a.b.c.d]:port)
+//	usay NAME         send and read on kept UDP socket NAME: "ok <backend>"
+//	urecv NAME        read only (2 s) on kept UDP socket NAME: "ok <backend>"
 //	bench-tcp ADDR N  N times connect + close(RST): "ok <ns>"
 //	bench-udp ADDR N  N times connect() of one UDP socket: "ok <ns>"
 //	bench-tcp6, bench-udp6 ADDR N  the same with AF_INET6 sockets ([::ffff:a.b.c.d]:port)
 func runClient(r io.Reader, w io.Writer) {
 	var kept net.Conn
+	keptUDP := map[string]net.Conn{}
 	s := bufio.NewScanner(r)
 	for s.Scan() {
 		f := strings.Fields(s.Text())
@@ -252,6 +257,22 @@ func runClient(r io.Reader, w io.Writer) {
 			res, err = udpExchange(f[1], false)
 		case "cudp":
 			res, err = udpExchange(f[1], true)
+		case "uopen":
+			var c net.Conn
+			if c, err = net.Dial("udp4", f[2]); err == nil {
+				keptUDP[f[1]] = c
+				res, err = udpSay(c)
+			}
+		case "uopen6":
+			var c net.Conn
+			if c, err = dialUDP6(f[2]); err == nil {
+				keptUDP[f[1]] = c
+				res, err = udpSay(c)
+			}
+		case "usay":
+			res, err = udpSay(keptUDP[f[1]])
+		case "urecv":
+			res, err = udpRecv(keptUDP[f[1]])
 		case "tcp6", "udp6", "cudp6":
 			res, err = exchange6(strings.TrimSuffix(f[0], "6"), f[1:]...)
 		case "bench-tcp", "bench-udp", "bench-tcp6", "bench-udp6":
@@ -434,6 +455,47 @@ func udpExchange(addr string, connected bool) (string, error) {
 		res += " " + peer
 	}
 	return res, nil
+}
+
+// dialUDP6 connects a dual-stack AF_INET6 UDP socket to addr with raw
+// system calls (package net would use AF_INET for an IPv4-mapped address).
+func dialUDP6(addr string) (net.Conn, error) {
+	dst, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "udp6")
+	defer f.Close() // FileConn holds its own copy
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
+		return nil, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16()}); err != nil {
+		return nil, err
+	}
+	return net.FileConn(f)
+}
+
+// udpSay sends on connected UDP socket c and returns the answering backend.
+func udpSay(c net.Conn) (string, error) {
+	if _, err := c.Write([]byte("hello")); err != nil {
+		return "", err
+	}
+	return udpRecv(c)
+}
+
+// udpRecv reads one answer on c and returns the backend that sent it.
+func udpRecv(c net.Conn) (string, error) {
+	buf := make([]byte, 512)
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	n, err := c.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return strings.Fields(string(buf[:n]))[0], nil
 }
 
 // benchConnect times n connect() calls to addr: TCP connect + close with

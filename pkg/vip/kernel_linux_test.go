@@ -3,6 +3,7 @@ package vip
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/netip"
 	"os"
@@ -209,6 +210,79 @@ func TestKernelPlainIPv6Untouched(t *testing.T) {
 	direct := apFor("cudp6", be1u.Addr, be1u.Port)
 	if res := c.do(t, "cudp6 %s %s", apFor("cudp6", vipA, 53), direct); res != "ok be1 "+direct+" "+direct {
 		t.Errorf("UDP socket connected to the VIP, then to %s: %q, want that peer", direct, res)
+	}
+}
+
+// TestKernelTerminatesConnectedUDP: connected UDP sockets (IPv4 and
+// dual-stack ones to ::ffff:<vip>) keep the backend connect() gave them. When a Set removes that backend from the service,
+// the sockets connected through the VIP to it are terminated (the client
+// runs in its own network namespace, the Set in the test's): a read gets
+// ECONNABORTED, a send EDESTADDRREQ (no longer connected), and a new socket
+// reaches the backend that stays. Sockets on
+// the remaining backend, and one connected to the removed backend's own
+// address (not through the VIP), keep working; a Set that removes nothing
+// terminates nothing.
+func TestKernelTerminatesConnectedUDP(t *testing.T) {
+	f := newFixture(t)
+	k := f.open(t)
+	t.Cleanup(func() { _ = k.Cleanup() })
+	dns := ServiceKey{vipA, 53, UDP}
+	desired := map[ServiceKey]Service{dns: on(be1u, be2u), {vipA, 80, TCP}: on(be1, be2)}
+	mustSet(t, k, desired)
+	c := startClient(t, f.ns, f.cg)
+	const n = 20
+	sockets := map[string][]string{} // backend → socket names
+	for i := range n {
+		// Every other socket a dual-stack one to ::ffff:<vip>.
+		cmd, name := "uopen", fmt.Sprintf("s%d", i)
+		if i%2 == 1 {
+			cmd, name = "uopen6", fmt.Sprintf("s%d-6", i)
+		}
+		res := c.do(t, "%s %s %s", cmd, name, apFor(cmd, vipA, 53))
+		backend, ok := strings.CutPrefix(res, "ok ")
+		if !ok {
+			t.Fatalf("%s %s: %s", cmd, name, res)
+		}
+		sockets[backend] = append(sockets[backend], name)
+	}
+	if len(sockets["be1"]) == 0 || len(sockets["be2"]) == 0 {
+		t.Fatalf("%d connected UDP sockets reached %v, want both backends", n, sockets)
+	}
+	if res := c.do(t, "uopen direct %s", be1u); res != "ok be1" {
+		t.Fatalf("uopen direct %s: %s", be1u, res)
+	}
+
+	desired[ServiceKey{vipA, 80, TCP}] = on(be1) // a TCP change terminates nothing
+	mustSet(t, k, desired)
+	if got := k.LastTerminated(); got != 0 {
+		t.Errorf("removing a TCP backend terminated %d UDP sockets", got)
+	}
+	desired[dns] = on(be2u)
+	mustSet(t, k, desired)
+	if got := k.LastTerminated(); got != len(sockets["be1"]) {
+		t.Errorf("removing be1 terminated %d sockets, want its %d", got, len(sockets["be1"]))
+	}
+	// A terminated socket: the pending error is ECONNABORTED, and it is no
+	// longer connected.
+	for _, name := range sockets["be1"] {
+		if res := c.do(t, "urecv %s", name); res != "err ECONNABORTED" {
+			t.Errorf("recv on socket %s of the removed backend: %q, want err ECONNABORTED", name, res)
+		}
+		if res := c.do(t, "usay %s", name); res != "err EDESTADDRREQ" {
+			t.Errorf("send on socket %s of the removed backend: %q, want err EDESTADDRREQ", name, res)
+		}
+	}
+	for _, name := range append(sockets["be2"], "direct") {
+		want := "ok be2"
+		if name == "direct" {
+			want = "ok be1"
+		}
+		if res := c.do(t, "usay %s", name); res != want {
+			t.Errorf("socket %s: %q, want %q", name, res, want)
+		}
+	}
+	if res := c.do(t, "uopen again %s", ap(vipA, 53)); res != "ok be2" {
+		t.Errorf("a new connected socket: %q, want be2", res)
 	}
 }
 
