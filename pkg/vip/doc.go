@@ -12,6 +12,9 @@
 // and hands it to Table.Set; the implementation diffs it against what the maps
 // hold and writes only the entries that changed, in an order under which a
 // concurrent lookup never sees a service pointing at a missing backend.
+// Connected UDP sockets whose backend a Set removed are then terminated (a
+// socket iterator with bpf_sock_destroy, run in each network namespace of
+// the cgroup's processes), so their applications reconnect.
 //
 // Layers: plan.go is the pure diff (no I/O), Fake applies it to in-memory maps
 // with the programs' lookup semantics (for controller tests), and Kernel
