@@ -247,7 +247,7 @@ func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey]Service) error 
 		return nil
 	}
 	if !o.empty() {
-		k.gone = append(k.gone, goneUDP(k.state, o)...)
+		gone := goneUDP(k.state, o)
 		k.dirty = true // until every write below succeeded
 		if err := k.apply(ctx, o); err != nil {
 			return err
@@ -255,6 +255,7 @@ func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey]Service) error 
 		applyOps(k.state, o)
 		k.dirty = false
 		k.last = countOps(o)
+		k.gone = append(k.gone, gone...)
 	}
 	// Only now, with the backends out of the maps: a terminated socket's
 	// application reconnects to a backend that stays.
