@@ -9,6 +9,16 @@
 //   cgroup/recvmsg4      recvfrom()/recvmsg() of UDP: backend → VIP as source
 //   cgroup/getpeername4  getpeername() of connected sockets: backend → VIP
 //
+// Dual-stack (AF_INET6) sockets reach the same VIPs as ::ffff:<vip>; the
+// IPv6 programs translate IPv4-mapped addresses with the same functions as
+// the IPv4 ones (same maps, same pick) and leave plain IPv6 ones alone:
+//
+//   cgroup/connect6      ::ffff:VIP:port → ::ffff:backend
+//   cgroup/recvmsg6      ::ffff:backend → ::ffff:VIP as source
+//   cgroup/getpeername6  ::ffff:backend → ::ffff:VIP
+//
+// Their sendto() to ::ffff:<vip> runs cgroup/sendmsg4 (see vip_sendmsg4).
+//
 // Maps (see pkg/vip/README.md for the contract with the Go side):
 //
 //   vip_services  hash   struct svc_key {addr, port, proto}  → struct svc
@@ -17,6 +27,8 @@
 //   vip_affinity  LRU    struct aff_key {netns cookie, svc_key} → struct aff
 //   vip_peers     socket storage: struct peer {vip, backend} of a connected
 //                 socket, freed with the socket
+//   vip_gone      hash   struct peer {vip, backend}            → u8, pairs
+//                 whose connected UDP sockets vip_destroy_udp terminates
 //
 // A service with count == 0 rejects connect()/sendmsg() with EHOSTUNREACH.
 //
@@ -36,6 +48,7 @@
 #include <linux/bpf.h>
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -143,6 +156,16 @@ struct {
 	__type(value, struct aff);
 } vip_affinity SEC(".maps");
 
+/* The (VIP, backend) pairs a Set just removed, while pkg/vip runs
+ * vip_destroy_udp; empty otherwise. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, struct peer);
+	__type(value, __u8);
+} vip_gone SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -150,13 +173,44 @@ struct {
 	__type(value, struct peer);
 } vip_peers SEC(".maps");
 
-/* service_key is the service key of ctx's destination. */
-static __always_inline struct svc_key service_key(struct bpf_sock_addr *ctx)
+/* An IPv4-mapped IPv6 address (::ffff:a.b.c.d) has these first three words. */
+#define MAPPED_W2 bpf_htonl(0x0000ffff)
+
+/* dst4 puts the IPv4 destination of ctx into *a: user_ip4 for an IPv4 hook
+ * (v6 == 0), the low word of an IPv4-mapped user_ip6 for an IPv6 hook. It
+ * returns 0, or -1 for a plain IPv6 address. v6 is a constant in every
+ * caller, so each program only touches the fields of its own family. */
+static __always_inline int user_addr4(struct bpf_sock_addr *ctx, int v6, struct addr4 *a)
+{
+	if (v6) {
+		if (ctx->user_ip6[0] != 0 || ctx->user_ip6[1] != 0 || ctx->user_ip6[2] != MAPPED_W2)
+			return -1;
+		a->addr = ctx->user_ip6[3];
+	} else {
+		a->addr = ctx->user_ip4;
+	}
+	/* user_port holds the port in network byte order in its low two bytes. */
+	a->port = (__u16)ctx->user_port;
+	return 0;
+}
+
+/* set_dst4 writes a as ctx's address: user_ip4, or the low word of the
+ * IPv4-mapped user_ip6 (whose prefix dst4 has checked). */
+static __always_inline void set_user_addr4(struct bpf_sock_addr *ctx, int v6, const struct addr4 *a)
+{
+	if (v6)
+		ctx->user_ip6[3] = a->addr;
+	else
+		ctx->user_ip4 = a->addr;
+	ctx->user_port = a->port;
+}
+
+/* service_key is the service key of destination dst of ctx. */
+static __always_inline struct svc_key service_key(struct bpf_sock_addr *ctx, const struct addr4 *dst)
 {
 	struct svc_key key = {
-		.addr = ctx->user_ip4,
-		/* user_port holds the port in network byte order in its low two bytes. */
-		.port = (__u16)ctx->user_port,
+		.addr = dst->addr,
+		.port = dst->port,
 		.proto = (__u8)ctx->protocol,
 	};
 	return key;
@@ -239,17 +293,29 @@ static __always_inline int reject(void)
 	return 0;
 }
 
-SEC("cgroup/connect4")
-int vip_connect4(struct bpf_sock_addr *ctx)
+/* forget_peer drops the socket's vip_peers entry. */
+static __always_inline void forget_peer(struct bpf_sock_addr *ctx)
 {
-	struct svc_key key = service_key(ctx);
-	struct svc *svc = bpf_map_lookup_elem(&vip_services, &key);
+	struct peer *old = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
+	if (old)
+		bpf_sk_storage_delete(&vip_peers, ctx->sk);
+}
+
+/* connect_vip is connect4 (v6 == 0) and, for IPv4-mapped destinations of
+ * dual-stack sockets, connect6. */
+static __always_inline int connect_vip(struct bpf_sock_addr *ctx, int v6)
+{
+	struct addr4 dst = {};
+	struct svc_key key = {};
+	struct svc *svc = 0;
+	if (user_addr4(ctx, v6, &dst) == 0) {
+		key = service_key(ctx, &dst);
+		svc = bpf_map_lookup_elem(&vip_services, &key);
+	}
 	if (!svc) {
-		/* Not a VIP: forget a VIP this socket may have connected to before,
-		 * so getpeername() reports the real peer. */
-		struct peer *old = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
-		if (old)
-			bpf_sk_storage_delete(&vip_peers, ctx->sk);
+		/* Not a VIP (or plain IPv6): forget a VIP this socket may have
+		 * connected to before, so getpeername() reports the real peer. */
+		forget_peer(ctx);
 		return 1;
 	}
 	struct addr4 be = {};
@@ -258,27 +324,81 @@ int vip_connect4(struct bpf_sock_addr *ctx)
 
 	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (p) {
-		p->vip.addr = ctx->user_ip4;
-		p->vip.port = (__u16)ctx->user_port;
+		p->vip = dst;
 		p->backend.addr = be.addr;
 		p->backend.port = be.port;
 	}
-	ctx->user_ip4 = be.addr;
-	ctx->user_port = be.port;
+	set_user_addr4(ctx, v6, &be);
 	return 1;
 }
 
+/* recvmsg_vip is recvmsg4 and recvmsg6: a reply from a backend (an
+ * IPv4-mapped source on a dual-stack socket) gets the VIP as its source. */
+static __always_inline int recvmsg_vip(struct bpf_sock_addr *ctx, int v6)
+{
+	struct addr4 src = {};
+	if (user_addr4(ctx, v6, &src))
+		return 1;
+	struct rnat_key key = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.addr = src.addr,
+		.port = src.port,
+	};
+	struct addr4 *vip = bpf_map_lookup_elem(&vip_rev_nat, &key);
+	if (vip) {
+		set_user_addr4(ctx, v6, vip);
+		return 1;
+	}
+	/* A connected UDP socket: its peer is in vip_peers. */
+	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
+	if (p && p->backend.addr == src.addr && p->backend.port == src.port)
+		set_user_addr4(ctx, v6, &p->vip);
+	return 1;
+}
+
+/* getpeername_vip is getpeername4 and getpeername6: a socket connected
+ * through a VIP reports the VIP (IPv4-mapped on a dual-stack socket). */
+static __always_inline int getpeername_vip(struct bpf_sock_addr *ctx, int v6)
+{
+	struct addr4 peer = {};
+	if (user_addr4(ctx, v6, &peer))
+		return 1;
+	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
+	if (p && p->backend.addr == peer.addr && p->backend.port == peer.port)
+		set_user_addr4(ctx, v6, &p->vip);
+	return 1;
+}
+
+SEC("cgroup/connect4")
+int vip_connect4(struct bpf_sock_addr *ctx)
+{
+	return connect_vip(ctx, 0);
+}
+
+SEC("cgroup/connect6")
+int vip_connect6(struct bpf_sock_addr *ctx)
+{
+	return connect_vip(ctx, 1);
+}
+
+/* There is no sendmsg6 program: the kernel hands a sendto() of a dual-stack
+ * socket to an IPv4-mapped address to the IPv4 path (udpv6_sendmsg calls
+ * udp_sendmsg before its own hook), so vip_sendmsg4 translates it and the
+ * reply comes back through vip_recvmsg6. */
 SEC("cgroup/sendmsg4")
 int vip_sendmsg4(struct bpf_sock_addr *ctx)
 {
-	struct svc_key key = service_key(ctx);
+	struct addr4 vip = {};
+	if (user_addr4(ctx, 0, &vip))
+		return 1;
+	struct svc_key key = service_key(ctx, &vip);
 	struct svc *svc = bpf_map_lookup_elem(&vip_services, &key);
 	if (!svc)
 		return 1;
 	__u64 cookie = bpf_get_socket_cookie(ctx);
 	/* The same socket keeps the same backend while the service's backends
 	 * do not change, so a request/response exchange stays on one backend. */
-	__u64 h = mix64(cookie ^ ((__u64)ctx->user_ip4 << 16) ^ (__u16)ctx->user_port);
+	__u64 h = mix64(cookie ^ ((__u64)vip.addr << 16) ^ vip.port);
 	struct addr4 be = {};
 	if (choose(ctx, &key, svc, (__u32)h, (__u32)(h >> 32), &be))
 		return reject();
@@ -288,49 +408,76 @@ int vip_sendmsg4(struct bpf_sock_addr *ctx)
 		.addr = be.addr,
 		.port = be.port,
 	};
-	struct addr4 vip = {
-		.addr = ctx->user_ip4,
-		.port = (__u16)ctx->user_port,
-	};
 	struct addr4 *old = bpf_map_lookup_elem(&vip_rev_nat, &rkey);
 	if (!old || old->addr != vip.addr || old->port != vip.port)
 		bpf_map_update_elem(&vip_rev_nat, &rkey, &vip, BPF_ANY);
 
-	ctx->user_ip4 = be.addr;
-	ctx->user_port = be.port;
+	set_user_addr4(ctx, 0, &be);
 	return 1;
 }
 
 SEC("cgroup/recvmsg4")
 int vip_recvmsg4(struct bpf_sock_addr *ctx)
 {
-	struct rnat_key key = {
-		.cookie = bpf_get_socket_cookie(ctx),
-		.addr = ctx->user_ip4,
-		.port = (__u16)ctx->user_port,
-	};
-	struct addr4 *vip = bpf_map_lookup_elem(&vip_rev_nat, &key);
-	if (vip) {
-		ctx->user_ip4 = vip->addr;
-		ctx->user_port = vip->port;
-		return 1;
-	}
-	/* A connected UDP socket: its peer is in vip_peers. */
-	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
-	if (p && p->backend.addr == ctx->user_ip4 && p->backend.port == (__u16)ctx->user_port) {
-		ctx->user_ip4 = p->vip.addr;
-		ctx->user_port = p->vip.port;
-	}
-	return 1;
+	return recvmsg_vip(ctx, 0);
+}
+
+SEC("cgroup/recvmsg6")
+int vip_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	return recvmsg_vip(ctx, 1);
 }
 
 SEC("cgroup/getpeername4")
 int vip_getpeername4(struct bpf_sock_addr *ctx)
 {
-	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
-	if (p && p->backend.addr == ctx->user_ip4 && p->backend.port == (__u16)ctx->user_port) {
-		ctx->user_ip4 = p->vip.addr;
-		ctx->user_port = p->vip.port;
+	return getpeername_vip(ctx, 0);
+}
+
+SEC("cgroup/getpeername6")
+int vip_getpeername6(struct bpf_sock_addr *ctx)
+{
+	return getpeername_vip(ctx, 1);
+}
+
+/* Kernel types of the UDP socket iterator, relocated against the running
+ * kernel's BTF (CO-RE): only the members used below. */
+struct seq_file;
+struct udp_sock;
+
+struct sock_common {
+	unsigned short skc_family;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__udp {
+	struct bpf_iter_meta *meta;
+	struct udp_sock *udp_sk;
+} __attribute__((preserve_access_index));
+
+extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
+
+/* vip_destroy_udp (iter/udp, run by pkg/vip in each network namespace of
+ * the cgroup after a Set removed backends) terminates every UDP socket
+ * connected through a VIP to a backend that left it (its vip_peers pair is
+ * in vip_gone): the kernel aborts it with ECONNABORTED and disconnects it,
+ * so the application notices and reconnects (and is translated anew)
+ * instead of sending into a void. One byte of output per socket. */
+SEC("iter/udp")
+int vip_destroy_udp(struct bpf_iter__udp *ctx)
+{
+	struct udp_sock *udp = ctx->udp_sk;
+	if (!udp)
+		return 0;
+	struct peer *p = bpf_sk_storage_get(&vip_peers, udp, 0, 0);
+	if (!p || !bpf_map_lookup_elem(&vip_gone, p))
+		return 0;
+	if (bpf_sock_destroy((struct sock_common *)udp) == 0) {
+		char one = 1;
+		bpf_seq_write(ctx->meta->seq, &one, sizeof(one));
 	}
-	return 1;
+	return 0;
 }

@@ -85,12 +85,17 @@ type VipSvcKey struct {
 const (
 	VipMapVipAffinity      = "vip_affinity"
 	VipMapVipBackends      = "vip_backends"
+	VipMapVipGone          = "vip_gone"
 	VipMapVipPeers         = "vip_peers"
 	VipMapVipRevNat        = "vip_rev_nat"
 	VipMapVipServices      = "vip_services"
 	VipProgVipConnect4     = "vip_connect4"
+	VipProgVipConnect6     = "vip_connect6"
+	VipProgVipDestroyUdp   = "vip_destroy_udp"
 	VipProgVipGetpeername4 = "vip_getpeername4"
+	VipProgVipGetpeername6 = "vip_getpeername6"
 	VipProgVipRecvmsg4     = "vip_recvmsg4"
+	VipProgVipRecvmsg6     = "vip_recvmsg6"
 	VipProgVipSendmsg4     = "vip_sendmsg4"
 )
 
@@ -137,8 +142,12 @@ type VipSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type VipProgramSpecs struct {
 	VipConnect4     *ebpf.ProgramSpec `ebpf:"vip_connect4"`
+	VipConnect6     *ebpf.ProgramSpec `ebpf:"vip_connect6"`
+	VipDestroyUdp   *ebpf.ProgramSpec `ebpf:"vip_destroy_udp"`
 	VipGetpeername4 *ebpf.ProgramSpec `ebpf:"vip_getpeername4"`
+	VipGetpeername6 *ebpf.ProgramSpec `ebpf:"vip_getpeername6"`
 	VipRecvmsg4     *ebpf.ProgramSpec `ebpf:"vip_recvmsg4"`
+	VipRecvmsg6     *ebpf.ProgramSpec `ebpf:"vip_recvmsg6"`
 	VipSendmsg4     *ebpf.ProgramSpec `ebpf:"vip_sendmsg4"`
 }
 
@@ -148,6 +157,7 @@ type VipProgramSpecs struct {
 type VipMapSpecs struct {
 	VipAffinity *ebpf.MapSpec `ebpf:"vip_affinity"`
 	VipBackends *ebpf.MapSpec `ebpf:"vip_backends"`
+	VipGone     *ebpf.MapSpec `ebpf:"vip_gone"`
 	VipPeers    *ebpf.MapSpec `ebpf:"vip_peers"`
 	VipRevNat   *ebpf.MapSpec `ebpf:"vip_rev_nat"`
 	VipServices *ebpf.MapSpec `ebpf:"vip_services"`
@@ -181,6 +191,7 @@ func (o *VipObjects) Close() error {
 type VipMaps struct {
 	VipAffinity *ebpf.Map `ebpf:"vip_affinity"`
 	VipBackends *ebpf.Map `ebpf:"vip_backends"`
+	VipGone     *ebpf.Map `ebpf:"vip_gone"`
 	VipPeers    *ebpf.Map `ebpf:"vip_peers"`
 	VipRevNat   *ebpf.Map `ebpf:"vip_rev_nat"`
 	VipServices *ebpf.Map `ebpf:"vip_services"`
@@ -190,6 +201,7 @@ func (m *VipMaps) Close() error {
 	return _VipClose(
 		m.VipAffinity,
 		m.VipBackends,
+		m.VipGone,
 		m.VipPeers,
 		m.VipRevNat,
 		m.VipServices,
@@ -207,16 +219,24 @@ type VipVariables struct {
 // It can be passed to LoadVipObjects or ebpf.CollectionSpec.LoadAndAssign.
 type VipPrograms struct {
 	VipConnect4     *ebpf.Program `ebpf:"vip_connect4"`
+	VipConnect6     *ebpf.Program `ebpf:"vip_connect6"`
+	VipDestroyUdp   *ebpf.Program `ebpf:"vip_destroy_udp"`
 	VipGetpeername4 *ebpf.Program `ebpf:"vip_getpeername4"`
+	VipGetpeername6 *ebpf.Program `ebpf:"vip_getpeername6"`
 	VipRecvmsg4     *ebpf.Program `ebpf:"vip_recvmsg4"`
+	VipRecvmsg6     *ebpf.Program `ebpf:"vip_recvmsg6"`
 	VipSendmsg4     *ebpf.Program `ebpf:"vip_sendmsg4"`
 }
 
 func (p *VipPrograms) Close() error {
 	return _VipClose(
 		p.VipConnect4,
+		p.VipConnect6,
+		p.VipDestroyUdp,
 		p.VipGetpeername4,
+		p.VipGetpeername6,
 		p.VipRecvmsg4,
+		p.VipRecvmsg6,
 		p.VipSendmsg4,
 	)
 }

@@ -54,7 +54,7 @@ func servicesWith(n int, weighted bool) map[ServiceKey]Service {
 type connectCase struct {
 	name string
 	c    *client
-	kind string // "udp" (bare connect()) or "tcp" (connect + close)
+	kind string // "udp" (bare connect()) or "tcp" (connect + close); "udp6", "tcp6" from AF_INET6 sockets
 	addr string
 	maps mapLoad
 }
@@ -86,7 +86,9 @@ func (cc connectCase) measure(tb testing.TB, n int) float64 {
 // system call of a UDP socket (no packet), without the hook, through the hook
 // with 1 (one per protocol), 10 000 and 100 000 services in the map, each
 // with equal weights and no affinity ("plain") and with weights 1:3 and
-// ClientIP affinity on every service ("weighted+affinity"), and through
+// ClientIP affinity on every service ("weighted+affinity"), the latter also
+// from dual-stack AF_INET6 sockets to ::ffff:<vip> (connect6; udp6, tcp6),
+// and through
 // kube-proxy-style iptables DNAT (nft backend, one rule per service in one
 // chain, 10 000 rules, the VIP's rule in the middle) in another namespace.
 //
@@ -139,6 +141,8 @@ func BenchmarkConnect(b *testing.B) {
 	cases := []connectCase{
 		{name: "udp/no-hook", c: plain, kind: "udp", addr: be1.String()},
 		{name: "tcp/no-hook", c: plain, kind: "tcp", addr: be1.String()},
+		{name: "udp6/no-hook", c: plain, kind: "udp6", addr: apFor("udp6", be1.Addr, be1.Port)},
+		{name: "tcp6/no-hook", c: plain, kind: "tcp6", addr: apFor("tcp6", be1.Addr, be1.Port)},
 		{name: "tcp/hook-miss", c: hooked, kind: "tcp", addr: be1.String()},
 		{name: fmt.Sprintf("tcp/iptables-dnat/rules=%d", rules), c: iptClient, kind: "tcp", addr: vip},
 		{name: fmt.Sprintf("tcp/iptables-miss/rules=%d", rules), c: iptClient, kind: "tcp", addr: be1.String()},
@@ -155,6 +159,12 @@ func BenchmarkConnect(b *testing.B) {
 			cases = append(cases,
 				connectCase{name: fmt.Sprintf("udp/hook-vip/%s/services=%d", mode, n), c: hooked, kind: "udp", addr: vip, maps: m},
 				connectCase{name: fmt.Sprintf("tcp/hook-vip/%s/services=%d", mode, n), c: hooked, kind: "tcp", addr: vip, maps: m})
+			if weighted {
+				// Dual-stack sockets to ::ffff:<vip> (connect6).
+				cases = append(cases,
+					connectCase{name: fmt.Sprintf("udp6/hook-vip/%s/services=%d", mode, n), c: hooked, kind: "udp6", addr: apFor("udp6", vipA, 80), maps: m},
+					connectCase{name: fmt.Sprintf("tcp6/hook-vip/%s/services=%d", mode, n), c: hooked, kind: "tcp6", addr: apFor("tcp6", vipA, 80), maps: m})
+			}
 		}
 	}
 	var loaded mapLoad
@@ -183,8 +193,12 @@ func BenchmarkConnect(b *testing.B) {
 		b.Fatalf("enable BPF run-time stats: %v", err)
 	}
 	defer stats.Close()
-	progStats := func() *ebpf.ProgramStats {
-		st, err := k.objs.VipConnect4.Stats()
+	progStats := func(cc connectCase) *ebpf.ProgramStats {
+		prog := k.objs.VipConnect4
+		if strings.HasSuffix(cc.kind, "6") {
+			prog = k.objs.VipConnect6
+		}
+		st, err := prog.Stats()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -201,9 +215,9 @@ func BenchmarkConnect(b *testing.B) {
 				if cc.maps != m {
 					continue
 				}
-				before := progStats()
+				before := progStats(cc)
 				samples[cc.name] = append(samples[cc.name], cc.measure(b, perRound))
-				after := progStats()
+				after := progStats(cc)
 				if runs := after.RunCount - before.RunCount; cc.c == hooked && runs > 0 {
 					progNs[cc.name] = append(progNs[cc.name], float64(after.Runtime-before.Runtime)/float64(runs))
 				}
@@ -222,7 +236,7 @@ func BenchmarkConnect(b *testing.B) {
 	for _, name := range names {
 		b.Logf("  %-46s %9.0f  %9.0f", name, med[name], low[name])
 	}
-	b.Logf("vip_connect4 run time per call (kernel stats), median over rounds:")
+	b.Logf("vip_connect4 (vip_connect6 for udp6/tcp6) run time per call (kernel stats), median over rounds:")
 	for _, name := range names {
 		if p := progNs[name]; len(p) > 0 {
 			sort.Float64s(p)
@@ -243,6 +257,15 @@ func BenchmarkConnect(b *testing.B) {
 			ratio(fmt.Sprintf("weighted+affinity vs plain (%s) at %d", kind, n),
 				fmt.Sprintf("%s/hook-vip/weighted+affinity/services=%d", kind, n), fmt.Sprintf("%s/hook-vip/plain/services=%d", kind, n))
 		}
+	}
+	for _, n := range sizes {
+		for _, kind := range []string{"udp", "tcp"} {
+			ratio(fmt.Sprintf("dual-stack ::ffff:VIP vs IPv4 (%s) at %d", kind, n),
+				fmt.Sprintf("%s6/hook-vip/weighted+affinity/services=%d", kind, n), fmt.Sprintf("%s/hook-vip/weighted+affinity/services=%d", kind, n))
+		}
+	}
+	for _, kind := range []string{"udp", "tcp"} {
+		ratio(fmt.Sprintf("dual-stack vs IPv4 without the hook (%s)", kind), kind+"6/no-hook", kind+"/no-hook")
 	}
 	ratio("hook vs none (tcp)", "tcp/hook-vip/weighted+affinity/services=10000", "tcp/no-hook")
 	for _, mode := range []string{"plain", "weighted+affinity"} {

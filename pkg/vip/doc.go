@@ -2,7 +2,9 @@
 // desired set of services.
 //
 // The programs translate a VIP:port at the socket layer (cgroup connect4,
-// sendmsg4, recvmsg4 and getpeername4 hooks) to one backend picked from a BPF
+// sendmsg4, recvmsg4 and getpeername4 hooks, and connect6, recvmsg6 and
+// getpeername6 for dual-stack sockets reaching it as ::ffff:<vip>) to one
+// backend picked from a BPF
 // map in proportion to the backends' weights (an alias table per service),
 // optionally with ClientIP session affinity per network namespace, so no
 // per-packet NAT is involved. The route agent computes, from the
@@ -10,6 +12,9 @@
 // and hands it to Table.Set; the implementation diffs it against what the maps
 // hold and writes only the entries that changed, in an order under which a
 // concurrent lookup never sees a service pointing at a missing backend.
+// Connected UDP sockets whose backend a Set removed are then terminated (a
+// socket iterator with bpf_sock_destroy, run in each network namespace of
+// the cgroup's processes), so their applications reconnect.
 //
 // Layers: plan.go is the pure diff (no I/O), Fake applies it to in-memory maps
 // with the programs' lookup semantics (for controller tests), and Kernel

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,10 +223,18 @@ func (c *client) do(tb testing.TB, format string, args ...any) string {
 //	say               on the kept connection: "ok <backend> <getpeername>"
 //	udp ADDR          unconnected sendto + recvfrom: "ok <backend> <source>"
 //	cudp ADDR         connect, send, recvfrom: "ok <backend> <source> <getpeername>"
+//	tcp6, udp6, cudp6 ADDR  the same over an AF_INET6 socket (see exchange6);
+//	                  cudp6 ADDR ADDR2 connects to ADDR, then to ADDR2, and talks to ADDR2
+//	uopen NAME ADDR   connect a UDP socket NAME and keep it, send, read: "ok <backend>"
+//	uopen6 NAME ADDR  the same from an AF_INET6 socket ([::ffff:a.b.c.d]:port)
+//	usay NAME         send and read on kept UDP socket NAME: "ok <backend>"
+//	urecv NAME        read only (2 s) on kept UDP socket NAME: "ok <backend>"
 //	bench-tcp ADDR N  N times connect + close(RST): "ok <ns>"
 //	bench-udp ADDR N  N times connect() of one UDP socket: "ok <ns>"
+//	bench-tcp6, bench-udp6 ADDR N  the same with AF_INET6 sockets ([::ffff:a.b.c.d]:port)
 func runClient(r io.Reader, w io.Writer) {
 	var kept net.Conn
+	keptUDP := map[string]net.Conn{}
 	s := bufio.NewScanner(r)
 	for s.Scan() {
 		f := strings.Fields(s.Text())
@@ -248,10 +257,28 @@ func runClient(r io.Reader, w io.Writer) {
 			res, err = udpExchange(f[1], false)
 		case "cudp":
 			res, err = udpExchange(f[1], true)
-		case "bench-tcp", "bench-udp":
+		case "uopen":
+			var c net.Conn
+			if c, err = net.Dial("udp4", f[2]); err == nil {
+				keptUDP[f[1]] = c
+				res, err = udpSay(c)
+			}
+		case "uopen6":
+			var c net.Conn
+			if c, err = dialUDP6(f[2]); err == nil {
+				keptUDP[f[1]] = c
+				res, err = udpSay(c)
+			}
+		case "usay":
+			res, err = udpSay(keptUDP[f[1]])
+		case "urecv":
+			res, err = udpRecv(keptUDP[f[1]])
+		case "tcp6", "udp6", "cudp6":
+			res, err = exchange6(strings.TrimSuffix(f[0], "6"), f[1:]...)
+		case "bench-tcp", "bench-udp", "bench-tcp6", "bench-udp6":
 			n, _ := strconv.Atoi(f[2])
 			var d time.Duration
-			d, err = benchConnect(f[0] == "bench-tcp", f[1], n)
+			d, err = benchConnect(strings.HasPrefix(f[0], "bench-tcp"), f[1], n)
 			res = strconv.FormatInt(d.Nanoseconds(), 10)
 		default:
 			err = fmt.Errorf("unknown command %q", f[0])
@@ -283,11 +310,95 @@ func peerName(c net.Conn) (string, error) {
 	if serr != nil {
 		return "", serr
 	}
-	in4, ok := sa.(*unix.SockaddrInet4)
-	if !ok {
-		return "", fmt.Errorf("peer is %T", sa)
+	return sockaddrString(sa)
+}
+
+// sockaddrString prints an IPv4 or IPv6 socket address as netip.AddrPort
+// does: 1.2.3.4:80, [::ffff:1.2.3.4]:80.
+func sockaddrString(sa unix.Sockaddr) (string, error) {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String(), nil
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)).String(), nil
 	}
-	return fmt.Sprintf("%d.%d.%d.%d:%d", in4.Addr[0], in4.Addr[1], in4.Addr[2], in4.Addr[3], in4.Port), nil
+	return "", fmt.Errorf("address is %T", sa)
+}
+
+// exchange6 is tcp, udp or cudp (kind) over an AF_INET6 socket with
+// IPV6_V6ONLY off, the dual-stack socket of Java and others, to addrs (an
+// IPv4-mapped [::ffff:a.b.c.d]:port or a plain IPv6 one; tcp and cudp
+// connect to each in turn and talk to the last). Raw system calls, because
+// package net turns IPv4-mapped addresses into IPv4 ones: the addresses are
+// printed as the kernel reports them. The answer has the shape of tcp's,
+// udp's or cudp's.
+func exchange6(kind string, addrs ...string) (string, error) {
+	var sa *unix.SockaddrInet6
+	typ := unix.SOCK_DGRAM
+	if kind == "tcp" {
+		typ = unix.SOCK_STREAM
+	}
+	fd, err := unix.Socket(unix.AF_INET6, typ|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
+		return "", err
+	}
+	tv := unix.NsecToTimeval((2 * time.Second).Nanoseconds()) // bounds connect() and recvfrom()
+	for _, opt := range []int{unix.SO_SNDTIMEO, unix.SO_RCVTIMEO} {
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
+			return "", err
+		}
+	}
+	for _, addr := range addrs {
+		dst, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return "", err
+		}
+		sa = &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16()}
+		if kind == "udp" {
+			continue
+		}
+		if err := unix.Connect(fd, sa); err != nil {
+			return "", err
+		}
+	}
+	msg := []byte("hello\n")
+	if kind == "udp" {
+		err = unix.Sendto(fd, msg, 0, sa)
+	} else {
+		_, err = unix.Write(fd, msg)
+	}
+	if err != nil {
+		return "", err
+	}
+	buf := make([]byte, 512)
+	n, from, err := unix.Recvfrom(fd, buf, 0) // the source goes through recvmsg6
+	if err != nil {
+		return "", err
+	}
+	res := strings.Fields(string(buf[:n]))[0]
+	if kind != "tcp" {
+		src, err := sockaddrString(from)
+		if err != nil {
+			return "", err
+		}
+		res += " " + src
+	}
+	if kind != "udp" {
+		sa, err := unix.Getpeername(fd)
+		if err != nil {
+			return "", err
+		}
+		peer, err := sockaddrString(sa)
+		if err != nil {
+			return "", err
+		}
+		res += " " + peer
+	}
+	return res, nil
 }
 
 // exchange sends a line on c and returns "<backend> <getpeername>".
@@ -346,17 +457,62 @@ func udpExchange(addr string, connected bool) (string, error) {
 	return res, nil
 }
 
+// dialUDP6 connects a dual-stack AF_INET6 UDP socket to addr with raw
+// system calls (package net would use AF_INET for an IPv4-mapped address).
+func dialUDP6(addr string) (net.Conn, error) {
+	dst, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "udp6")
+	defer f.Close() // FileConn holds its own copy
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
+		return nil, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16()}); err != nil {
+		return nil, err
+	}
+	return net.FileConn(f)
+}
+
+// udpSay sends on connected UDP socket c and returns the answering backend.
+func udpSay(c net.Conn) (string, error) {
+	if _, err := c.Write([]byte("hello")); err != nil {
+		return "", err
+	}
+	return udpRecv(c)
+}
+
+// udpRecv reads one answer on c and returns the backend that sent it.
+func udpRecv(c net.Conn) (string, error) {
+	buf := make([]byte, 512)
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	n, err := c.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return strings.Fields(string(buf[:n]))[0], nil
+}
+
 // benchConnect times n connect() calls to addr: TCP connect + close with
-// RST (no TIME_WAIT), or connect() of one UDP socket (no packet sent).
+// RST (no TIME_WAIT), or connect() of one UDP socket (no packet sent). An
+// IPv6 addr ([::ffff:a.b.c.d]:port) is dialled from AF_INET6 sockets.
 func benchConnect(tcp bool, addr string, n int) (time.Duration, error) {
-	ap, err := net.ResolveTCPAddr("tcp4", addr)
+	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return 0, err
 	}
-	sa := &unix.SockaddrInet4{Port: ap.Port}
-	copy(sa.Addr[:], ap.IP.To4())
+	family := unix.AF_INET
+	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	if ap.Addr().Is6() {
+		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	}
 	if !tcp {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return 0, err
 		}
@@ -372,7 +528,7 @@ func benchConnect(tcp bool, addr string, n int) (time.Duration, error) {
 	linger := &unix.Linger{Onoff: 1, Linger: 0}
 	start := time.Now()
 	for range n {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return 0, err
 		}
@@ -386,12 +542,20 @@ func benchConnect(tcp bool, addr string, n int) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
+// family is network ("tcp", "udp") with the IP version of addr: tcp4, tcp6.
+func family(network, addr string) string {
+	if netip.MustParseAddrPort(addr).Addr().Is6() {
+		return network + "6"
+	}
+	return network + "4"
+}
+
 // tcpEcho serves name-prefixed echoes on addr inside ns until cleanup: every
 // line received is answered with "<name> <line>".
 func tcpEcho(tb testing.TB, ns *netNS, addr, name string) {
 	tb.Helper()
 	var ln net.Listener
-	if err := ns.Do(func() (err error) { ln, err = net.Listen("tcp4", addr); return err }); err != nil {
+	if err := ns.Do(func() (err error) { ln, err = net.Listen(family("tcp", addr), addr); return err }); err != nil {
 		tb.Fatalf("listen %s: %v", addr, err)
 	}
 	testserve.Serve(tb, ln, func(c net.Conn) {
@@ -412,7 +576,7 @@ func tcpEcho(tb testing.TB, ns *netNS, addr, name string) {
 func udpEcho(tb testing.TB, ns *netNS, addr, name string) {
 	tb.Helper()
 	var pc net.PacketConn
-	if err := ns.Do(func() (err error) { pc, err = net.ListenPacket("udp4", addr); return err }); err != nil {
+	if err := ns.Do(func() (err error) { pc, err = net.ListenPacket(family("udp", addr), addr); return err }); err != nil {
 		tb.Fatalf("listen %s: %v", addr, err)
 	}
 	tb.Cleanup(func() { _ = pc.Close() })

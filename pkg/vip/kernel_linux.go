@@ -5,11 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +58,7 @@ const (
 	pinRevNAT   = bpf.VipMapVipRevNat   // "vip_rev_nat"
 	pinPeers    = bpf.VipMapVipPeers    // "vip_peers"
 	pinAffinity = bpf.VipMapVipAffinity // "vip_affinity"
+	pinGone     = bpf.VipMapVipGone     // "vip_gone"
 )
 
 // hook is one program and where it attaches. Reverse translations attach
@@ -67,9 +71,12 @@ type hook struct {
 
 var hooks = []hook{
 	{"link_getpeername4", ebpf.AttachCgroupInet4GetPeername, func(o *bpf.VipObjects) *ebpf.Program { return o.VipGetpeername4 }},
+	{"link_getpeername6", ebpf.AttachCgroupInet6GetPeername, func(o *bpf.VipObjects) *ebpf.Program { return o.VipGetpeername6 }},
 	{"link_recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipRecvmsg4 }},
+	{"link_recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipRecvmsg6 }},
 	{"link_sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipSendmsg4 }},
 	{"link_connect4", ebpf.AttachCGroupInet4Connect, func(o *bpf.VipObjects) *ebpf.Program { return o.VipConnect4 }},
+	{"link_connect6", ebpf.AttachCGroupInet6Connect, func(o *bpf.VipObjects) *ebpf.Program { return o.VipConnect6 }},
 }
 
 // Kernel is the Table backed by the eBPF programs of bpf/vip.c.
@@ -84,6 +91,10 @@ type Kernel struct {
 	state mapState // what the maps hold, unless dirty
 	dirty bool     // a Set failed half-way: re-read the maps first
 	last  OpCounts
+	// gone are (VIP, backend) pairs removed from UDP services whose
+	// connected sockets are not terminated yet (a Set failed there).
+	gone           []udpPeer
+	lastTerminated int
 }
 
 var _ Table = (*Kernel)(nil)
@@ -168,7 +179,7 @@ func requireBPFFS(dir string) error {
 	return nil
 }
 
-// attach adopts or creates the four cgroup links.
+// attach adopts or creates the cgroup links, one per hook.
 func (k *Kernel) attach() error {
 	var cg unix.Stat_t
 	if err := unix.Stat(k.cfg.CgroupPath, &cg); err != nil {
@@ -232,17 +243,29 @@ func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey]Service) error 
 	}
 	start := time.Now()
 	o := plan(k.state, desired)
-	if o.empty() {
+	if o.empty() && len(k.gone) == 0 {
 		return nil
 	}
-	k.dirty = true // until every write below succeeded
-	if err := k.apply(ctx, o); err != nil {
-		return err
+	if !o.empty() {
+		gone := goneUDP(k.state, o)
+		k.dirty = true // until every write below succeeded
+		if err := k.apply(ctx, o); err != nil {
+			return err
+		}
+		applyOps(k.state, o)
+		k.dirty = false
+		k.last = countOps(o)
+		k.gone = append(k.gone, gone...)
 	}
-	applyOps(k.state, o)
-	k.dirty = false
-	k.last = countOps(o)
-	k.log.Debug("vip maps synced", "services", len(k.state.services), "ops", k.last.Total(), "duration", time.Since(start))
+	// Only now, with the backends out of the maps: a terminated socket's
+	// application reconnects to a backend that stays.
+	n, err := k.terminateUDP(k.gone)
+	if err != nil {
+		return fmt.Errorf("terminate UDP sockets connected to removed backends: %w", err)
+	}
+	k.gone, k.lastTerminated = nil, n
+	k.log.Debug("vip maps synced", "services", len(k.state.services), "ops", k.last.Total(),
+		"terminatedUDP", n, "duration", time.Since(start))
 	return nil
 }
 
@@ -295,6 +318,165 @@ func (k *Kernel) apply(ctx context.Context, o ops) error {
 		}
 	}
 	return nil
+}
+
+// LastTerminated returns how many connected UDP sockets the last Set that
+// removed backends terminated.
+func (k *Kernel) LastTerminated() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lastTerminated
+}
+
+// goneBatch is how many pairs vip_gone holds (its max_entries).
+const goneBatch = 65536
+
+// terminateUDP terminates every UDP socket connected through a VIP to a
+// backend in gone (vip_destroy_udp), in every network namespace of the
+// processes in the cgroup, and returns how many it terminated.
+func (k *Kernel) terminateUDP(gone []udpPeer) (int, error) {
+	if len(gone) == 0 {
+		return 0, nil
+	}
+	l, err := link.AttachIter(link.IterOptions{Program: k.objs.VipDestroyUdp})
+	if err != nil {
+		return 0, fmt.Errorf("attach UDP socket iterator: %w", err)
+	}
+	defer l.Close()
+	namespaces, err := cgroupNetNS(k.cfg.CgroupPath)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for len(gone) > 0 {
+		batch := gone[:min(len(gone), goneBatch)]
+		gone = gone[len(batch):]
+		keys := make([]bpf.VipPeer, len(batch))
+		vals := make([]uint8, len(batch))
+		for i, g := range batch {
+			keys[i] = bpf.VipPeer{Vip: toAddr4(g.VIP.Addr(), g.VIP.Port()), Backend: toAddr4(g.Backend.Addr(), g.Backend.Port())}
+			vals[i] = 1
+		}
+		if _, err := k.objs.VipGone.BatchUpdate(keys, vals, nil); err != nil {
+			return total, fmt.Errorf("write %d pairs to vip_gone: %w", len(keys), err)
+		}
+		for _, ns := range namespaces {
+			n, err := iterateIn(l, ns)
+			total += n
+			if err != nil {
+				_, _ = k.objs.VipGone.BatchDelete(keys, nil)
+				return total, err
+			}
+		}
+		if _, err := k.objs.VipGone.BatchDelete(keys, nil); err != nil {
+			return total, fmt.Errorf("clear vip_gone: %w", err)
+		}
+	}
+	if total > 0 {
+		k.log.Info("terminated UDP sockets connected to removed backends", "sockets", total, "namespaces", len(namespaces))
+	}
+	return total, nil
+}
+
+// cgroupNetNS returns one /proc/<pid>/ns/net path per network namespace of
+// the processes in cgroup dir and below (the sockets the hooks translated).
+func cgroupNetNS(dir string) ([]string, error) {
+	seen := map[uint64]bool{}
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // a cgroup removed meanwhile
+		}
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		procs, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read processes of cgroup %s: %w", path, err)
+		}
+		for _, pid := range strings.Fields(string(procs)) {
+			ns := "/proc/" + pid + "/ns/net"
+			var st unix.Stat_t
+			if unix.Stat(ns, &st) != nil {
+				continue // exited
+			}
+			if !seen[st.Ino] {
+				seen[st.Ino] = true
+				out = append(out, ns)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list network namespaces of cgroup %s: %w", dir, err)
+	}
+	return out, nil
+}
+
+// iterateIn runs iterator l over the UDP sockets of network namespace ns
+// (the iterator sees the namespace it is opened in) and returns the bytes
+// it wrote: one per terminated socket.
+func iterateIn(l *link.Iter, ns string) (int, error) {
+	type result struct {
+		n   int
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		rd, back, err := openIn(l, ns)
+		if back {
+			runtime.UnlockOSThread()
+		} // else the thread is stuck in ns: the runtime ends it with the goroutine
+		if err != nil || rd == nil {
+			res <- result{0, err}
+			return
+		}
+		defer rd.Close()
+		n, err := io.Copy(io.Discard, rd)
+		if err != nil {
+			err = fmt.Errorf("run UDP socket iterator in %s: %w", ns, err)
+		}
+		res <- result{int(n), err}
+	}()
+	r := <-res
+	return r.n, r.err
+}
+
+// openIn opens l in network namespace ns on the calling (locked) thread and
+// returns to the thread's namespace; back reports whether it did. A
+// namespace whose process exited meanwhile gives nil, true, nil.
+func openIn(l *link.Iter, ns string) (rd io.ReadCloser, back bool, err error) {
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, true, fmt.Errorf("open own network namespace: %w", err)
+	}
+	defer self.Close()
+	target, err := os.Open(ns)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, true, fmt.Errorf("open network namespace %s: %w", ns, err)
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, true, fmt.Errorf("enter network namespace %s: %w", ns, err)
+	}
+	rd, err = l.Open()
+	if berr := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); berr != nil {
+		if rd != nil {
+			_ = rd.Close()
+		}
+		return nil, false, fmt.Errorf("return from network namespace %s: %w", ns, berr)
+	}
+	if err != nil {
+		return nil, true, fmt.Errorf("open UDP socket iterator in %s: %w", ns, err)
+	}
+	return rd, true, nil
 }
 
 // Services returns what the maps implement now, read from the kernel,
@@ -367,7 +549,7 @@ func Cleanup(pinDir string) error {
 		}
 		errs = append(errs, l.Close()) // last reference: detaches
 	}
-	for _, name := range []string{pinServices, pinBackends, pinRevNAT, pinPeers, pinAffinity} {
+	for _, name := range []string{pinServices, pinBackends, pinRevNAT, pinPeers, pinAffinity, pinGone} {
 		errs = append(errs, removePin(filepath.Join(pinDir, name)))
 	}
 	if err := os.Remove(pinDir); err != nil && !errors.Is(err, fs.ErrNotExist) {

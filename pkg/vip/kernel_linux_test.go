@@ -3,6 +3,7 @@ package vip
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/netip"
 	"os"
@@ -67,6 +68,15 @@ func mustSet(tb testing.TB, tbl Table, desired map[ServiceKey]Service) {
 
 func ap(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
 
+// apFor is the address client command cmd dials for a:port: a:port, or
+// for the AF_INET6 commands (tcp6, udp6, cudp6) [::ffff:a]:port.
+func apFor(cmd string, a netip.Addr, port uint16) string {
+	if strings.HasSuffix(cmd, "6") {
+		return ap(netip.AddrFrom16(a.As16()), port)
+	}
+	return ap(a, port)
+}
+
 // TestKernelTranslates checks every hook through a client process in the
 // cgroup: TCP load-balancing and getpeername, unconnected and connected UDP
 // with the VIP as the reply source, EHOSTUNREACH without backends, and a
@@ -101,51 +111,56 @@ func TestKernelTranslates(t *testing.T) {
 	}
 
 	c := startClient(t, f.ns, f.cg)
-	seen := map[string]int{}
-	for range 40 {
-		res := c.do(t, "tcp %s", ap(vipA, 80))
-		name, peer, ok := parseOK(t, res)
-		if !ok {
-			t.Fatalf("tcp to %s: %s", ap(vipA, 80), res)
+	// IPv4 sockets, and dual-stack AF_INET6 ones to the IPv4-mapped VIP.
+	for _, v := range []string{"", "6"} {
+		tcp := "tcp" + v
+		seen := map[string]int{}
+		for range 40 {
+			res := c.do(t, "%s %s", tcp, apFor(tcp, vipA, 80))
+			name, peer, ok := parseOK(t, res)
+			if !ok {
+				t.Fatalf("%s to %s: %s", tcp, apFor(tcp, vipA, 80), res)
+			}
+			if peer != apFor(tcp, vipA, 80) {
+				t.Fatalf("%s: getpeername = %s, want the VIP %s", tcp, peer, apFor(tcp, vipA, 80))
+			}
+			seen[name]++
 		}
-		if peer != ap(vipA, 80) {
-			t.Fatalf("getpeername = %s, want the VIP %s", peer, ap(vipA, 80))
+		if seen["be1"] == 0 || seen["be2"] == 0 || len(seen) != 2 {
+			t.Fatalf("%s: 40 connections reached %v, want both be1 and be2", tcp, seen)
 		}
-		seen[name]++
-	}
-	if seen["be1"] == 0 || seen["be2"] == 0 || len(seen) != 2 {
-		t.Fatalf("40 connections reached %v, want both be1 and be2", seen)
-	}
 
-	for _, cmd := range []string{"udp", "cudp"} {
-		seenUDP := map[string]bool{}
-		for range 20 {
-			res := c.do(t, "%s %s", cmd, ap(vipA, 53))
-			fields := strings.Fields(res)
-			if len(fields) < 3 || fields[0] != "ok" {
-				t.Fatalf("%s to %s: %s", cmd, ap(vipA, 53), res)
+		for _, cmd := range []string{"udp" + v, "cudp" + v} {
+			vip := apFor(cmd, vipA, 53)
+			seenUDP := map[string]bool{}
+			for range 20 {
+				res := c.do(t, "%s %s", cmd, vip)
+				fields := strings.Fields(res)
+				if len(fields) < 3 || fields[0] != "ok" {
+					t.Fatalf("%s to %s: %s", cmd, vip, res)
+				}
+				seenUDP[fields[1]] = true
+				if fields[2] != vip {
+					t.Fatalf("%s: reply source %s, want the VIP %s", cmd, fields[2], vip)
+				}
+				if strings.HasPrefix(cmd, "cudp") && fields[3] != vip {
+					t.Fatalf("%s: getpeername %s, want the VIP %s", cmd, fields[3], vip)
+				}
 			}
-			seenUDP[fields[1]] = true
-			if fields[2] != ap(vipA, 53) {
-				t.Fatalf("%s: reply source %s, want the VIP %s", cmd, fields[2], ap(vipA, 53))
-			}
-			if cmd == "cudp" && fields[3] != ap(vipA, 53) {
-				t.Fatalf("cudp: getpeername %s, want the VIP %s", fields[3], ap(vipA, 53))
+			if len(seenUDP) != 2 {
+				t.Errorf("%s: 20 sockets reached %v, want both backends", cmd, seenUDP)
 			}
 		}
-		if len(seenUDP) != 2 {
-			t.Errorf("%s: 20 sockets reached %v, want both backends", cmd, seenUDP)
-		}
-	}
 
-	// No backends: connect() and sendto() fail at once with EHOSTUNREACH.
-	for _, cmd := range []string{"tcp", "udp", "cudp"} {
-		port := uint16(80)
-		if cmd != "tcp" {
-			port = 53
-		}
-		if res := c.do(t, "%s %s", cmd, ap(vipB, port)); res != "err EHOSTUNREACH" {
-			t.Errorf("%s to %s without backends: %q, want err EHOSTUNREACH", cmd, ap(vipB, port), res)
+		// No backends: connect() and sendto() fail at once with EHOSTUNREACH.
+		for _, cmd := range []string{"tcp" + v, "udp" + v, "cudp" + v} {
+			port := uint16(80)
+			if !strings.HasPrefix(cmd, "tcp") {
+				port = 53
+			}
+			if res := c.do(t, "%s %s", cmd, apFor(cmd, vipB, port)); res != "err EHOSTUNREACH" {
+				t.Errorf("%s to %s without backends: %q, want err EHOSTUNREACH", cmd, apFor(cmd, vipB, port), res)
+			}
 		}
 	}
 
@@ -162,10 +177,120 @@ func TestKernelTranslates(t *testing.T) {
 	}
 }
 
+// TestKernelPlainIPv6Untouched: a dual-stack socket's connect(), sendto()
+// and getpeername() to a plain IPv6 address are left alone, also when its
+// low 32 bits are a VIP (the NAT64 address 64:ff9b::<vip>), and a socket
+// that connected through a VIP and then to the backend's own address
+// reports that address.
+func TestKernelPlainIPv6Untouched(t *testing.T) {
+	f := newFixture(t)
+	nat64 := netip.MustParseAddr("64:ff9b::" + vipA.String())
+	f.ns.mustRun(t, "ip", "-6", "addr", "add", nat64.String()+"/128", "dev", "lo", "nodad")
+	tcpEcho(t, f.ns, ap(nat64, 80), "v6")
+	udpEcho(t, f.ns, ap(nat64, 53), "v6")
+	k := f.open(t)
+	t.Cleanup(func() { _ = k.Cleanup() })
+	mustSet(t, k, map[ServiceKey]Service{{vipA, 80, TCP}: on(be1), {vipA, 53, UDP}: on(be1u)})
+	c := startClient(t, f.ns, f.cg)
+	for _, tc := range []struct{ cmd, addr, want string }{
+		{"tcp6", ap(nat64, 80), "ok v6 " + ap(nat64, 80)},
+		{"udp6", ap(nat64, 53), "ok v6 " + ap(nat64, 53)},
+		{"cudp6", ap(nat64, 53), "ok v6 " + ap(nat64, 53) + " " + ap(nat64, 53)},
+		// The IPv4-mapped VIP on the same sockets is translated.
+		{"tcp6", apFor("tcp6", vipA, 80), "ok be1 " + apFor("tcp6", vipA, 80)},
+		{"cudp6", apFor("cudp6", vipA, 53), "ok be1 " + apFor("cudp6", vipA, 53) + " " + apFor("cudp6", vipA, 53)},
+	} {
+		if res := c.do(t, "%s %s", tc.cmd, tc.addr); res != tc.want {
+			t.Errorf("%s %s: %q, want %q", tc.cmd, tc.addr, res, tc.want)
+		}
+	}
+	// Connected through the VIP to be1u, then to be1u itself (a UDP socket
+	// connected to an IPv4-mapped peer cannot move to a plain IPv6 one):
+	// replies and getpeername show be1u, not the VIP.
+	direct := apFor("cudp6", be1u.Addr, be1u.Port)
+	if res := c.do(t, "cudp6 %s %s", apFor("cudp6", vipA, 53), direct); res != "ok be1 "+direct+" "+direct {
+		t.Errorf("UDP socket connected to the VIP, then to %s: %q, want that peer", direct, res)
+	}
+}
+
+// TestKernelTerminatesConnectedUDP: connected UDP sockets (IPv4 and
+// dual-stack ones to ::ffff:<vip>) keep the backend connect() gave them. When a Set removes that backend from the service,
+// the sockets connected through the VIP to it are terminated (the client
+// runs in its own network namespace, the Set in the test's): a read gets
+// ECONNABORTED, a send EDESTADDRREQ (no longer connected), and a new socket
+// reaches the backend that stays. Sockets on
+// the remaining backend, and one connected to the removed backend's own
+// address (not through the VIP), keep working; a Set that removes nothing
+// terminates nothing.
+func TestKernelTerminatesConnectedUDP(t *testing.T) {
+	f := newFixture(t)
+	k := f.open(t)
+	t.Cleanup(func() { _ = k.Cleanup() })
+	dns := ServiceKey{vipA, 53, UDP}
+	desired := map[ServiceKey]Service{dns: on(be1u, be2u), {vipA, 80, TCP}: on(be1, be2)}
+	mustSet(t, k, desired)
+	c := startClient(t, f.ns, f.cg)
+	const n = 20
+	sockets := map[string][]string{} // backend → socket names
+	for i := range n {
+		// Every other socket a dual-stack one to ::ffff:<vip>.
+		cmd, name := "uopen", fmt.Sprintf("s%d", i)
+		if i%2 == 1 {
+			cmd, name = "uopen6", fmt.Sprintf("s%d-6", i)
+		}
+		res := c.do(t, "%s %s %s", cmd, name, apFor(cmd, vipA, 53))
+		backend, ok := strings.CutPrefix(res, "ok ")
+		if !ok {
+			t.Fatalf("%s %s: %s", cmd, name, res)
+		}
+		sockets[backend] = append(sockets[backend], name)
+	}
+	if len(sockets["be1"]) == 0 || len(sockets["be2"]) == 0 {
+		t.Fatalf("%d connected UDP sockets reached %v, want both backends", n, sockets)
+	}
+	if res := c.do(t, "uopen direct %s", be1u); res != "ok be1" {
+		t.Fatalf("uopen direct %s: %s", be1u, res)
+	}
+
+	desired[ServiceKey{vipA, 80, TCP}] = on(be1) // a TCP change terminates nothing
+	mustSet(t, k, desired)
+	if got := k.LastTerminated(); got != 0 {
+		t.Errorf("removing a TCP backend terminated %d UDP sockets", got)
+	}
+	desired[dns] = on(be2u)
+	mustSet(t, k, desired)
+	if got := k.LastTerminated(); got != len(sockets["be1"]) {
+		t.Errorf("removing be1 terminated %d sockets, want its %d", got, len(sockets["be1"]))
+	}
+	// A terminated socket: the pending error is ECONNABORTED, and it is no
+	// longer connected.
+	for _, name := range sockets["be1"] {
+		if res := c.do(t, "urecv %s", name); res != "err ECONNABORTED" {
+			t.Errorf("recv on socket %s of the removed backend: %q, want err ECONNABORTED", name, res)
+		}
+		if res := c.do(t, "usay %s", name); res != "err EDESTADDRREQ" {
+			t.Errorf("send on socket %s of the removed backend: %q, want err EDESTADDRREQ", name, res)
+		}
+	}
+	for _, name := range append(sockets["be2"], "direct") {
+		want := "ok be2"
+		if name == "direct" {
+			want = "ok be1"
+		}
+		if res := c.do(t, "usay %s", name); res != want {
+			t.Errorf("socket %s: %q, want %q", name, res, want)
+		}
+	}
+	if res := c.do(t, "uopen again %s", ap(vipA, 53)); res != "ok be2" {
+		t.Errorf("a new connected socket: %q, want be2", res)
+	}
+}
+
 // TestKernelWeights: with weights 1 and 3, 400 TCP connections through the
 // hook split about 1:3 (within 5 standard deviations of a binomial), for
-// connect() (random) and for unconnected UDP sendto() from new sockets
-// (hash of the socket cookie); then, with the weights swapped by a Set
+// connect() (random), for unconnected UDP sendto() from new sockets (hash
+// of the socket cookie) and for connect() of dual-stack AF_INET6 sockets to
+// ::ffff:<vip>; then, with the weights swapped by a Set
 // that rewrites the two slots only, about 3:1.
 func TestKernelWeights(t *testing.T) {
 	f := newFixture(t)
@@ -182,12 +307,12 @@ func TestKernelWeights(t *testing.T) {
 	share := func(cmd string, port uint16) float64 {
 		got := 0
 		for range n {
-			res := c.do(t, "%s %s", cmd, ap(vipA, port))
+			res := c.do(t, "%s %s", cmd, apFor(cmd, vipA, port))
 			switch {
 			case strings.HasPrefix(res, "ok be1 "):
 				got++
 			case !strings.HasPrefix(res, "ok be2 "):
-				t.Fatalf("%s to %s: %s", cmd, ap(vipA, port), res)
+				t.Fatalf("%s to %s: %s", cmd, apFor(cmd, vipA, port), res)
 			}
 		}
 		return float64(got) / n
@@ -202,6 +327,7 @@ func TestKernelWeights(t *testing.T) {
 	}
 	within("tcp, weights 1:3", share("tcp", 80), 0.25)
 	within("udp sendto, weights 1:3", share("udp", 53), 0.25)
+	within("dual-stack tcp6 to ::ffff:VIP, weights 1:3", share("tcp6", 80), 0.25)
 
 	desired[ServiceKey{vipA, 80, TCP}] = on(one(be1, 3), one(be2, 1))
 	mustSet(t, k, desired)
@@ -220,7 +346,8 @@ func TestKernelWeights(t *testing.T) {
 
 // TestKernelAffinity: with ClientIP affinity (1 s), 50 TCP connects and 20
 // UDP sendto()s from new sockets of one client (one network namespace) land
-// on one backend each; weights changed to leave that backend 2^-32 of the
+// on one backend each, and its dual-stack sockets to ::ffff:<vip> on the
+// same one; weights changed to leave that backend 2^-32 of the
 // picks do not move it within the timeout; after the timeout the next
 // connect picks anew (the other backend, by the weights) and sticks there;
 // a remembered backend removed from the service is not used; without
@@ -247,10 +374,10 @@ func TestKernelAffinity(t *testing.T) {
 	backends := func(cmd string, key ServiceKey, n int) map[string]int {
 		seen := map[string]int{}
 		for range n {
-			res := c.do(t, "%s %s", cmd, ap(key.VIP, key.Port))
+			res := c.do(t, "%s %s", cmd, apFor(cmd, key.VIP, key.Port))
 			fields := strings.Fields(res)
 			if len(fields) < 2 || fields[0] != "ok" {
-				t.Fatalf("%s to %s: %s", cmd, ap(key.VIP, key.Port), res)
+				t.Fatalf("%s to %s: %s", cmd, apFor(cmd, key.VIP, key.Port), res)
 			}
 			seen[fields[1]]++
 		}
@@ -266,7 +393,14 @@ func TestKernelAffinity(t *testing.T) {
 		return ""
 	}
 	first := only(backends("tcp", tcp, 50))
-	only(backends("udp", udp, 20))
+	udpFirst := only(backends("udp", udp, 20))
+	// Dual-stack sockets of the same client share its affinity.
+	if name := only(backends("tcp6", tcp, 20)); name != first {
+		t.Fatalf("tcp6 to ::ffff:VIP reached %s, the client's IPv4 connects %s", name, first)
+	}
+	if name := only(backends("udp6", udp, 10)); name != udpFirst {
+		t.Fatalf("udp6 to ::ffff:VIP reached %s, the client's IPv4 sendto()s %s", name, udpFirst)
+	}
 
 	// Leave the remembered backend a 2^-32 share: affinity keeps it.
 	kept, other := be1, be2
@@ -405,8 +539,10 @@ func TestKernelRestartAdoptsAndCleanup(t *testing.T) {
 	if res := c.do(t, "say"); res != first {
 		t.Errorf("established connection after restart: %q, want %q", res, first)
 	}
-	if res := c.do(t, "tcp %s", ap(vipA, 80)); !strings.HasPrefix(res, "ok be") {
-		t.Fatalf("new connection after restart: %s", res)
+	for _, cmd := range []string{"tcp", "tcp6"} {
+		if res := c.do(t, "%s %s", cmd, apFor(cmd, vipA, 80)); !strings.HasPrefix(res, "ok be") {
+			t.Fatalf("new %s connection after restart: %s", cmd, res)
+		}
 	}
 	for _, h := range hooks {
 		if n := attached(t, f.cg, h.attach); n != 1 {
@@ -427,8 +563,10 @@ func TestKernelRestartAdoptsAndCleanup(t *testing.T) {
 		}
 	}
 	// Nothing translates the VIP any more (and nothing routes it here).
-	if res := c.do(t, "tcp %s", ap(vipA, 80)); strings.HasPrefix(res, "ok") {
-		t.Errorf("VIP still reachable after cleanup: %s", res)
+	for _, cmd := range []string{"tcp", "tcp6"} {
+		if res := c.do(t, "%s %s", cmd, apFor(cmd, vipA, 80)); strings.HasPrefix(res, "ok") {
+			t.Errorf("VIP still reachable over %s after cleanup: %s", cmd, res)
+		}
 	}
 	// The established connection was never translated per packet: it lives on.
 	if res := c.do(t, "say"); !strings.HasPrefix(res, "ok be") {

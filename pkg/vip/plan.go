@@ -3,6 +3,7 @@ package vip
 import (
 	"cmp"
 	"math/bits"
+	"net/netip"
 	"slices"
 )
 
@@ -311,6 +312,64 @@ func (m mapState) desired() map[ServiceKey]Service {
 			}
 		}
 		out[k] = Service{Backends: bes, AffinitySeconds: s.Affinity}
+	}
+	return out
+}
+
+// udpPeer is what a UDP socket connected through a VIP remembers (its
+// vip_peers entry): the VIP:port it asked for and the backend it was given.
+type udpPeer struct {
+	VIP, Backend netip.AddrPort
+}
+
+// goneUDP returns the (VIP, backend) pairs of the UDP services o changes
+// whose backend o removes from the service (or whose service it deletes):
+// the sockets connected through them must be terminated once o is applied.
+// It is one pass over cur.services plus the slots of the changed services.
+func goneUDP(cur mapState, o ops) []udpPeer {
+	touched := map[uint32]bool{}
+	for bk := range o.putBackends {
+		touched[bk.ID] = true
+	}
+	for _, bk := range o.deleteBackends {
+		touched[bk.ID] = true
+	}
+	for _, s := range o.putServices {
+		touched[s.ID] = true
+	}
+	deleted := make(map[ServiceKey]bool, len(o.deleteServices))
+	for _, k := range o.deleteServices {
+		deleted[k] = true
+	}
+	var out []udpPeer
+	for k, s := range cur.services {
+		if k.Proto != UDP || !touched[s.ID] {
+			continue
+		}
+		count := s.Count
+		if ns, ok := o.putServices[k]; ok {
+			count = ns.Count
+		}
+		if deleted[k] {
+			count = 0
+		}
+		kept := map[netip.AddrPort]bool{}
+		for i := range count {
+			bk := backendKey{ID: s.ID, Slot: i}
+			sl, ok := o.putBackends[bk]
+			if !ok {
+				sl, ok = cur.backends[bk]
+			}
+			if ok {
+				kept[netip.AddrPortFrom(sl.Backend.Addr, sl.Backend.Port)] = true
+			}
+		}
+		for i := range s.Count {
+			sl, ok := cur.backends[backendKey{ID: s.ID, Slot: i}]
+			if be := netip.AddrPortFrom(sl.Backend.Addr, sl.Backend.Port); ok && !kept[be] {
+				out = append(out, udpPeer{VIP: netip.AddrPortFrom(k.VIP, k.Port), Backend: be})
+			}
+		}
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -395,5 +396,50 @@ func TestSetRejectsInvalid(t *testing.T) {
 		if got := f.Services(); !reflect.DeepEqual(got, good) {
 			t.Errorf("%s: a refused Set changed the maps to %v", name, got)
 		}
+	}
+}
+
+// TestGoneUDP: the (VIP, backend) pairs whose connected UDP sockets a Set
+// must terminate are exactly the backends UDP services lose — removed,
+// replaced, or with their service — and never a backend that stays (also
+// when its slot or weight changes), nor a TCP service's.
+func TestGoneUDP(t *testing.T) {
+	dns, tcp := svc("243.0.0.1", 53, UDP), svc("243.0.0.1", 53, TCP)
+	a, b, c := be("10.96.0.11:53"), be("242.1.0.1:30053"), be("10.96.0.12:53")
+	pair := func(k ServiceKey, bes ...Backend) []udpPeer {
+		var out []udpPeer
+		for _, x := range bes {
+			out = append(out, udpPeer{VIP: netip.AddrPortFrom(k.VIP, k.Port), Backend: netip.AddrPortFrom(x.Addr, x.Port)})
+		}
+		return out
+	}
+	weighted := func(x Backend, w uint32) Backend { x.Weight = w; return x }
+	start := map[ServiceKey]Service{dns: on(a, b), tcp: on(a, b)}
+	for _, tc := range []struct {
+		name string
+		to   map[ServiceKey]Service
+		want []udpPeer
+	}{
+		{"unchanged", start, nil},
+		{"last slot removed", map[ServiceKey]Service{dns: on(a), tcp: on(a, b)}, pair(dns, b)},
+		{"replaced", map[ServiceKey]Service{dns: on(b, c), tcp: on(a, b)}, pair(dns, a)},
+		{"one added", map[ServiceKey]Service{dns: on(a, b, c), tcp: on(a, b)}, nil},
+		{"weights changed", map[ServiceKey]Service{dns: on(weighted(a, 3), b), tcp: on(a, b)}, nil},
+		{"first removed, b moves to slot 0", map[ServiceKey]Service{dns: on(b), tcp: on(a, b)}, pair(dns, a)},
+		{"no backends", map[ServiceKey]Service{dns: {}, tcp: on(a, b)}, pair(dns, a, b)},
+		{"service deleted", map[ServiceKey]Service{tcp: on(a, b)}, pair(dns, a, b)},
+		{"TCP only", map[ServiceKey]Service{dns: on(a, b), tcp: on(a)}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFake(Limits{})
+			if err := f.Set(context.Background(), start); err != nil {
+				t.Fatal(err)
+			}
+			got := goneUDP(f.maps, plan(f.maps, tc.to))
+			slices.SortFunc(got, func(x, y udpPeer) int { return x.Backend.Compare(y.Backend) })
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("gone %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

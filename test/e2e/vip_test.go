@@ -25,7 +25,8 @@ import (
 // TestVIPWeightsAffinityConflicts checks issue 11's lab promises for the
 // VIP datapath on the default (globalnet) lab: with whereami at 1 replica
 // in c1 and 3 in c2, 200 requests to the VIP from c3 split within 10
-// points of 25 %/75 %; `show vips --node` lists the VIP with both backends
+// points of 25 %/75 %; curl to http://[::ffff:<vip>] (a dual-stack
+// AF_INET6 socket) is answered by both clusters; `show vips --node` lists the VIP with both backends
 // and their weights, and `show vips` every node, in sync; with
 // sessionAffinity ClientIP on the exports 50 requests from c3's client pod
 // land on one cluster; a port number c2 exports in conflict with c1's
@@ -96,6 +97,8 @@ func TestVIPWeightsAffinityConflicts(t *testing.T) {
 		t.Errorf("c1 answered %.1f %% of the requests, want 25 ± 10 %%", 100*share)
 	}
 
+	l.checkDualStackSocket(vip)
+
 	// Every node of every cluster, in sync with its API.
 	waitFor(t, "show vips listing every node in sync", func() error {
 		rows, err := l.showVIPs()
@@ -121,6 +124,31 @@ func TestVIPWeightsAffinityConflicts(t *testing.T) {
 
 	l.checkAffinity(ctx, vip)
 	l.checkPortNumberConflict(ctx)
+}
+
+// checkDualStackSocket: from c3's client pod (an IPv4-only network
+// namespace), curl to http://[::ffff:<vip>] uses an AF_INET6 socket whose
+// connect() to the IPv4-mapped VIP goes through the IPv4 stack; the
+// connect6 hook translates it like an IPv4 connect. 40 requests are
+// answered, by both clusters (the weights hold: P(no c1) = 0.75^40).
+func (l *Lab) checkDualStackSocket(vip string) {
+	l.t.Helper()
+	url := "http://[::ffff:" + vip + "]"
+	seen, failed := map[string]int{}, 0
+	var errs []string
+	for range 40 {
+		id, err := l.whereami("c3/demo/client", url)
+		if err != nil {
+			failed++
+			errs = append(errs, err.Error())
+			continue
+		}
+		seen[id.Cluster]++
+	}
+	l.t.Logf("40 requests to %s (AF_INET6 socket, IPv4-mapped VIP) from c3: by cluster %v, %d failed", url, seen, failed)
+	if failed > 1 || seen["c1"] == 0 || seen["c2"] == 0 {
+		l.t.Errorf("%s from c3: answers by cluster %v, %d failed (%v), want both clusters", url, seen, failed, errs)
+	}
 }
 
 // checkAffinity sets sessionAffinity ClientIP on whereami in c1 and c2 and
