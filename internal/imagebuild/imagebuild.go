@@ -13,6 +13,7 @@ package imagebuild
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -139,7 +140,7 @@ func binariesLayer(dir string, t time.Time) (v1.Layer, []string, error) {
 	data := buf.Bytes()
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
-	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.DefaultCompression), tarball.WithCompressedCaching)
 	if err != nil {
 		return nil, nil, fmt.Errorf("binaries layer: %w", err)
 	}
@@ -206,9 +207,10 @@ func WriteTarball(file string, img v1.Image, tag name.Tag) error {
 }
 
 // BuildBinaries builds every command under moduleDir/cmd into outDir as
-// the image carries them: static (no cgo), without local paths.
+// the image carries them: static (no cgo), without local paths, without
+// the symbol table and DWARF (panics still name functions and lines).
 func BuildBinaries(ctx context.Context, moduleDir, outDir string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", outDir+"/", "./cmd/...")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", outDir+"/", "./cmd/...")
 	cmd.Dir = moduleDir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
