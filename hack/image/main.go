@@ -1,7 +1,8 @@
 // Command image builds Causeway's container image without a container
 // daemon (`make image`): it builds the binaries, puts them on the cached
 // Debian base layer (hack/image/base.sh) and writes an OCI image layout
-// and a `docker load` tarball. See README.md beside it.
+// and a `docker load` tarball. It runs in the repository's root directory.
+// See README.md beside it.
 package main
 
 import (
@@ -34,7 +35,7 @@ func run() error {
 		repo     = flag.String("repository", imagebuild.Repository, "repository of the tags")
 		tags     = flag.String("tags", "", "comma-separated tags, e.g. the version and the commit")
 		epoch    = flag.Int64("epoch", 0, "creation time, in seconds since 1970 (SOURCE_DATE_EPOCH, the commit time)")
-		source   = flag.String("source", "https://github.com/causeway-net/causeway", "org.opencontainers.image.source")
+		source   = flag.String("source", imagebuild.Source, "org.opencontainers.image.source")
 		revision = flag.String("revision", "", "org.opencontainers.image.revision: the commit")
 		version  = flag.String("version", "", "org.opencontainers.image.version")
 	)

@@ -42,6 +42,9 @@ const BinDir = "/usr/local/bin"
 // manifests name it.
 const Repository = "ghcr.io/causeway-net/causeway"
 
+// Source is the org.opencontainers.image.source label: the repository.
+const Source = "https://github.com/causeway-net/causeway"
+
 // Path is the PATH of every process in the image.
 const Path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -53,7 +53,7 @@ func TestImageRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	img, err := Build(Config{BaseLayer: base, Binaries: bins, Created: created,
-		Source: "https://github.com/causeway-net/causeway", Revision: "test", Version: "test"})
+		Source: Source, Revision: "test", Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
