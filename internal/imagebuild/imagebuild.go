@@ -34,12 +34,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// BinDir is where the image holds the binaries (the install manifests
-// exec /usr/local/bin/gateway and so on).
+// BinDir is where the image holds the binaries (the Helm chart's
+// workloads exec /usr/local/bin/gateway and so on).
 const BinDir = "/usr/local/bin"
 
-// Repository is where the image is meant to be pushed; the install
-// manifests name it.
+// Repository is where the image is meant to be pushed; the Helm chart's
+// image.repository names it.
 const Repository = "ghcr.io/causeway-net/causeway"
 
 // Source is the org.opencontainers.image.source label: the repository.

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
-	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/chart"
 )
 
 // moduleDir is the repository root, seen from this package.
@@ -95,10 +95,10 @@ func TestImageRuns(t *testing.T) {
 	if len(checks) < 4 {
 		t.Fatalf("found %d commands under cmd/, want every Causeway binary", len(checks))
 	}
-	// What the install manifests exec is among them.
-	for _, c := range manifestCommands(t) {
+	// What the chart's workloads exec is among them.
+	for _, c := range chartCommands(t) {
 		if !slices.ContainsFunc(checks, func(ch []string) bool { return ch[0] == c }) {
-			t.Errorf("the install manifests exec %s, which the image does not have (binaries: %v)", c, checks)
+			t.Errorf("the chart's workloads exec %s, which the image does not have (binaries: %v)", c, checks)
 		}
 	}
 	checks = append(checks,
@@ -131,11 +131,11 @@ func TestImageRuns(t *testing.T) {
 	}
 }
 
-// manifestCommands are the command[0] of every container of the install
-// manifests' workloads.
-func manifestCommands(t *testing.T) []string {
+// chartCommands are the command[0] of every container of the workloads
+// the Helm chart renders with a cluster's required values.
+func chartCommands(t *testing.T) []string {
 	t.Helper()
-	objs, err := kube.Manifests(kube.ManifestFiles...)
+	objs, err := chart.Render(map[string]any{"clusterID": "c1", "podCIDRs": []any{"10.244.0.0/16"}, "serviceCIDRs": []any{"10.96.0.0/16"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func manifestCommands(t *testing.T) []string {
 		}
 	}
 	if len(cmds) < 3 {
-		t.Fatalf("found %d container commands in the install manifests, want one per workload", len(cmds))
+		t.Fatalf("found %d container commands in the chart, want one per workload", len(cmds))
 	}
 	return cmds
 }
