@@ -4,13 +4,30 @@ GO ?= go
 MCS_API_DIR = $(shell $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 K8S_BIN ?= $(shell hack/k8s-binaries.sh --print-dir)
 
-.PHONY: help host-setup build generate generate-crds generate-rbac generate-bpf verify-generate lint test test-unit fuzz k8s-binaries lab
+.PHONY: help host-setup build image image-base generate generate-crds generate-rbac generate-bpf verify-generate lint test test-unit fuzz k8s-binaries lab
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 build: ## build every binary into bin/
 	$(GO) build -o bin/ ./cmd/...
+
+# The container image (hack/image/README.md), built without a container
+# daemon: the Debian base layer cached by hack/image/base.sh plus one layer
+# with the binaries at /usr/local/bin. Tagged with the version (git
+# describe) and the commit; created at the commit's time, so a rebuild of
+# one commit has the same digest.
+IMAGE_VERSION ?= $(shell git describe --tags --always --dirty)
+IMAGE_COMMIT ?= $(shell git rev-parse HEAD)
+IMAGE_TAGS ?= $(IMAGE_VERSION),$(shell git rev-parse --short=12 HEAD)$(if $(findstring -dirty,$(IMAGE_VERSION)),-dirty)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
+
+image-base: host-setup ## the image's Debian base layer, cached under /var/cache/causeway (root; minutes once, then instant)
+	@hack/image/base.sh >/dev/null
+
+image: image-base ## container image: OCI layout bin/image/ and `docker load` tarball bin/causeway-image.tar
+	$(GO) run ./hack/image --base "$$(hack/image/base.sh --print)" --layout bin/image --tarball bin/causeway-image.tar \
+	  --tags $(IMAGE_TAGS) --version $(IMAGE_VERSION) --revision $(IMAGE_COMMIT) --epoch $(SOURCE_DATE_EPOCH)
 
 generate: generate-crds generate-rbac generate-bpf ## regenerate deep-copy code, CRDs, RBAC roles and eBPF objects
 
@@ -75,5 +92,5 @@ fuzz: ## run every fuzz target for FUZZTIME (default 4s) each
 	  $(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
 	done
 
-test: host-setup k8s-binaries verify-generate lint fuzz ## everything CI runs: generation check, lint, a short fuzz run, unit + privileged + apiserver + e2e tests
+test: host-setup k8s-binaries image-base verify-generate lint fuzz ## everything CI runs: generation check, lint, a short fuzz run, unit + privileged + apiserver + e2e tests
 	CAUSEWAY_K8S_BIN=$(K8S_BIN) CAUSEWAY_E2E=1 $(GO) test -count=1 -timeout 40m ./...

@@ -3,9 +3,10 @@
 # (as root). Used by `make lab`, `make test` and .ci/run, so the README's two
 # commands do the whole set-up on a fresh machine. Packages already
 # installed are left alone; nothing is installed when all are present.
+# mmdebstrap builds the container image's Debian base (hack/image/base.sh).
 set -euo pipefail
 
-packages=(iptables nftables ipset conntrack iproute2 iputils-ping ethtool curl
+packages=(iptables nftables ipset conntrack iproute2 iputils-ping ethtool curl mmdebstrap
   dnsutils iperf3 wireguard-tools clang-19 llvm-19 libbpf-dev bpftool
   strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins)
 
