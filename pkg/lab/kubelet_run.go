@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/controlplane"
 	"github.com/causeway-net/causeway/pkg/lab/apps"
 	"github.com/causeway-net/causeway/pkg/lab/kubelet"
 )
@@ -60,6 +62,18 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 	if n.Gateway() {
 		labels[v1alpha1.LabelGatewayNode] = "true"
 	}
+	ips := []net.IP{n.Address.Addr().AsSlice()}
+	if n.Gateway() {
+		ips = append(ips, n.WANAddress.Addr().AsSlice())
+	}
+	cert, key, err := cp.KubeletServingCert(st.NodeName(cluster, node), ips)
+	if err != nil {
+		return err
+	}
+	var egress string
+	if n.Name == c.Nodes[0].Name {
+		egress = cp.EgressSocket()
+	}
 	reg := apps.NewRegistry(st.Self)
 	st.registerCoreDNS(reg, cluster)
 	k, err := kubelet.New(kubelet.Config{
@@ -71,6 +85,11 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 		Labels:           labels,
 		APIServerForward: apiserver,
 		BrokerForward:    broker,
+		Serving: &kubelet.Serving{
+			CertFile: cert, KeyFile: key,
+			ClientCAFile: cp.CACertFile(), ClientUser: controlplane.KubeletClientUser,
+		},
+		EgressSocket: egress,
 		StateDir:         st.NodeStateDir(cluster, node),
 		Log:              slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node),
 	})

@@ -166,6 +166,15 @@ func TestRegistry(t *testing.T) {
 		}
 	}
 
+	// An unknown image with a command runs it from the host.
+	cmd, err = r.Command("busybox:1.36", Container{Command: []string{"sh", "-c"}, Args: []string{"echo hi"}, Env: []string{"A=1"}, WorkingDir: "/tmp"})
+	if err != nil || !strings.HasSuffix(cmd.Path, "/sh") || !slices.Equal(cmd.Args, []string{"-c", "echo hi"}) || !slices.Equal(cmd.Env, []string{"A=1"}) || cmd.Dir != "/tmp" {
+		t.Errorf("host command: %v %+v", err, cmd)
+	}
+	if _, err := r.Command("busybox", Container{Command: []string{"no-such-program-on-this-host"}}); !errors.Is(err, ErrNoHostCommand) || !strings.Contains(err.Error(), "no-such-program-on-this-host") {
+		t.Errorf("missing host command: got %v", err)
+	}
+
 	r.Register("registry.k8s.io/coredns/coredns:v1.14.7", func(c Container) (Command, error) {
 		return Command{Path: "/opt/lab/coredns", Args: c.Args}, nil
 	})

@@ -95,6 +95,9 @@ type lab struct {
 	stops   map[string]func()
 	// realPeriods runs kubelets with the default heartbeat periods.
 	realPeriods bool
+	// api makes kubelets serve the kubelet API and n0's serve the API
+	// server's egress (the control plane needs WithClusterEgress).
+	api bool
 }
 
 const testNS = "kt"
@@ -223,6 +226,16 @@ func (l *lab) startKubelet(node string) {
 	}
 	if l.realPeriods {
 		cfg.LeasePeriod, cfg.StatusPeriod, cfg.ResyncPeriod = 0, 0, 0
+	}
+	if l.api {
+		cert, key, err := l.cp.KubeletServingCert(node, []net.IP{n.Address.Addr().AsSlice()})
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		cfg.Serving = &Serving{CertFile: cert, KeyFile: key, ClientCAFile: l.cp.CACertFile(), ClientUser: controlplane.KubeletClientUser}
+		if node == "n0" {
+			cfg.EgressSocket = l.cp.EgressSocket()
+		}
 	}
 	if n.Gateway() {
 		cfg.Labels = map[string]string{"causeway.dev/gateway": "true"}

@@ -457,6 +457,7 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 		level := slog.LevelDebug
 		if c.failures == 0 {
 			level = slog.LevelWarn
+			k.recorder.Eventf(pod, corev1.EventTypeWarning, reason, "container %s: %v", spec.Name, err)
 		}
 		c.failures++
 		k.log.Log(w.ctx, level, "cannot start container", "pod", w.key, "container", spec.Name, "reason", reason, "err", err)
@@ -470,18 +471,26 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 	for _, p := range spec.Ports {
 		ports = append(ports, p.ContainerPort)
 	}
+	env := containerEnv(pod, spec, podIP, k.cfg.Node.Address.Addr().String(), k.log)
+	vars := envMap(env)
 	cmd, err := k.cfg.Apps.Command(spec.Image, apps.Container{
-		Cluster:   k.cfg.Cluster.Name,
-		Node:      k.cfg.Node.Name,
-		Namespace: pod.Namespace,
-		Pod:       pod.Name,
-		PodIP:     podIP,
-		Ports:     ports,
-		Args:      spec.Args,
-		Env:       containerEnv(pod, spec, podIP, k.cfg.Node.Address.Addr().String(), k.log),
+		Cluster:    k.cfg.Cluster.Name,
+		Node:       k.cfg.Node.Name,
+		Namespace:  pod.Namespace,
+		Pod:        pod.Name,
+		PodIP:      podIP,
+		Ports:      ports,
+		Command:    expandAll(spec.Command, vars),
+		Args:       expandAll(spec.Args, vars),
+		Env:        env,
+		WorkingDir: spec.WorkingDir,
 	})
-	if err != nil {
+	if errors.Is(err, apps.ErrUnknownImage) {
 		backoff(ReasonErrImagePull, err)
+		return
+	}
+	if err != nil {
+		backoff(ReasonCreateContainer, err)
 		return
 	}
 	np := w.netlabPod()
@@ -495,6 +504,7 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 		Path:    cmd.Path,
 		Args:    cmd.Args,
 		Env:     append(os.Environ(), cmd.Env...),
+		Dir:     cmd.Dir,
 		LogPath: filepath.Join(k.podDir(w.namespace, w.name), spec.Name+".log"),
 		Setsid:  true,
 	})
@@ -521,6 +531,7 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 		w.send(event{container: name, gen: gen, exit: exitOf(proc.ProcessState, err, pid, startedAt)})
 	}()
 	k.log.Info("started container", "pod", w.key, "container", spec.Name, "pid", pid, "restartCount", r.RestartCount)
+	k.recorder.Eventf(pod, corev1.EventTypeNormal, "Started", "Started container %s", spec.Name)
 	w.startProber(pod, spec, c)
 }
 

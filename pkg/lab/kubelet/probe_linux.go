@@ -163,15 +163,15 @@ func resolvePort(p intstr.IntOrString, ports []corev1.ContainerPort) (int, error
 	return 0, fmt.Errorf("probe port %q is no container port", p.StrVal)
 }
 
-// containerEnv is the container's environment: literal values and the
-// downward-API fields a pod commonly asks for. Other sources (ConfigMaps,
-// Secrets, resource fields) are not supported and are left out, with a
-// warning.
+// containerEnv is the container's environment: literal values (with
+// $(VAR) references to earlier variables expanded) and the downward-API
+// fields a pod commonly asks for. Other sources (ConfigMaps, Secrets,
+// resource fields) are not supported and are left out, with a warning.
 func containerEnv(pod *corev1.Pod, c corev1.Container, podIP, hostIP string, log *slog.Logger) []string {
 	var env []string
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
-			env = append(env, e.Name+"="+e.Value)
+			env = append(env, e.Name+"="+expand(e.Value, envMap(env)))
 			continue
 		}
 		if e.ValueFrom.FieldRef == nil {
@@ -204,3 +204,60 @@ func containerEnv(pod *corev1.Pod, c corev1.Container, podIP, hostIP string, log
 }
 
 func parseAddr(s string) (netip.Addr, error) { return netip.ParseAddr(s) }
+
+// envMap maps the names of "NAME=value" entries to their values (a later
+// entry wins).
+func envMap(env []string) map[string]string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func expandAll(in []string, vars map[string]string) []string {
+	if in == nil {
+		return nil
+	}
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = expand(s, vars)
+	}
+	return out
+}
+
+// expand replaces $(NAME) in s by the value of variable NAME, as the
+// kubelet does in a container's command, args and env values: "$$" is a
+// literal "$", and a reference to an undefined variable (or an unclosed
+// one) stays as written.
+func expand(s string, vars map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			ref := s[i : i+3+end]
+			if v, ok := vars[s[i+2:i+2+end]]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(ref)
+			}
+			i += len(ref) - 1
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}

@@ -1,10 +1,13 @@
 package kubelet
 
 import (
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,5 +243,62 @@ func TestProcessStat(t *testing.T) {
 	}
 	if processAlive(os.Getpid(), ticks+1) {
 		t.Error("a different start time must mean a different process")
+	}
+}
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"NODE": "n0", "EMPTY": ""}
+	for in, want := range map[string]string{
+		"--node=$(NODE)":      "--node=n0",
+		"$(NODE)$(NODE)":      "n0n0",
+		"$$(NODE)":            "$(NODE)",
+		"$(UNDEFINED)":        "$(UNDEFINED)",
+		"[$(EMPTY)]":          "[]",
+		"cost $5":             "cost $5",
+		"$(NODE":              "$(NODE",
+		"trailing $":          "trailing $",
+		"$()":                 "$()",
+		"echo $HOME $(NODE)!": "echo $HOME n0!",
+	} {
+		if got := expand(in, vars); got != want {
+			t.Errorf("expand(%q) = %q, want %q", in, got, want)
+		}
+	}
+	c := corev1.Container{Env: []corev1.EnvVar{{Name: "A", Value: "x"}, {Name: "B", Value: "$(A)-y"}, {Name: "C", Value: "$(D)"}, {Name: "D", Value: "d"}}}
+	got := containerEnv(&corev1.Pod{}, c, "", "", slog.New(slog.DiscardHandler))
+	if want := []string{"A=x", "B=x-y", "C=$(D)", "D=d"}; !slices.Equal(got, want) {
+		t.Errorf("env %v, want %v (a value sees only earlier variables)", got, want)
+	}
+}
+
+func TestTailStart(t *testing.T) {
+	for _, tc := range []struct {
+		data string
+		n    int64
+		want string
+	}{
+		{"a\nb\nc\n", 2, "b\nc\n"},
+		{"a\nb\nc", 2, "b\nc"},
+		{"a\nb\nc\n", 5, "a\nb\nc\n"},
+		{"a\nb\nc\n", 0, ""},
+		{"", 3, ""},
+		{"\n\n", 1, "\n"},
+		{strings.Repeat("x", 70000) + "\nlast\n", 1, "last\n"},
+		{"one\n" + strings.Repeat("y", 70000) + "\n", 1, strings.Repeat("y", 70000) + "\n"},
+	} {
+		r := strings.NewReader(tc.data)
+		off, err := tailStart(r, int64(len(tc.data)), tc.n)
+		if err != nil || tc.data[off:] != tc.want {
+			t.Errorf("tail %d of %.20q: from %d (%v), want %.20q", tc.n, tc.data, off, err, tc.want)
+		}
+	}
+}
+
+func TestLimitedWriter(t *testing.T) {
+	var b strings.Builder
+	lw := &limitedWriter{w: &b, left: 5}
+	n, err := io.Copy(lw, strings.NewReader("hello world"))
+	if b.String() != "hello" || n != 5 || !errors.Is(err, errLimit) {
+		t.Errorf("wrote %q (%d), %v", b.String(), n, err)
 	}
 }
