@@ -90,8 +90,8 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 			ClientCAFile: cp.CACertFile(), ClientUser: controlplane.KubeletClientUser,
 		},
 		EgressSocket: egress,
-		StateDir:         st.NodeStateDir(cluster, node),
-		Log:              slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node),
+		StateDir:     st.NodeStateDir(cluster, node),
+		Log:          slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node),
 	})
 	if err != nil {
 		return err

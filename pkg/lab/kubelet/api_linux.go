@@ -75,7 +75,6 @@ func (k *Kubelet) serveAPI(ctx context.Context) error {
 			MinVersion: tls.VersionTLS12,
 		},
 		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          nil,
 	}
 	stop := context.AfterFunc(ctx, func() { srv.Close() })
 	defer stop()
