@@ -43,7 +43,10 @@ func (e *executor) ExecInContainer(ctx context.Context, _, _, _ string, cmd []st
 		return fmt.Errorf("command %q not found on the host (the lab runs host programs in the pod): %w", cmd[0], err)
 	}
 	netns, cgroup := k.sandbox(e.pod)
-	env := containerEnv(e.pod, e.container, e.pod.Status.PodIP, k.cfg.Node.Address.Addr().String(), k.log)
+	env, err := k.env(ctx, e.pod, e.container, e.pod.Status.PodIP)
+	if err != nil {
+		return err
+	}
 	p := netlab.Process{
 		Netns: netns, Cgroup: cgroup,
 		Path: path, Args: cmd[1:],

@@ -471,7 +471,11 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 	for _, p := range spec.Ports {
 		ports = append(ports, p.ContainerPort)
 	}
-	env := containerEnv(pod, spec, podIP, k.cfg.Node.Address.Addr().String(), k.log)
+	env, err := k.env(w.ctx, pod, spec, podIP)
+	if err != nil {
+		backoff(ReasonCreateContainerConfig, err)
+		return
+	}
 	vars := envMap(env)
 	cmd, err := k.cfg.Apps.Command(spec.Image, apps.Container{
 		Cluster:    k.cfg.Cluster.Name,

@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func running(name string) corev1.ContainerStatus {
@@ -218,18 +220,31 @@ func TestResolvePort(t *testing.T) {
 }
 
 func TestContainerEnv(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u"}, Spec: corev1.PodSpec{NodeName: "n0"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u", Labels: map[string]string{"app": "web"}}, Spec: corev1.PodSpec{NodeName: "n0"}}
+	kube := fake.NewClientset(
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"cluster-id": "c1"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sec"}, Data: map[string][]byte{"k": []byte("s3cret")}},
+	)
+	optional := ptrTo(true)
 	c := corev1.Container{Name: "c", Env: []corev1.EnvVar{
 		{Name: "A", Value: "1"},
 		{Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
-		{Name: "SECRET", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}},
+		{Name: "APP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['app']"}}},
+		{Name: "CLUSTER", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}, Key: "cluster-id"}}},
+		{Name: "SECRET", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "sec"}, Key: "k"}}},
+		{Name: "MAYBE", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "x", Optional: optional}}},
+		{Name: "CPU", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
 	}}
-	got := containerEnv(pod, c, "10.244.0.2", "172.18.1.10", slog.New(slog.DiscardHandler))
-	want := []string{"A=1", "POD=p", "IP=10.244.0.2", "NODE=n0"}
-	if !slices.Equal(got, want) {
-		t.Errorf("env %v, want %v", got, want)
+	got, err := containerEnv(context.Background(), kube, pod, c, "10.244.0.2", "172.18.1.10", slog.New(slog.DiscardHandler))
+	want := []string{"A=1", "POD=p", "IP=10.244.0.2", "NODE=n0", "APP=web", "CLUSTER=c1", "SECRET=s3cret"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("env %v (%v), want %v", got, err, want)
+	}
+	c.Env = []corev1.EnvVar{{Name: "GONE", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "sec"}, Key: "missing"}}}}
+	if _, err := containerEnv(context.Background(), kube, pod, c, "", "", slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), `key "missing" of Secret ns/sec`) {
+		t.Errorf("missing secret key: %v", err)
 	}
 }
 
@@ -265,7 +280,7 @@ func TestExpand(t *testing.T) {
 		}
 	}
 	c := corev1.Container{Env: []corev1.EnvVar{{Name: "A", Value: "x"}, {Name: "B", Value: "$(A)-y"}, {Name: "C", Value: "$(D)"}, {Name: "D", Value: "d"}}}
-	got := containerEnv(&corev1.Pod{}, c, "", "", slog.New(slog.DiscardHandler))
+	got, _ := containerEnv(context.Background(), fake.NewClientset(), &corev1.Pod{}, c, "", "", slog.New(slog.DiscardHandler))
 	if want := []string{"A=x", "B=x-y", "C=$(D)", "D=d"}; !slices.Equal(got, want) {
 		t.Errorf("env %v, want %v (a value sees only earlier variables)", got, want)
 	}
