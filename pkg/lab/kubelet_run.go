@@ -76,6 +76,7 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 	}
 	reg := apps.NewRegistry(st.Self)
 	st.registerCoreDNS(reg, cluster)
+	st.registerCauseway(reg)
 	k, err := kubelet.New(kubelet.Config{
 		Client:           kc,
 		Host:             h,

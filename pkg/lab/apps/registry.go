@@ -3,7 +3,9 @@ package apps
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -144,4 +146,27 @@ func ImageName(ref string) string {
 		ref = ref[:i]
 	}
 	return ref
+}
+
+// BinariesIn is a launcher for an image whose programs live in imageDir
+// (e.g. "/usr/local/bin" of Causeway's image): a container whose command
+// is <imageDir>/<name> runs <dir>/<name> with the rest of the command and
+// the args, the container's env and working directory. A command outside
+// imageDir, or a program not in dir, is refused.
+func BinariesIn(imageDir, dir string) Launcher {
+	return func(c Container) (Command, error) {
+		if len(c.Command) == 0 {
+			return Command{}, fmt.Errorf("the container has no command; the lab runs only %s/<program> of this image", imageDir)
+		}
+		name, ok := strings.CutPrefix(c.Command[0], imageDir+"/")
+		if !ok || name == "" || strings.Contains(name, "/") {
+			return Command{}, fmt.Errorf("command %s is not a program in %s of the image", c.Command[0], imageDir)
+		}
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(path); err != nil {
+			return Command{}, fmt.Errorf("%w: %s (the lab runs %s from %s)", ErrNoHostCommand, path, c.Command[0], dir)
+		}
+		args := append(append([]string{}, c.Command[1:]...), c.Args...)
+		return Command{Path: path, Args: args, Env: c.Env, Dir: c.WorkingDir}, nil
+	}
 }
