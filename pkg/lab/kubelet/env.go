@@ -17,8 +17,12 @@ import (
 // downward-API fields a pod commonly asks for, and keys of ConfigMaps and
 // Secrets of the pod's namespace (read through kube; a missing one that is
 // not optional fails, an optional one is left out).
-// Resource fields are not supported and are left out, with a warning.
+// Resource fields and envFrom are not supported and are left out, with a
+// warning.
 func containerEnv(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, c corev1.Container, podIP, hostIP string, log *slog.Logger) ([]string, error) {
+	if len(c.EnvFrom) > 0 {
+		log.Warn("envFrom not supported; left out", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name)
+	}
 	var env []string
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
