@@ -164,4 +164,3 @@ func resolvePort(p intstr.IntOrString, ports []corev1.ContainerPort) (int, error
 }
 
 func parseAddr(s string) (netip.Addr, error) { return netip.ParseAddr(s) }
-
