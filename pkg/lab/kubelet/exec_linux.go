@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -47,9 +48,21 @@ func (e *executor) ExecInContainer(ctx context.Context, _, _, _ string, cmd []st
 	if err != nil {
 		return err
 	}
+	args := cmd[1:]
+	if len(e.container.VolumeMounts) > 0 {
+		// Into the container's mount namespace, where its volumes are.
+		pid, err := containerPid(e.pod, e.container.Name)
+		if err != nil {
+			return err
+		}
+		args = append([]string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", pid), "--", path}, args...)
+		if path, err = exec.LookPath("nsenter"); err != nil {
+			return fmt.Errorf("exec into a container with volumes needs nsenter(1): %w", err)
+		}
+	}
 	p := netlab.Process{
 		Netns: netns, Cgroup: cgroup,
-		Path: path, Args: cmd[1:],
+		Path: path, Args: args,
 		Env:    append(os.Environ(), env...),
 		Dir:    e.container.WorkingDir,
 		Setsid: true,
@@ -178,4 +191,17 @@ func (f *portForwarder) PortForward(ctx context.Context, _, _ string, port int32
 		return fmt.Errorf("copy from pod port %d: %w", port, err)
 	}
 	return nil
+}
+
+// containerPid is the process of a running container, from its status.
+func containerPid(pod *corev1.Pod, name string) (int, error) {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name != name || s.State.Running == nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimPrefix(s.ContainerID, "lab://")); err == nil && pid > 0 {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("container %s of pod %s/%s has no running process", name, pod.Namespace, pod.Name)
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -77,6 +78,10 @@ type Config struct {
 	// (controlplane.Config.ClusterEgress) reaches every node's kubelet
 	// API. One kubelet per cluster serves it.
 	EgressSocket string
+	// HostPaths maps hostPath volume paths to the host paths used
+	// instead: a path at or below a key is rewritten to the value (e.g.
+	// the lab gives each node its own /var/lib/causeway).
+	HostPaths map[string]string
 	// StateDir holds pod state and container logs:
 	// <StateDir>/pods/<namespace>_<name>/{state.json,<container>.log}.
 	StateDir string
@@ -97,6 +102,7 @@ type Kubelet struct {
 	memory   int64
 	nodeInfo corev1.NodeSystemInfo
 	probeTr  *http.Transport
+	unshare  string // unshare(1), for containers with volumes
 
 	pods corelisters.PodLister
 
@@ -130,6 +136,10 @@ func New(cfg Config) (*Kubelet, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return nil, fmt.Errorf("kubelet: containers with volumes need unshare(1) (util-linux): %w", err)
+	}
 	if cfg.LeasePeriod <= 0 {
 		cfg.LeasePeriod = 10 * time.Second
 	}
@@ -144,6 +154,7 @@ func New(cfg Config) (*Kubelet, error) {
 		log:     cfg.Log.With("component", "kubelet", "cluster", cfg.Cluster.Name, "node", cfg.Node.Name),
 		nodeNS:  cfg.Host.Names().Node(cfg.Cluster.Name, cfg.Node.Name),
 		memory:  memTotal(),
+		unshare: unshare,
 		workers: map[string]*worker{},
 		ips:     map[string]netip.Addr{},
 	}
@@ -293,6 +304,7 @@ func (k *Kubelet) newWorker(key string, st *podState) *worker {
 		state:      st,
 		adopted:    st != nil && st.UID != "",
 		containers: map[string]*ctr{},
+		tokens:     map[string]token{},
 	}
 	w.ctx, w.cancel = context.WithCancel(k.ctx)
 	k.workers[key] = w

@@ -95,6 +95,8 @@ type lab struct {
 	stops   map[string]func()
 	// realPeriods runs kubelets with the default heartbeat periods.
 	realPeriods bool
+	// hostPaths is the kubelets' Config.HostPaths.
+	hostPaths map[string]string
 	// api makes kubelets serve the kubelet API and n0's serve the API
 	// server's egress (the control plane needs WithClusterEgress).
 	api bool
@@ -220,6 +222,7 @@ func (l *lab) startKubelet(node string) {
 		Apps:         l.reg,
 		StateDir:     filepath.Join(l.dir, node),
 		Log:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("test", l.t.Name()),
+		HostPaths:    l.hostPaths,
 		LeasePeriod:  time.Second,
 		StatusPeriod: 2 * time.Second,
 		ResyncPeriod: 2 * time.Second,

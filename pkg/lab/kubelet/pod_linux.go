@@ -42,6 +42,8 @@ type worker struct {
 	cleaned      bool // torn down after deletion
 	containers   map[string]*ctr
 	lastStatus   *corev1.PodStatus
+	vols         map[string]string // volume name → host path (syncVolumes)
+	tokens       map[string]token  // "<volume>/<path>" → ServiceAccount token
 }
 
 // ctr is a container's runtime state.
@@ -216,6 +218,7 @@ func (w *worker) sync() (bool, time.Duration) {
 		w.cleaned, w.terminal, w.state, w.adopted = false, false, nil, false
 		w.containers = map[string]*ctr{}
 		w.lastStatus = nil
+		w.tokens = map[string]token{}
 	}
 	if !w.terminal && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
 		// Finished (maybe under an earlier kubelet): never run again.
@@ -250,6 +253,25 @@ func (w *worker) sync() (bool, time.Duration) {
 			w.writeStatus(pod)
 			return false, 2 * time.Second
 		}
+	}
+	vols, err := w.syncVolumes(pod)
+	if err != nil {
+		k.log.Warn("pod volumes", "pod", w.key, "err", err)
+		if w.vols == nil {
+			// Nothing can start without its volumes.
+			for _, spec := range pod.Spec.Containers {
+				if c := w.ctr(spec.Name); !c.running {
+					if c.waitReason != ReasonCreateContainerConfig {
+						k.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonCreateContainerConfig, "%v", err)
+					}
+					c.waitReason, c.waitMessage = ReasonCreateContainerConfig, err.Error()
+				}
+			}
+			w.writeStatus(pod)
+			return false, 2 * time.Second
+		}
+	} else {
+		w.vols = vols
 	}
 	now := time.Now()
 	for _, spec := range pod.Spec.Containers {
@@ -496,6 +518,16 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 	if err != nil {
 		backoff(ReasonCreateContainer, err)
 		return
+	}
+	mounts, err := containerMounts(spec, w.vols)
+	if err != nil {
+		backoff(ReasonCreateContainerConfig, err)
+		return
+	}
+	if len(mounts) > 0 {
+		// A private mount namespace with the volumes bound in.
+		cmd.Args = append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", mountScript(mounts), "sh", cmd.Path}, cmd.Args...)
+		cmd.Path = k.unshare
 	}
 	np := w.netlabPod()
 	netns := k.cfg.Host.Names().PodOf(np)
