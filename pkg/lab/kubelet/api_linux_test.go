@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -252,6 +253,28 @@ func TestKubeletAPI(t *testing.T) {
 		id, err := l.whereami("", m[1])
 		if err != nil || id.Pod != "web" || id.Namespace != testNS {
 			t.Errorf("whereami through port-forward: %+v, %v (%s)", id, err, stderr.String())
+		}
+	})
+
+	t.Run("LivenessProbeRestarts", func(t *testing.T) {
+		p := whereamiPod("sick", "n1", 8080)
+		p.Spec.TerminationGracePeriodSeconds = ptrTo(int64(1))
+		p.Spec.Containers[0].LivenessProbe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8081)}}, // nothing listens
+			PeriodSeconds: 1, FailureThreshold: 2,
+		}
+		l.createPod(p)
+		eventually(t, "restarted by its liveness probe", func() (bool, string) {
+			p, err := l.pod("sick")
+			if err != nil || len(p.Status.ContainerStatuses) != 1 {
+				return false, fmt.Sprint(err)
+			}
+			cs := p.Status.ContainerStatuses[0]
+			return cs.RestartCount >= 1, fmt.Sprintf("%+v", cs)
+		})
+		evs, err := l.kube.CoreV1().Events(testNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=sick,reason=Unhealthy"})
+		if err != nil || len(evs.Items) == 0 {
+			t.Errorf("no Unhealthy event: %v", err)
 		}
 	})
 

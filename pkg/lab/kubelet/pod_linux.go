@@ -65,6 +65,8 @@ type event struct {
 	gen       int
 	exit      *termination
 	ready     *bool
+	unhealthy bool // the liveness probe failed
+	kill      bool // the grace period after a liveness failure is over
 }
 
 func (w *worker) wake() {
@@ -148,6 +150,44 @@ func (w *worker) apply(ev event) {
 	if ev.ready != nil && c.running {
 		c.ready = *ev.ready
 	}
+	if ev.unhealthy && c.running {
+		w.killUnhealthy(ev.container, c)
+	}
+	if ev.kill && c.running {
+		_ = unix.Kill(-c.pid, unix.SIGKILL)
+	}
+}
+
+// killUnhealthy stops a container whose liveness probe failed: SIGTERM to
+// its process group, SIGKILL after the pod's grace period; its exit then
+// restarts it per restartPolicy.
+func (w *worker) killUnhealthy(name string, c *ctr) {
+	pod, err := w.k.pods.Pods(w.namespace).Get(w.name)
+	if err != nil {
+		return
+	}
+	w.k.log.Info("liveness probe failed; killing the container", "pod", w.key, "container", name)
+	w.k.recorder.Eventf(pod, corev1.EventTypeWarning, "Unhealthy", "Liveness probe failed; container %s will be restarted", name)
+	if c.stopProbe != nil {
+		c.stopProbe()
+		c.stopProbe = nil
+	}
+	pid, gen := c.pid, c.gen
+	if err := unix.Kill(-pid, unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
+		w.k.log.Warn("signal container", "pod", w.key, "pid", pid, "err", err)
+	}
+	grace := gracePeriod(pod)
+	go func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-w.ctx.Done():
+		case <-t.C:
+			// Still the same process (the worker's view is its own;
+			// a signal to a gone group just fails).
+			w.send(event{container: name, gen: gen, kill: true})
+		}
+	}()
 }
 
 // crashBackoff is the delay before restarting a container that exited:
