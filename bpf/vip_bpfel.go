@@ -20,6 +20,20 @@ type VipAddr4 struct {
 	Pad  uint16
 }
 
+type VipAff struct {
+	_       structs.HostLayout
+	Backend VipAddr4
+	Slot    uint32
+	Pad     uint32
+	Used    uint64
+}
+
+type VipAffKey struct {
+	_     structs.HostLayout
+	Netns uint64
+	Svc   VipSvcKey
+}
+
 type VipBackendKey struct {
 	_    structs.HostLayout
 	Id   uint32
@@ -40,11 +54,21 @@ type VipRnatKey struct {
 	Pad    uint16
 }
 
+type VipSlot struct {
+	_         structs.HostLayout
+	Backend   VipAddr4
+	Alias     VipAddr4
+	Threshold uint32
+	Weight    uint32
+	AliasSlot uint32
+	Pad       uint32
+}
+
 type VipSvc struct {
-	_     structs.HostLayout
-	Count uint32
-	Id    uint32
-	Flags uint32
+	_        structs.HostLayout
+	Count    uint32
+	Id       uint32
+	Affinity uint32
 }
 
 type VipSvcKey struct {
@@ -59,6 +83,7 @@ type VipSvcKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	VipMapVipAffinity      = "vip_affinity"
 	VipMapVipBackends      = "vip_backends"
 	VipMapVipPeers         = "vip_peers"
 	VipMapVipRevNat        = "vip_rev_nat"
@@ -121,6 +146,7 @@ type VipProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type VipMapSpecs struct {
+	VipAffinity *ebpf.MapSpec `ebpf:"vip_affinity"`
 	VipBackends *ebpf.MapSpec `ebpf:"vip_backends"`
 	VipPeers    *ebpf.MapSpec `ebpf:"vip_peers"`
 	VipRevNat   *ebpf.MapSpec `ebpf:"vip_rev_nat"`
@@ -153,6 +179,7 @@ func (o *VipObjects) Close() error {
 //
 // It can be passed to LoadVipObjects or ebpf.CollectionSpec.LoadAndAssign.
 type VipMaps struct {
+	VipAffinity *ebpf.Map `ebpf:"vip_affinity"`
 	VipBackends *ebpf.Map `ebpf:"vip_backends"`
 	VipPeers    *ebpf.Map `ebpf:"vip_peers"`
 	VipRevNat   *ebpf.Map `ebpf:"vip_rev_nat"`
@@ -161,6 +188,7 @@ type VipMaps struct {
 
 func (m *VipMaps) Close() error {
 	return _VipClose(
+		m.VipAffinity,
 		m.VipBackends,
 		m.VipPeers,
 		m.VipRevNat,

@@ -213,9 +213,9 @@ func (p *Propagation) MeasureExport(ctx context.Context, n int) (ExportResult, e
 		go func() {
 			var m mapped
 			m.err = p.poll(ctx, p.Poll, fmt.Sprintf("%s/%s: backends of %s in the VIP map", cluster, node, key), func() (bool, error) {
-				bes, _, err := clientMap.Backends(key)
+				svc, _, err := clientMap.Service(key)
 				m.at = time.Now()
-				return len(bes) > 0, err
+				return len(svc.Backends) > 0, err
 			})
 			mapc <- m
 		}()
@@ -746,12 +746,12 @@ func (p *Propagation) backendsOf(ctx context.Context, members map[string]client.
 }
 
 func hasBackend(m *vip.Pinned, key vip.ServiceKey, be vip.Backend) (bool, error) {
-	bes, _, err := m.Backends(key)
+	svc, _, err := m.Service(key)
 	if err != nil {
 		return false, err
 	}
-	for _, b := range bes {
-		if b == be {
+	for _, b := range svc.Backends {
+		if b.AddrPort() == be.AddrPort() {
 			return true, nil
 		}
 	}
@@ -878,7 +878,7 @@ func (p *Propagation) Cleanup(ctx context.Context) error {
 	return p.poll(ctx, 50*time.Millisecond, "the benchmark's VIPs gone from every node's map", func() (bool, error) {
 		for _, n := range nodes {
 			for key := range keys {
-				if _, ok, err := n.maps.Backends(key); err != nil || ok {
+				if _, ok, err := n.maps.Service(key); err != nil || ok {
 					return false, fmt.Errorf("%s/%s still has %s (error %v)", n.cluster, n.node, key, err)
 				}
 			}

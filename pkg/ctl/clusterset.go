@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -11,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/kube"
-	"github.com/causeway-net/causeway/pkg/lab"
 )
 
 // clusterSetFlags say which clusters a command talks to:
@@ -124,11 +122,7 @@ func (f *clusterSetFlags) cluster(name string) (memberCluster, error) {
 // labClusters are the member clusters of the local lab, used when no
 // cluster is named on the command line.
 func labClusters() ([]memberCluster, error) {
-	dir := lab.DefaultDir
-	if d := os.Getenv("CAUSEWAY_LAB_DIR"); d != "" {
-		dir = d
-	}
-	st, err := lab.Load(dir)
+	st, err := loadLab()
 	if err != nil {
 		return nil, err
 	}

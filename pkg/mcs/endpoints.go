@@ -108,7 +108,9 @@ func RecordEndpointsFromSlices(in []discoveryv1.EndpointSlice) []causewayv1alpha
 //     Service, at the service ports; ready (and serving) while at least one
 //     of its backends is. The exporting cluster's kube-proxy spreads
 //     connections over its pods; traffic to a remote ClusterIP goes through
-//     the tunnel.
+//     the tunnel. ReadyEndpoints counts the ready, not terminating pods
+//     (distinct addresses of the family that has most): the share of the
+//     VIP's connections the cluster gets.
 //   - Headless: every backend at its pod IP with its target ports and
 //     hostname (per-pod DNS names), conditions as in the exporting cluster.
 //
@@ -153,13 +155,24 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 		}
 		return src
 	}
-	var ready, serving bool
+	var serving bool
+	readyAddrs := map[string]map[string]bool{} // address type -> ready addresses
 	for _, g := range r.Endpoints {
 		for _, b := range g.Backends {
-			ready = ready || b.Ready && !b.Terminating
 			serving = serving || b.Serving
+			if b.Ready && !b.Terminating {
+				if readyAddrs[g.AddressType] == nil {
+					readyAddrs[g.AddressType] = map[string]bool{}
+				}
+				readyAddrs[g.AddressType][b.Address] = true
+			}
 		}
 	}
+	// A dual-stack pod is one ready endpoint, listed in both families.
+	for _, addrs := range readyAddrs {
+		src.ReadyEndpoints = max(src.ReadyEndpoints, len(addrs))
+	}
+	ready := src.ReadyEndpoints > 0
 	if global {
 		// One backend per global IP (the allocator puts every port of a
 		// Service on one IP, so this is one backend).

@@ -2,6 +2,7 @@ package mcs
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,12 +73,23 @@ func TestSourceFromRecord(t *testing.T) {
 	// ClusterSetIP: the ClusterIP at the service port; a terminating
 	// backend does not make it ready.
 	src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP, false)
-	if len(src.Backends) != 1 || src.Backends[0].Address.String() != "10.96.0.10" || src.Backends[0].Ports["http"] != 80 || src.Backends[0].Ready {
+	if len(src.Backends) != 1 || src.Backends[0].Address.String() != "10.96.0.10" || src.Backends[0].Ports["http"] != 80 || src.Backends[0].Ready || src.ReadyEndpoints != 0 {
 		t.Errorf("ClusterSetIP source: %+v", src)
 	}
 	rec.Endpoints[0].Backends[0].Ready = true
-	if src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP, false); !src.Backends[0].Ready || !src.Backends[0].Serving {
+	if src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP, false); !src.Backends[0].Ready || !src.Backends[0].Serving || src.ReadyEndpoints != 1 {
 		t.Errorf("ClusterSetIP source with a ready pod: %+v", src)
+	}
+	// Ready endpoints are counted per pod: three more ready pods, one of
+	// them in another port group, a dual-stack one in both families.
+	dual := rec
+	dual.Endpoints = append(slices.Clone(rec.Endpoints),
+		causewayv1alpha1.RecordEndpoints{AddressType: "IPv4", Ports: []causewayv1alpha1.RecordEndpointPort{{Name: "http", Port: 8081}},
+			Backends: []causewayv1alpha1.RecordBackend{{Address: "10.244.0.7", Ready: true}, {Address: "10.244.0.8", Ready: true}, {Address: "10.244.0.9", Ready: true}}},
+		causewayv1alpha1.RecordEndpoints{AddressType: "IPv6", Ports: []causewayv1alpha1.RecordEndpointPort{{Name: "http", Port: 8080}},
+			Backends: []causewayv1alpha1.RecordBackend{{Address: "fd00::9", Ready: true}}})
+	if src := SourceFromRecord(dual, mcsv1beta1.ClusterSetIP, false); src.ReadyEndpoints != 4 {
+		t.Errorf("ReadyEndpoints = %d, want 4 (10.244.0.5, .7, .8, .9; fd00::9 is .9's IPv6 address; .6 terminates)", src.ReadyEndpoints)
 	}
 	// Headless: the pods at their target ports, with hostnames.
 	src = SourceFromRecord(rec, mcsv1beta1.Headless, false)

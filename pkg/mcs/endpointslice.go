@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -30,7 +31,17 @@ const DefaultMaxEndpointsPerSlice = 100
 type SourceEndpoints struct {
 	ClusterID string
 	Backends  []Backend
+	// ReadyEndpoints is, for a ClusterSetIP import, the number of ready
+	// endpoints behind the cluster's backend (its Service's ready pods):
+	// the weight the VIP datapath gives it. Zero for headless imports.
+	ReadyEndpoints int
 }
+
+// AnnotationReadyEndpoints is set on the multi-cluster EndpointSlices of a
+// ClusterSetIP import to the source cluster's SourceEndpoints.ReadyEndpoints
+// (decimal). The route agent weights the cluster's backend by it; slices
+// without it weigh 1.
+const AnnotationReadyEndpoints = "causeway.dev/ready-endpoints"
 
 // Backend is one backend as the importing cluster reaches it.
 type Backend struct {
@@ -85,7 +96,9 @@ type RenderInput struct {
 //     them), in the import's order; endpoints with explicit ready, serving
 //     and terminating conditions (CoreDNS counts a missing ready as ready);
 //   - one slice per source cluster, address family and port mapping, split
-//     every MaxEndpointsPerSlice endpoints, with stable names.
+//     every MaxEndpointsPerSlice endpoints, with stable names;
+//   - for a ClusterSetIP import, AnnotationReadyEndpoints: the source's
+//     ready endpoints, the weight of its backend in the VIP datapath.
 //
 // The result is sorted by name; backends with invalid addresses, or that
 // serve none of the import's ports, are left out.
@@ -103,6 +116,7 @@ func RenderEndpointSlices(in RenderInput) []discoveryv1.EndpointSlice {
 	type group struct {
 		ports     []discoveryv1.EndpointPort
 		endpoints []addrEndpoint
+		ready     int // the source's ReadyEndpoints
 	}
 	groups := map[groupKey]*group{}
 	defaultPorts, defaultKey := resolvePorts(imp.Spec.Ports, nil)
@@ -125,7 +139,7 @@ func RenderEndpointSlices(in RenderInput) []discoveryv1.EndpointSlice {
 			k := groupKey{src.ClusterID, family, key}
 			g := groups[k]
 			if g == nil {
-				g = &group{ports: ports}
+				g = &group{ports: ports, ready: src.ReadyEndpoints}
 				groups[k] = g
 			}
 			g.endpoints = append(g.endpoints, addrEndpoint{b.Address, renderEndpoint(b, src.ClusterID == in.LocalClusterID)})
@@ -135,6 +149,10 @@ func RenderEndpointSlices(in RenderInput) []discoveryv1.EndpointSlice {
 	var out []discoveryv1.EndpointSlice
 	for k, g := range groups {
 		eps := dedupeEndpoints(g.endpoints)
+		var annotations map[string]string
+		if imp.Spec.Type == mcsv1beta1.ClusterSetIP {
+			annotations = map[string]string{AnnotationReadyEndpoints: strconv.Itoa(g.ready)}
+		}
 		for chunk := 0; chunk*perSlice < len(eps); chunk++ {
 			part := eps[chunk*perSlice : min((chunk+1)*perSlice, len(eps))]
 			out = append(out, discoveryv1.EndpointSlice{
@@ -147,6 +165,7 @@ func RenderEndpointSlices(in RenderInput) []discoveryv1.EndpointSlice {
 						mcsv1beta1.LabelSourceCluster: k.cluster,
 						discoveryv1.LabelManagedBy:    ManagedBy,
 					},
+					Annotations: maps.Clone(annotations),
 					OwnerReferences: []metav1.OwnerReference{{
 						APIVersion: mcsv1beta1.GroupVersion.String(),
 						Kind:       mcsv1beta1.ServiceImportKindName,

@@ -56,8 +56,8 @@ func TestRenderEndpointSlices(t *testing.T) {
 		Import:         testImport(mcsv1beta1.ClusterSetIP, httpPort),
 		LocalClusterID: "c1",
 		Sources: []SourceEndpoints{
-			{ClusterID: "c2", Backends: []Backend{remote}},
-			{ClusterID: "c1", Backends: []Backend{local1, backend("10.244.1.6", false)}},
+			{ClusterID: "c2", Backends: []Backend{remote}, ReadyEndpoints: 3},
+			{ClusterID: "c1", Backends: []Backend{local1, backend("10.244.1.6", false)}, ReadyEndpoints: 1},
 		},
 	})
 	if len(got) != 2 {
@@ -83,6 +83,23 @@ func TestRenderEndpointSlices(t *testing.T) {
 		if !strings.HasPrefix(s.Name, "whereami-"+s.Labels[mcsv1beta1.LabelSourceCluster]+"-") {
 			t.Errorf("name %q", s.Name)
 		}
+		want1 := map[string]string{"c1": "1", "c2": "3"}[s.Labels[mcsv1beta1.LabelSourceCluster]]
+		if s.Annotations[AnnotationReadyEndpoints] != want1 || len(s.Annotations) != 1 {
+			t.Errorf("%s: annotations %v, want %s=%s", s.Name, s.Annotations, AnnotationReadyEndpoints, want1)
+		}
+	}
+	// Headless slices carry no weight.
+	for _, s := range RenderEndpointSlices(RenderInput{Import: testImport(mcsv1beta1.Headless, httpPort), LocalClusterID: "c1",
+		Sources: []SourceEndpoints{{ClusterID: "c2", Backends: []Backend{remote}}}}) {
+		if s.Annotations != nil {
+			t.Errorf("headless slice %s: annotations %v", s.Name, s.Annotations)
+		}
+	}
+	// A change of the weight alone is an update.
+	again := RenderEndpointSlices(RenderInput{Import: testImport(mcsv1beta1.ClusterSetIP, httpPort), LocalClusterID: "c1",
+		Sources: []SourceEndpoints{{ClusterID: "c2", Backends: []Backend{remote}, ReadyEndpoints: 4}}})
+	if p := PlanEndpointSlices(again, slicesOf(got, "c2")); len(p.Update) != 1 {
+		t.Errorf("ready endpoints 3 → 4: plan %+v, want one update", p)
 	}
 	c1 := slicesOf(got, "c1")
 	if len(c1) != 1 || !slices.Equal(addrs(c1[0]), []string{"10.244.1.5", "10.244.1.6"}) {

@@ -90,6 +90,7 @@ func PlanEndpointSlices(want, have []discoveryv1.EndpointSlice) SlicePlan {
 // sameSlice compares what RenderEndpointSlices sets.
 func sameSlice(a, b discoveryv1.EndpointSlice) bool {
 	return equality.Semantic.DeepEqual(a.Labels, b.Labels) &&
+		equality.Semantic.DeepEqual(a.Annotations, b.Annotations) &&
 		equality.Semantic.DeepEqual(a.OwnerReferences, b.OwnerReferences) &&
 		a.AddressType == b.AddressType &&
 		equality.Semantic.DeepEqual(a.Endpoints, b.Endpoints) &&

@@ -1,9 +1,8 @@
 // Package routeagent is the agent on every node: it routes remote cluster
 // CIDRs to the active gateway (a VXLAN overlay to the gateway node from
 // every other node), clamps the MSS of TCP to and from remote clusters,
-// follows gateway failover, and (in a later step) owns the eBPF VIP
-// datapath whose maps it keeps equal to the ServiceImports and
-// EndpointSlices.
+// follows gateway failover, and owns the eBPF VIP datapath whose maps it
+// keeps equal to the ServiceImports and EndpointSlices (VIPDesired).
 //
 // Layers: Compute (pure: inputs -> DesiredState), Dataplane (mechanism:
 // Set diffs against the node; Linux implements it with netlink and one
@@ -267,7 +266,7 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		// src is set before the runner runs (the go statement below).
 		var src VIPSource
 		vipRunner := NewRunner(RunnerConfig{MinInterval: f.minInterval, FullInterval: f.fullInterval}, func(ctx context.Context, _ bool) error {
-			n, err := SyncVIPs(ctx, src, table)
+			n, err := SyncVIPs(ctx, opts.ClusterID, src, table)
 			rt.SetReady("vip", err)
 			if err == nil {
 				services.Set(float64(n))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -18,6 +19,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/mcs"
 	"github.com/causeway-net/causeway/pkg/vip"
 )
 
@@ -28,13 +30,28 @@ const (
 	LabelSourceCluster = "multicluster.kubernetes.io/source-cluster"
 )
 
-// VIPDesired is the VIP table of a node: for every port of every
-// ClusterSetIP ServiceImport with an IPv4 clusterset VIP, the ready
-// endpoints of its multicluster EndpointSlices (all source clusters) at
-// the slice's port of the same name and protocol. A service whose slices
-// list no ready endpoint stays in the table with no backends, so that
-// connecting to it fails at once. Pure: same input, same output.
-func VIPDesired(imports []*mcsv1beta1.ServiceImport, eps []*discoveryv1.EndpointSlice) map[vip.ServiceKey][]vip.Backend {
+// VIPDesired is the VIP table of a node of cluster localCluster: for every
+// port of every ClusterSetIP ServiceImport with an IPv4 clusterset VIP, the
+// ready endpoints of its multicluster EndpointSlices at the slice's port of
+// the same name and protocol, each weighted by its slice's
+// mcs.AnnotationReadyEndpoints (the source cluster's ready pods; 1 when
+// absent), so that every cluster gets a share of the connections
+// proportional to its ready pods. The import's traffic policy narrows the
+// source clusters:
+//
+//   - internalTrafficPolicy Local: only localCluster's own backends (its
+//     Service's ClusterIP, where kube-proxy applies that Service's node
+//     locality); none when this cluster exports no ready backend.
+//   - trafficDistribution PreferClose: only localCluster's backends while it
+//     has a ready one, every cluster's otherwise.
+//
+// sessionAffinity ClientIP becomes the service's AffinitySeconds
+// (sessionAffinityConfig.clientIP.timeoutSeconds, default 10800).
+//
+// A service left with no ready endpoint stays in the table with no
+// backends, so that connecting to it fails at once. Pure: same input, same
+// output.
+func VIPDesired(localCluster string, imports []*mcsv1beta1.ServiceImport, eps []*discoveryv1.EndpointSlice) map[vip.ServiceKey]vip.Service {
 	bySvc := map[client.ObjectKey][]*discoveryv1.EndpointSlice{}
 	for _, s := range eps {
 		name := s.Labels[LabelServiceName]
@@ -44,7 +61,7 @@ func VIPDesired(imports []*mcsv1beta1.ServiceImport, eps []*discoveryv1.Endpoint
 		k := client.ObjectKey{Namespace: s.Namespace, Name: name}
 		bySvc[k] = append(bySvc[k], s)
 	}
-	out := map[vip.ServiceKey][]vip.Backend{}
+	out := map[vip.ServiceKey]vip.Service{}
 	for _, si := range imports {
 		if si.Spec.Type != mcsv1beta1.ClusterSetIP {
 			continue
@@ -60,20 +77,27 @@ func VIPDesired(imports []*mcsv1beta1.ServiceImport, eps []*discoveryv1.Endpoint
 					continue
 				}
 				key := vip.ServiceKey{VIP: ip, Port: uint16(p.Port), Proto: proto}
-				out[key] = backendsFor(bySvc[client.ObjectKeyFromObject(si)], p)
+				out[key] = vip.Service{
+					Backends:        backendsFor(localCluster, si.Spec, bySvc[client.ObjectKeyFromObject(si)], p),
+					AffinitySeconds: affinitySeconds(si.Spec),
+				}
 			}
 		}
 	}
 	return out
 }
 
-func backendsFor(eps []*discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) []vip.Backend {
-	backends := []vip.Backend{}
+// backendsFor returns the weighted ready backends of import port p from
+// the import's slices, narrowed by spec's traffic policy.
+func backendsFor(localCluster string, spec mcsv1beta1.ServiceImportSpec, eps []*discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) []vip.Backend {
+	byCluster := map[string][]vip.Backend{}
 	for _, s := range eps {
 		port := slicePort(s, p)
 		if port == 0 {
 			continue
 		}
+		weight := sliceWeight(s)
+		cluster := s.Labels[LabelSourceCluster]
 		for _, e := range s.Endpoints {
 			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
 				continue
@@ -83,17 +107,55 @@ func backendsFor(eps []*discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) []v
 				if err != nil || !addr.Is4() {
 					continue
 				}
-				backends = append(backends, vip.Backend{Addr: addr, Port: port})
+				byCluster[cluster] = append(byCluster[cluster], vip.Backend{Addr: addr, Port: port, Weight: weight})
 			}
+		}
+	}
+	local := spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal ||
+		spec.TrafficDistribution != nil && *spec.TrafficDistribution == corev1.ServiceTrafficDistributionPreferClose && len(byCluster[localCluster]) > 0
+	backends := []vip.Backend{}
+	for cluster, bes := range byCluster {
+		if !local || cluster == localCluster {
+			backends = append(backends, bes...)
 		}
 	}
 	slices.SortFunc(backends, func(a, b vip.Backend) int {
 		if c := a.Addr.Compare(b.Addr); c != 0 {
 			return c
 		}
-		return int(a.Port) - int(b.Port)
+		if a.Port != b.Port {
+			return int(a.Port) - int(b.Port)
+		}
+		return int(int64(a.Weight) - int64(b.Weight))
 	})
 	return slices.Compact(backends)
+}
+
+// defaultClientIPTimeout is Kubernetes' default
+// sessionAffinityConfig.clientIP.timeoutSeconds.
+const defaultClientIPTimeout = 10800
+
+// affinitySeconds is the ClientIP affinity timeout of an import, 0 without
+// affinity.
+func affinitySeconds(spec mcsv1beta1.ServiceImportSpec) uint32 {
+	if spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return 0
+	}
+	if c := spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
+		return uint32(*c.ClientIP.TimeoutSeconds)
+	}
+	return defaultClientIPTimeout
+}
+
+// sliceWeight is the weight of a slice's backends: its
+// mcs.AnnotationReadyEndpoints, at least 1 (a ready backend gets traffic;
+// a missing or malformed annotation counts as 1).
+func sliceWeight(s *discoveryv1.EndpointSlice) uint32 {
+	n, err := strconv.ParseUint(s.Annotations[mcs.AnnotationReadyEndpoints], 10, 32)
+	if err != nil || n == 0 {
+		return 1
+	}
+	return uint32(n)
 }
 
 // slicePort is the slice's port for the import's port: same name and
@@ -212,7 +274,7 @@ func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPS
 }
 
 // slimImport keeps of a ServiceImport what VIPDesired reads: its
-// identity, type, IPs and ports.
+// identity, type, IPs, ports, session affinity and traffic policy.
 func slimImport(in any) (any, error) {
 	si, ok := in.(*mcsv1beta1.ServiceImport)
 	if !ok {
@@ -221,7 +283,9 @@ func slimImport(in any) (any, error) {
 	out := &mcsv1beta1.ServiceImport{
 		TypeMeta:   si.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Namespace: si.Namespace, Name: si.Name, UID: si.UID, ResourceVersion: si.ResourceVersion},
-		Spec:       mcsv1beta1.ServiceImportSpec{Type: si.Spec.Type, IPs: si.Spec.IPs},
+		Spec: mcsv1beta1.ServiceImportSpec{Type: si.Spec.Type, IPs: si.Spec.IPs,
+			SessionAffinity: si.Spec.SessionAffinity, SessionAffinityConfig: si.Spec.SessionAffinityConfig,
+			InternalTrafficPolicy: si.Spec.InternalTrafficPolicy, TrafficDistribution: si.Spec.TrafficDistribution},
 	}
 	if len(si.Spec.Ports) > 0 {
 		out.Spec.Ports = make([]mcsv1beta1.ServicePort, len(si.Spec.Ports))
@@ -233,8 +297,9 @@ func slimImport(in any) (any, error) {
 }
 
 // slimSlice keeps of a multicluster EndpointSlice what VIPDesired reads:
-// its identity, service-name label, address type, ports, and each
-// endpoint's addresses and ready condition.
+// its identity, service-name and source-cluster labels, ready-endpoints
+// annotation, address type, ports, and each endpoint's addresses and ready
+// condition.
 func slimSlice(in any) (any, error) {
 	s, ok := in.(*discoveryv1.EndpointSlice)
 	if !ok {
@@ -243,9 +308,12 @@ func slimSlice(in any) (any, error) {
 	out := &discoveryv1.EndpointSlice{
 		TypeMeta: s.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion,
-			Labels: map[string]string{LabelServiceName: s.Labels[LabelServiceName]}},
+			Labels: map[string]string{LabelServiceName: s.Labels[LabelServiceName], LabelSourceCluster: s.Labels[LabelSourceCluster]}},
 		AddressType: s.AddressType,
 		Ports:       s.Ports,
+	}
+	if w, ok := s.Annotations[mcs.AnnotationReadyEndpoints]; ok {
+		out.Annotations = map[string]string{mcs.AnnotationReadyEndpoints: w}
 	}
 	if len(s.Endpoints) > 0 {
 		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
@@ -258,13 +326,14 @@ func slimSlice(in any) (any, error) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// SyncVIPs computes the node's VIP table from src and hands it to table.
-func SyncVIPs(ctx context.Context, src VIPSource, table vip.Table) (int, error) {
+// SyncVIPs computes the VIP table of a node of cluster localCluster from
+// src and hands it to table.
+func SyncVIPs(ctx context.Context, localCluster string, src VIPSource, table vip.Table) (int, error) {
 	imports, eps, err := src.ListVIPInputs(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("list VIP inputs: %w", err)
 	}
-	desired := VIPDesired(imports, eps)
+	desired := VIPDesired(localCluster, imports, eps)
 	if err := table.Set(ctx, desired); err != nil {
 		return 0, fmt.Errorf("program VIP table: %w", err)
 	}

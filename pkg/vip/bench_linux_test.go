@@ -24,26 +24,46 @@ func fillerVIP(i int) netip.Addr {
 
 // manyServices returns n ≥ 2 services: vipA:80/TCP and vipA:80/UDP → be1,
 // and n-2 fillers with two backends each.
-func manyServices(n int) map[ServiceKey][]Backend {
-	m := map[ServiceKey][]Backend{{vipA, 80, TCP}: {be1}, {vipA, 80, UDP}: {be1}}
+func manyServices(n int) map[ServiceKey]Service { return servicesWith(n, false) }
+
+// servicesWith is manyServices, or with weighted: every service has two
+// backends weighted 1 and 3 and ClientIP affinity (10800 s); vipA's are
+// be1 and be2 (both listen).
+func servicesWith(n int, weighted bool) map[ServiceKey]Service {
+	m := map[ServiceKey]Service{{vipA, 80, TCP}: on(be1), {vipA, 80, UDP}: on(be1)}
+	var affinity uint32
+	w1, w2 := uint32(1), uint32(1)
+	if weighted {
+		affinity, w2 = 10800, 3
+		two := on(Backend{Addr: be1.Addr, Port: be1.Port, Weight: w1}, Backend{Addr: be2.Addr, Port: be2.Port, Weight: w2})
+		two.AffinitySeconds = affinity
+		m[ServiceKey{vipA, 80, TCP}], m[ServiceKey{vipA, 80, UDP}] = two, two
+	}
 	for i := range n - 2 {
 		a := fillerVIP(i).As4()
-		m[ServiceKey{fillerVIP(i), 80, TCP}] = []Backend{
-			{netip.AddrFrom4([4]byte{10, 96, a[2], a[3]}), 80},
-			{netip.AddrFrom4([4]byte{242, 1, a[2], a[3]}), uint16(30000 + i%1000)},
-		}
+		m[ServiceKey{fillerVIP(i), 80, TCP}] = Service{Backends: []Backend{
+			{Addr: netip.AddrFrom4([4]byte{10, 96, a[2], a[3]}), Port: 80, Weight: w1},
+			{Addr: netip.AddrFrom4([4]byte{242, 1, a[2], a[3]}), Port: uint16(30000 + i%1000), Weight: w2},
+		}, AffinitySeconds: affinity}
 	}
 	return m
 }
 
 // connectCase is one way of connecting: a client, UDP or TCP, a destination,
-// and the number of services in the map (0: the map does not matter).
+// and the map it needs (services 0: the map does not matter).
 type connectCase struct {
-	name     string
-	c        *client
-	kind     string // "udp" (bare connect()) or "tcp" (connect + close)
-	addr     string
+	name string
+	c    *client
+	kind string // "udp" (bare connect()) or "tcp" (connect + close)
+	addr string
+	maps mapLoad
+}
+
+// mapLoad is what the maps hold for a case: services services, weighted
+// with affinity or not.
+type mapLoad struct {
 	services int
+	weighted bool
 }
 
 // measure returns ns per connect() over n connects.
@@ -64,9 +84,11 @@ func (cc connectCase) measure(tb testing.TB, n int) float64 {
 // BenchmarkConnect measures the cost of connect() seen by an application:
 // TCP connect+close (RST) over lo inside a namespace, and the bare connect()
 // system call of a UDP socket (no packet), without the hook, through the hook
-// with 1 … 100 000 services in the map, and through kube-proxy-style iptables
-// DNAT (nft backend, one rule per service in one chain, 10 000 rules, the
-// VIP's rule in the middle) in another namespace.
+// with 1 (one per protocol), 10 000 and 100 000 services in the map, each
+// with equal weights and no affinity ("plain") and with weights 1:3 and
+// ClientIP affinity on every service ("weighted+affinity"), and through
+// kube-proxy-style iptables DNAT (nft backend, one rule per service in one
+// chain, 10 000 rules, the VIP's rule in the middle) in another namespace.
 //
 // Each case is a sub-benchmark (ns/connect). Because the machine is shared
 // and noisy, the ratios are then computed from interleaved rounds: every
@@ -113,7 +135,7 @@ func BenchmarkConnect(b *testing.B) {
 	iptClient := startClient(b, ipt, "")
 
 	vip := ap(vipA, 80)
-	sizes := []int{2, 1000, 10000, 100000}
+	sizes := []int{2, 10000, 100000}
 	cases := []connectCase{
 		{name: "udp/no-hook", c: plain, kind: "udp", addr: be1.String()},
 		{name: "tcp/no-hook", c: plain, kind: "tcp", addr: be1.String()},
@@ -121,16 +143,25 @@ func BenchmarkConnect(b *testing.B) {
 		{name: fmt.Sprintf("tcp/iptables-dnat/rules=%d", rules), c: iptClient, kind: "tcp", addr: vip},
 		{name: fmt.Sprintf("tcp/iptables-miss/rules=%d", rules), c: iptClient, kind: "tcp", addr: be1.String()},
 	}
-	for _, n := range sizes {
-		cases = append(cases,
-			connectCase{name: fmt.Sprintf("udp/hook-vip/services=%d", n), c: hooked, kind: "udp", addr: vip, services: n},
-			connectCase{name: fmt.Sprintf("tcp/hook-vip/services=%d", n), c: hooked, kind: "tcp", addr: vip, services: n})
+	var loads []mapLoad
+	for _, weighted := range []bool{false, true} {
+		mode := "plain"
+		if weighted {
+			mode = "weighted+affinity"
+		}
+		for _, n := range sizes {
+			m := mapLoad{services: n, weighted: weighted}
+			loads = append(loads, m)
+			cases = append(cases,
+				connectCase{name: fmt.Sprintf("udp/hook-vip/%s/services=%d", mode, n), c: hooked, kind: "udp", addr: vip, maps: m},
+				connectCase{name: fmt.Sprintf("tcp/hook-vip/%s/services=%d", mode, n), c: hooked, kind: "tcp", addr: vip, maps: m})
+		}
 	}
-	loaded := -1
-	load := func(n int) {
-		if n != 0 && n != loaded {
-			mustSet(b, k, manyServices(n))
-			loaded = n
+	var loaded mapLoad
+	load := func(m mapLoad) {
+		if m.services != 0 && m != loaded {
+			mustSet(b, k, servicesWith(m.services, m.weighted))
+			loaded = m
 			// Let this process's GC and the kernel's deferred frees of
 			// deleted map elements finish before measuring.
 			runtime.GC()
@@ -139,7 +170,7 @@ func BenchmarkConnect(b *testing.B) {
 	}
 	for _, cc := range cases {
 		b.Run(cc.name, func(b *testing.B) {
-			load(cc.services)
+			load(cc.maps)
 			b.ResetTimer()
 			b.ReportMetric(cc.measure(b, b.N), "ns/connect")
 		})
@@ -164,10 +195,10 @@ func BenchmarkConnect(b *testing.B) {
 	samples := map[string][]float64{}
 	progNs := map[string][]float64{}
 	for range rounds {
-		for _, n := range append([]int{0}, sizes...) {
-			load(n)
+		for _, m := range append([]mapLoad{{}}, loads...) {
+			load(m)
 			for _, cc := range cases {
-				if cc.services != n {
+				if cc.maps != m {
 					continue
 				}
 				before := progStats()
@@ -189,25 +220,39 @@ func BenchmarkConnect(b *testing.B) {
 	sort.Strings(names)
 	b.Logf("%d interleaved rounds of %d connects each:   median        min (ns/connect)", rounds, perRound)
 	for _, name := range names {
-		b.Logf("  %-30s %9.0f  %9.0f", name, med[name], low[name])
+		b.Logf("  %-46s %9.0f  %9.0f", name, med[name], low[name])
 	}
 	b.Logf("vip_connect4 run time per call (kernel stats), median over rounds:")
 	for _, name := range names {
 		if p := progNs[name]; len(p) > 0 {
 			sort.Float64s(p)
-			b.Logf("  %-30s %6.0f ns/run", name, p[len(p)/2])
+			b.Logf("  %-46s %6.0f ns/run", name, p[len(p)/2])
 		}
 	}
 	ratio := func(label, num, den string) {
 		b.Logf("%s: %s / %s = %.2f (median), %.2f (min)", label, num, den, med[num]/med[den], low[num]/low[den])
 	}
-	ratio("flatness (udp)", "udp/hook-vip/services=100000", "udp/hook-vip/services=2")
-	ratio("flatness (tcp)", "tcp/hook-vip/services=100000", "tcp/hook-vip/services=2")
-	ratio("hook vs none (tcp)", "tcp/hook-vip/services=10000", "tcp/no-hook")
-	ratio("iptables DNAT vs hook at 10 000", "tcp/iptables-dnat/rules=10000", "tcp/hook-vip/services=10000")
+	for _, mode := range []string{"plain", "weighted+affinity"} {
+		for _, kind := range []string{"udp", "tcp"} {
+			ratio(fmt.Sprintf("flatness (%s, %s)", kind, mode),
+				fmt.Sprintf("%s/hook-vip/%s/services=100000", kind, mode), fmt.Sprintf("%s/hook-vip/%s/services=2", kind, mode))
+		}
+	}
 	for _, n := range sizes {
-		name := fmt.Sprintf("udp/hook-vip/services=%d", n)
-		b.Logf("hook cost per bare connect() at %6d services: %+.0f ns (median), %+.0f ns (min)", n, med[name]-med["udp/no-hook"], low[name]-low["udp/no-hook"])
+		for _, kind := range []string{"udp", "tcp"} {
+			ratio(fmt.Sprintf("weighted+affinity vs plain (%s) at %d", kind, n),
+				fmt.Sprintf("%s/hook-vip/weighted+affinity/services=%d", kind, n), fmt.Sprintf("%s/hook-vip/plain/services=%d", kind, n))
+		}
+	}
+	ratio("hook vs none (tcp)", "tcp/hook-vip/weighted+affinity/services=10000", "tcp/no-hook")
+	for _, mode := range []string{"plain", "weighted+affinity"} {
+		ratio("iptables DNAT vs hook ("+mode+") at 10 000", "tcp/iptables-dnat/rules=10000", "tcp/hook-vip/"+mode+"/services=10000")
+	}
+	for _, mode := range []string{"plain", "weighted+affinity"} {
+		for _, n := range sizes {
+			name := fmt.Sprintf("udp/hook-vip/%s/services=%d", mode, n)
+			b.Logf("hook cost per bare connect() (%s) at %6d services: %+.0f ns (median), %+.0f ns (min)", mode, n, med[name]-med["udp/no-hook"], low[name]-low["udp/no-hook"])
+		}
 	}
 }
 
@@ -250,7 +295,7 @@ func BenchmarkSet(b *testing.B) {
 			defer reportCPU(b)()
 			for i := range b.N {
 				if i%2 == 0 {
-					desired[key] = orig[:1] // a backend removed
+					desired[key] = on(orig.Backends[0]) // a backend removed
 				} else {
 					desired[key] = orig
 				}

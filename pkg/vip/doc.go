@@ -3,8 +3,10 @@
 //
 // The programs translate a VIP:port at the socket layer (cgroup connect4,
 // sendmsg4, recvmsg4 and getpeername4 hooks) to one backend picked from a BPF
-// map, so no per-packet NAT is involved. The route agent computes, from the
-// ServiceImports and EndpointSlices, one plain value map[ServiceKey][]Backend
+// map in proportion to the backends' weights (an alias table per service),
+// optionally with ClientIP session affinity per network namespace, so no
+// per-packet NAT is involved. The route agent computes, from the
+// ServiceImports and EndpointSlices, one plain value map[ServiceKey]Service
 // and hands it to Table.Set; the implementation diffs it against what the maps
 // hold and writes only the entries that changed, in an order under which a
 // concurrent lookup never sees a service pointing at a missing backend.

@@ -51,7 +51,7 @@ func NewFake(lim Limits) *Fake {
 var _ Table = (*Fake)(nil)
 
 // Set implements Table.
-func (f *Fake) Set(ctx context.Context, desired map[ServiceKey][]Backend) error {
+func (f *Fake) Set(ctx context.Context, desired map[ServiceKey]Service) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -92,15 +92,16 @@ func (f *Fake) Close() error {
 
 // Lookup resolves dst as the connect4/sendmsg4 programs do: ok false means
 // dst is not a service (the call goes through unchanged), ErrNoBackends means
-// the call fails with EHOSTUNREACH. hash selects the slot (hash % count).
-func (f *Fake) Lookup(dst ServiceKey, hash uint32) (b Backend, ok bool, err error) {
+// the call fails with EHOSTUNREACH. rSlot selects the slot (rSlot % count),
+// rCoin>>1 its backend or its alias; the backend comes without weight.
+func (f *Fake) Lookup(dst ServiceKey, rSlot, rCoin uint32) (b Backend, ok bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.maps.lookup(dst, hash)
+	return f.maps.lookup(dst, rSlot, rCoin)
 }
 
 // Services returns what the maps implement, backends in slot order.
-func (f *Fake) Services() map[ServiceKey][]Backend {
+func (f *Fake) Services() map[ServiceKey]Service {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.maps.desired()

@@ -25,6 +25,7 @@ const (
 	DefaultMaxServices   = 65536
 	DefaultMaxBackends   = 262144
 	DefaultMaxReverseNAT = 262144
+	DefaultMaxAffinity   = 262144
 )
 
 // Config says where the kernel datapath lives on the node.
@@ -42,6 +43,7 @@ type Config struct {
 	MaxServices   uint32
 	MaxBackends   uint32
 	MaxReverseNAT uint32
+	MaxAffinity   uint32 // entries of vip_affinity (client, service) → backend
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -52,6 +54,7 @@ const (
 	pinBackends = bpf.VipMapVipBackends // "vip_backends"
 	pinRevNAT   = bpf.VipMapVipRevNat   // "vip_rev_nat"
 	pinPeers    = bpf.VipMapVipPeers    // "vip_peers"
+	pinAffinity = bpf.VipMapVipAffinity // "vip_affinity"
 )
 
 // hook is one program and where it attaches. Reverse translations attach
@@ -104,6 +107,9 @@ func Open(cfg Config) (*Kernel, error) {
 	if cfg.MaxReverseNAT == 0 {
 		cfg.MaxReverseNAT = DefaultMaxReverseNAT
 	}
+	if cfg.MaxAffinity == 0 {
+		cfg.MaxAffinity = DefaultMaxAffinity
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -123,6 +129,7 @@ func Open(cfg Config) (*Kernel, error) {
 	spec.Maps[pinServices].MaxEntries = cfg.MaxServices
 	spec.Maps[pinBackends].MaxEntries = cfg.MaxBackends
 	spec.Maps[pinRevNAT].MaxEntries = cfg.MaxReverseNAT
+	spec.Maps[pinAffinity].MaxEntries = cfg.MaxAffinity
 	for _, m := range spec.Maps {
 		m.Pinning = ebpf.PinByName
 	}
@@ -207,7 +214,7 @@ func (k *Kernel) attach() error {
 }
 
 // Set implements Table.
-func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey][]Backend) error {
+func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey]Service) error {
 	if err := validate(desired, k.limits); err != nil {
 		return err
 	}
@@ -243,10 +250,10 @@ func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey][]Backend) erro
 func (k *Kernel) apply(ctx context.Context, o ops) error {
 	if len(o.putBackends) > 0 {
 		keys := make([]bpf.VipBackendKey, 0, len(o.putBackends))
-		vals := make([]bpf.VipAddr4, 0, len(o.putBackends))
-		for key, b := range o.putBackends {
+		vals := make([]bpf.VipSlot, 0, len(o.putBackends))
+		for key, sl := range o.putBackends {
 			keys = append(keys, bpf.VipBackendKey{Id: key.ID, Slot: key.Slot})
-			vals = append(vals, toAddr4(b.Addr, b.Port))
+			vals = append(vals, toSlot(sl))
 		}
 		if _, err := k.objs.VipBackends.BatchUpdate(keys, vals, nil); err != nil {
 			return fmt.Errorf("write %d backends: %w", len(keys), err)
@@ -260,7 +267,7 @@ func (k *Kernel) apply(ctx context.Context, o ops) error {
 		vals := make([]bpf.VipSvc, 0, len(o.putServices))
 		for key, s := range o.putServices {
 			keys = append(keys, toSvcKey(key))
-			vals = append(vals, bpf.VipSvc{Count: s.Count, Id: s.ID})
+			vals = append(vals, bpf.VipSvc{Count: s.Count, Id: s.ID, Affinity: s.Affinity})
 		}
 		if _, err := k.objs.VipServices.BatchUpdate(keys, vals, nil); err != nil {
 			return fmt.Errorf("write %d services: %w", len(keys), err)
@@ -292,7 +299,7 @@ func (k *Kernel) apply(ctx context.Context, o ops) error {
 
 // Services returns what the maps implement now, read from the kernel,
 // backends in slot order.
-func (k *Kernel) Services() (map[ServiceKey][]Backend, error) {
+func (k *Kernel) Services() (map[ServiceKey]Service, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.objs.VipServices == nil {
@@ -360,7 +367,7 @@ func Cleanup(pinDir string) error {
 		}
 		errs = append(errs, l.Close()) // last reference: detaches
 	}
-	for _, name := range []string{pinServices, pinBackends, pinRevNAT, pinPeers} {
+	for _, name := range []string{pinServices, pinBackends, pinRevNAT, pinPeers, pinAffinity} {
 		errs = append(errs, removePin(filepath.Join(pinDir, name)))
 	}
 	if err := os.Remove(pinDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -383,17 +390,16 @@ func readState(objs *bpf.VipObjects) (mapState, error) {
 	var sv bpf.VipSvc
 	it := objs.VipServices.Iterate()
 	for it.Next(&sk, &sv) {
-		st.services[fromSvcKey(sk)] = service{ID: sv.Id, Count: sv.Count}
+		st.services[fromSvcKey(sk)] = service{ID: sv.Id, Count: sv.Count, Affinity: sv.Affinity}
 	}
 	if err := it.Err(); err != nil {
 		return mapState{}, fmt.Errorf("read vip_services: %w", err)
 	}
 	var bk bpf.VipBackendKey
-	var bv bpf.VipAddr4
+	var bv bpf.VipSlot
 	it = objs.VipBackends.Iterate()
 	for it.Next(&bk, &bv) {
-		addr, port := fromAddr4(bv)
-		st.backends[backendKey{ID: bk.Id, Slot: bk.Slot}] = Backend{Addr: addr, Port: port}
+		st.backends[backendKey{ID: bk.Id, Slot: bk.Slot}] = fromSlot(bv)
 	}
 	if err := it.Err(); err != nil {
 		return mapState{}, fmt.Errorf("read vip_backends: %w", err)
@@ -421,6 +427,27 @@ func toAddr4(a netip.Addr, port uint16) bpf.VipAddr4 {
 }
 
 func fromAddr4(v bpf.VipAddr4) (netip.Addr, uint16) { return u32Addr(v.Addr), ntohs(v.Port) }
+
+func toSlot(sl slot) bpf.VipSlot {
+	return bpf.VipSlot{
+		Backend:   toAddr4(sl.Backend.Addr, sl.Backend.Port),
+		Alias:     toAddr4(sl.Alias.Addr, sl.Alias.Port),
+		Threshold: sl.Threshold,
+		Weight:    sl.Backend.Weight,
+		AliasSlot: sl.AliasSlot,
+	}
+}
+
+func fromSlot(v bpf.VipSlot) slot {
+	addr, port := fromAddr4(v.Backend)
+	alias, aliasPort := fromAddr4(v.Alias)
+	return slot{
+		Backend:   Backend{Addr: addr, Port: port, Weight: v.Weight},
+		Alias:     Backend{Addr: alias, Port: aliasPort},
+		Threshold: v.Threshold,
+		AliasSlot: v.AliasSlot,
+	}
+}
 
 func toSvcKey(k ServiceKey) bpf.VipSvcKey {
 	return bpf.VipSvcKey{Addr: addrU32(k.VIP), Port: htons(k.Port), Proto: uint8(k.Proto)}

@@ -3,6 +3,7 @@ package vip
 import (
 	"context"
 	"errors"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,11 +19,11 @@ import (
 var (
 	vipA = netip.MustParseAddr("243.0.0.1")
 	vipB = netip.MustParseAddr("243.0.0.2")
-	be1  = Backend{netip.MustParseAddr("10.200.0.1"), 8081}
-	be2  = Backend{netip.MustParseAddr("10.200.0.2"), 8082}
+	be1  = be("10.200.0.1:8081")
+	be2  = be("10.200.0.2:8082")
 	// UDP backends listen on the same addresses, other ports.
-	be1u = Backend{netip.MustParseAddr("10.200.0.1"), 5301}
-	be2u = Backend{netip.MustParseAddr("10.200.0.2"), 5302}
+	be1u = be("10.200.0.1:5301")
+	be2u = be("10.200.0.2:5302")
 )
 
 // fixture is a namespace with two TCP and two UDP echo backends on 10.200.0.1
@@ -57,7 +58,7 @@ func (f *fixture) open(tb testing.TB) *Kernel {
 	return k
 }
 
-func mustSet(tb testing.TB, tbl Table, desired map[ServiceKey][]Backend) {
+func mustSet(tb testing.TB, tbl Table, desired map[ServiceKey]Service) {
 	tb.Helper()
 	if err := tbl.Set(context.Background(), desired); err != nil {
 		tb.Fatalf("set: %v", err)
@@ -78,22 +79,22 @@ func TestKernelTranslates(t *testing.T) {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	desired := map[ServiceKey][]Backend{
-		{vipA, 80, TCP}: {be2, be1},
-		{vipA, 53, UDP}: {be1u, be2u},
-		{vipB, 80, TCP}: {},
-		{vipB, 53, UDP}: nil,
+	desired := map[ServiceKey]Service{
+		{vipA, 80, TCP}: on(be2, be1),
+		{vipA, 53, UDP}: on(be1u, be2u),
+		{vipB, 80, TCP}: on(),
+		{vipB, 53, UDP}: {},
 	}
 	mustSet(t, k, desired)
 	got, err := k.Services()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[ServiceKey][]Backend{
-		{vipA, 80, TCP}: {be1, be2},
-		{vipA, 53, UDP}: {be1u, be2u},
-		{vipB, 80, TCP}: {},
-		{vipB, 53, UDP}: {},
+	want := map[ServiceKey]Service{
+		{vipA, 80, TCP}: on(be1, be2),
+		{vipA, 53, UDP}: on(be1u, be2u),
+		{vipB, 80, TCP}: on(),
+		{vipB, 53, UDP}: on(),
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("maps hold %v, want %v", got, want)
@@ -149,7 +150,7 @@ func TestKernelTranslates(t *testing.T) {
 	}
 
 	// Remove be2: new connections go to be1 only.
-	desired[ServiceKey{vipA, 80, TCP}] = []Backend{be1}
+	desired[ServiceKey{vipA, 80, TCP}] = on(be1)
 	mustSet(t, k, desired)
 	if ops := k.LastOps(); ops != (OpCounts{PutServices: 1, DeleteBackends: 1}) {
 		t.Errorf("removing one backend wrote %+v, want one service update and one backend delete", ops)
@@ -158,6 +159,143 @@ func TestKernelTranslates(t *testing.T) {
 		if res := c.do(t, "tcp %s", ap(vipA, 80)); !strings.HasPrefix(res, "ok be1 ") {
 			t.Fatalf("after removing be2: %s, want be1", res)
 		}
+	}
+}
+
+// TestKernelWeights: with weights 1 and 3, 400 TCP connections through the
+// hook split about 1:3 (within 5 standard deviations of a binomial), for
+// connect() (random) and for unconnected UDP sendto() from new sockets
+// (hash of the socket cookie); then, with the weights swapped by a Set
+// that rewrites the two slots only, about 3:1.
+func TestKernelWeights(t *testing.T) {
+	f := newFixture(t)
+	k := f.open(t)
+	t.Cleanup(func() { _ = k.Cleanup() })
+	one := func(b Backend, w uint32) Backend { b.Weight = w; return b }
+	desired := map[ServiceKey]Service{
+		{vipA, 80, TCP}: on(one(be1, 1), one(be2, 3)),
+		{vipA, 53, UDP}: on(one(be1u, 1), one(be2u, 3)),
+	}
+	mustSet(t, k, desired)
+	c := startClient(t, f.ns, f.cg)
+	const n = 400
+	share := func(cmd string, port uint16) float64 {
+		got := 0
+		for range n {
+			res := c.do(t, "%s %s", cmd, ap(vipA, port))
+			switch {
+			case strings.HasPrefix(res, "ok be1 "):
+				got++
+			case !strings.HasPrefix(res, "ok be2 "):
+				t.Fatalf("%s to %s: %s", cmd, ap(vipA, port), res)
+			}
+		}
+		return float64(got) / n
+	}
+	within := func(what string, got, want float64) {
+		sd := math.Sqrt(want * (1 - want) / n)
+		if math.Abs(got-want) > 5*sd {
+			t.Errorf("%s: be1 got %.3f of %d, want %.2f ± %.3f", what, got, n, want, 5*sd)
+		} else {
+			t.Logf("%s: be1 got %.3f of %d (want %.2f)", what, got, n, want)
+		}
+	}
+	within("tcp, weights 1:3", share("tcp", 80), 0.25)
+	within("udp sendto, weights 1:3", share("udp", 53), 0.25)
+
+	desired[ServiceKey{vipA, 80, TCP}] = on(one(be1, 3), one(be2, 1))
+	mustSet(t, k, desired)
+	if ops := k.LastOps(); ops != (OpCounts{PutBackends: 2}) {
+		t.Errorf("swapping the weights wrote %+v, want the two slots", ops)
+	}
+	got, err := k.Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Backend{one(be1, 3), one(be2, 1)}; !reflect.DeepEqual(got[ServiceKey{vipA, 80, TCP}].Backends, want) {
+		t.Errorf("maps hold %v, want %v", got[ServiceKey{vipA, 80, TCP}].Backends, want)
+	}
+	within("tcp, weights 3:1", share("tcp", 80), 0.75)
+}
+
+// TestKernelAffinity: with ClientIP affinity (1 s), 50 TCP connects and 20
+// UDP sendto()s from new sockets of one client (one network namespace) land
+// on one backend each; weights changed to leave that backend 2^-32 of the
+// picks do not move it within the timeout; after the timeout the next
+// connect picks anew (the other backend, by the weights) and sticks there;
+// a remembered backend removed from the service is not used; without
+// affinity the connects spread over both.
+func TestKernelAffinity(t *testing.T) {
+	f := newFixture(t)
+	k := f.open(t)
+	t.Cleanup(func() { _ = k.Cleanup() })
+	tcp, udp := ServiceKey{vipA, 80, TCP}, ServiceKey{vipA, 53, UDP}
+	desired := map[ServiceKey]Service{
+		tcp: {Backends: []Backend{be1, be2}, AffinitySeconds: 1},
+		udp: {Backends: []Backend{be1u, be2u}, AffinitySeconds: 1},
+	}
+	mustSet(t, k, desired)
+	got, err := k.Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, desired) {
+		t.Fatalf("maps hold %v, want %v", got, desired)
+	}
+	c := startClient(t, f.ns, f.cg)
+	// backends returns how often each backend answered n connects.
+	backends := func(cmd string, key ServiceKey, n int) map[string]int {
+		seen := map[string]int{}
+		for range n {
+			res := c.do(t, "%s %s", cmd, ap(key.VIP, key.Port))
+			fields := strings.Fields(res)
+			if len(fields) < 2 || fields[0] != "ok" {
+				t.Fatalf("%s to %s: %s", cmd, ap(key.VIP, key.Port), res)
+			}
+			seen[fields[1]]++
+		}
+		return seen
+	}
+	only := func(seen map[string]int) string {
+		if len(seen) != 1 {
+			t.Fatalf("connects reached %v, want one backend", seen)
+		}
+		for name := range seen {
+			return name
+		}
+		return ""
+	}
+	first := only(backends("tcp", tcp, 50))
+	only(backends("udp", udp, 20))
+
+	// Leave the remembered backend a 2^-32 share: affinity keeps it.
+	kept, other := be1, be2
+	if first == "be2" {
+		kept, other = be2, be1
+	}
+	kept.Weight, other.Weight = 1, math.MaxUint32-1
+	desired[tcp] = Service{Backends: []Backend{kept, other}, AffinitySeconds: 1}
+	mustSet(t, k, desired)
+	if name := only(backends("tcp", tcp, 50)); name != first {
+		t.Fatalf("within the timeout the client moved from %s to %s", first, name)
+	}
+	// After the timeout the weights decide again, and the new choice sticks.
+	time.Sleep(1500 * time.Millisecond)
+	second := only(backends("tcp", tcp, 20))
+	if second == first {
+		t.Fatalf("after the timeout the client stayed on %s (weight 1 of 2^32-1)", first)
+	}
+	// The remembered backend leaves the service: not used any more.
+	desired[tcp] = Service{Backends: []Backend{kept}, AffinitySeconds: 1}
+	mustSet(t, k, desired)
+	if name := only(backends("tcp", tcp, 5)); name != first {
+		t.Fatalf("with %s removed the client reached %s", second, name)
+	}
+	// Without affinity: spread.
+	desired[tcp] = Service{Backends: []Backend{be1, be2}}
+	mustSet(t, k, desired)
+	if seen := backends("tcp", tcp, 40); len(seen) != 2 {
+		t.Errorf("without affinity 40 connects reached %v, want both backends", seen)
 	}
 }
 
@@ -183,7 +321,7 @@ func TestKernelUnknownVIPFailsFast(t *testing.T) {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	mustSet(t, k, map[ServiceKey][]Backend{{vipA, 80, TCP}: {be1}, {vipA, 53, UDP}: {be1u}})
+	mustSet(t, k, map[ServiceKey]Service{{vipA, 80, TCP}: on(be1), {vipA, 53, UDP}: on(be1u)})
 	unknown := netip.MustParseAddr("243.0.0.9")
 	c := startClient(t, f.ns, f.cg)
 
@@ -232,7 +370,7 @@ func parseOK(t *testing.T, res string) (name, peer string, ok bool) {
 func TestKernelRestartAdoptsAndCleanup(t *testing.T) {
 	f := newFixture(t)
 	k := f.open(t)
-	desired := map[ServiceKey][]Backend{{vipA, 80, TCP}: {be1, be2}}
+	desired := map[ServiceKey]Service{{vipA, 80, TCP}: on(be1, be2)}
 	mustSet(t, k, desired)
 
 	c := startClient(t, f.ns, f.cg)

@@ -37,44 +37,69 @@ func OpenPinned(pinDir string) (*Pinned, error) {
 // errChanged means the maps changed while a service was being read.
 var errChanged = errors.New("service changed while reading it")
 
-// Backends returns the backends of key in slot order, as the programs see
-// them now, and whether key is a service at all. A read that races a Set
-// (a slot deleted between reading the service and its slots) is retried,
-// so the answer is one the maps really held.
-func (p *Pinned) Backends(key ServiceKey) ([]Backend, bool, error) {
+// Service returns what key is translated to, backends in slot order with
+// their weights, as the programs see it now, and whether key is a service
+// at all. A read that races a Set (a slot deleted between reading the
+// service and its slots) is retried, so the answer is one the maps really
+// held.
+func (p *Pinned) Service(key ServiceKey) (Service, bool, error) {
 	for attempt := 0; attempt < 10; attempt++ {
-		bes, ok, err := p.read(key)
+		svc, ok, err := p.read(key)
 		if !errors.Is(err, errChanged) {
-			return bes, ok, err
+			return svc, ok, err
 		}
 	}
-	return nil, false, fmt.Errorf("read service %s: %w (10 attempts)", key, errChanged)
+	return Service{}, false, fmt.Errorf("read service %s: %w (10 attempts)", key, errChanged)
 }
 
-func (p *Pinned) read(key ServiceKey) ([]Backend, bool, error) {
+// Services returns every service the maps hold (each read as Service does).
+func (p *Pinned) Services() (map[ServiceKey]Service, error) {
+	var keys []ServiceKey
+	var k bpf.VipSvcKey
+	var v bpf.VipSvc
+	it := p.services.Iterate()
+	for it.Next(&k, &v) {
+		keys = append(keys, fromSvcKey(k))
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", pinServices, err)
+	}
+	out := make(map[ServiceKey]Service, len(keys))
+	for _, key := range keys {
+		svc, ok, err := p.Service(key)
+		if err != nil {
+			return nil, err
+		}
+		if ok { // else deleted since the iteration
+			out[key] = svc
+		}
+	}
+	return out, nil
+}
+
+func (p *Pinned) read(key ServiceKey) (Service, bool, error) {
 	var sv bpf.VipSvc
 	if err := p.services.Lookup(toSvcKey(key), &sv); errors.Is(err, ebpf.ErrKeyNotExist) {
-		return nil, false, nil
+		return Service{}, false, nil
 	} else if err != nil {
-		return nil, false, fmt.Errorf("read service %s: %w", key, err)
+		return Service{}, false, fmt.Errorf("read service %s: %w", key, err)
 	}
-	out := make([]Backend, 0, sv.Count)
-	for slot := uint32(0); slot < sv.Count; slot++ {
-		var v bpf.VipAddr4
-		err := p.backends.Lookup(bpf.VipBackendKey{Id: sv.Id, Slot: slot}, &v)
+	out := Service{AffinitySeconds: sv.Affinity}
+	for i := uint32(0); i < sv.Count; i++ {
+		var v bpf.VipSlot
+		err := p.backends.Lookup(bpf.VipBackendKey{Id: sv.Id, Slot: i}, &v)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil, false, errChanged
+			return Service{}, false, errChanged
 		} else if err != nil {
-			return nil, false, fmt.Errorf("read service %s slot %d: %w", key, slot, err)
+			return Service{}, false, fmt.Errorf("read service %s slot %d: %w", key, i, err)
 		}
-		addr, port := fromAddr4(v)
-		out = append(out, Backend{Addr: addr, Port: port})
+		out.Backends = append(out.Backends, fromSlot(v).Backend)
 	}
 	// The slots read must belong to the service as it is now: a Set may
 	// have reused the ID or changed the count in between.
 	var now bpf.VipSvc
 	if err := p.services.Lookup(toSvcKey(key), &now); err != nil || now != sv {
-		return nil, false, errChanged
+		return Service{}, false, errChanged
 	}
 	return out, true, nil
 }

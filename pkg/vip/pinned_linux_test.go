@@ -31,25 +31,26 @@ func TestPinnedReadsWhatSetWrote(t *testing.T) {
 		ok  bool
 	}
 	for i, step := range []struct {
-		desired map[ServiceKey][]Backend
+		desired map[ServiceKey]Service
 		want    map[ServiceKey]want
 	}{
 		{
-			desired: map[ServiceKey][]Backend{a: {be2, be1}, b: {}},
-			want:    map[ServiceKey]want{a: {[]Backend{be1, be2}, true}, b: {[]Backend{}, true}, u: {nil, false}},
+			desired: map[ServiceKey]Service{a: on(be2, be1), b: {}},
+			want:    map[ServiceKey]want{a: {[]Backend{be1, be2}, true}, b: {nil, true}, u: {nil, false}},
 		},
 		{
-			desired: map[ServiceKey][]Backend{a: {be2}, b: {be1}, u: {be1u}},
+			desired: map[ServiceKey]Service{a: on(be2), b: on(be1), u: on(be1u)},
 			want:    map[ServiceKey]want{a: {[]Backend{be2}, true}, b: {[]Backend{be1}, true}, u: {[]Backend{be1u}, true}},
 		},
 		{
-			desired: map[ServiceKey][]Backend{u: {be1u, be2u}},
+			desired: map[ServiceKey]Service{u: on(be1u, be2u)},
 			want:    map[ServiceKey]want{a: {nil, false}, b: {nil, false}, u: {[]Backend{be1u, be2u}, true}},
 		},
 	} {
 		mustSet(t, k, step.desired)
 		for key, w := range step.want {
-			bes, ok, err := p.Backends(key)
+			svc, ok, err := p.Service(key)
+			bes := svc.Backends
 			if err != nil {
 				t.Fatalf("step %d: %s: %v", i, key, err)
 			}

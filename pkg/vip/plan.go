@@ -2,17 +2,19 @@ package vip
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 )
 
 // The Go model of the two maps the programs read. It mirrors the kernel
-// layout one to one (bpf/vip.c): a service entry holds the number of backends
-// and an ID; backend i of the service is stored under {ID, i}.
+// layout one to one (bpf/vip.c): a service entry holds the number of slots
+// and an ID; slot i of the service is stored under {ID, i}.
 
 // service is a value of vip_services.
 type service struct {
-	ID    uint32
-	Count uint32
+	ID       uint32
+	Count    uint32
+	Affinity uint32 // seconds, 0: none
 }
 
 // backendKey is a key of vip_backends.
@@ -21,23 +23,39 @@ type backendKey struct {
 	Slot uint32
 }
 
+// slot is a value of vip_backends: one entry of a service's alias table.
+// Slot i holds the service's i-th backend (canonical order, with its
+// weight) and an alias (address and port only, and its own slot): a pick chooses a slot
+// uniformly, then Backend when a uniform coin in [0, coinScale) is below
+// Threshold, Alias otherwise.
+type slot struct {
+	Backend   Backend
+	Alias     Backend
+	Threshold uint32
+	AliasSlot uint32 // the slot whose backend Alias is (session affinity remembers slots)
+}
+
+// coinScale is the range of the coin (31 random bits); a Threshold of
+// coinScale always gives the slot's own backend.
+const coinScale = 1 << 31
+
 // mapState is the content of vip_services and vip_backends. It may hold what a
-// killed daemon left half-written: backends of no service, a count larger than
+// killed daemon left half-written: slots of no service, a count larger than
 // the slots present.
 type mapState struct {
 	services map[ServiceKey]service
-	backends map[backendKey]Backend
+	backends map[backendKey]slot
 }
 
 func newMapState() mapState {
-	return mapState{services: map[ServiceKey]service{}, backends: map[backendKey]Backend{}}
+	return mapState{services: map[ServiceKey]service{}, backends: map[backendKey]slot{}}
 }
 
 // ops are the map writes that turn one mapState into another, in the order
-// they must be applied: new backend slots before the counts that expose them,
+// they must be applied: new slots before the counts that expose them,
 // smaller counts and deleted services before the slots they stop exposing.
 type ops struct {
-	putBackends    map[backendKey]Backend
+	putBackends    map[backendKey]slot
 	putServices    map[ServiceKey]service
 	deleteServices []ServiceKey
 	deleteBackends []backendKey
@@ -49,60 +67,130 @@ func (o ops) empty() bool {
 		len(o.deleteServices) == 0 && len(o.deleteBackends) == 0
 }
 
-// canonical returns bes sorted and without duplicates: the slot order, so that
-// the same set of backends in another order changes nothing.
-func canonical(bes []Backend) []Backend {
-	less := func(a, b Backend) int {
-		if c := a.Addr.Compare(b.Addr); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Port, b.Port)
+func compareBackends(a, b Backend) int {
+	if c := a.Addr.Compare(b.Addr); c != 0 {
+		return c
 	}
-	// Already strictly increasing (the common case): no copy.
-	if slices.IsSortedFunc(bes, func(a, b Backend) int {
-		if c := less(a, b); c != 0 {
-			return c
+	return cmp.Compare(a.Port, b.Port)
+}
+
+// canonical returns bes sorted by address and port, weight 0 counted as 1,
+// and duplicates (same address and port) merged into one backend with the
+// sum of their weights: the slot order, so that the same backends in
+// another order change nothing.
+func canonical(bes []Backend) []Backend {
+	// Already strictly increasing with weights set (the common case): no copy.
+	done := true
+	for i, b := range bes {
+		if b.Weight == 0 || i > 0 && compareBackends(bes[i-1], b) >= 0 {
+			done = false
+			break
 		}
-		return -1 // equal neighbours are duplicates: not canonical
-	}) {
+	}
+	if done {
 		return bes
 	}
 	out := slices.Clone(bes)
-	slices.SortFunc(out, less)
-	return slices.Compact(out)
+	slices.SortFunc(out, compareBackends)
+	merged := out[:0]
+	for _, b := range out {
+		b.Weight = max(b.Weight, 1)
+		if n := len(merged); n > 0 && compareBackends(merged[n-1], b) == 0 {
+			merged[n-1].Weight += b.Weight
+			continue
+		}
+		merged = append(merged, b)
+	}
+	return merged
+}
+
+// Canonical returns bes as Set stores them and the maps read back: sorted
+// by address and port, weight 0 counted as 1, duplicates merged with their
+// weights summed. Two backend lists with the same Canonical form are the
+// same service.
+func Canonical(bes []Backend) []Backend { return slices.Clone(canonical(bes)) }
+
+// aliasTable returns the slots of a service with the canonical backends bes:
+// backend i is chosen with probability weight_i / Σ weights (up to the
+// coin's resolution, 2^-31 per slot). Vose's construction, deterministic in
+// the order of bes.
+func aliasTable(bes []Backend) []slot {
+	slots := make([]slot, len(bes))
+	uniform := true
+	for i, b := range bes {
+		slots[i] = slot{Backend: b, Alias: Backend{Addr: b.Addr, Port: b.Port}, Threshold: coinScale, AliasSlot: uint32(i)}
+		uniform = uniform && b.Weight == bes[0].Weight
+	}
+	if uniform {
+		return slots
+	}
+	// In units where a slot holds total: slot i must give backend i
+	// q[i] = weight_i × n of them in all.
+	n := uint64(len(bes))
+	var total uint64
+	q := make([]uint64, len(bes))
+	for i, b := range bes {
+		total += uint64(b.Weight)
+		q[i] = uint64(b.Weight) * n
+	}
+	var small, large []int
+	for i := range q {
+		if q[i] < total {
+			small = append(small, i)
+		} else {
+			large = append(large, i)
+		}
+	}
+	for len(small) > 0 && len(large) > 0 {
+		s, l := small[len(small)-1], large[len(large)-1]
+		small, large = small[:len(small)-1], large[:len(large)-1]
+		// Slot s: backend s for q[s]/total of it, the rest goes to l.
+		hi, lo := bits.Mul64(q[s], coinScale)
+		thr, _ := bits.Div64(hi, lo, total) // hi < total because q[s] < total
+		slots[s].Threshold = uint32(thr)
+		slots[s].Alias, slots[s].AliasSlot = Backend{Addr: bes[l].Addr, Port: bes[l].Port}, uint32(l)
+		q[l] -= total - q[s]
+		if q[l] < total {
+			small = append(small, l)
+		} else {
+			large = append(large, l)
+		}
+	}
+	// What is left fills its own slot (exactly, or up to rounding).
+	return slots
 }
 
 // plan returns the writes that make cur implement desired. Services already
 // in cur keep their ID; a new service gets the lowest ID (from 1) that no
-// entry of cur uses, not even a stale backend, so it never exposes slots
+// entry of cur uses, not even a stale slot, so it never exposes slots
 // written for another service. Only changed entries are written; the Go-side
 // work is one pass over desired and cur.services, plus one pass over
 // cur.backends when cur is inconsistent (left half-written by a killed
 // daemon).
-func plan(cur mapState, desired map[ServiceKey][]Backend) ops {
-	o := ops{putBackends: map[backendKey]Backend{}, putServices: map[ServiceKey]service{}}
+func plan(cur mapState, desired map[ServiceKey]Service) ops {
+	o := ops{putBackends: map[backendKey]slot{}, putServices: map[ServiceKey]service{}}
 	inconsistent := false
 	var added []ServiceKey
-	for k, bes := range desired {
+	for k, svc := range desired {
 		s, ok := cur.services[k]
 		if !ok {
 			added = append(added, k)
 			continue
 		}
-		bes = canonical(bes)
-		for i, b := range bes {
+		slots := aliasTable(canonical(svc.Backends))
+		for i, sl := range slots {
 			bk := backendKey{ID: s.ID, Slot: uint32(i)}
-			if old, ok := cur.backends[bk]; !ok || old != b {
-				o.putBackends[bk] = b
+			if old, ok := cur.backends[bk]; !ok || old != sl {
+				o.putBackends[bk] = sl
 				if !ok && uint32(i) < s.Count {
 					inconsistent = true
 				}
 			}
 		}
-		if s.Count != uint32(len(bes)) {
-			o.putServices[k] = service{ID: s.ID, Count: uint32(len(bes))}
-			for slot := uint32(len(bes)); slot < s.Count; slot++ {
-				bk := backendKey{ID: s.ID, Slot: slot}
+		if s.Count != uint32(len(slots)) || s.Affinity != svc.AffinitySeconds {
+			o.putServices[k] = service{ID: s.ID, Count: uint32(len(slots)), Affinity: svc.AffinitySeconds}
+			for i := uint32(len(slots)); i < s.Count; i++ {
+				bk := backendKey{ID: s.ID, Slot: i}
 				if _, ok := cur.backends[bk]; ok {
 					o.deleteBackends = append(o.deleteBackends, bk)
 				}
@@ -116,8 +204,8 @@ func plan(cur mapState, desired map[ServiceKey][]Backend) ops {
 			continue
 		}
 		o.deleteServices = append(o.deleteServices, k)
-		for slot := range s.Count {
-			bk := backendKey{ID: s.ID, Slot: slot}
+		for i := range s.Count {
+			bk := backendKey{ID: s.ID, Slot: i}
 			if _, ok := cur.backends[bk]; ok {
 				o.deleteBackends = append(o.deleteBackends, bk)
 			}
@@ -128,11 +216,11 @@ func plan(cur mapState, desired map[ServiceKey][]Backend) ops {
 		inconsistent = true
 	}
 	if inconsistent {
-		// Delete every backend no service (as it will be) exposes.
+		// Delete every slot no service (as it will be) exposes.
 		newCount := map[uint32]uint32{} // by ID, for services that stay
 		for k, s := range cur.services {
-			if bes, ok := desired[k]; ok {
-				newCount[s.ID] = uint32(len(canonical(bes)))
+			if svc, ok := desired[k]; ok {
+				newCount[s.ID] = uint32(len(canonical(svc.Backends)))
 			}
 		}
 		exposed := func(bk backendKey) bool {
@@ -152,7 +240,7 @@ func plan(cur mapState, desired map[ServiceKey][]Backend) ops {
 	if len(added) == 0 {
 		return o
 	}
-	// IDs in use, stale backends' included.
+	// IDs in use, stale slots' included.
 	used := make(map[uint32]bool, len(cur.services))
 	for _, s := range cur.services {
 		used[s.ID] = true
@@ -169,10 +257,10 @@ func plan(cur mapState, desired map[ServiceKey][]Backend) ops {
 			nextID++
 		}
 		used[nextID] = true
-		bes := canonical(desired[k])
-		o.putServices[k] = service{ID: nextID, Count: uint32(len(bes))}
-		for i, b := range bes {
-			o.putBackends[backendKey{ID: nextID, Slot: uint32(i)}] = b
+		slots := aliasTable(canonical(desired[k].Backends))
+		o.putServices[k] = service{ID: nextID, Count: uint32(len(slots)), Affinity: desired[k].AffinitySeconds}
+		for i, sl := range slots {
+			o.putBackends[backendKey{ID: nextID, Slot: uint32(i)}] = sl
 		}
 	}
 	return o
@@ -190,9 +278,10 @@ func compareKeys(a, b ServiceKey) int {
 
 // lookup resolves dst as the programs do: ok is false when dst is no service
 // (the socket call proceeds unchanged); err is ErrNoBackends when the service
-// has none (the call fails with EHOSTUNREACH). hash picks the slot (hash %
-// count): random for connect(), derived from the socket cookie for sendmsg().
-func (m mapState) lookup(dst ServiceKey, hash uint32) (b Backend, ok bool, err error) {
+// has none (the call fails with EHOSTUNREACH). rSlot picks the slot (rSlot %
+// count), rCoin>>1 the slot's backend or its alias: random for connect(),
+// derived from the socket cookie for sendmsg().
+func (m mapState) lookup(dst ServiceKey, rSlot, rCoin uint32) (b Backend, ok bool, err error) {
 	s, found := m.services[dst]
 	if !found {
 		return Backend{}, false, nil
@@ -200,25 +289,28 @@ func (m mapState) lookup(dst ServiceKey, hash uint32) (b Backend, ok bool, err e
 	if s.Count == 0 {
 		return Backend{}, true, ErrNoBackends
 	}
-	b, found = m.backends[backendKey{ID: s.ID, Slot: hash % s.Count}]
+	sl, found := m.backends[backendKey{ID: s.ID, Slot: rSlot % s.Count}]
 	if !found {
 		return Backend{}, true, ErrNoBackends
 	}
-	return b, true, nil
+	if rCoin>>1 < sl.Threshold {
+		return Backend{Addr: sl.Backend.Addr, Port: sl.Backend.Port}, true, nil
+	}
+	return sl.Alias, true, nil
 }
 
-// desired returns the services m implements: what Set was last given when m
-// is consistent.
-func (m mapState) desired() map[ServiceKey][]Backend {
-	out := make(map[ServiceKey][]Backend, len(m.services))
+// desired returns the services m implements: what Set was last given, in
+// canonical form, when m is consistent.
+func (m mapState) desired() map[ServiceKey]Service {
+	out := make(map[ServiceKey]Service, len(m.services))
 	for k, s := range m.services {
-		bes := make([]Backend, 0, s.Count)
+		var bes []Backend
 		for i := range s.Count {
-			if b, ok := m.backends[backendKey{ID: s.ID, Slot: i}]; ok {
-				bes = append(bes, b)
+			if sl, ok := m.backends[backendKey{ID: s.ID, Slot: i}]; ok {
+				bes = append(bes, sl.Backend)
 			}
 		}
-		out[k] = bes
+		out[k] = Service{Backends: bes, AffinitySeconds: s.Affinity}
 	}
 	return out
 }

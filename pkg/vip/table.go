@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 )
 
@@ -43,19 +44,42 @@ func (k ServiceKey) String() string {
 type Backend struct {
 	Addr netip.Addr
 	Port uint16
+	// Weight is the backend's share of the service's connections relative
+	// to its other backends (the route agent: the exporting cluster's ready
+	// endpoints). 0 counts as 1.
+	Weight uint32
 }
 
-func (b Backend) String() string { return netip.AddrPortFrom(b.Addr, b.Port).String() }
+// AddrPort is where the backend is reached.
+func (b Backend) AddrPort() netip.AddrPort { return netip.AddrPortFrom(b.Addr, b.Port) }
+
+func (b Backend) String() string {
+	if b.Weight > 1 {
+		return fmt.Sprintf("%s*%d", b.AddrPort(), b.Weight)
+	}
+	return b.AddrPort().String()
+}
+
+// Service is what a ServiceKey is translated to.
+type Service struct {
+	// Backends share the connections in proportion to their weights.
+	Backends []Backend
+	// AffinitySeconds is the ClientIP session affinity timeout: while a
+	// client (a network namespace) connects again within this many
+	// seconds of its last connection, it gets the same backend, as long
+	// as that is still one of Backends. 0: no affinity.
+	AffinitySeconds uint32
+}
 
 // Table is the VIP datapath as the route agent sees it.
 type Table interface {
 	// Set makes the datapath translate exactly the services in desired.
-	// A service with an empty backend list stays in the table and makes
+	// A service with no backends stays in the table and makes
 	// connect()/sendmsg() to it fail with EHOSTUNREACH; a VIP:port not in
 	// desired is left alone by the programs. Set validates all of desired
 	// before changing anything; on an error from the kernel the next Set
 	// re-reads the maps and converges.
-	Set(ctx context.Context, desired map[ServiceKey][]Backend) error
+	Set(ctx context.Context, desired map[ServiceKey]Service) error
 	// Close releases the Table's resources. The kernel implementation leaves
 	// the programs attached and the maps pinned, so the datapath keeps
 	// working until a new Table adopts them or Cleanup removes them.
@@ -73,12 +97,12 @@ type Limits struct {
 }
 
 // validate checks desired against what the programs can express and lim.
-func validate(desired map[ServiceKey][]Backend, lim Limits) error {
+func validate(desired map[ServiceKey]Service, lim Limits) error {
 	if lim.Services != 0 && len(desired) > int(lim.Services) {
 		return fmt.Errorf("%w: %d services, the map holds %d", ErrInvalid, len(desired), lim.Services)
 	}
 	total := 0
-	for k, bes := range desired {
+	for k, svc := range desired {
 		if !k.VIP.Is4() {
 			return fmt.Errorf("%w: service %s: VIP is not IPv4", ErrInvalid, k)
 		}
@@ -88,7 +112,9 @@ func validate(desired map[ServiceKey][]Backend, lim Limits) error {
 		if k.Proto != TCP && k.Proto != UDP {
 			return fmt.Errorf("%w: service %s: protocol must be TCP or UDP", ErrInvalid, k)
 		}
-		for _, b := range bes {
+		var weights uint64
+		for _, b := range svc.Backends {
+			weights += uint64(max(b.Weight, 1))
 			if !b.Addr.Is4() {
 				return fmt.Errorf("%w: service %s: backend %s is not IPv4", ErrInvalid, k, b)
 			}
@@ -96,7 +122,10 @@ func validate(desired map[ServiceKey][]Backend, lim Limits) error {
 				return fmt.Errorf("%w: service %s: backend %s has port 0", ErrInvalid, k, b)
 			}
 		}
-		total += len(bes)
+		if weights > math.MaxUint32 {
+			return fmt.Errorf("%w: service %s: weights sum to %d, more than 2^32-1", ErrInvalid, k, weights)
+		}
+		total += len(svc.Backends)
 	}
 	if lim.Backends != 0 && total > int(lim.Backends) {
 		return fmt.Errorf("%w: %d backends, the map holds %d", ErrInvalid, total, lim.Backends)
