@@ -136,6 +136,11 @@ exec sleep 3600
 			t.Fatal(err)
 		}
 	}
+	// A pod whose network namespace exists when the gateway's mount
+	// namespace is made (see below).
+	l.createPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "brief"},
+		Spec: corev1.PodSpec{NodeName: "n0", Containers: []corev1.Container{{Name: "c", Image: apps.ImageClient}}}})
+	l.runningReady("brief")
 	gwPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gateway-n0", Namespace: ns}, Spec: gw.Spec.Template.Spec}
 	gwPod.Spec.NodeName, gwPod.Spec.PriorityClassName = "n0", ""
 	if _, err := l.kube.CoreV1().Pods(ns).Create(ctx, gwPod, metav1.CreateOptions{}); err != nil {
@@ -148,6 +153,28 @@ exec sleep 3600
 	if b, err := os.ReadFile(filepath.Join(hostLib, "gateway", "probe")); err != nil || string(b) != "written\n" {
 		t.Errorf("hostPath /var/lib/causeway/gateway not remapped to %s: %q, %v", hostLib, b, err)
 	}
+	// The gateway's mount namespace was made while the brief pod's
+	// network namespace was mounted under /run/netns: deleting the pod
+	// leaves no mount of it there (which would keep the namespace, and
+	// its veth, alive).
+	briefNS := l.host.Names().Pod("c1", "n0", testNS, "brief")
+	gwRunning, err := l.kube.CoreV1().Pods(ns).Get(ctx, "gateway-n0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.kube.CoreV1().Pods(testNS).Delete(ctx, "brief", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mountinfo := fmt.Sprintf("/proc/%d/mountinfo", pidOf(t, gwRunning))
+	eventually(t, "the deleted pod's namespace unmounted in the gateway's mount namespace", func() (bool, string) {
+		b, err := os.ReadFile(mountinfo)
+		if err != nil {
+			return false, err.Error()
+		}
+		_, gone := l.pod("brief")
+		return gone != nil && !strings.Contains(string(b), briefNS), fmt.Sprintf("pod deleted: %v", gone != nil)
+	})
+
 	// The token in the pod's volume authenticates as the ServiceAccount.
 	tokens, _ := filepath.Glob(filepath.Join(l.dir, "n0", "pods", ns+"_gateway-n0", "volumes", "kube-api-access-*", "token"))
 	if len(tokens) != 1 {

@@ -565,8 +565,11 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 		return
 	}
 	if len(mounts) > 0 {
-		// A private mount namespace with the volumes bound in.
-		cmd.Args = append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", mountScript(mounts), "sh", cmd.Path}, cmd.Args...)
+		// A mount namespace of its own with the volumes bound in. Slave
+		// propagation: what the host unmounts goes away here too (a
+		// mount kept here would keep, e.g., a deleted pod's network
+		// namespace alive), and nothing mounted here reaches the host.
+		cmd.Args = append([]string{"--mount", "--propagation", "slave", "--", "sh", "-c", mountScript(mounts), "sh", cmd.Path}, cmd.Args...)
 		cmd.Path = k.unshare
 	}
 	np := w.netlabPod()

@@ -364,7 +364,7 @@ func containerMounts(c corev1.Container, vols map[string]string) ([]mount, error
 }
 
 // mountScript is the sh script that, in a fresh private mount namespace
-// (unshare --mount --propagation private), bind-mounts mounts and then
+// (unshare --mount --propagation slave), bind-mounts mounts and then
 // execs its arguments.
 func mountScript(mounts []mount) string {
 	var b strings.Builder
