@@ -12,20 +12,23 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab/apps"
 )
 
-// TestKubeletRunsManifestPods: a Pod of the install manifests' route-agent
-// DaemonSet (deploy/manifests, as the DaemonSet controller makes it for a
-// node) runs the binary its image's /usr/local/bin/route-agent maps to,
-// in the node's namespace, with its args expanded from env that comes
-// from the downward API and the causeway-config ConfigMap.
+// TestKubeletRunsManifestPods: a Pod of the Helm chart's route-agent
+// DaemonSet (deploy/helm/causeway rendered by pkg/chart, as the DaemonSet
+// controller makes it for a node) runs the binary its image's
+// /usr/local/bin/route-agent maps to, in the node's namespace, with its
+// args expanded from env that comes from the downward API and the
+// causeway-config ConfigMap.
 func TestKubeletRunsManifestPods(t *testing.T) {
 	l := newLab(t, 1)
 	bin := t.TempDir()
@@ -67,15 +70,25 @@ exec sleep 3600
 	l.startKubelet("n0")
 	ctx := context.Background()
 
-	objs, err := kube.Manifests("manifests/namespace.yaml", "manifests/config.yaml", "manifests/route-agent.yaml", "manifests/gateway.yaml")
+	objs, err := chart.Render(map[string]any{"clusterID": "c1", "podCIDRs": []any{"10.244.0.0/16"}, "serviceCIDRs": []any{"10.96.0.0/16"},
+		"namespace": map[string]any{"create": true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kube.Apply(ctx, l.cp.Client, objs[:2], false); err != nil {
+	byName := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		byName[o.GetKind()+"/"+o.GetName()] = o
+	}
+	for _, name := range []string{"Namespace/causeway-system", "ConfigMap/causeway-config", "DaemonSet/causeway-route-agent", "DaemonSet/causeway-gateway"} {
+		if byName[name] == nil {
+			t.Fatalf("the chart renders no %s", name)
+		}
+	}
+	if err := kube.Apply(ctx, l.cp.Client, []*unstructured.Unstructured{byName["Namespace/causeway-system"], byName["ConfigMap/causeway-config"]}, false); err != nil {
 		t.Fatal(err)
 	}
 	ds := &appsv1.DaemonSet{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[2].Object, ds); err != nil {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(byName["DaemonSet/causeway-route-agent"].Object, ds); err != nil {
 		t.Fatal(err)
 	}
 	ns := ds.Namespace
@@ -91,7 +104,7 @@ exec sleep 3600
 	}
 	logFile := filepath.Join(l.dir, "n0", "pods", ns+"_route-agent-n0", "route-agent.log")
 	want := []string{
-		"args: --cluster-id=cluster1 --node-name=n0 --pod-cidrs=10.244.0.0/16 --service-cidrs=10.96.0.0/12 --metrics-addr=:9532",
+		"args: --cluster-id=c1 --node-name=n0 --pod-cidrs=10.244.0.0/16 --service-cidrs=10.96.0.0/16 --tunnel-mtu=1420",
 		"api: 127.0.0.1:6443",
 	}
 	waitLog(t, logFile, want)
@@ -120,7 +133,7 @@ exec sleep 3600
 	// the cluster CA of kube-root-ca.crt, which kube-controller-manager
 	// would publish).
 	gw := &appsv1.DaemonSet{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[3].Object, gw); err != nil {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(byName["DaemonSet/causeway-gateway"].Object, gw); err != nil {
 		t.Fatal(err)
 	}
 	ca, err := os.ReadFile(l.cp.CACertFile())
@@ -147,7 +160,7 @@ exec sleep 3600
 		t.Fatal(err)
 	}
 	gwLog := filepath.Join(l.dir, "n0", "pods", ns+"_gateway-n0", "gateway.log")
-	want = []string{"args: --cluster-id=cluster1 --node-name=n0", "--public-ip=172.18.1.10 --private-ip=172.18.1.10",
+	want = []string{"args: --cluster-id=c1 --node-name=n0", "--public-ip=172.18.1.10 --private-ip=172.18.1.10",
 		"broker: broker-credentials", "namespace: " + ns, "ca.crt: ok", "tun: ok"}
 	waitLog(t, gwLog, want)
 	if b, err := os.ReadFile(filepath.Join(hostLib, "gateway", "probe")); err != nil || string(b) != "written\n" {
