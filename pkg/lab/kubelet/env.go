@@ -37,37 +37,24 @@ func containerEnv(ctx context.Context, kube kubernetes.Interface, pod *corev1.Po
 				log.Warn("env field not supported; variable left out", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "env", e.Name, "field", src.FieldRef.FieldPath)
 				continue
 			}
-		case src.ConfigMapKeyRef != nil:
-			ref := src.ConfigMapKeyRef
-			cm, err := kube.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-			val, found := "", false
-			if err == nil {
-				val, found = cm.Data[ref.Key]
-			} else if !apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("env %s: ConfigMap %s: %v", e.Name, ref.Name, err)
+		case src.ConfigMapKeyRef != nil || src.SecretKeyRef != nil:
+			kind, name, key, optional := "ConfigMap", "", "", (*bool)(nil)
+			if r := src.ConfigMapKeyRef; r != nil {
+				name, key, optional = r.Name, r.Key, r.Optional
+			} else {
+				r := src.SecretKeyRef
+				kind, name, key, optional = "Secret", r.Name, r.Key, r.Optional
 			}
+			data, err := keyData(ctx, kube, kind, pod.Namespace, name)
+			if err != nil {
+				return nil, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+			val, found := data[key]
 			if !found {
-				if ref.Optional != nil && *ref.Optional {
+				if optional != nil && *optional {
 					continue
 				}
-				return nil, fmt.Errorf("env %s: key %q of ConfigMap %s/%s not found", e.Name, ref.Key, pod.Namespace, ref.Name)
-			}
-			v = val
-		case src.SecretKeyRef != nil:
-			ref := src.SecretKeyRef
-			sec, err := kube.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-			var val []byte
-			found := false
-			if err == nil {
-				val, found = sec.Data[ref.Key]
-			} else if !apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("env %s: Secret %s: %v", e.Name, ref.Name, err)
-			}
-			if !found {
-				if ref.Optional != nil && *ref.Optional {
-					continue
-				}
-				return nil, fmt.Errorf("env %s: key %q of Secret %s/%s not found", e.Name, ref.Key, pod.Namespace, ref.Name)
+				return nil, fmt.Errorf("env %s: key %q of %s %s/%s not found", e.Name, key, kind, pod.Namespace, name)
 			}
 			v = string(val)
 		default:
@@ -90,6 +77,36 @@ func (k *Kubelet) env(ctx context.Context, pod *corev1.Pod, c corev1.Container, 
 	}
 	env, err := containerEnv(ctx, k.cfg.Client, pod, c, podIP, k.cfg.Node.Address.Addr().String(), k.log)
 	return append(base, env...), err
+}
+
+// keyData is the data of ConfigMap (Data and BinaryData) or Secret
+// (kind) namespace/name; nil, without an error, when it does not exist.
+func keyData(ctx context.Context, kube kubernetes.Interface, kind, namespace, name string) (map[string][]byte, error) {
+	data := map[string][]byte{}
+	var err error
+	if kind == "Secret" {
+		var s *corev1.Secret
+		if s, err = kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{}); err == nil && s.Data != nil {
+			data = s.Data
+		}
+	} else {
+		var cm *corev1.ConfigMap
+		if cm, err = kube.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			for k, v := range cm.Data {
+				data[k] = []byte(v)
+			}
+			for k, v := range cm.BinaryData {
+				data[k] = v
+			}
+		}
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s %s/%s: %w", kind, namespace, name, err)
+	}
+	return data, nil
 }
 
 // fieldValue is the downward-API field a fieldRef names.

@@ -13,7 +13,6 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -68,9 +67,9 @@ func (w *worker) syncVolumes(pod *corev1.Pod) (map[string]string, error) {
 			out[v.Name] = dir
 			continue
 		case src.Secret != nil:
-			files, err = w.secretFiles(pod, src.Secret.SecretName, src.Secret.Items, src.Secret.DefaultMode, src.Secret.Optional)
+			files, err = w.objectFiles(pod, "Secret", src.Secret.SecretName, src.Secret.Items, src.Secret.DefaultMode, src.Secret.Optional)
 		case src.ConfigMap != nil:
-			files, err = w.configMapFiles(pod, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.DefaultMode, src.ConfigMap.Optional)
+			files, err = w.objectFiles(pod, "ConfigMap", src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.DefaultMode, src.ConfigMap.Optional)
 		case src.DownwardAPI != nil:
 			files, err = w.downwardFiles(pod, src.DownwardAPI.Items, src.DownwardAPI.DefaultMode)
 		case src.Projected != nil:
@@ -151,39 +150,22 @@ func keyFiles(data map[string][]byte, items []corev1.KeyToPath, defaultMode fs.F
 	return files, nil
 }
 
-func (w *worker) secretFiles(pod *corev1.Pod, name string, items []corev1.KeyToPath, mode *int32, optional *bool) (map[string]volumeFile, error) {
-	s, err := w.k.cfg.Client.CoreV1().Secrets(pod.Namespace).Get(w.ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) && optional != nil && *optional {
-		return map[string]volumeFile{}, nil
-	}
+// objectFiles are the files of ConfigMap or Secret (kind) name of the
+// pod's namespace; a missing one is an error unless optional.
+func (w *worker) objectFiles(pod *corev1.Pod, kind, name string, items []corev1.KeyToPath, mode *int32, optional *bool) (map[string]volumeFile, error) {
+	data, err := keyData(w.ctx, w.k.cfg.Client, kind, pod.Namespace, name)
 	if err != nil {
-		return nil, fmt.Errorf("get Secret %s: %w", name, err)
+		return nil, err
 	}
-	files, err := keyFiles(s.Data, items, fileMode(mode, 0o644))
-	if err != nil {
-		return nil, fmt.Errorf("keys of Secret %s: %w", name, err)
-	}
-	return files, nil
-}
-
-func (w *worker) configMapFiles(pod *corev1.Pod, name string, items []corev1.KeyToPath, mode *int32, optional *bool) (map[string]volumeFile, error) {
-	cm, err := w.k.cfg.Client.CoreV1().ConfigMaps(pod.Namespace).Get(w.ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) && optional != nil && *optional {
-		return map[string]volumeFile{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get ConfigMap %s: %w", name, err)
-	}
-	data := map[string][]byte{}
-	for k, v := range cm.Data {
-		data[k] = []byte(v)
-	}
-	for k, v := range cm.BinaryData {
-		data[k] = v
+	if data == nil {
+		if optional != nil && *optional {
+			return map[string]volumeFile{}, nil
+		}
+		return nil, fmt.Errorf("%s %s/%s not found", kind, pod.Namespace, name)
 	}
 	files, err := keyFiles(data, items, fileMode(mode, 0o644))
 	if err != nil {
-		return nil, fmt.Errorf("keys of ConfigMap %s: %w", name, err)
+		return nil, fmt.Errorf("keys of %s %s/%s: %w", kind, pod.Namespace, name, err)
 	}
 	return files, nil
 }
@@ -219,9 +201,9 @@ func (w *worker) projectedFiles(pod *corev1.Pod, volume string, p *corev1.Projec
 		case src.ServiceAccountToken != nil:
 			err = add(w.tokenFile(pod, volume, src.ServiceAccountToken, p.DefaultMode))
 		case src.ConfigMap != nil:
-			err = add(w.configMapFiles(pod, src.ConfigMap.Name, src.ConfigMap.Items, p.DefaultMode, src.ConfigMap.Optional))
+			err = add(w.objectFiles(pod, "ConfigMap", src.ConfigMap.Name, src.ConfigMap.Items, p.DefaultMode, src.ConfigMap.Optional))
 		case src.Secret != nil:
-			err = add(w.secretFiles(pod, src.Secret.Name, src.Secret.Items, p.DefaultMode, src.Secret.Optional))
+			err = add(w.objectFiles(pod, "Secret", src.Secret.Name, src.Secret.Items, p.DefaultMode, src.Secret.Optional))
 		case src.DownwardAPI != nil:
 			err = add(w.downwardFiles(pod, src.DownwardAPI.Items, p.DefaultMode))
 		default:
