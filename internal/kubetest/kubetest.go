@@ -51,6 +51,13 @@ func WithServiceCIDR(cidr string) Option {
 	return func(c *controlplane.Config) { c.ServiceCIDR = cidr }
 }
 
+// WithClusterEgress sends the API server's traffic to the cluster through
+// an HTTP CONNECT proxy on the control plane's EgressSocket, which the
+// test serves (e.g. a lab kubelet with Config.EgressSocket).
+func WithClusterEgress() Option {
+	return func(c *controlplane.Config) { c.ClusterEgress = true }
+}
+
 // Start starts a control plane named name for t and stops it when t ends.
 func Start(t testing.TB, name string, opts ...Option) *Cluster {
 	t.Helper()

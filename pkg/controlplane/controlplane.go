@@ -68,6 +68,13 @@ type Config struct {
 	ClusterCIDR string
 	// Components to run beside etcd and kube-apiserver.
 	Components []Component
+	// ClusterEgress sends the API server's traffic to the cluster
+	// (kubelets for logs, exec and port-forward; pod, service and node
+	// proxies) through an HTTP CONNECT proxy on the Unix socket
+	// EgressSocket (<Dir>/egress.sock), which another process serves: the
+	// lab's nodes live in network namespaces the API server cannot reach
+	// directly.
+	ClusterEgress bool
 	// Detach starts processes in their own session, so they outlive the
 	// caller (the lab); otherwise they die with the caller (tests).
 	Detach bool
@@ -126,7 +133,11 @@ func Prepare(cfg Config) (*ControlPlane, []ProcessConfig, error) {
 	if cp.AdminKubeconfig, err = cp.pki.Kubeconfig(cp.URL, "admin", "admin", []string{"system:masters"}); err != nil {
 		return nil, nil, err
 	}
-	procs := []ProcessConfig{cp.etcd(etcdClient, etcdPeer), cp.apiserver(etcdClient, apiPort)}
+	apiserver, err := cp.apiserver(etcdClient, apiPort)
+	if err != nil {
+		return nil, nil, err
+	}
+	procs := []ProcessConfig{cp.etcd(etcdClient, etcdPeer), apiserver}
 	for _, c := range cfg.Components {
 		pc, err := cp.component(c)
 		if err != nil {
@@ -261,26 +272,82 @@ func (cp *ControlPlane) etcd(clientPort, peerPort int) ProcessConfig {
 	)
 }
 
-func (cp *ControlPlane) apiserver(etcdPort, apiPort int) ProcessConfig {
+func (cp *ControlPlane) apiserver(etcdPort, apiPort int) (ProcessConfig, error) {
 	p := cp.pki
-	return cp.process("kube-apiserver",
+	args := []string{
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--endpoint-reconciler-type=none",
 		fmt.Sprintf("--secure-port=%d", apiPort),
-		"--cert-dir="+filepath.Join(cp.cfg.Dir, "pki"),
-		"--tls-cert-file="+p.ServingCert,
-		"--tls-private-key-file="+p.ServingKey,
-		"--client-ca-file="+p.CA.CertFile,
-		"--service-account-key-file="+p.SAPublic,
-		"--service-account-signing-key-file="+p.SAPrivate,
+		"--cert-dir=" + filepath.Join(cp.cfg.Dir, "pki"),
+		"--tls-cert-file=" + p.ServingCert,
+		"--tls-private-key-file=" + p.ServingKey,
+		"--client-ca-file=" + p.CA.CertFile,
+		"--service-account-key-file=" + p.SAPublic,
+		"--service-account-signing-key-file=" + p.SAPrivate,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-cluster-ip-range="+cp.cfg.ServiceCIDR,
+		"--service-cluster-ip-range=" + cp.cfg.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--profiling=false",
-	)
+		// Kubelets (logs, exec, port-forward) are dialled at their
+		// InternalIP, verified against the cluster CA, with a client
+		// certificate of the cluster CA.
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+		"--kubelet-certificate-authority=" + p.CA.CertFile,
+		"--kubelet-client-certificate=" + p.KubeletClientCert,
+		"--kubelet-client-key=" + p.KubeletClientKey,
+	}
+	if cp.cfg.ClusterEgress {
+		file, err := cp.writeEgressConfig()
+		if err != nil {
+			return ProcessConfig{}, err
+		}
+		args = append(args, "--egress-selector-config-file="+file)
+	}
+	return cp.process("kube-apiserver", args...), nil
+}
+
+// EgressSocket is the Unix socket where the API server expects the HTTP
+// CONNECT proxy to the cluster when Config.ClusterEgress is set.
+func (cp *ControlPlane) EgressSocket() string { return filepath.Join(cp.cfg.Dir, "egress.sock") }
+
+// writeEgressConfig writes the API server's EgressSelectorConfiguration:
+// traffic to the cluster goes through HTTP CONNECT on EgressSocket.
+func (cp *ControlPlane) writeEgressConfig() (string, error) {
+	sock := cp.EgressSocket()
+	// sun_path holds 108 bytes including the terminating NUL.
+	if len(sock) > 107 {
+		return "", fmt.Errorf("controlplane %s: egress socket path %s is longer than a Unix socket path may be", cp.cfg.Name, sock)
+	}
+	cfg := fmt.Sprintf(`apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: %s
+`, sock)
+	file := filepath.Join(cp.cfg.Dir, "egress-selector.yaml")
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		return "", fmt.Errorf("controlplane %s: egress selector configuration: %w", cp.cfg.Name, err)
+	}
+	return file, nil
+}
+
+// KubeletServingCert issues (once) a kubelet's serving certificate from
+// the cluster CA, valid for the node's addresses and name, and returns
+// its paths. The API server verifies kubelets against this CA.
+func (cp *ControlPlane) KubeletServingCert(node string, ips []net.IP) (certFile, keyFile string, err error) {
+	return cp.pki.CA.Issue(cp.pki.Dir, "kubelet-"+node, CertSpec{
+		CommonName: "system:node:" + node,
+		DNSNames:   []string{node},
+		IPs:        ips,
+		Server:     true,
+	})
 }
 
 func (cp *ControlPlane) component(c Component) (ProcessConfig, error) {

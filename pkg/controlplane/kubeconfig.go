@@ -17,11 +17,20 @@ type PKI struct {
 	CA                      *CA
 	ServingCert, ServingKey string
 	SAPrivate, SAPublic     string
+	// KubeletClientCert and KubeletClientKey are the API server's client
+	// identity towards kubelets (user KubeletClientUser).
+	KubeletClientCert, KubeletClientKey string
 }
 
+// KubeletClientUser is the user name of the API server's client
+// certificate towards kubelets (--kubelet-client-certificate): the one
+// client a lab kubelet's API accepts.
+const KubeletClientUser = "kube-apiserver-kubelet-client"
+
 // NewPKI loads or creates the CA, the API server's serving certificate
-// (valid for 127.0.0.1, localhost and the in-cluster names) and the
-// service-account signing key pair in dir.
+// (valid for 127.0.0.1, localhost and the in-cluster names), its client
+// certificate towards kubelets and the service-account signing key pair in
+// dir.
 func NewPKI(dir, name string) (*PKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -37,6 +46,12 @@ func NewPKI(dir, name string) (*PKI, error) {
 		DNSNames:   []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 		IPs:        []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		Server:     true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pki %s: %w", name, err)
+	}
+	p.KubeletClientCert, p.KubeletClientKey, err = ca.Issue(dir, "apiserver-kubelet-client", CertSpec{
+		CommonName: KubeletClientUser, Organization: []string{"system:masters"},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pki %s: %w", name, err)

@@ -81,6 +81,17 @@ func (s *State) registerCoreDNS(reg *apps.Registry, cluster string) {
 	})
 }
 
+// ImageCauseway is the image of Causeway's Helm chart (deploy/helm/causeway),
+// with every binary in /usr/local/bin.
+const ImageCauseway = "ghcr.io/causeway-net/causeway"
+
+// registerCauseway runs Pods of Causeway's image (DaemonSets and
+// Deployments of the chart) with the binaries built next to
+// causewayctl: command /usr/local/bin/<daemon> runs DaemonBinary(daemon).
+func (s *State) registerCauseway(reg *apps.Registry) {
+	reg.Register(ImageCauseway, apps.BinariesIn("/usr/local/bin", filepath.Dir(s.Self)))
+}
+
 // CausewayNamespace holds Causeway's own objects in every cluster.
 const CausewayNamespace = "causeway-system"
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/controlplane"
 	"github.com/causeway-net/causeway/pkg/lab/apps"
 	"github.com/causeway-net/causeway/pkg/lab/kubelet"
 )
@@ -60,8 +62,21 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 	if n.Gateway() {
 		labels[v1alpha1.LabelGatewayNode] = "true"
 	}
+	ips := []net.IP{n.Address.Addr().AsSlice()}
+	if n.Gateway() {
+		ips = append(ips, n.WANAddress.Addr().AsSlice())
+	}
+	cert, key, err := cp.KubeletServingCert(st.NodeName(cluster, node), ips)
+	if err != nil {
+		return err
+	}
+	var egress string
+	if n.Name == c.Nodes[0].Name {
+		egress = cp.EgressSocket()
+	}
 	reg := apps.NewRegistry(st.Self)
 	st.registerCoreDNS(reg, cluster)
+	st.registerCauseway(reg)
 	k, err := kubelet.New(kubelet.Config{
 		Client:           kc,
 		Host:             h,
@@ -71,8 +86,13 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 		Labels:           labels,
 		APIServerForward: apiserver,
 		BrokerForward:    broker,
-		StateDir:         st.NodeStateDir(cluster, node),
-		Log:              slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node),
+		Serving: &kubelet.Serving{
+			CertFile: cert, KeyFile: key,
+			ClientCAFile: cp.CACertFile(), ClientUser: controlplane.KubeletClientUser,
+		},
+		EgressSocket: egress,
+		StateDir:     st.NodeStateDir(cluster, node),
+		Log:          slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node),
 	})
 	if err != nil {
 		return err

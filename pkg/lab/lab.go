@@ -239,6 +239,10 @@ func (s *State) ControlPlaneConfig(name string) (controlplane.Config, error) {
 	cfg.ServiceCIDR = c.ServiceCIDR.String()
 	cfg.ClusterCIDR = c.PodCIDR.String()
 	cfg.Components = []controlplane.Component{controlplane.ControllerManager, controlplane.Scheduler}
+	// The API server reaches the kubelets (logs, exec, port-forward)
+	// through the egress proxy the kubelet of the cluster's first node
+	// serves.
+	cfg.ClusterEgress = true
 	return cfg, nil
 }
 

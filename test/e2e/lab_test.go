@@ -237,6 +237,7 @@ func TestLab(t *testing.T) {
 		}
 		return nil
 	})
+	l.checkKubectlLogsExec(ctx)
 	l.checkMCS(ctx)
 	l.checkPropagation(ctx)
 	l.checkBrokerOutage(ctx)
@@ -762,6 +763,28 @@ func isReady(conds []corev1.NodeCondition) bool {
 		}
 	}
 	return false
+}
+
+// checkKubectlLogsExec: `kubectl logs` and `kubectl exec` reach the lab
+// kubelets through the API server (its egress proxy into the node
+// network), on a demo pod of every cluster that has one.
+func (l *Lab) checkKubectlLogsExec(ctx context.Context) {
+	l.t.Helper()
+	for _, cluster := range []string{"c1", "c2"} {
+		pods := &corev1.PodList{}
+		if err := l.Client(cluster).List(ctx, pods, client.InNamespace("demo"), client.MatchingLabels{"app": "whereami"}); err != nil || len(pods.Items) == 0 {
+			l.t.Fatalf("%s: whereami pods: %v", cluster, err)
+		}
+		p := pods.Items[0]
+		out, err := l.run("lab", "kubectl", cluster, "--", "logs", "-n", "demo", p.Name)
+		if err != nil || !strings.Contains(out, "serving") || !strings.Contains(out, "pod=demo/"+p.Name) {
+			l.t.Errorf("%s: kubectl logs %s: %v\n%s", cluster, p.Name, err, out)
+		}
+		out, err = l.run("lab", "kubectl", cluster, "--", "exec", "-n", "demo", p.Name, "--", "ip", "-o", "-4", "addr", "show", "dev", "eth0")
+		if err != nil || !strings.Contains(out, " "+p.Status.PodIP+"/32 ") {
+			l.t.Errorf("%s: kubectl exec %s -- ip addr: %v, want the pod's address %s\n%s", cluster, p.Name, err, p.Status.PodIP, out)
+		}
+	}
 }
 
 // checkMergedKubeconfig: `lab kubeconfig` without an argument writes one

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -166,6 +168,15 @@ func TestRegistry(t *testing.T) {
 		}
 	}
 
+	// An unknown image with a command runs it from the host.
+	cmd, err = r.Command("busybox:1.36", Container{Command: []string{"sh", "-c"}, Args: []string{"echo hi"}, Env: []string{"A=1"}, WorkingDir: "/tmp"})
+	if err != nil || !strings.HasSuffix(cmd.Path, "/sh") || !slices.Equal(cmd.Args, []string{"-c", "echo hi"}) || !slices.Equal(cmd.Env, []string{"A=1"}) || cmd.Dir != "/tmp" {
+		t.Errorf("host command: %v %+v", err, cmd)
+	}
+	if _, err := r.Command("busybox", Container{Command: []string{"no-such-program-on-this-host"}}); !errors.Is(err, ErrNoHostCommand) || !strings.Contains(err.Error(), "no-such-program-on-this-host") {
+		t.Errorf("missing host command: got %v", err)
+	}
+
 	r.Register("registry.k8s.io/coredns/coredns:v1.14.7", func(c Container) (Command, error) {
 		return Command{Path: "/opt/lab/coredns", Args: c.Args}, nil
 	})
@@ -187,6 +198,25 @@ func TestImageName(t *testing.T) {
 	} {
 		if got := ImageName(in); got != want {
 			t.Errorf("ImageName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestBinariesIn(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "route-agent"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRegistry("/usr/bin/causewayctl")
+	r.Register("ghcr.io/causeway-net/causeway", BinariesIn("/usr/local/bin", dir))
+	c := Container{Command: []string{"/usr/local/bin/route-agent"}, Args: []string{"--node-name=n0"}, Env: []string{"A=1"}}
+	cmd, err := r.Command("ghcr.io/causeway-net/causeway:latest", c)
+	if err != nil || cmd.Path != filepath.Join(dir, "route-agent") || !slices.Equal(cmd.Args, []string{"--node-name=n0"}) || !slices.Equal(cmd.Env, []string{"A=1"}) {
+		t.Errorf("route-agent: %v %+v", err, cmd)
+	}
+	for _, command := range [][]string{nil, {"/bin/sh"}, {"/usr/local/bin/../../bin/sh"}, {"/usr/local/bin/gateway"}} {
+		if _, err := r.Command("ghcr.io/causeway-net/causeway:v1", Container{Command: command}); err == nil {
+			t.Errorf("command %q was accepted", command)
 		}
 	}
 }

@@ -10,9 +10,10 @@
 //
 // Each program runs as its own process (causewayctl's hidden
 // `lab app <name>` subcommand calls RunWhereami or RunClient). A Registry
-// maps an image reference to the command line that runs it; images it does
-// not know give an error wrapping ErrUnknownImage, which the kubelet turns
-// into a waiting reason. Registry.Register is the seam for images backed by
+// maps an image reference to the command line that runs it; a container
+// of an image it does not know runs its own command from the host's
+// filesystem, and without a command gives an error wrapping
+// ErrUnknownImage, which the kubelet turns into a waiting reason. Registry.Register is the seam for images backed by
 // real binaries (e.g. CoreDNS).
 //
 // Two more programs serve `causewayctl benchmark` inside lab pods: rr

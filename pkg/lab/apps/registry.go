@@ -3,6 +3,9 @@ package apps
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,8 +18,12 @@ const (
 )
 
 // ErrUnknownImage is wrapped by Registry.Command for images that are no
-// lab program.
+// lab program, of containers that name no command to run from the host.
 var ErrUnknownImage = errors.New("not a built-in lab program")
+
+// ErrNoHostCommand is wrapped by Registry.Command when the command of a
+// container of an unknown image is not found on the host.
+var ErrNoHostCommand = errors.New("command not found on the host")
 
 // Container is what the kubelet knows of the container to run.
 type Container struct {
@@ -28,9 +35,16 @@ type Container struct {
 	// Ports are the container's declared ports; the first is the one
 	// whereami serves.
 	Ports []int32
-	// Args are the container's args, passed on to external programs.
-	Args []string
-	Env  []string
+	// Command and Args are the container's command and args ($(VAR)
+	// references expanded): built-in programs ignore the command and
+	// launchers of registered images decide what to do with them; a
+	// container of an image the registry does not know runs its command
+	// from the host (see Registry.Command).
+	Command []string
+	Args    []string
+	Env     []string
+	// WorkingDir is the container's workingDir ("" keeps the kubelet's).
+	WorkingDir string
 }
 
 // Command is how to start a container's process.
@@ -38,6 +52,7 @@ type Command struct {
 	Path string
 	Args []string // without argv[0]
 	Env  []string // added to the kubelet's environment
+	Dir  string   // working directory; "" keeps the kubelet's
 }
 
 // Launcher turns a container into a command.
@@ -93,11 +108,24 @@ func (r *Registry) Images() []string {
 	return out
 }
 
-// Command returns how to run container c of image.
+// Command returns how to run container c of image. An image the
+// registry does not know runs the container's command from the host's
+// filesystem, like a busybox pod's `sh -c …`: command[0] (a path, or a
+// name looked up in the host's PATH) with command[1:] and the args, in the
+// container's working directory. Without a command such a container
+// cannot run (ErrUnknownImage): the image's entrypoint is unknown.
 func (r *Registry) Command(image string, c Container) (Command, error) {
 	l, ok := r.launchers[ImageName(image)]
+	if !ok && len(c.Command) == 0 {
+		return Command{}, fmt.Errorf("image %s is %w and the container has no command to run from the host; known: %s", image, ErrUnknownImage, strings.Join(r.Images(), ", "))
+	}
 	if !ok {
-		return Command{}, fmt.Errorf("image %s is %w; known: %s", image, ErrUnknownImage, strings.Join(r.Images(), ", "))
+		path, err := exec.LookPath(c.Command[0])
+		if err != nil {
+			return Command{}, fmt.Errorf("image %s: %w: %q (the lab runs images it does not know from the host's files)", image, ErrNoHostCommand, c.Command[0])
+		}
+		args := append(append([]string{}, c.Command[1:]...), c.Args...)
+		return Command{Path: path, Args: args, Env: c.Env, Dir: c.WorkingDir}, nil
 	}
 	cmd, err := l(c)
 	if err != nil {
@@ -118,4 +146,27 @@ func ImageName(ref string) string {
 		ref = ref[:i]
 	}
 	return ref
+}
+
+// BinariesIn is a launcher for an image whose programs live in imageDir
+// (e.g. "/usr/local/bin" of Causeway's image): a container whose command
+// is <imageDir>/<name> runs <dir>/<name> with the rest of the command and
+// the args, the container's env and working directory. A command outside
+// imageDir, or a program not in dir, is refused.
+func BinariesIn(imageDir, dir string) Launcher {
+	return func(c Container) (Command, error) {
+		if len(c.Command) == 0 {
+			return Command{}, fmt.Errorf("the container has no command; the lab runs only %s/<program> of this image", imageDir)
+		}
+		name, ok := strings.CutPrefix(c.Command[0], imageDir+"/")
+		if !ok || name == "" || strings.Contains(name, "/") {
+			return Command{}, fmt.Errorf("command %s is not a program in %s of the image", c.Command[0], imageDir)
+		}
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(path); err != nil {
+			return Command{}, fmt.Errorf("%w: %s (the lab runs %s from %s)", ErrNoHostCommand, path, c.Command[0], dir)
+		}
+		args := append(append([]string{}, c.Command[1:]...), c.Args...)
+		return Command{Path: path, Args: args, Env: c.Env, Dir: c.WorkingDir}, nil
+	}
 }

@@ -10,7 +10,11 @@
 // each into a network namespace and cgroup (netlab.EnsurePod; hostNetwork
 // pods use the node's namespace) running one process per container. The
 // process comes from the apps registry, which maps the container's image to
-// a command line. It reports pod IP, phase, conditions and container
+// a command line (an image it does not know runs the container's command
+// from the host). With Config.Serving it serves the kubelet API (container
+// logs, exec, port-forward) to the API server, and with
+// Config.EgressSocket the API server's HTTP CONNECT egress into the node
+// network. It reports pod IP, phase, conditions and container
 // statuses through the status subresource, honours readiness probes
 // (httpGet, tcpSocket) and restart policies, and on deletion stops the
 // processes within the grace period, removes the namespace and cgroup and

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -25,8 +26,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/causeway-net/causeway/pkg/lab/apps"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
@@ -63,6 +67,21 @@ type Config struct {
 	// BrokerForward, when set, does the same for the broker's API server
 	// on BrokerPort (https://127.0.0.1:6444 inside the node).
 	BrokerForward string
+	// Serving, when set, makes the kubelet serve the kubelet API
+	// (containerLogs, exec, portForward) over HTTPS on the node's address,
+	// port APIPort, inside the node namespace, and publish the port in the
+	// Node's status (daemonEndpoints).
+	Serving *Serving
+	// EgressSocket, when set, makes the kubelet serve its cluster's API
+	// server egress on this Unix socket: an HTTP CONNECT proxy dialling
+	// from inside the node namespace, through which the API server
+	// (controlplane.Config.ClusterEgress) reaches every node's kubelet
+	// API. One kubelet per cluster serves it.
+	EgressSocket string
+	// HostPaths maps hostPath volume paths to the host paths used
+	// instead: a path at or below a key is rewritten to the value (e.g.
+	// the lab gives each node its own /var/lib/causeway).
+	HostPaths map[string]string
 	// StateDir holds pod state and container logs:
 	// <StateDir>/pods/<namespace>_<name>/{state.json,<container>.log}.
 	StateDir string
@@ -83,8 +102,12 @@ type Kubelet struct {
 	memory   int64
 	nodeInfo corev1.NodeSystemInfo
 	probeTr  *http.Transport
+	unshare  string // unshare(1), for containers with volumes
 
 	pods corelisters.PodLister
+
+	events   record.EventBroadcaster
+	recorder record.EventRecorder
 
 	mu      sync.Mutex
 	started bool
@@ -113,6 +136,10 @@ func New(cfg Config) (*Kubelet, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return nil, fmt.Errorf("kubelet: containers with volumes need unshare(1) (util-linux): %w", err)
+	}
 	if cfg.LeasePeriod <= 0 {
 		cfg.LeasePeriod = 10 * time.Second
 	}
@@ -127,6 +154,7 @@ func New(cfg Config) (*Kubelet, error) {
 		log:     cfg.Log.With("component", "kubelet", "cluster", cfg.Cluster.Name, "node", cfg.Node.Name),
 		nodeNS:  cfg.Host.Names().Node(cfg.Cluster.Name, cfg.Node.Name),
 		memory:  memTotal(),
+		unshare: unshare,
 		workers: map[string]*worker{},
 		ips:     map[string]netip.Addr{},
 	}
@@ -186,6 +214,32 @@ func (k *Kubelet) Run(ctx context.Context) error {
 			}
 		})
 	}
+
+	if k.cfg.Serving != nil {
+		bg.Go(func() {
+			if err := k.serveAPI(ctx); err != nil {
+				k.log.Error("kubelet API stopped", "err", err)
+			}
+		})
+	}
+	if k.cfg.EgressSocket != "" {
+		ln, err := listenUnix(k.cfg.EgressSocket)
+		if err != nil {
+			return fmt.Errorf("kubelet: API server egress: %w", err)
+		}
+		bg.Go(func() {
+			if err := netlab.ForwardConnect(ctx, ln, func(ctx context.Context, addr string) (net.Conn, error) {
+				return k.dialFromNode(ctx, "tcp", addr)
+			}, k.log); err != nil {
+				k.log.Error("API server egress stopped", "socket", k.cfg.EgressSocket, "err", err)
+			}
+		})
+	}
+
+	k.events = record.NewBroadcaster(record.WithContext(ctx))
+	k.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.cfg.Client.CoreV1().Events("")})
+	defer k.events.Shutdown()
+	k.recorder = k.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: k.cfg.Node.Name})
 
 	bg.Go(func() { k.heartbeat(ctx) })
 
@@ -250,6 +304,7 @@ func (k *Kubelet) newWorker(key string, st *podState) *worker {
 		state:      st,
 		adopted:    st != nil && st.UID != "",
 		containers: map[string]*ctr{},
+		tokens:     map[string]token{},
 	}
 	w.ctx, w.cancel = context.WithCancel(k.ctx)
 	k.workers[key] = w
@@ -388,16 +443,41 @@ func (k *Kubelet) releaseIP(key string) {
 	delete(k.ips, key)
 }
 
-// dialFromNode connects from inside the node namespace (readiness probes).
+// dialFromNode connects from inside the node namespace (readiness probes,
+// the API server's egress).
 func (k *Kubelet) dialFromNode(ctx context.Context, network, addr string) (net.Conn, error) {
+	return k.dialIn(ctx, k.nodeNS, network, addr)
+}
+
+// dialIn connects from inside a namespace.
+func (k *Kubelet) dialIn(ctx context.Context, netns, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := k.cfg.Host.Do(k.nodeNS, func() error {
+	err := k.cfg.Host.Do(netns, func() error {
 		var d net.Dialer
 		var err error
 		c, err = d.DialContext(ctx, network, addr)
 		return err
 	})
 	return c, err
+}
+
+// listenUnix listens on a Unix socket at path (owner only), replacing a
+// socket left by an earlier process.
+func listenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
 }
 
 func memTotal() int64 {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -95,6 +96,11 @@ type lab struct {
 	stops   map[string]func()
 	// realPeriods runs kubelets with the default heartbeat periods.
 	realPeriods bool
+	// hostPaths is the kubelets' Config.HostPaths.
+	hostPaths map[string]string
+	// api makes kubelets serve the kubelet API and n0's serve the API
+	// server's egress (the control plane needs WithClusterEgress).
+	api bool
 }
 
 const testNS = "kt"
@@ -217,12 +223,23 @@ func (l *lab) startKubelet(node string) {
 		Apps:         l.reg,
 		StateDir:     filepath.Join(l.dir, node),
 		Log:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("test", l.t.Name()),
+		HostPaths:    l.hostPaths,
 		LeasePeriod:  time.Second,
 		StatusPeriod: 2 * time.Second,
 		ResyncPeriod: 2 * time.Second,
 	}
 	if l.realPeriods {
 		cfg.LeasePeriod, cfg.StatusPeriod, cfg.ResyncPeriod = 0, 0, 0
+	}
+	if l.api {
+		cert, key, err := l.cp.KubeletServingCert(node, []net.IP{n.Address.Addr().AsSlice()})
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		cfg.Serving = &Serving{CertFile: cert, KeyFile: key, ClientCAFile: l.cp.CACertFile(), ClientUser: controlplane.KubeletClientUser}
+		if node == "n0" {
+			cfg.EgressSocket = l.cp.EgressSocket()
+		}
 	}
 	if n.Gateway() {
 		cfg.Labels = map[string]string{"causeway.dev/gateway": "true"}
@@ -773,10 +790,11 @@ func TestKubelet(t *testing.T) {
 // TestKubeletWithControllerManager runs a kubelet with its default
 // heartbeat periods beside kube-controller-manager: the node lifecycle
 // controller lifts the not-ready taint and keeps the node Ready past its
-// grace period (40 s in the lab), and the EndpointSlice controller
-// publishes the pod's address as a ready endpoint on the node.
+// grace period (40 s in the lab), the EndpointSlice controller
+// publishes the pod's address as a ready endpoint on the node, and a
+// DaemonSet (with kube-scheduler) gets its Pod Ready on the node.
 func TestKubeletWithControllerManager(t *testing.T) {
-	l := newLab(t, 1, kubetest.WithComponents(controlplane.ControllerManager))
+	l := newLab(t, 1, kubetest.WithComponents(controlplane.ControllerManager, controlplane.Scheduler))
 	l.realPeriods = true
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -820,6 +838,35 @@ func TestKubeletWithControllerManager(t *testing.T) {
 			}
 		}
 		return false, fmt.Sprintf("%+v", slices.Items)
+	})
+
+	// kube-controller-manager's DaemonSet controller makes the Pod of a
+	// DaemonSet for the node, kube-scheduler binds it there (node
+	// affinity), and the kubelet runs it to Ready.
+	dsLabels := map[string]string{"app": "ds"}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "ds", Namespace: testNS},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: dsLabels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: dsLabels},
+				Spec: corev1.PodSpec{
+					AutomountServiceAccountToken:  ptrTo(false),
+					TerminationGracePeriodSeconds: ptrTo(int64(1)),
+					Containers:                    []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "3600"}}},
+				},
+			},
+		},
+	}
+	if _, err := l.kube.AppsV1().DaemonSets(testNS).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "DaemonSet ready on the node", func() (bool, string) {
+		d, err := l.kube.AppsV1().DaemonSets(testNS).Get(ctx, "ds", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return d.Status.DesiredNumberScheduled == 1 && d.Status.NumberReady == 1, fmt.Sprintf("%+v", d.Status)
 	})
 
 	nodeOK := func() (bool, string) {

@@ -150,6 +150,9 @@ func (k *Kubelet) updateNodeStatus(ctx context.Context) error {
 		n.Status.Allocatable = capacity.DeepCopy()
 		n.Status.Addresses = k.nodeAddresses()
 		n.Status.NodeInfo = k.nodeInfo
+		if k.cfg.Serving != nil {
+			n.Status.DaemonEndpoints.KubeletEndpoint.Port = APIPort
+		}
 		n.Status.Conditions = mergeNodeConditions(n.Status.Conditions, nodeConditions(), now)
 		_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err

@@ -42,6 +42,8 @@ type worker struct {
 	cleaned      bool // torn down after deletion
 	containers   map[string]*ctr
 	lastStatus   *corev1.PodStatus
+	vols         map[string]string // volume name → host path (syncVolumes)
+	tokens       map[string]token  // "<volume>/<path>" → ServiceAccount token
 }
 
 // ctr is a container's runtime state.
@@ -63,6 +65,8 @@ type event struct {
 	gen       int
 	exit      *termination
 	ready     *bool
+	unhealthy bool // the liveness probe failed
+	kill      bool // the grace period after a liveness failure is over
 }
 
 func (w *worker) wake() {
@@ -146,6 +150,44 @@ func (w *worker) apply(ev event) {
 	if ev.ready != nil && c.running {
 		c.ready = *ev.ready
 	}
+	if ev.unhealthy && c.running {
+		w.killUnhealthy(ev.container, c)
+	}
+	if ev.kill && c.running {
+		_ = unix.Kill(-c.pid, unix.SIGKILL)
+	}
+}
+
+// killUnhealthy stops a container whose liveness probe failed: SIGTERM to
+// its process group, SIGKILL after the pod's grace period; its exit then
+// restarts it per restartPolicy.
+func (w *worker) killUnhealthy(name string, c *ctr) {
+	pod, err := w.k.pods.Pods(w.namespace).Get(w.name)
+	if err != nil {
+		return
+	}
+	w.k.log.Info("liveness probe failed; killing the container", "pod", w.key, "container", name)
+	w.k.recorder.Eventf(pod, corev1.EventTypeWarning, "Unhealthy", "Liveness probe failed; container %s will be restarted", name)
+	if c.stopProbe != nil {
+		c.stopProbe()
+		c.stopProbe = nil
+	}
+	pid, gen := c.pid, c.gen
+	if err := unix.Kill(-pid, unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
+		w.k.log.Warn("signal container", "pod", w.key, "pid", pid, "err", err)
+	}
+	grace := gracePeriod(pod)
+	go func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-w.ctx.Done():
+		case <-t.C:
+			// Still the same process (the worker's view is its own;
+			// a signal to a gone group just fails).
+			w.send(event{container: name, gen: gen, kill: true})
+		}
+	}()
 }
 
 // crashBackoff is the delay before restarting a container that exited:
@@ -216,6 +258,7 @@ func (w *worker) sync() (bool, time.Duration) {
 		w.cleaned, w.terminal, w.state, w.adopted = false, false, nil, false
 		w.containers = map[string]*ctr{}
 		w.lastStatus = nil
+		w.tokens = map[string]token{}
 	}
 	if !w.terminal && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
 		// Finished (maybe under an earlier kubelet): never run again.
@@ -250,6 +293,25 @@ func (w *worker) sync() (bool, time.Duration) {
 			w.writeStatus(pod)
 			return false, 2 * time.Second
 		}
+	}
+	vols, err := w.syncVolumes(pod)
+	if err != nil {
+		k.log.Warn("pod volumes", "pod", w.key, "err", err)
+		if w.vols == nil {
+			// Nothing can start without its volumes.
+			for _, spec := range pod.Spec.Containers {
+				if c := w.ctr(spec.Name); !c.running {
+					if c.waitReason != ReasonCreateContainerConfig {
+						k.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonCreateContainerConfig, "%v", err)
+					}
+					c.waitReason, c.waitMessage = ReasonCreateContainerConfig, err.Error()
+				}
+			}
+			w.writeStatus(pod)
+			return false, 2 * time.Second
+		}
+	} else {
+		w.vols = vols
 	}
 	now := time.Now()
 	for _, spec := range pod.Spec.Containers {
@@ -457,6 +519,7 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 		level := slog.LevelDebug
 		if c.failures == 0 {
 			level = slog.LevelWarn
+			k.recorder.Eventf(pod, corev1.EventTypeWarning, reason, "container %s: %v", spec.Name, err)
 		}
 		c.failures++
 		k.log.Log(w.ctx, level, "cannot start container", "pod", w.key, "container", spec.Name, "reason", reason, "err", err)
@@ -470,19 +533,44 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 	for _, p := range spec.Ports {
 		ports = append(ports, p.ContainerPort)
 	}
-	cmd, err := k.cfg.Apps.Command(spec.Image, apps.Container{
-		Cluster:   k.cfg.Cluster.Name,
-		Node:      k.cfg.Node.Name,
-		Namespace: pod.Namespace,
-		Pod:       pod.Name,
-		PodIP:     podIP,
-		Ports:     ports,
-		Args:      spec.Args,
-		Env:       containerEnv(pod, spec, podIP, k.cfg.Node.Address.Addr().String(), k.log),
-	})
+	env, err := k.env(w.ctx, pod, spec, podIP)
 	if err != nil {
+		backoff(ReasonCreateContainerConfig, err)
+		return
+	}
+	vars := envMap(env)
+	cmd, err := k.cfg.Apps.Command(spec.Image, apps.Container{
+		Cluster:    k.cfg.Cluster.Name,
+		Node:       k.cfg.Node.Name,
+		Namespace:  pod.Namespace,
+		Pod:        pod.Name,
+		PodIP:      podIP,
+		Ports:      ports,
+		Command:    expandAll(spec.Command, vars),
+		Args:       expandAll(spec.Args, vars),
+		Env:        env,
+		WorkingDir: spec.WorkingDir,
+	})
+	if errors.Is(err, apps.ErrUnknownImage) {
 		backoff(ReasonErrImagePull, err)
 		return
+	}
+	if err != nil {
+		backoff(ReasonCreateContainer, err)
+		return
+	}
+	mounts, err := containerMounts(spec, w.vols)
+	if err != nil {
+		backoff(ReasonCreateContainerConfig, err)
+		return
+	}
+	if len(mounts) > 0 {
+		// A mount namespace of its own with the volumes bound in. Slave
+		// propagation: what the host unmounts goes away here too (a
+		// mount kept here would keep, e.g., a deleted pod's network
+		// namespace alive), and nothing mounted here reaches the host.
+		cmd.Args = append([]string{"--mount", "--propagation", "slave", "--", "sh", "-c", mountScript(mounts), "sh", cmd.Path}, cmd.Args...)
+		cmd.Path = k.unshare
 	}
 	np := w.netlabPod()
 	netns := k.cfg.Host.Names().PodOf(np)
@@ -495,6 +583,7 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 		Path:    cmd.Path,
 		Args:    cmd.Args,
 		Env:     append(os.Environ(), cmd.Env...),
+		Dir:     cmd.Dir,
 		LogPath: filepath.Join(k.podDir(w.namespace, w.name), spec.Name+".log"),
 		Setsid:  true,
 	})
@@ -521,6 +610,7 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 		w.send(event{container: name, gen: gen, exit: exitOf(proc.ProcessState, err, pid, startedAt)})
 	}()
 	k.log.Info("started container", "pod", w.key, "container", spec.Name, "pid", pid, "restartCount", r.RestartCount)
+	k.recorder.Eventf(pod, corev1.EventTypeNormal, "Started", "Started container %s", spec.Name)
 	w.startProber(pod, spec, c)
 }
 

@@ -15,22 +15,46 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// startProber runs the container's readiness probe until the process
-// ends; without one the container is ready once started. Exec and gRPC
-// probes are not supported: such containers count as ready once started
-// (a warning is logged).
+// startProber runs the container's readiness and liveness probes until
+// the process ends; without a readiness probe the container is ready once
+// started. Exec and gRPC probes are not supported: such a readiness probe
+// counts as passing once started, such a liveness probe never fails (a
+// warning is logged for both).
 func (w *worker) startProber(pod *corev1.Pod, spec corev1.Container, c *ctr) {
-	p := spec.ReadinessProbe
-	if p == nil || (p.HTTPGet == nil && p.TCPSocket == nil) {
-		if p != nil {
-			w.k.log.Warn("readiness probe kind not supported; container counts as ready once started", "pod", w.key, "container", spec.Name)
-		}
-		c.ready = true
-		return
-	}
 	ctx, cancel := context.WithCancel(w.ctx)
 	c.stopProbe = cancel
 	gen, name, podIP := c.gen, spec.Name, w.podIP()
+	supported := func(kind string, p *corev1.Probe) bool {
+		if p == nil {
+			return false
+		}
+		if p.HTTPGet == nil && p.TCPSocket == nil {
+			w.k.log.Warn(kind+" probe kind not supported; ignored", "pod", w.key, "container", name)
+			return false
+		}
+		return true
+	}
+	if supported("readiness", spec.ReadinessProbe) {
+		go w.k.runProbe(ctx, spec.ReadinessProbe, podIP, spec.Ports, func(ok bool) {
+			w.send(event{container: name, gen: gen, ready: ptrTo(ok)})
+		}, w.key, name)
+	} else {
+		c.ready = true
+	}
+	if supported("liveness", spec.LivenessProbe) {
+		go w.k.runProbe(ctx, spec.LivenessProbe, podIP, spec.Ports, func(ok bool) {
+			if !ok {
+				w.send(event{container: name, gen: gen, unhealthy: true})
+			}
+		}, w.key, name)
+	}
+}
+
+// runProbe probes until ctx is done, honouring the probe's initial delay,
+// period, timeout and thresholds: it calls changed(true) when
+// successThreshold successes in a row are reached and changed(false) when
+// failureThreshold failures in a row are (once per streak each).
+func (k *Kubelet) runProbe(ctx context.Context, p *corev1.Probe, podIP string, ports []corev1.ContainerPort, changed func(bool), pod, container string) {
 	period := time.Duration(max(p.PeriodSeconds, 1)) * time.Second
 	if p.PeriodSeconds == 0 {
 		period = 10 * time.Second
@@ -40,46 +64,41 @@ func (w *worker) startProber(pod *corev1.Pod, spec corev1.Container, c *ctr) {
 	if p.FailureThreshold == 0 {
 		failures = 3
 	}
-	go func() {
-		delay := time.NewTimer(time.Duration(p.InitialDelaySeconds) * time.Second)
+	delay := time.NewTimer(time.Duration(p.InitialDelaySeconds) * time.Second)
+	select {
+	case <-ctx.Done():
+		delay.Stop()
+		return
+	case <-delay.C:
+	}
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	var ok, bad int32
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, timeout)
+		err := k.probe(pctx, p, podIP, ports)
+		pcancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			ok, bad = ok+1, 0
+			if ok == successes {
+				changed(true)
+			}
+		} else {
+			ok, bad = 0, bad+1
+			k.log.Log(ctx, slog.LevelDebug, "probe failed", "pod", pod, "container", container, "err", err)
+			if bad == failures {
+				changed(false)
+			}
+		}
 		select {
 		case <-ctx.Done():
-			delay.Stop()
 			return
-		case <-delay.C:
+		case <-tick.C:
 		}
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		ready := false
-		var ok, bad int32
-		for {
-			pctx, pcancel := context.WithTimeout(ctx, timeout)
-			err := w.k.probe(pctx, p, podIP, spec.Ports)
-			pcancel()
-			if ctx.Err() != nil {
-				return
-			}
-			if err == nil {
-				ok, bad = ok+1, 0
-				if !ready && ok >= successes {
-					ready = true
-					w.send(event{container: name, gen: gen, ready: ptrTo(true)})
-				}
-			} else {
-				ok, bad = 0, bad+1
-				w.k.log.Log(ctx, slog.LevelDebug, "readiness probe failed", "pod", w.key, "container", name, "err", err)
-				if ready && bad >= failures {
-					ready = false
-					w.send(event{container: name, gen: gen, ready: ptrTo(false)})
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	}
 }
 
 // probe runs one httpGet or tcpSocket probe from the node namespace.
@@ -161,46 +180,6 @@ func resolvePort(p intstr.IntOrString, ports []corev1.ContainerPort) (int, error
 		return n, nil
 	}
 	return 0, fmt.Errorf("probe port %q is no container port", p.StrVal)
-}
-
-// containerEnv is the container's environment: literal values and the
-// downward-API fields a pod commonly asks for. Other sources (ConfigMaps,
-// Secrets, resource fields) are not supported and are left out, with a
-// warning.
-func containerEnv(pod *corev1.Pod, c corev1.Container, podIP, hostIP string, log *slog.Logger) []string {
-	var env []string
-	for _, e := range c.Env {
-		if e.ValueFrom == nil {
-			env = append(env, e.Name+"="+e.Value)
-			continue
-		}
-		if e.ValueFrom.FieldRef == nil {
-			log.Warn("env source not supported; variable left out", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "env", e.Name)
-			continue
-		}
-		var v string
-		switch e.ValueFrom.FieldRef.FieldPath {
-		case "metadata.name":
-			v = pod.Name
-		case "metadata.namespace":
-			v = pod.Namespace
-		case "metadata.uid":
-			v = string(pod.UID)
-		case "spec.nodeName":
-			v = pod.Spec.NodeName
-		case "spec.serviceAccountName":
-			v = pod.Spec.ServiceAccountName
-		case "status.podIP", "status.podIPs":
-			v = podIP
-		case "status.hostIP", "status.hostIPs":
-			v = hostIP
-		default:
-			log.Warn("env field not supported; variable left out", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "env", e.Name, "field", e.ValueFrom.FieldRef.FieldPath)
-			continue
-		}
-		env = append(env, e.Name+"="+v)
-	}
-	return env
 }
 
 func parseAddr(s string) (netip.Addr, error) { return netip.ParseAddr(s) }

@@ -16,6 +16,9 @@ const (
 	ReasonInvalidImageName  = "InvalidImageName"
 	ReasonCrashLoopBackOff  = "CrashLoopBackOff"
 	ReasonCreateContainer   = "CreateContainerError"
+	// ReasonCreateContainerConfig: a ConfigMap or Secret key the
+	// container's env needs is missing.
+	ReasonCreateContainerConfig = "CreateContainerConfigError"
 )
 
 // Termination reasons.

@@ -1,16 +1,21 @@
 package kubelet
 
 import (
+	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func running(name string) corev1.ContainerStatus {
@@ -215,18 +220,31 @@ func TestResolvePort(t *testing.T) {
 }
 
 func TestContainerEnv(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u"}, Spec: corev1.PodSpec{NodeName: "n0"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u", Labels: map[string]string{"app": "web"}}, Spec: corev1.PodSpec{NodeName: "n0"}}
+	kube := fake.NewClientset(
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"cluster-id": "c1"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sec"}, Data: map[string][]byte{"k": []byte("s3cret")}},
+	)
+	optional := ptrTo(true)
 	c := corev1.Container{Name: "c", Env: []corev1.EnvVar{
 		{Name: "A", Value: "1"},
 		{Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
-		{Name: "SECRET", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}},
+		{Name: "APP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['app']"}}},
+		{Name: "CLUSTER", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}, Key: "cluster-id"}}},
+		{Name: "SECRET", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "sec"}, Key: "k"}}},
+		{Name: "MAYBE", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "x", Optional: optional}}},
+		{Name: "CPU", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
 	}}
-	got := containerEnv(pod, c, "10.244.0.2", "172.18.1.10", slog.New(slog.DiscardHandler))
-	want := []string{"A=1", "POD=p", "IP=10.244.0.2", "NODE=n0"}
-	if !slices.Equal(got, want) {
-		t.Errorf("env %v, want %v", got, want)
+	got, err := containerEnv(context.Background(), kube, pod, c, "10.244.0.2", "172.18.1.10", slog.New(slog.DiscardHandler))
+	want := []string{"A=1", "POD=p", "IP=10.244.0.2", "NODE=n0", "APP=web", "CLUSTER=c1", "SECRET=s3cret"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("env %v (%v), want %v", got, err, want)
+	}
+	c.Env = []corev1.EnvVar{{Name: "GONE", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "sec"}, Key: "missing"}}}}
+	if _, err := containerEnv(context.Background(), kube, pod, c, "", "", slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), `key "missing" of Secret ns/sec`) {
+		t.Errorf("missing secret key: %v", err)
 	}
 }
 
@@ -240,5 +258,62 @@ func TestProcessStat(t *testing.T) {
 	}
 	if processAlive(os.Getpid(), ticks+1) {
 		t.Error("a different start time must mean a different process")
+	}
+}
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"NODE": "n0", "EMPTY": ""}
+	for in, want := range map[string]string{
+		"--node=$(NODE)":      "--node=n0",
+		"$(NODE)$(NODE)":      "n0n0",
+		"$$(NODE)":            "$(NODE)",
+		"$(UNDEFINED)":        "$(UNDEFINED)",
+		"[$(EMPTY)]":          "[]",
+		"cost $5":             "cost $5",
+		"$(NODE":              "$(NODE",
+		"trailing $":          "trailing $",
+		"$()":                 "$()",
+		"echo $HOME $(NODE)!": "echo $HOME n0!",
+	} {
+		if got := expand(in, vars); got != want {
+			t.Errorf("expand(%q) = %q, want %q", in, got, want)
+		}
+	}
+	c := corev1.Container{Env: []corev1.EnvVar{{Name: "A", Value: "x"}, {Name: "B", Value: "$(A)-y"}, {Name: "C", Value: "$(D)"}, {Name: "D", Value: "d"}}}
+	got, _ := containerEnv(context.Background(), fake.NewClientset(), &corev1.Pod{}, c, "", "", slog.New(slog.DiscardHandler))
+	if want := []string{"A=x", "B=x-y", "C=$(D)", "D=d"}; !slices.Equal(got, want) {
+		t.Errorf("env %v, want %v (a value sees only earlier variables)", got, want)
+	}
+}
+
+func TestTailStart(t *testing.T) {
+	for _, tc := range []struct {
+		data string
+		n    int64
+		want string
+	}{
+		{"a\nb\nc\n", 2, "b\nc\n"},
+		{"a\nb\nc", 2, "b\nc"},
+		{"a\nb\nc\n", 5, "a\nb\nc\n"},
+		{"a\nb\nc\n", 0, ""},
+		{"", 3, ""},
+		{"\n\n", 1, "\n"},
+		{strings.Repeat("x", 70000) + "\nlast\n", 1, "last\n"},
+		{"one\n" + strings.Repeat("y", 70000) + "\n", 1, strings.Repeat("y", 70000) + "\n"},
+	} {
+		r := strings.NewReader(tc.data)
+		off, err := tailStart(r, int64(len(tc.data)), tc.n)
+		if err != nil || tc.data[off:] != tc.want {
+			t.Errorf("tail %d of %.20q: from %d (%v), want %.20q", tc.n, tc.data, off, err, tc.want)
+		}
+	}
+}
+
+func TestLimitedWriter(t *testing.T) {
+	var b strings.Builder
+	lw := &limitedWriter{w: &b, left: 5}
+	n, err := io.Copy(lw, strings.NewReader("hello world"))
+	if b.String() != "hello" || n != 5 || !errors.Is(err, errLimit) {
+		t.Errorf("wrote %q (%d), %v", b.String(), n, err)
 	}
 }

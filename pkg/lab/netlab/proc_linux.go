@@ -33,6 +33,9 @@ type Process struct {
 	// Setsid starts the program in a new session so that it outlives the
 	// caller's terminal and process group.
 	Setsid bool
+	// Ctty makes Stdin, a terminal, the controlling terminal of the new
+	// session (needs Setsid), as for an interactive shell.
+	Ctty bool
 }
 
 // Start starts p and returns the running command; the caller Waits for it
@@ -47,7 +50,7 @@ func (h *Host) Start(p Process) (*exec.Cmd, error) {
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Env = p.Env
 	cmd.Dir = p.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: p.Setsid}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: p.Setsid, Setctty: p.Ctty}
 	if p.LogPath != "" {
 		if err := os.MkdirAll(filepath.Dir(p.LogPath), 0o755); err != nil {
 			return nil, fmt.Errorf("start %s: log directory: %w", p.Path, err)
