@@ -100,6 +100,7 @@ func TestSourceFromRecordGlobalnet(t *testing.T) {
 			want: "10.244.0.5 map[grpc:9000 http:8080] false/false; 10.244.0.6 map[grpc:9000 http:8080] false/false", wantWhy: "overlap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			Aggregate(&tc.rec) // as the exporter publishes it
 			src := SourceFromRecord(tc.rec, tc.typ, tc.local)
 			why := ""
 			if !tc.local {
