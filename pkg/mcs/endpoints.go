@@ -101,7 +101,8 @@ func RecordEndpointsFromSlices(in []discoveryv1.EndpointSlice) []causewayv1alpha
 // SourceFromRecord returns the backends of one exporting cluster as an
 // importing cluster reaches them, by the type of the merged import (an
 // export that lost a type conflict contributes what fits the winner: a
-// headless export has no ClusterIP to offer a ClusterSetIP import). local
+// headless export has no ClusterIP to offer a ClusterSetIP import, a
+// ClusterSetIP export no pods to a headless one). local
 // says r is the importing cluster's own record.
 //
 //   - ClusterSetIP: one backend per ClusterIP of the exporting cluster's
