@@ -23,7 +23,8 @@ const MaxRecordItems = 1000
 
 // Aggregate sets r's ReadyEndpoints and ServingEndpoints from its
 // endpoints (distinct addresses of the address type that has most, so a
-// dual-stack pod counts once; ready means ready and not terminating) and,
+// dual-stack pod counts once; ready means ready and not terminating,
+// serving means serving or ready, so ReadyEndpoints ≤ ServingEndpoints) and,
 // for a ClusterSetIP record, drops the endpoints: importers of a
 // ClusterSetIP export reach its ClusterIPs and need only the counts.
 func Aggregate(r *ExportRecord) {
@@ -39,8 +40,8 @@ func Aggregate(r *ExportRecord) {
 		for _, b := range g.Backends {
 			if b.Ready && !b.Terminating {
 				add(ready, g.AddressType, b.Address)
-			}
-			if b.Serving {
+				add(serving, g.AddressType, b.Address) // a ready endpoint serves
+			} else if b.Serving {
 				add(serving, g.AddressType, b.Address)
 			}
 		}

@@ -204,6 +204,8 @@ func TestAggregate(t *testing.T) {
 		{name: "not ready", typ: mcsv1beta1.ClusterSetIP, eps: []causewayv1alpha1.RecordEndpoints{g("IPv4", causewayv1alpha1.RecordBackend{Address: "10.0.0.1"})}},
 		{name: "terminating serves but is not ready", typ: mcsv1beta1.ClusterSetIP,
 			eps: []causewayv1alpha1.RecordEndpoints{g("IPv4", terminating("10.0.0.1"), ready("10.0.0.2"))}, ready: 1, serving: 2},
+		{name: "ready counts as serving even when the slice says not serving", typ: mcsv1beta1.ClusterSetIP,
+			eps: []causewayv1alpha1.RecordEndpoints{g("IPv4", causewayv1alpha1.RecordBackend{Address: "10.0.0.1", Ready: true})}, ready: 1, serving: 1},
 		{name: "an address in two port groups counts once", typ: mcsv1beta1.ClusterSetIP,
 			eps: []causewayv1alpha1.RecordEndpoints{g("IPv4", ready("10.0.0.1"), ready("10.0.0.2")), g("IPv4", ready("10.0.0.2"))}, ready: 2, serving: 2},
 		{name: "dual-stack: the family with most", typ: mcsv1beta1.ClusterSetIP,
