@@ -14,24 +14,28 @@ build: ## build every binary into bin/
 
 generate: generate-crds generate-rbac generate-bpf ## regenerate deep-copy code, CRDs, RBAC roles and eBPF objects
 
-generate-crds: ## deep-copy code and CRD YAML (ours and mcs-api's) under deploy/crds
+# Generated files go straight into the Helm chart, the one install source:
+# its crds/ and templates/rbac/.
+CHART = deploy/helm/causeway
+
+generate-crds: ## deep-copy code and CRD YAML (ours and mcs-api's) under the chart's crds/
 	$(GO) tool controller-gen object paths=./api/...
-	$(GO) tool controller-gen crd paths=./api/... output:crd:dir=deploy/crds
-	install -m 0644 $(MCS_API_DIR)/config/crd/multicluster.x-k8s.io_serviceexports.yaml deploy/crds/
-	install -m 0644 $(MCS_API_DIR)/config/crd/multicluster.x-k8s.io_serviceimports.yaml deploy/crds/
+	$(GO) tool controller-gen crd paths=./api/... output:crd:dir=$(CHART)/crds
+	install -m 0644 $(MCS_API_DIR)/config/crd/multicluster.x-k8s.io_serviceexports.yaml $(CHART)/crds/
+	install -m 0644 $(MCS_API_DIR)/config/crd/multicluster.x-k8s.io_serviceimports.yaml $(CHART)/crds/
 
 # Each daemon's least-privilege roles come from the +kubebuilder:rbac markers
-# next to the code that needs them: <daemon>=<package> below gives
-# deploy/rbac/<daemon>.yaml with ClusterRole and/or Role causeway-<daemon>
-# (bindings and ServiceAccounts: deploy/manifests/). A daemon without
-# markers gets no file and no rights.
+# next to the code that needs them: <daemon>=<package> below gives the
+# chart's templates/rbac/<daemon>.yaml with ClusterRole and/or Role
+# causeway-<daemon> (ServiceAccounts and bindings: templates/identities.yaml).
+# A daemon without markers gets no file and no rights.
 RBAC_DAEMONS = gateway=./pkg/gateway route-agent=./pkg/routeagent mcs-controller=./pkg/mcs/controller
 
-generate-rbac: ## least-privilege roles of each daemon under deploy/rbac
-	rm -f deploy/rbac/*.yaml
+generate-rbac: ## least-privilege roles of each daemon under the chart's templates/rbac/
+	rm -f $(CHART)/templates/rbac/*.yaml
 	@set -e; for d in $(RBAC_DAEMONS); do \
 	  echo "controller-gen rbac $${d%%=*}"; \
-	  $(GO) tool controller-gen rbac:roleName=causeway-$${d%%=*},fileName=$${d%%=*}.yaml paths=$${d#*=} output:rbac:dir=deploy/rbac; \
+	  $(GO) tool controller-gen rbac:roleName=causeway-$${d%%=*},fileName=$${d%%=*}.yaml paths=$${d#*=} output:rbac:dir=$(CHART)/templates/rbac; \
 	done
 
 generate-bpf: ## compile bpf/*.c and regenerate the Go bindings (needs clang-19)

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,15 +23,37 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/gateway"
 	"github.com/causeway-net/causeway/pkg/kube"
 	mcscontroller "github.com/causeway-net/causeway/pkg/mcs/controller"
 	"github.com/causeway-net/causeway/pkg/routeagent"
 )
 
-func manifests(t *testing.T, patterns ...string) []*unstructured.Unstructured {
+// valueSets are the chart values the tests render with: a cluster's
+// required values over the defaults, and every value a user is likely
+// to change changed.
+func valueSets() map[string]map[string]any {
+	return map[string]map[string]any{
+		"defaults": {"clusterID": "c1", "podCIDRs": []any{"10.244.0.0/16"}, "serviceCIDRs": []any{"10.96.0.0/16"},
+			"namespace": map[string]any{"create": true}},
+		"tuned": {"clusterID": "east-1", "podCIDRs": []any{"10.1.0.0/16", "10.3.0.0/16"}, "serviceCIDRs": []any{"10.2.0.0/16"},
+			"namespace":    map[string]any{"create": true},
+			"image":        map[string]any{"repository": "registry.example/causeway", "tag": "v9", "pullPolicy": "Never"},
+			"brokerSecret": "broker-creds", "vipRange": "100.64.0.0/16", "logLevel": "debug",
+			"cable":     map[string]any{"driver": "ipsec", "mtu": 1300, "ipsecPSKSecret": "psk"},
+			"globalnet": map[string]any{"enabled": true, "supernet": "169.254.0.0/16", "cidrBits": 26},
+			"gateway": map[string]any{"nodeSelector": map[string]any{"causeway.dev/gateway": nil, "role": "edge"}, "metricsPort": 19531,
+				"extraArgs": []any{"--public-ip=203.0.113.7"}},
+			"routeAgent":    map[string]any{"extraArgs": []any{"--iptables-backend=nft"}},
+			"mcsController": map[string]any{"replicas": 2, "extraArgs": []any{"--workers=4"}},
+		},
+	}
+}
+
+func render(t *testing.T, values map[string]any) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := kube.Manifests(patterns...)
+	objs, err := chart.Render(values)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,10 +80,15 @@ var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
 // Every workload runs a Causeway binary with flags that binary takes and
 // values it accepts, once the container's variables are expanded the way
-// the kubelet does (from the ConfigMap of config.yaml and the downward
-// API), under a ServiceAccount of identities.yaml.
+// the kubelet does (from the chart's ConfigMap and the downward API),
+// under a ServiceAccount of the chart, whatever the values.
 func TestWorkloadFlags(t *testing.T) {
-	objs := manifests(t, kube.ManifestFiles...)
+	for name, values := range valueSets() {
+		t.Run(name, func(t *testing.T) { testWorkloadFlags(t, render(t, values)) })
+	}
+}
+
+func testWorkloadFlags(t *testing.T, objs []*unstructured.Unstructured) {
 	config := map[string]string{}
 	accounts := map[string]bool{}
 	var pods []struct {
@@ -93,7 +121,7 @@ func TestWorkloadFlags(t *testing.T) {
 	var ran []string
 	for _, p := range pods {
 		if !accounts[p.spec.ServiceAccountName] {
-			t.Errorf("%s: ServiceAccount %q is not in identities.yaml", p.name, p.spec.ServiceAccountName)
+			t.Errorf("%s: ServiceAccount %q is not in the chart", p.name, p.spec.ServiceAccountName)
 		}
 		for _, c := range p.spec.Containers {
 			if len(c.Command) != 1 || commands[c.Command[0]] == nil {
@@ -151,10 +179,14 @@ func TestWorkloadFlags(t *testing.T) {
 }
 
 // The gateway runs on gateway-labelled nodes and the route agent on every
-// node, both on the host network and privileged (tunnel devices, routes,
-// netfilter, eBPF); the MCS controller needs neither.
+// node, both on the host network and privileged (sysctls, tunnel devices,
+// routes, netfilter, eBPF); the MCS controller needs neither and runs as
+// Pod Security "restricted" allows.
 func TestWorkloadPlacement(t *testing.T) {
-	for _, o := range manifests(t, "manifests/gateway.yaml", "manifests/route-agent.yaml", "manifests/mcs-controller.yaml") {
+	for _, o := range render(t, valueSets()["defaults"]) {
+		if o.GetKind() != "DaemonSet" && o.GetKind() != "Deployment" {
+			continue
+		}
 		switch o.GetName() {
 		case "causeway-gateway", "causeway-route-agent":
 			ds := convert[appsv1.DaemonSet](t, o)
@@ -168,9 +200,16 @@ func TestWorkloadPlacement(t *testing.T) {
 			}
 		case "causeway-mcs-controller":
 			d := convert[appsv1.Deployment](t, o)
-			sc := d.Spec.Template.Spec.Containers[0].SecurityContext
-			if d.Spec.Template.Spec.HostNetwork || sc == nil || sc.Privileged != nil && *sc.Privileged {
+			pod := d.Spec.Template.Spec
+			sc, psc := pod.Containers[0].SecurityContext, pod.SecurityContext
+			if pod.HostNetwork || sc == nil || sc.Privileged != nil && *sc.Privileged {
 				t.Errorf("%s: must run unprivileged off the host network", d.Name)
+			}
+			// Pod Security "restricted".
+			if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil ||
+				psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || sc.AllowPrivilegeEscalation == nil ||
+				*sc.AllowPrivilegeEscalation || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+				t.Errorf("%s: not restricted: pod %+v container %+v", d.Name, psc, sc)
 			}
 		default:
 			t.Errorf("unexpected workload %s %s", o.GetKind(), o.GetName())
@@ -178,17 +217,22 @@ func TestWorkloadPlacement(t *testing.T) {
 	}
 }
 
-// Every binding refers to a generated role and binds it to its daemon's
-// ServiceAccount only; every generated role is bound.
+// Every binding refers to a generated role (the chart's only roles, from
+// templates/rbac) and binds it to its daemon's ServiceAccount only; every
+// generated role is bound.
 func TestBindingsMatchRoles(t *testing.T) {
+	objs := render(t, valueSets()["defaults"])
 	roles := map[string]bool{} // kind/namespace/name
-	for _, o := range manifests(t, "rbac/*.yaml") {
+	for _, o := range objs {
+		if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
+			continue
+		}
 		if !strings.HasPrefix(o.GetName(), "causeway-") {
 			t.Errorf("generated role %s: want a causeway-<daemon> name", o.GetName())
 		}
 		roles[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = false
 	}
-	for _, o := range manifests(t, "manifests/identities.yaml") {
+	for _, o := range objs {
 		var ref rbacv1.RoleRef
 		var subjects []rbacv1.Subject
 		ns := ""
@@ -219,40 +263,44 @@ func TestBindingsMatchRoles(t *testing.T) {
 	}
 }
 
-// Every install manifest passes the API server's validation and admission
-// (a server-side dry-run apply), then applies for real, twice.
-func TestManifestsApply(t *testing.T) {
-	kc := kubetest.Start(t, "deploy")
+// Everything the chart renders passes the API server's validation and
+// admission (a server-side dry-run apply, the CRDs installed first), then
+// applies for real, twice, with every value set.
+func TestChartApply(t *testing.T) {
+	kc := kubetest.Start(t, "deploy") // installs the chart's CRDs
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	objs := manifests(t, kube.ManifestFiles...)
-	// A dry run of namespaced objects needs their namespace.
-	var nss []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetKind() == "Namespace" {
-			nss = append(nss, o)
+	sets := valueSets()
+	for i, name := range slices.Sorted(maps.Keys(sets)) {
+		objs := render(t, sets[name])
+		// A dry run of namespaced objects needs their namespace.
+		var nss []*unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() == "Namespace" {
+				nss = append(nss, o)
+			}
 		}
-	}
-	if err := kube.Apply(ctx, kc.Client, nss, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := kube.Apply(ctx, kc.Client, objs, true); err != nil {
-		t.Fatalf("dry run: %v", err)
-	}
-	var ds appsv1.DaemonSet
-	if err := kc.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: "causeway-gateway"}, &ds); !apierrors.IsNotFound(err) {
-		t.Fatalf("after a dry run, the gateway DaemonSet: %v (want NotFound)", err)
-	}
-	for i := range 2 {
-		if err := kube.Apply(ctx, kc.Client, objs, false); err != nil {
-			t.Fatalf("apply #%d: %v", i+1, err)
+		if err := kube.Apply(ctx, kc.Client, nss, false); err != nil {
+			t.Fatal(err)
 		}
-	}
-	for _, o := range objs {
-		got := &unstructured.Unstructured{}
-		got.SetGroupVersionKind(o.GroupVersionKind())
-		if err := kc.Client.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()}, got); err != nil {
-			t.Errorf("%s %s/%s after apply: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		if err := kube.Apply(ctx, kc.Client, objs, true); err != nil {
+			t.Fatalf("%s: dry run: %v", name, err)
+		}
+		var ds appsv1.DaemonSet
+		if err := kc.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: "causeway-gateway"}, &ds); i == 0 && !apierrors.IsNotFound(err) {
+			t.Fatalf("after a dry run, the gateway DaemonSet: %v (want NotFound)", err)
+		}
+		for n := range 2 {
+			if err := kube.Apply(ctx, kc.Client, objs, false); err != nil {
+				t.Fatalf("%s: apply #%d: %v", name, n+1, err)
+			}
+		}
+		for _, o := range objs {
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(o.GroupVersionKind())
+			if err := kc.Client.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()}, got); err != nil {
+				t.Errorf("%s: %s %s/%s after apply: %v", name, o.GetKind(), o.GetNamespace(), o.GetName(), err)
+			}
 		}
 	}
 }
@@ -351,7 +399,7 @@ var daemonAccess = map[string]struct{ allowed, denied []access }{
 	},
 }
 
-// Each daemon's ServiceAccount, installed from the embedded manifests and
+// Each daemon's ServiceAccount, installed from the embedded chart and
 // authenticated with a TokenRequest token as the lab and a Pod would,
 // may do what its code does and nothing of the rest: the API server's
 // answer to a SelfSubjectAccessReview, plus real requests that must be

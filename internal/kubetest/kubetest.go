@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/controlplane"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
@@ -165,10 +166,10 @@ func BinariesPresent() bool {
 }
 
 // DaemonConfig gives the daemons their identities in the cluster, as the
-// install manifests do (kube.InstallIdentities: namespace causeway-system,
-// a ServiceAccount per daemon, the least-privilege roles generated into
-// deploy/rbac), and returns a client configuration acting as daemon's
-// ServiceAccount (a TokenRequest token): a daemon tested with it has
+// Helm chart does (chart.InstallIdentities: namespace causeway-system, a
+// ServiceAccount per daemon, the least-privilege roles generated into the
+// chart's templates/rbac), and returns a client configuration acting as
+// daemon's ServiceAccount (a TokenRequest token): a daemon tested with it has
 // exactly the rights an installed one has. Create causeway-system before,
 // if the test creates it itself.
 func (c *Cluster) DaemonConfig(t testing.TB, daemon string) *rest.Config {
@@ -194,7 +195,7 @@ func (c *Cluster) daemonToken(t testing.TB, daemon string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kube.InstallIdentities(ctx, c.Client); err != nil {
+	if err := chart.InstallIdentities(ctx, c.Client); err != nil {
 		t.Fatal(err)
 	}
 	token, err := kube.ServiceAccountToken(ctx, c.Config, kube.Namespace, kube.ServiceAccountName(daemon), time.Hour)

@@ -18,7 +18,13 @@
 // objects. EnsureClusterIdentity creates all of this idempotently and
 // returns a kubeconfig with a token of the ServiceAccount, obtained through
 // the TokenRequest API (served by the API server itself; no controller
-// manager needed).
+// manager needed): `causewayctl deploy-broker` writes it as the member's
+// join file.
+//
+// A member that joins records its claim on its cluster ID in its own
+// namespace (Claim: Lease causeway-claim holding the member's kube-system
+// UID), so a second cluster joining under the same ID is refused; Leave
+// removes what the member wrote there.
 package broker
 
 import (

@@ -4,18 +4,24 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
+	"helm.sh/helm/v4/pkg/strvals"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/chart"
+	"github.com/causeway-net/causeway/pkg/install"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
 
@@ -26,23 +32,299 @@ const BrokerSecret = "causeway-broker"
 // clusterIDProperty is the About API's ClusterProperty naming the cluster.
 var clusterIDProperty = schema.GroupVersionKind{Group: "about.k8s.io", Version: "v1alpha1", Kind: "ClusterProperty"}
 
-func newJoinCommand() *cobra.Command {
-	var brokerKubeconfig, kubeconfig, clusterID, namespace, out string
+func newDeployBrokerCommand() *cobra.Command {
+	var kubeconfig, server, dir string
+	var clusterIDs []string
 	cmd := &cobra.Command{
-		Use:   "join",
-		Short: "Join a cluster to the ClusterSet's broker",
-		Long: `Join a cluster to a ClusterSet: in the broker, create the cluster's namespace
+		Use:   "deploy-broker",
+		Short: "Set up the ClusterSet's broker and write a join file per member cluster",
+		Long: `Set up a broker API server for a ClusterSet: install Causeway's and the MCS
+API's CRDs, and for every --cluster-id the member's broker namespace
 (cluster-<id>), ServiceAccount and RBAC (it may write only its own namespace
-and read the others), and store the resulting broker kubeconfig in the
-cluster as Secret causeway-system/causeway-broker, which the gateway and MCS
-controller Pods of deploy/manifests mount (the daemons' own ServiceAccounts
-may not read Secrets). The cluster ID is --cluster-id, or the About API's
-ClusterProperty cluster.clusterset.k8s.io when the cluster has one.
-Idempotent: joining again refreshes the credentials.`,
-		Example: `  causewayctl join --broker-kubeconfig broker-admin.yaml --kubeconfig c1.yaml --cluster-id c1`,
+and read the others). For each it writes <output-dir>/<id>.join.yaml: the
+broker's address and CA and a token of that member's own identity, so
+joining (causewayctl join --join-file) needs no broker-admin credentials and
+the token can do nothing but what that member may. Idempotent: running it
+again adds new IDs and issues fresh tokens.`,
+		Example: `  causewayctl deploy-broker --kubeconfig broker-admin.yaml --cluster-id c1 --cluster-id c2`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			admin, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			if err != nil {
+				return fmt.Errorf("broker kubeconfig: %w", err)
+			}
+			if err := kube.InstallCRDs(ctx, admin); err != nil {
+				return fmt.Errorf("broker: %w", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "broker: CRDs installed (causeway.dev, multicluster.x-k8s.io)")
+			for _, id := range clusterIDs {
+				raw, err := broker.EnsureClusterIdentity(ctx, admin, id)
+				if err != nil {
+					return err
+				}
+				if server != "" {
+					if raw, err = broker.WithServer(raw, server); err != nil {
+						return err
+					}
+				}
+				path := filepath.Join(dir, id+".join.yaml")
+				if err := os.WriteFile(path, raw, 0o600); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "broker: cluster %s: namespace %s, join file %s\n", id, broker.Namespace(id), path)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig with admin rights on the broker API server (required)")
+	f.StringSliceVar(&clusterIDs, "cluster-id", nil, "a member cluster's ID, a DNS label (repeatable)")
+	f.StringVar(&server, "server", "", "the broker API server's URL as the members reach it (default: the kubeconfig's)")
+	f.StringVar(&dir, "output-dir", ".", "directory the join files are written to (mode 0600)")
+	_ = cmd.MarkFlagRequired("kubeconfig")
+	return cmd
+}
+
+// joinFlags are join's flags.
+type joinFlags struct {
+	brokerKubeconfig, joinFile, kubeconfig, clusterID, namespace, out string
+	podCIDRs, serviceCIDRs, gatewayNodes, set                         []string
+	timeout                                                           time.Duration
+}
+
+func newJoinCommand() *cobra.Command {
+	var f joinFlags
+	cmd := &cobra.Command{
+		Use:   "join",
+		Short: "Join a cluster to the ClusterSet: broker identity, and with a join file the whole install",
+		Long: `Join a cluster to a ClusterSet.
+
+With --join-file (written by causewayctl deploy-broker): claim the cluster ID
+in the broker (refused when another cluster joined under it), store the
+join file's member credentials as Secret causeway-system/causeway-broker,
+discover the pod CIDRs (the nodes' spec.podCIDRs) and service CIDRs (the
+API's ServiceCIDR objects) unless --pod-cidrs/--service-cidrs give them,
+label the --gateway-node nodes causeway.dev/gateway=true, install the CRDs
+and the Helm chart (server-side apply, field manager causewayctl; --set
+gives chart values) and wait until every daemon's Pods are Ready.
+
+With --broker-kubeconfig (a broker administrator): create the cluster's
+broker namespace (cluster-<id>), ServiceAccount and RBAC and store the
+resulting broker kubeconfig as the Secret; install the chart yourself.
+
+The gateway and MCS controller Pods mount the Secret (the daemons' own
+ServiceAccounts may not read Secrets). The cluster ID is --cluster-id, the
+join file's, or the About API's ClusterProperty cluster.clusterset.k8s.io.
+Idempotent: joining again refreshes the credentials and the install.`,
+		Example: `  causewayctl join --join-file c1.join.yaml --kubeconfig c1.yaml --gateway-node node-0
+  causewayctl join --broker-kubeconfig broker-admin.yaml --kubeconfig c1.yaml --cluster-id c1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.joinFile, "join-file", "", "the cluster's join file from causewayctl deploy-broker (installs everything)")
+	fs.StringVar(&f.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig with admin rights on the broker API server (creates the broker identity only)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the joining cluster (required)")
+	fs.StringVar(&f.clusterID, "cluster-id", "", "the cluster's ID, a DNS label (default: the join file's, or the About API's cluster.clusterset.k8s.io)")
+	fs.StringVar(&f.namespace, "namespace", kube.Namespace, "namespace of Causeway's objects in the joining cluster")
+	fs.StringVar(&f.out, "output", "", "also write the broker kubeconfig to this file (mode 0600)")
+	fs.StringSliceVar(&f.podCIDRs, "pod-cidrs", nil, "with --join-file: the cluster's pod CIDRs (default: the nodes' spec.podCIDRs)")
+	fs.StringSliceVar(&f.serviceCIDRs, "service-cidrs", nil, "with --join-file: the cluster's service CIDRs (default: the API's ServiceCIDRs)")
+	fs.StringSliceVar(&f.gatewayNodes, "gateway-node", nil, "with --join-file: label this node a gateway candidate (repeatable)")
+	fs.StringArrayVar(&f.set, "set", nil, "with --join-file: a chart value, key=value as helm --set (repeatable)")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "with --join-file: how long to wait for the daemons' Pods to be Ready")
+	_ = cmd.MarkFlagRequired("kubeconfig")
+	cmd.MarkFlagsOneRequired("join-file", "broker-kubeconfig")
+	cmd.MarkFlagsMutuallyExclusive("join-file", "broker-kubeconfig")
+	return cmd
+}
+
+func (f *joinFlags) run(cmd *cobra.Command) error {
+	ctx := cmd.Context()
+	say := func(format string, args ...any) { fmt.Fprintf(cmd.OutOrStdout(), format+"\n", args...) }
+	local, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("cluster kubeconfig: %w", err)
+	}
+	cl, err := client.New(local, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		return err
+	}
+	var raw []byte
+	if f.joinFile != "" {
+		if f.namespace != kube.Namespace {
+			return fmt.Errorf("--namespace %s: the chart installs into %s only", f.namespace, kube.Namespace)
+		}
+		if raw, err = os.ReadFile(f.joinFile); err != nil {
+			return fmt.Errorf("join file: %w", err)
+		}
+		id, err := joinFileClusterID(raw)
+		if err != nil {
+			return fmt.Errorf("join file %s: %w", f.joinFile, err)
+		}
+		if f.clusterID != "" && f.clusterID != id {
+			return fmt.Errorf("--cluster-id %s, but join file %s is cluster %s's", f.clusterID, f.joinFile, id)
+		}
+		f.clusterID = id
+	}
+	if f.clusterID == "" {
+		if f.clusterID, err = aboutClusterID(ctx, cl); err != nil {
+			return err
+		}
+	}
+	if msgs := validation.IsDNS1123Label(f.clusterID); len(msgs) > 0 {
+		return fmt.Errorf("cluster ID %q: %v", f.clusterID, msgs)
+	}
+	if f.joinFile == "" {
+		admin, err := clientcmd.BuildConfigFromFlags("", f.brokerKubeconfig)
+		if err != nil {
+			return fmt.Errorf("broker kubeconfig: %w", err)
+		}
+		if raw, err = broker.EnsureClusterIdentity(ctx, admin, f.clusterID); err != nil {
+			return err
+		}
+	}
+	// With a join file, everything is checked (the values by rendering the
+	// chart) before anything changes in the broker or the cluster.
+	var objs []*unstructured.Unstructured
+	if f.joinFile != "" {
+		if objs, err = f.render(ctx, cl, say); err != nil {
+			return err
+		}
+		if err := f.claim(ctx, cl, raw); err != nil {
+			return err
+		}
+	}
+	if err := storeBrokerSecret(ctx, cl, f.namespace, raw); err != nil {
+		return err
+	}
+	if f.out != "" {
+		if err := os.WriteFile(f.out, raw, 0o600); err != nil {
+			return err
+		}
+	}
+	say("cluster %s joined the broker: namespace %s, credentials in Secret %s/%s",
+		f.clusterID, broker.Namespace(f.clusterID), f.namespace, BrokerSecret)
+	if f.joinFile == "" {
+		return nil
+	}
+	return f.install(ctx, local, cl, objs, say)
+}
+
+// claim claims the cluster ID in the broker with the join file's identity.
+func (f *joinFlags) claim(ctx context.Context, cl client.Client, raw []byte) error {
+	bc, err := clientFromKubeconfig(raw)
+	if err != nil {
+		return fmt.Errorf("join file %s: %w", f.joinFile, err)
+	}
+	uid, err := broker.MemberUID(ctx, cl)
+	if err != nil {
+		return err
+	}
+	return broker.Claim(ctx, bc, f.clusterID, uid)
+}
+
+// render discovers the CIDRs not given and renders the chart.
+func (f *joinFlags) render(ctx context.Context, cl client.Client, say func(string, ...any)) ([]*unstructured.Unstructured, error) {
+	values := map[string]any{}
+	for _, s := range f.set {
+		if err := strvals.ParseInto(s, values); err != nil {
+			return nil, fmt.Errorf("--set %s: %w", s, err)
+		}
+	}
+	var err error
+	if len(f.podCIDRs) == 0 {
+		if f.podCIDRs, err = install.DiscoverPodCIDRs(ctx, cl); err != nil {
+			return nil, fmt.Errorf("%w (--pod-cidrs)", err)
+		}
+		say("pod CIDRs from the nodes' spec.podCIDRs: %v (give --pod-cidrs with the cluster's whole pod CIDR if nodes will be added)", f.podCIDRs)
+	}
+	if len(f.serviceCIDRs) == 0 {
+		if f.serviceCIDRs, err = install.DiscoverServiceCIDRs(ctx, cl); err != nil {
+			return nil, fmt.Errorf("%w (--service-cidrs)", err)
+		}
+		say("service CIDRs from the API's ServiceCIDRs: %v", f.serviceCIDRs)
+	}
+	values["clusterID"] = f.clusterID
+	values["podCIDRs"] = toAny(f.podCIDRs)
+	values["serviceCIDRs"] = toAny(f.serviceCIDRs)
+	values["namespace"] = map[string]any{"create": true}
+	values["brokerSecret"] = BrokerSecret
+	return chart.Render(values)
+}
+
+// install labels the gateways, installs objs (the rendered chart) and
+// waits for the daemons.
+func (f *joinFlags) install(ctx context.Context, local *rest.Config, cl client.Client, objs []*unstructured.Unstructured, say func(string, ...any)) error {
+	gateways, err := install.LabelGateways(ctx, cl, f.gatewayNodes)
+	if err != nil {
+		return err
+	}
+	say("gateway nodes: %v", gateways)
+	if err := install.Apply(ctx, local, cl, objs); err != nil {
+		return err
+	}
+	say("installed the CRDs and the chart's %d objects (field manager %s)", len(objs), install.FieldOwner)
+	if err := install.WaitReady(ctx, cl, objs, f.timeout, func(s string) { say("%s", s) }); err != nil {
+		return err
+	}
+	say("cluster %s: every daemon is Ready", f.clusterID)
+	return nil
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// joinFileClusterID is the cluster a join file is for: the namespace of
+// its current context, cluster-<id>.
+func joinFileClusterID(raw []byte) (string, error) {
+	cfg, err := clientcmd.Load(raw)
+	if err != nil {
+		return "", err
+	}
+	c, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return "", fmt.Errorf("no current context")
+	}
+	id, ok := broker.ClusterIDFromNamespace(c.Namespace)
+	if !ok {
+		return "", fmt.Errorf("context %s: namespace %q is not a member's broker namespace (%s<id>)", cfg.CurrentContext, c.Namespace, broker.NamespacePrefix)
+	}
+	return id, nil
+}
+
+func clientFromKubeconfig(raw []byte) (client.Client, error) {
+	rc, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(rc, client.Options{Scheme: kube.NewScheme()})
+}
+
+func newUninstallCommand() *cobra.Command {
+	var kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Remove what join created, in the cluster and in the broker",
+		Long: `Remove Causeway from a member cluster: in the broker, through the cluster's
+own broker identity (Secret causeway-system/causeway-broker), every object
+the cluster wrote in its namespace, its Leases (the cluster ID's claim among
+them) and its global CIDRs; in the cluster, the chart's objects, namespace
+causeway-system, the CRDs (with every ServiceExport and ServiceImport) and
+the causeway.dev/gateway node label. The broker namespace and identity stay
+(deploy-broker's): the same ID can join again. Run the daemons' --cleanup
+on the nodes first to remove their datapath (routes, devices, eBPF pins).`,
+		Example: `  causewayctl uninstall --kubeconfig c1.yaml`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			say := func(s string) { fmt.Fprintln(cmd.OutOrStdout(), s) }
 			local, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 			if err != nil {
 				return fmt.Errorf("cluster kubeconfig: %w", err)
@@ -51,42 +333,31 @@ Idempotent: joining again refreshes the credentials.`,
 			if err != nil {
 				return err
 			}
-			if clusterID == "" {
-				if clusterID, err = aboutClusterID(ctx, cl); err != nil {
+			sec := &corev1.Secret{}
+			err = cl.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: BrokerSecret}, sec)
+			switch {
+			case apierrors.IsNotFound(err):
+				say("no Secret " + kube.Namespace + "/" + BrokerSecret + ": nothing to remove in the broker")
+			case err != nil:
+				return err
+			default:
+				id, err := joinFileClusterID(sec.Data["kubeconfig"])
+				if err != nil {
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, BrokerSecret, err)
+				}
+				bc, err := clientFromKubeconfig(sec.Data["kubeconfig"])
+				if err != nil {
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, BrokerSecret, err)
+				}
+				if err := broker.Leave(ctx, bc, id); err != nil {
 					return err
 				}
+				say("broker: removed cluster " + id + "'s objects from " + broker.Namespace(id))
 			}
-			if msgs := validation.IsDNS1123Label(clusterID); len(msgs) > 0 {
-				return fmt.Errorf("cluster ID %q: %v", clusterID, msgs)
-			}
-			admin, err := clientcmd.BuildConfigFromFlags("", brokerKubeconfig)
-			if err != nil {
-				return fmt.Errorf("broker kubeconfig: %w", err)
-			}
-			raw, err := broker.EnsureClusterIdentity(ctx, admin, clusterID)
-			if err != nil {
-				return err
-			}
-			if err := storeBrokerSecret(ctx, cl, namespace, raw); err != nil {
-				return err
-			}
-			if out != "" {
-				if err := os.WriteFile(out, raw, 0o600); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "cluster %s joined the broker: namespace %s, credentials in Secret %s/%s\n",
-				clusterID, broker.Namespace(clusterID), namespace, BrokerSecret)
-			return nil
+			return install.Uninstall(ctx, cl, say)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig with admin rights on the broker API server (required)")
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the joining cluster (required)")
-	f.StringVar(&clusterID, "cluster-id", "", "the cluster's ID, a DNS label (default: the About API's cluster.clusterset.k8s.io)")
-	f.StringVar(&namespace, "namespace", "causeway-system", "namespace of Causeway's objects in the joining cluster")
-	f.StringVar(&out, "output", "", "also write the broker kubeconfig to this file (mode 0600)")
-	_ = cmd.MarkFlagRequired("broker-kubeconfig")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (required)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }

@@ -274,7 +274,7 @@ func (e *Engine) Role() v1alpha1.HAStatus {
 	return e.role
 }
 
-// Local rights of Run (make generate turns these into deploy/rbac): the
+// Local rights of Run (make generate turns these into the chart's templates/rbac): the
 // leader-election Lease and the Events of refused remotes, in Causeway's
 // namespace only.
 //

@@ -203,7 +203,7 @@ type env struct {
 	// write only its own broker namespace.
 	identity map[string]*rest.Config
 	// local is the gateway's own ServiceAccount in each cluster, with the
-	// least-privilege roles of deploy/rbac.
+	// least-privilege roles of the chart's templates/rbac.
 	local map[string]*rest.Config
 }
 

@@ -17,15 +17,15 @@ import (
 	"github.com/causeway-net/causeway/deploy"
 )
 
-// CRDs parses the embedded CRD manifests.
+// CRDs parses the CRDs of the embedded Helm chart (its crds/).
 func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	files, err := fs.Glob(deploy.CRDs, "crds/*.yaml")
+	files, err := fs.Glob(deploy.Chart, deploy.ChartDir+"/crds/*.yaml")
 	if err != nil {
 		return nil, err
 	}
 	var out []*apiextensionsv1.CustomResourceDefinition
 	for _, f := range files {
-		b, err := deploy.CRDs.ReadFile(f)
+		b, err := deploy.Chart.ReadFile(f)
 		if err != nil {
 			return nil, err
 		}

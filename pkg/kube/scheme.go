@@ -1,8 +1,9 @@
 // Package kube is the Kubernetes client plumbing Causeway's components
 // share: a scheme with every API type Causeway reads or writes, the
-// installation of Causeway's and the MCS API's CRDs, and the embedded
-// install manifests (the daemons' identities and least-privilege roles)
-// with server-side apply and ServiceAccount tokens.
+// installation of Causeway's and the MCS API's CRDs (the embedded Helm
+// chart's crds/), server-side apply, the daemons' ServiceAccount names and
+// tokens. Rendering the chart is pkg/chart's (kept apart so the daemons do
+// not link the Helm SDK).
 package kube
 
 import (

@@ -9,6 +9,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
 
@@ -24,8 +25,8 @@ func (s *State) DaemonKubeconfig(cluster, daemon string) string {
 }
 
 // installIdentities gives the daemons of every member cluster their own
-// identity, as the install manifests do (deploy/manifests/identities.yaml
-// and the generated roles of deploy/rbac): a ServiceAccount each in
+// identity, as the Helm chart does (chart.InstallIdentities: its
+// identities and generated roles): a ServiceAccount each in
 // causeway-system with least-privilege rights, and writes each a
 // kubeconfig with a token from the TokenRequest API.
 func (s *State) installIdentities(ctx context.Context) error {
@@ -42,7 +43,7 @@ func (s *State) installIdentities(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := kube.InstallIdentities(ctx, cl); err != nil {
+		if err := chart.InstallIdentities(ctx, cl); err != nil {
 			return fmt.Errorf("cluster %s: %w", name, err)
 		}
 		for _, d := range kube.Daemons {

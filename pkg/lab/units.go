@@ -107,7 +107,7 @@ func (s *State) MissingDaemons() []string {
 // daemonUnits are the Causeway daemons of one node, run exactly as a
 // DaemonSet would run them: inside the node's network namespace (host
 // network), in the node's system cgroup, each with the kubeconfig of its
-// own ServiceAccount (least-privilege roles of deploy/rbac, written by
+// own ServiceAccount (least-privilege roles of the chart's templates/rbac, written by
 // installIdentities once the API server runs; until then the daemon exits
 // and the supervisor restarts it) reaching the cluster through the
 // kubelet's forwarder. Binaries that are missing are skipped (the

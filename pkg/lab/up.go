@@ -128,7 +128,7 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if err := st.installIdentities(ctx); err != nil {
 		return nil, err
 	}
-	p.say("daemon identities: a ServiceAccount each with least-privilege roles (deploy/rbac)")
+	p.say("daemon identities: a ServiceAccount each with least-privilege roles (the Helm chart's)")
 
 	if err := st.joinBroker(ctx); err != nil {
 		return nil, err

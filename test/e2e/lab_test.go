@@ -248,7 +248,7 @@ func TestLab(t *testing.T) {
 	// crashed one is restarted.
 	l.checkDaemonRestart("c3/n0/gateway")
 	// Everything above ran with each daemon's own least-privilege
-	// ServiceAccount (deploy/rbac), none refused.
+	// ServiceAccount (the chart's templates/rbac), none refused.
 	l.checkLeastPrivilege(ctx)
 
 	// A second up repairs or reports; it never duplicates.

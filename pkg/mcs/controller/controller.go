@@ -170,8 +170,8 @@ type Controller struct {
 	global globalnet
 }
 
-// Local rights of the controller (make generate turns these into
-// deploy/rbac). Everything it reads goes through the manager's cache
+// Local rights of the controller (make generate turns these into the
+// chart's templates/rbac). Everything it reads goes through the manager's cache
 // (list and watch only); its writes are the ServiceImports and
 // EndpointSlices it owns and the status of ServiceExports. Leader
 // election takes a Lease and records Events in Causeway's namespace;

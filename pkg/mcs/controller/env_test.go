@@ -41,7 +41,7 @@ type env struct {
 	clusters map[string]*kubetest.Cluster
 	identity map[string]*rest.Config
 	// local is the MCS controller's own ServiceAccount in each cluster,
-	// with the least-privilege roles of deploy/rbac.
+	// with the least-privilege roles of the chart's templates/rbac.
 	local map[string]*rest.Config
 	cfg   controller.Config // template for every controller
 
