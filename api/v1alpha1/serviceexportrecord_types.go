@@ -94,14 +94,58 @@ type ServiceExportRecordSpec struct {
 	// +kubebuilder:validation:MaxProperties=64
 	ExportedAnnotations map[string]string `json:"exportedAnnotations,omitempty"`
 
-	// Endpoints are the Service's backends in the exporting cluster,
-	// copied from its EndpointSlices, ready or not. Importing clusters
-	// render them (headless: one endpoint per backend; ClusterSetIP: the
-	// exporting cluster's ClusterIPs, ready while a backend is ready).
+	// ReadyEndpoints and ServingEndpoints count the Service's ready (not
+	// terminating) and serving backends in the exporting cluster: distinct
+	// addresses of the address type that has most, so a dual-stack pod
+	// counts once. For a ClusterSetIP export they are all importers read
+	// of its backends (the exporting cluster's ClusterIPs stand for them,
+	// ready while ReadyEndpoints > 0, weighted by it). Only the record's
+	// head (part 0) carries them, for the whole set.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ReadyEndpoints int32 `json:"readyEndpoints,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ServingEndpoints int32 `json:"servingEndpoints,omitempty"`
+
+	// Endpoints are, for a Headless export, the Service's backends in the
+	// exporting cluster, copied from its EndpointSlices, ready or not
+	// (importers render one endpoint per backend). Empty for ClusterSetIP
+	// (ReadyEndpoints stands for them). At most 1 000 backends per object:
+	// a larger set is split over parts (Part).
 	// +optional
 	// +kubebuilder:validation:MaxItems=100
 	// +listType=atomic
 	Endpoints []RecordEndpoints `json:"endpoints,omitempty"`
+
+	// Part places this object in a set of record objects that together
+	// carry one export's endpoints; unset when the record is one object.
+	// +optional
+	Part *RecordPart `json:"part,omitempty"`
+}
+
+// RecordPart is the position of one record object in a split export: the
+// head (index 0, named <namespace>.<name>) carries the definition and the
+// first endpoints, parts 1..count-1 (named
+// <namespace>.<name>.<revision>-<index>) the rest. Importers use a set only
+// when every part of the head's revision is there.
+type RecordPart struct {
+	// Index is 0 for the head, 1..Count-1 for the parts.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=9999
+	Index int32 `json:"index"`
+
+	// Count is the number of objects in the set, the head included.
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=10000
+	Count int32 `json:"count"`
+
+	// Revision names the set: a hash of all its endpoints. Parts of
+	// another revision are not part of it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]+$`
+	Revision string `json:"revision"`
 }
 
 // RecordEndpoints are backends sharing one address type and port mapping
@@ -216,7 +260,9 @@ type GlobalAddress struct {
 // ServiceExportRecord is one cluster's export of one Service, as written to
 // the broker. It lives in the exporting cluster's broker namespace
 // (cluster-<id>) and is named <service namespace>.<service name>, so each
-// cluster writes only its own records and reads everybody's.
+// cluster writes only its own records and reads everybody's. A headless
+// export with more than 1 000 backends is split: that object is the head,
+// further objects of the same kind are its parts (spec.part).
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:categories=causeway,shortName=ser
@@ -224,6 +270,10 @@ type GlobalAddress struct {
 // +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.serviceNamespace`
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.serviceName`
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.spec.readyEndpoints`
+// +kubebuilder:printcolumn:name="Part",type=integer,JSONPath=`.spec.part.index`
+// +kubebuilder:printcolumn:name="Of",type=integer,JSONPath=`.spec.part.count`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.spec.part.revision`
 type ServiceExportRecord struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -17,8 +17,12 @@ import (
 // Bounds of a remote export record. They repeat the CRD schema's limits
 // (api/v1alpha1.ServiceExportRecordSpec) where it has them: a broker
 // whose CRD is older, edited or absent must not widen what importers
-// take in. MaxRecordBackends bounds the sum over all groups, which the
-// schema does not (100 groups × 1 000 backends would pass it).
+// take in. MaxRecordBackends bounds the sum over all groups of a record
+// joined from its head and parts (pkg/mcs.JoinRecord), which the schema
+// cannot (each object passes it alone). MaxRecordEndpointCount bounds
+// the claimed readyEndpoints/servingEndpoints (the weight importers give
+// a ClusterSetIP export): Kubernetes' tested maximum of pods in a
+// cluster.
 const (
 	MaxRecordPorts          = 100
 	MaxRecordClusterIPs     = 2
@@ -26,6 +30,7 @@ const (
 	MaxRecordGroupPorts     = 100
 	MaxRecordGroupBackends  = 1000
 	MaxRecordBackends       = 10000
+	MaxRecordEndpointCount  = 150000
 	MaxRecordExportedMeta   = 64 // exportedLabels, exportedAnnotations entries each
 	// MaxRecordAnnotationBytes bounds the exported annotations' keys and
 	// values together (the API server's limit for an object's
@@ -42,13 +47,15 @@ type RecordReason string
 
 // The reasons, in the order the rules are applied.
 const (
-	// RecordTooLarge: more ports, ClusterIPs, groups, backends or
-	// exported labels/annotations than the bounds above, or a string
-	// longer than its field allows.
+	// RecordTooLarge: more ports, ClusterIPs, groups, backends, claimed
+	// ready/serving endpoints or exported labels/annotations than the
+	// bounds above, or a string longer than its field allows.
 	RecordTooLarge RecordReason = "RecordTooLarge"
 	// RecordInvalidField: the type, a protocol, an address type, the
 	// session affinity (or its timeout), an IP family, the cluster or
-	// Service name, or an exported label is not a legal value, or the
+	// Service name, or an exported label is not a legal value, the
+	// endpoint counts are negative or more ready than serving, the record
+	// is a part of a split record rather than the joined one, or the
 	// record names another cluster than the one it came from.
 	RecordInvalidField RecordReason = "InvalidField"
 	// RecordInvalidPort: a port, target port or global port outside
@@ -280,6 +287,8 @@ func checkRecordSizes(r *v1alpha1.ServiceExportRecordSpec) error {
 		too("clusterIPs", len(r.ClusterIPs), MaxRecordClusterIPs),
 		too("endpoint groups", len(r.Endpoints), MaxRecordEndpointGroups),
 		too("backends", total, MaxRecordBackends),
+		too("ready endpoints", int(r.ReadyEndpoints), MaxRecordEndpointCount),
+		too("serving endpoints", int(r.ServingEndpoints), MaxRecordEndpointCount),
 		too("IP families", len(r.IPFamilies), 2),
 		too("exported labels", len(r.ExportedLabels), MaxRecordExportedMeta),
 		too("exported annotations", len(r.ExportedAnnotations), MaxRecordExportedMeta),
@@ -330,6 +339,12 @@ func checkRecordFields(r *v1alpha1.ServiceExportRecordSpec, clusterID string) er
 	}
 	if r.Type != mcsv1beta1.ClusterSetIP && r.Type != mcsv1beta1.Headless {
 		return bad("type %q is neither ClusterSetIP nor Headless", truncate(string(r.Type), 63))
+	}
+	if r.ReadyEndpoints < 0 || r.ServingEndpoints < 0 || r.ReadyEndpoints > r.ServingEndpoints {
+		return bad("readyEndpoints %d, servingEndpoints %d: counts are not negative, and a ready endpoint serves", r.ReadyEndpoints, r.ServingEndpoints)
+	}
+	if r.Part != nil {
+		return bad("part %d of %d of a split record, not the joined record", r.Part.Index, r.Part.Count)
 	}
 	switch r.SessionAffinity {
 	case "", corev1.ServiceAffinityNone, corev1.ServiceAffinityClientIP:

@@ -115,6 +115,18 @@ func TestCheckRecord(t *testing.T) {
 		{name: "claim overlaps local", record: goodRecord, want: RecordInvalidClaim, msg: "overlaps local 10.96.0.0/16",
 			claim: Claim{ClusterID: "c2", Tunnel: true, Subnets: prefixes("10.96.0.0/12")}},
 
+		{name: "counts: ready and serving", record: goodRecord, claim: flatClaim,
+			edit: func(r *v1alpha1.ServiceExportRecordSpec) { r.ReadyEndpoints, r.ServingEndpoints = 5000, 5000 }},
+		{name: "counts: more ready than serving", record: goodRecord, claim: flatClaim, want: RecordInvalidField, msg: "a ready endpoint serves",
+			edit: func(r *v1alpha1.ServiceExportRecordSpec) { r.ReadyEndpoints, r.ServingEndpoints = 2, 1 }},
+		{name: "counts: negative", record: goodRecord, claim: flatClaim, want: RecordInvalidField, msg: "not negative",
+			edit: func(r *v1alpha1.ServiceExportRecordSpec) { r.ReadyEndpoints, r.ServingEndpoints = -1, 0 }},
+		{name: "counts: a claimed weight beyond the bound", record: goodRecord, claim: flatClaim, want: RecordTooLarge, msg: "150001 ready endpoints",
+			edit: func(r *v1alpha1.ServiceExportRecordSpec) { r.ReadyEndpoints, r.ServingEndpoints = 150001, 150001 }},
+		{name: "a lone part of a split record", record: goodRecord, claim: flatClaim, want: RecordInvalidField, msg: "not the joined record",
+			edit: func(r *v1alpha1.ServiceExportRecordSpec) {
+				r.Part = &v1alpha1.RecordPart{Index: 1, Count: 2, Revision: "abc"}
+			}},
 		{name: "port 0", record: goodRecord, claim: flatClaim, want: RecordInvalidPort, msg: "outside 1–65535",
 			edit: func(r *v1alpha1.ServiceExportRecordSpec) { r.Ports[0].Port = 0 }},
 		{name: "port 65536", record: goodRecord, claim: flatClaim, want: RecordInvalidPort,

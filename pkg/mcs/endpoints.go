@@ -104,12 +104,13 @@ func RecordEndpointsFromSlices(in []discoveryv1.EndpointSlice) []causewayv1alpha
 // says r is the importing cluster's own record.
 //
 //   - ClusterSetIP: one backend per ClusterIP of the exporting cluster's
-//     Service, at the service ports; ready (and serving) while at least one
-//     of its backends is. The exporting cluster's kube-proxy spreads
-//     connections over its pods; traffic to a remote ClusterIP goes through
-//     the tunnel. ReadyEndpoints counts the ready, not terminating pods
-//     (distinct addresses of the family that has most): the share of the
-//     VIP's connections the cluster gets.
+//     Service, at the service ports; ready while the record's
+//     ReadyEndpoints > 0, serving while ServingEndpoints is (or it is
+//     ready). The exporting cluster's kube-proxy spreads connections over
+//     its pods; traffic to a remote ClusterIP goes through the tunnel.
+//     ReadyEndpoints (the record's aggregate, see Aggregate) is the share
+//     of the VIP's connections the cluster gets. The record's endpoints
+//     are not read.
 //   - Headless: every backend at its pod IP with its target ports and
 //     hostname (per-pod DNS names), conditions as in the exporting cluster.
 //
@@ -155,23 +156,8 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 		}
 		return src
 	}
-	var serving bool
-	readyAddrs := map[string]map[string]bool{} // address type -> ready addresses
-	for _, g := range r.Endpoints {
-		for _, b := range g.Backends {
-			serving = serving || b.Serving
-			if b.Ready && !b.Terminating {
-				if readyAddrs[g.AddressType] == nil {
-					readyAddrs[g.AddressType] = map[string]bool{}
-				}
-				readyAddrs[g.AddressType][b.Address] = true
-			}
-		}
-	}
-	// A dual-stack pod is one ready endpoint, listed in both families.
-	for _, addrs := range readyAddrs {
-		src.ReadyEndpoints = max(src.ReadyEndpoints, len(addrs))
-	}
+	src.ReadyEndpoints = int(r.ReadyEndpoints)
+	serving := r.ServingEndpoints > 0
 	ready := src.ReadyEndpoints > 0
 	if global {
 		// One backend per global IP (the allocator puts every port of a

@@ -70,14 +70,27 @@ func TestSourceFromRecord(t *testing.T) {
 				{Address: "10.244.0.6", Hostname: "b", Ready: true, Serving: true, Terminating: true},
 			}}},
 	}
-	// ClusterSetIP: the ClusterIP at the service port; a terminating
-	// backend does not make it ready.
-	src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP, false)
+	// ClusterSetIP: the ClusterIP at the service port, from the record as
+	// the exporter publishes it (Aggregate); a terminating backend does
+	// not make it ready.
+	published := func(r ExportRecord) ExportRecord {
+		r.Endpoints = slices.Clone(r.Endpoints)
+		Aggregate(&r)
+		if len(r.Endpoints) != 0 {
+			t.Errorf("a published ClusterSetIP record carries endpoints: %+v", r.Endpoints)
+		}
+		return r
+	}
+	src := SourceFromRecord(published(rec), mcsv1beta1.ClusterSetIP, false)
 	if len(src.Backends) != 1 || src.Backends[0].Address.String() != "10.96.0.10" || src.Backends[0].Ports["http"] != 80 || src.Backends[0].Ready || src.ReadyEndpoints != 0 {
 		t.Errorf("ClusterSetIP source: %+v", src)
 	}
+	// Serving but not ready (terminating): serving, not ready.
+	if src.Backends[0].Serving != true {
+		t.Errorf("ClusterSetIP source with a serving, terminating pod is not serving: %+v", src)
+	}
 	rec.Endpoints[0].Backends[0].Ready = true
-	if src := SourceFromRecord(rec, mcsv1beta1.ClusterSetIP, false); !src.Backends[0].Ready || !src.Backends[0].Serving || src.ReadyEndpoints != 1 {
+	if src := SourceFromRecord(published(rec), mcsv1beta1.ClusterSetIP, false); !src.Backends[0].Ready || !src.Backends[0].Serving || src.ReadyEndpoints != 1 {
 		t.Errorf("ClusterSetIP source with a ready pod: %+v", src)
 	}
 	// Ready endpoints are counted per pod: three more ready pods, one of
@@ -88,7 +101,7 @@ func TestSourceFromRecord(t *testing.T) {
 			Backends: []causewayv1alpha1.RecordBackend{{Address: "10.244.0.7", Ready: true}, {Address: "10.244.0.8", Ready: true}, {Address: "10.244.0.9", Ready: true}}},
 		causewayv1alpha1.RecordEndpoints{AddressType: "IPv6", Ports: []causewayv1alpha1.RecordEndpointPort{{Name: "http", Port: 8080}},
 			Backends: []causewayv1alpha1.RecordBackend{{Address: "fd00::9", Ready: true}}})
-	if src := SourceFromRecord(dual, mcsv1beta1.ClusterSetIP, false); src.ReadyEndpoints != 4 {
+	if src := SourceFromRecord(published(dual), mcsv1beta1.ClusterSetIP, false); src.ReadyEndpoints != 4 {
 		t.Errorf("ReadyEndpoints = %d, want 4 (10.244.0.5, .7, .8, .9; fd00::9 is .9's IPv6 address; .6 terminates)", src.ReadyEndpoints)
 	}
 	// Headless: the pods at their target ports, with hostnames.

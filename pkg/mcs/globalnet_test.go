@@ -100,6 +100,7 @@ func TestSourceFromRecordGlobalnet(t *testing.T) {
 			typ: mcsv1beta1.Headless, reach: tunnel(global), refused: "backend 10.244.0.5 is outside"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			Aggregate(&tc.rec) // as the exporter publishes it
 			if !tc.local {
 				err := addrpolicy.CheckRecord(addrpolicy.Config{}, &tc.rec, tc.reach.Claim(tc.rec.ClusterID))
 				if tc.refused == "" && err != nil || tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused)) {

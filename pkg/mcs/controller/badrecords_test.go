@@ -151,8 +151,10 @@ func TestBadRecords(t *testing.T) {
 
 	honest := func(id, clusterIP, pod string) mcs.ExportRecord {
 		return mcs.ExportRecord{ClusterID: id, ServiceNamespace: "demo", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP,
-			ExportCreationTimestamp: metav1.Now(), ClusterIPs: []string{clusterIP},
+			ExportCreationTimestamp: metav1.Now(), ClusterIPs: []string{clusterIP}, ReadyEndpoints: 1, ServingEndpoints: 1,
 			Ports: []causewayv1alpha1.RecordPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+			// Endpoints, which an exporter leaves out of a ClusterSetIP
+			// record, so that the cases below can put bad backends there.
 			Endpoints: []causewayv1alpha1.RecordEndpoints{{AddressType: "IPv4",
 				Ports:    []causewayv1alpha1.RecordEndpointPort{{Name: "http", Port: 8080}},
 				Backends: []causewayv1alpha1.RecordBackend{{Address: pod, Ready: true, Serving: true}}}}}

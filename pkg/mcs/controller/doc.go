@@ -4,7 +4,8 @@
 //
 //   - export: each ServiceExport and its Service become a
 //     ServiceExportRecord in the cluster's broker namespace (with the
-//     Service's backends, copied from its EndpointSlices); the export's
+//     Service's ready count, and a headless Service's backends copied from
+//     its EndpointSlices, split over parts when there are many); the export's
 //     Valid, Ready and Conflict conditions are set;
 //   - import: the records of every cluster are merged per Service
 //     (mcs.Merge); a clusterset VIP is allocated in the broker; a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -74,16 +75,22 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	case err != nil:
 		return st, fmt.Errorf("get own record: %w", err)
 	}
+	own, err := c.ownRecordObjects(key)
+	if err != nil {
+		return st, err
+	}
+	// The head goes first, so importers stop using the set before its
+	// parts go.
 	withdraw := func() {
 		c.setExported(key, false)
-		if have == nil {
-			return
+		if have != nil {
+			if err := c.bclient.Delete(ctx, have, client.Preconditions{UID: &have.UID}); err != nil && !apierrors.IsNotFound(err) {
+				st.writeErr = fmt.Errorf("delete record %s: %w", recKey, err)
+				return
+			}
+			c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "delete").Inc()
 		}
-		if err := c.bclient.Delete(ctx, have, client.Preconditions{UID: &have.UID}); err != nil && !apierrors.IsNotFound(err) {
-			st.writeErr = fmt.Errorf("delete record %s: %w", recKey, err)
-			return
-		}
-		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "delete").Inc()
+		st.writeErr = c.deleteRecordParts(ctx, own, nil)
 	}
 	if se == nil {
 		withdraw()
@@ -123,13 +130,24 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	if st.global.spec != nil {
 		mcs.SetGlobalAddresses(&spec, *st.global.spec)
 	}
+	mcs.Aggregate(&spec)
 	st.record = &spec
 
+	// A split record: its parts are written before the head that names
+	// them, the parts of the head's previous revision deleted after it, so
+	// an importer always finds a complete set (or, between a head update
+	// and its watch event, the previous complete one).
+	objs := mcs.SplitRecord(spec, mcs.MaxRecordItems)
+	head := objs[0]
+	if err := c.writeRecordParts(ctx, objs[1:], own); err != nil {
+		st.writeErr = err
+		return st, nil
+	}
 	switch {
 	case have == nil:
 		obj := &causewayv1alpha1.ServiceExportRecord{
 			ObjectMeta: metav1.ObjectMeta{Namespace: recKey.Namespace, Name: recKey.Name},
-			Spec:       spec,
+			Spec:       head,
 		}
 		err := c.bclient.Create(ctx, obj)
 		if apierrors.IsAlreadyExists(err) {
@@ -143,20 +161,85 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		}
 		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "create").Inc()
 		have = obj
-	case !equality.Semantic.DeepEqual(have.Spec, spec):
+	case !equality.Semantic.DeepEqual(have.Spec, head):
 		upd := have.DeepCopy()
-		upd.Spec = spec
+		upd.Spec = head
 		if err := c.bclient.Update(ctx, upd); err != nil {
 			st.writeErr = fmt.Errorf("update record %s: %w", recKey, err)
 			return st, nil
 		}
 		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "update").Inc()
 	}
+	if err := c.deleteRecordParts(ctx, own, objs[1:]); err != nil {
+		st.writeErr = err
+		return st, nil
+	}
 	// Merged as every importer merges it: aged by the broker.
 	st.record.ExportCreationTimestamp = have.CreationTimestamp
 	st.published = true
 	c.setExported(key, true)
 	return st, nil
+}
+
+// ownRecordObjects returns this cluster's record parts of key in the
+// broker cache (not the head), by name. They are the cache's own.
+func (c *Controller) ownRecordObjects(key types.NamespacedName) (map[string]*causewayv1alpha1.ServiceExportRecord, error) {
+	list, err := c.recordIndex.list(indexRecordService, key.String())
+	if err != nil {
+		return nil, fmt.Errorf("list own records: %w", err)
+	}
+	out := map[string]*causewayv1alpha1.ServiceExportRecord{}
+	for _, o := range list {
+		if r, ok := o.(*causewayv1alpha1.ServiceExportRecord); ok && r.Namespace == c.ownNamespace() && r.Name != mcs.RecordName(key.Namespace, key.Name) {
+			out[r.Name] = r
+		}
+	}
+	return out, nil
+}
+
+// writeRecordParts creates or updates the parts of a split record (none
+// when it is one object). A part's name carries its revision, so an
+// existing one differs only when edited by hand.
+func (c *Controller) writeRecordParts(ctx context.Context, parts []mcs.ExportRecord, own map[string]*causewayv1alpha1.ServiceExportRecord) error {
+	for _, p := range parts {
+		name := mcs.RecordPartName(p.ServiceNamespace, p.ServiceName, p.Part.Revision, int(p.Part.Index))
+		switch have := own[name]; {
+		case have == nil:
+			obj := &causewayv1alpha1.ServiceExportRecord{ObjectMeta: metav1.ObjectMeta{Namespace: c.ownNamespace(), Name: name}, Spec: p}
+			if err := c.bclient.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("create record part %s: %w", name, err)
+			}
+			c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "create").Inc()
+		case !equality.Semantic.DeepEqual(have.Spec, p):
+			upd := have.DeepCopy()
+			upd.Spec = p
+			if err := c.bclient.Update(ctx, upd); err != nil {
+				return fmt.Errorf("update record part %s: %w", name, err)
+			}
+			c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "update").Inc()
+		}
+	}
+	return nil
+}
+
+// deleteRecordParts deletes the parts in own that are not in keep.
+func (c *Controller) deleteRecordParts(ctx context.Context, own map[string]*causewayv1alpha1.ServiceExportRecord, keep []mcs.ExportRecord) error {
+	kept := map[string]bool{}
+	for _, p := range keep {
+		kept[mcs.RecordPartName(p.ServiceNamespace, p.ServiceName, p.Part.Revision, int(p.Part.Index))] = true
+	}
+	var errs []error
+	for name, r := range own {
+		if kept[name] {
+			continue
+		}
+		if err := c.bclient.Delete(ctx, r.DeepCopy(), client.Preconditions{UID: &r.UID}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete record part %s: %w", name, err))
+			continue
+		}
+		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "delete").Inc()
+	}
+	return errors.Join(errs...)
 }
 
 // refusal is a remote record addrpolicy.CheckRecord refused.
@@ -168,38 +251,66 @@ type refusal struct {
 func (r refusal) String() string { return "cluster " + r.clusterID + ": " + r.err.Error() }
 
 // records returns every cluster's record of key from the broker cache,
-// with this cluster's replaced by what syncExport just published, and
-// the remote records refused by addrpolicy.CheckRecord (left out of the
-// first list: they contribute nothing). A record claiming a cluster other
-// than its namespace's is ignored: identities can write only their own
-// namespace, and this keeps one from speaking for another.
+// split records joined (mcs.JoinRecord), with this cluster's replaced by
+// what syncExport just published, and the remote records refused by
+// addrpolicy.CheckRecord (left out of the first list: they contribute
+// nothing); a split record is checked joined, as it is merged. A record
+// claiming a cluster other than its namespace's is ignored: identities can
+// write only their own namespace, and this keeps one from speaking for
+// another. A live cluster's incomplete set is an error: the import stays
+// as it is until the set is complete (the exporter writes parts before the
+// head that names them, so the cache sees this only when a part was
+// deleted by hand, and the exporter writes it again); a dead cluster's is
+// left out, its backends are withdrawn anyway.
 func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, []refusal, error) {
 	list, err := c.recordIndex.list(indexRecordService, key.String())
 	if err != nil {
 		return nil, nil, fmt.Errorf("list records: %w", err)
 	}
-	var out []mcs.ExportRecord
-	var refused []refusal
-	var pol *addrpolicy.Config
+	heads := map[string]*causewayv1alpha1.ServiceExportRecord{} // cluster -> head
+	objects := map[string]map[string]mcs.ExportRecord{}         // cluster -> object name -> spec
 	for _, o := range list {
 		r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
 		if !ok {
 			continue
 		}
 		id, ok := broker.ClusterIDFromNamespace(r.Namespace)
-		if !ok || id != r.Spec.ClusterID || id == c.cfg.ClusterID || r.DeletionTimestamp != nil ||
-			r.Name != mcs.RecordName(key.Namespace, key.Name) {
+		if !ok || id != r.Spec.ClusterID || id == c.cfg.ClusterID || r.DeletionTimestamp != nil {
+			continue
+		}
+		if r.Name == mcs.RecordName(key.Namespace, key.Name) {
+			heads[id] = r
+		} else if r.Spec.Part != nil {
+			if objects[id] == nil {
+				objects[id] = map[string]mcs.ExportRecord{}
+			}
+			objects[id][r.Name] = r.Spec
+		}
+	}
+	var out []mcs.ExportRecord
+	var refused []refusal
+	var errs []error
+	var pol *addrpolicy.Config
+	for _, id := range slices.Sorted(maps.Keys(heads)) {
+		spec, err := mcs.JoinRecord(heads[id].Spec, objects[id])
+		if err != nil {
+			if c.live.alive(id) {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		if pol == nil {
 			pol = ptrTo(c.recordPolicy(ctx))
 		}
 		var re *addrpolicy.RecordError
-		if err := addrpolicy.CheckRecord(*pol, &r.Spec, c.reach(ctx, id).Claim(id)); errors.As(err, &re) {
+		if err := addrpolicy.CheckRecord(*pol, &spec, c.reach(ctx, id).Claim(id)); errors.As(err, &re) {
 			refused = append(refused, refusal{id, re})
 			continue
 		}
-		out = append(out, brokerAged(r))
+		out = append(out, brokerAged(heads[id], spec))
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
 	}
 	if exp.record != nil {
 		out = append(out, *exp.record)
@@ -208,15 +319,15 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 	return out, refused, nil
 }
 
-// brokerAged is a remote record's spec as merged: its age is the
-// creationTimestamp the broker API server gave the record object, not the
+// brokerAged is a remote record's (joined) spec as merged: its age is the
+// creationTimestamp the broker API server gave its head object, not the
 // exportCreationTimestamp the exporter wrote (which any member could set
 // to the distant past to win every conflict; the broker's it cannot
 // choose, only renew by deleting and recreating the record, which makes
 // it younger).
-func brokerAged(r *causewayv1alpha1.ServiceExportRecord) mcs.ExportRecord {
-	spec := *r.Spec.DeepCopy()
-	spec.ExportCreationTimestamp = r.CreationTimestamp
+func brokerAged(head *causewayv1alpha1.ServiceExportRecord, spec mcs.ExportRecord) mcs.ExportRecord {
+	spec = *spec.DeepCopy()
+	spec.ExportCreationTimestamp = head.CreationTimestamp
 	return spec
 }
 
