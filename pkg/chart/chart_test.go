@@ -32,7 +32,7 @@ func tunedValues() map[string]any {
 		"cable":        map[string]any{"driver": "ipsec", "mtu": 1300, "ipsecPSKSecret": "psk"},
 		"globalnet":    map[string]any{"enabled": true, "supernet": "169.254.0.0/16", "cidrBits": 26},
 		"logLevel":     "debug",
-		"gateway": map[string]any{"nodeSelector": map[string]any{"role": "edge"}, "metricsPort": 19531,
+		"gateway": map[string]any{"nodeSelector": map[string]any{"role": "edge"}, "metricsPort": 19531, "healthPort": 19541,
 			"extraArgs": []any{"--public-ip=203.0.113.7"}},
 		"routeAgent":    map[string]any{"extraArgs": []any{"--iptables-backend=nft"}, "resources": map[string]any{"requests": map[string]any{"cpu": "10m"}}},
 		"mcsController": map[string]any{"replicas": 2},
@@ -107,7 +107,7 @@ func TestRenderDefaults(t *testing.T) {
 		t.Errorf("config %v, want %v", data, want)
 	}
 	gw := find(t, objs, "DaemonSet", "causeway-gateway")
-	for _, a := range []string{"--cable-driver=wireguard", "--port=4500", "--metrics-addr=:9531", "--log-level=info"} {
+	for _, a := range []string{"--cable-driver=wireguard", "--port=4500", "--metrics-addr=127.0.0.1:9531", "--health-addr=:9541", "--log-level=info"} {
 		if !slices.Contains(args(t, gw), a) {
 			t.Errorf("gateway args %v lack %s", args(t, gw), a)
 		}
@@ -142,7 +142,7 @@ func TestRenderTuned(t *testing.T) {
 	gw := find(t, objs, "DaemonSet", "causeway-gateway")
 	ga := args(t, gw)
 	for _, a := range []string{"--cable-driver=ipsec", "--port=500", "--mtu=1300", "--ipsec-psk-file=/etc/causeway/ipsec/psk",
-		"--globalnet", "--global-supernet=169.254.0.0/16", "--global-cidr-bits=26", "--metrics-addr=:19531", "--log-level=debug"} {
+		"--globalnet", "--global-supernet=169.254.0.0/16", "--global-cidr-bits=26", "--metrics-addr=127.0.0.1:19531", "--health-addr=:19541", "--log-level=debug"} {
 		if !slices.Contains(ga, a) {
 			t.Errorf("gateway args %v lack %s", ga, a)
 		}
@@ -151,7 +151,7 @@ func TestRenderTuned(t *testing.T) {
 		t.Errorf("gateway extra args not last: %v", ga)
 	}
 	port, _, _ := unstructured.NestedInt64(container(t, gw), "livenessProbe", "httpGet", "port")
-	if port != 19531 {
+	if port != 19541 {
 		t.Errorf("gateway liveness probe on port %d", port)
 	}
 	sel, _, _ := unstructured.NestedStringMap(gw.Object, "spec", "template", "spec", "nodeSelector")
