@@ -782,12 +782,7 @@ func (p *Propagation) createPod(ctx context.Context, c client.Client, cluster, n
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return false, err
 		}
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && pod.Status.PodIP != "" {
-				return true, nil
-			}
-		}
-		return false, nil
+		return kube.PodReady(pod) && pod.Status.PodIP != "", nil
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -104,12 +105,7 @@ func printLabStatus(ctx context.Context, cmd *cobra.Command, st *lab.State) erro
 			continue
 		}
 		for _, p := range pods.Items {
-			ready, restarts := "false", int32(0)
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					ready = "true"
-				}
-			}
+			ready, restarts := strconv.FormatBool(kube.PodReady(&p)), int32(0)
 			for _, c := range p.Status.ContainerStatuses {
 				restarts += c.RestartCount
 			}

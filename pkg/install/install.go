@@ -195,7 +195,7 @@ func notReady(wants []want, pods []corev1.Pod) []string {
 			if used[i] || p.DeletionTimestamp != nil || !w.selector.Matches(labels.Set(p.Labels)) || w.node != "" && p.Spec.NodeName != w.node {
 				continue
 			}
-			if ready(p) {
+			if kube.PodReady(p) {
 				used[i], found = true, true
 				break
 			}
@@ -210,15 +210,6 @@ func notReady(wants []want, pods []corev1.Pod) []string {
 		}
 	}
 	return out
-}
-
-func ready(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // podState is why a Pod is not Ready, as its status tells.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab/apps"
 )
 
@@ -127,7 +128,7 @@ func (s *State) waitPods(ctx context.Context, clients map[string]client.Client, 
 			}
 			ready := 0
 			for _, p := range pods.Items {
-				if p.DeletionTimestamp == nil && podReady(&p) {
+				if p.DeletionTimestamp == nil && kube.PodReady(&p) {
 					ready++
 				}
 			}
@@ -149,13 +150,4 @@ func (s *State) demoPods(cluster string) int {
 		}
 	}
 	return 1
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
