@@ -210,11 +210,11 @@ func set(t *testing.T, dp Dataplane, d DesiredState) Report {
 }
 
 // wantVIPUnreachable dials an address of the VIP range from namespace ns
-// and wants EHOSTUNREACH within a second.
+// and wants EHOSTUNREACH: the route lookup's own answer (a hang would
+// end in the dialer's timeout instead).
 func (tb *testbed) wantVIPUnreachable(t *testing.T, ns string) {
 	t.Helper()
 	vip := netip.AddrPortFrom(netip.MustParseAddr("243.0.0.77"), 80).String()
-	start := time.Now()
 	err := tb.h.Do(ns, func() error {
 		c, err := (&net.Dialer{Timeout: 3 * time.Second}).Dial("tcp4", vip)
 		if err == nil {
@@ -222,8 +222,8 @@ func (tb *testbed) wantVIPUnreachable(t *testing.T, ns string) {
 		}
 		return err
 	})
-	if took := time.Since(start); !errors.Is(err, syscall.EHOSTUNREACH) || took > time.Second {
-		t.Errorf("%s: dial %s: %v after %v, want EHOSTUNREACH at once", ns, vip, err, took)
+	if !errors.Is(err, syscall.EHOSTUNREACH) {
+		t.Errorf("%s: dial %s: %v, want EHOSTUNREACH", ns, vip, err)
 	}
 }
 

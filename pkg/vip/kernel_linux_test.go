@@ -472,9 +472,10 @@ func TestKernelUnknownVIPFailsFast(t *testing.T) {
 		{"cudp", ap(vipA, 5353)}, // connect of a UDP socket
 		{"tcp", ap(vipA, 53)},    // the UDP port's number over TCP
 	} {
-		start := time.Now()
-		if res := c.do(t, "%s %s", tc.cmd, tc.addr); res != "err EHOSTUNREACH" || time.Since(start) > time.Second {
-			t.Errorf("%s %s: %q after %v, want err EHOSTUNREACH at once", tc.cmd, tc.addr, res, time.Since(start))
+		// EHOSTUNREACH comes from the route lookup itself; a hang
+		// would end in the client's timeout instead.
+		if res := c.do(t, "%s %s", tc.cmd, tc.addr); res != "err EHOSTUNREACH" {
+			t.Errorf("%s %s: %q, want err EHOSTUNREACH", tc.cmd, tc.addr, res)
 		}
 	}
 	// Known VIPs are translated before the route lookup: unaffected.
