@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/daemon"
@@ -170,6 +171,8 @@ func newDataplane(f *flags, rt *daemon.Runtime) (*Linux, error) {
 	return NewLinux(cfg)
 }
 
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+
 func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags) error {
 	if err := validate(f); err != nil {
 		return fmt.Errorf("invalid flags:\n%w", err)
@@ -187,15 +190,9 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 	} else {
 		// Without its node address the agent programs nothing; it stays
 		// not ready until the Node object says.
-		for nodeIP, err = NodeInternalIP(ctx, cfg, opts.NodeName); err != nil; nodeIP, err = NodeInternalIP(ctx, cfg, opts.NodeName) {
-			rt.SetReady("node address", err)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(2 * time.Second):
-			}
+		if nodeIP, err = rt.NodeAddress(ctx, cfg, opts.NodeName, corev1.NodeInternalIP); err != nil {
+			return err
 		}
-		rt.SetReady("node address", nil)
 	}
 	local, err := daemon.ParsePrefixes(append(append([]string{}, opts.PodCIDRs...), opts.ServiceCIDRs...))
 	if err != nil {
