@@ -759,6 +759,12 @@ func (l *Lab) checkGatewayPodReplaced(ctx context.Context, cluster string) {
 		_, err = l.podPID(ctx, gw)
 		return err
 	})
+	waitForWithin(l.t, time.Minute, "the old "+cluster+" gateway Pod gone", func() error {
+		if err := l.Client(cluster).Get(ctx, client.ObjectKeyFromObject(&old), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Pod %s: %v", old.Name, err)
+		}
+		return nil
+	})
 	waitForWithin(l.t, time.Minute, "c3 answered by "+cluster+" after its gateway Pod was replaced", func() error {
 		for range 12 {
 			if id, err := l.whereami("c3/demo/client", "http://whereami.demo.svc.clusterset.local"); err == nil && id.Cluster == cluster {
