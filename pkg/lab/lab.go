@@ -6,8 +6,10 @@
 // (package apps), and kube-proxy runs inside every node's namespace.
 //
 // `causewayctl lab up` writes the lab's description to its state
-// directory, builds the network, and starts one detached supervisor
-// process that starts and restarts every other process of the lab.
+// directory, builds the network, starts one detached supervisor process
+// that starts and restarts the control planes, kubelets and kube-proxies,
+// and installs Causeway into every cluster through its Helm chart, as
+// `causewayctl join` does: the kubelets run the chart's Pods.
 // `lab down` stops the supervisor and removes everything the lab made.
 package lab
 

@@ -35,8 +35,9 @@ func (p *progress) say(format string, args ...any) {
 }
 
 // Up brings the lab up, or repairs it when it is up already: the network
-// is re-applied, a missing supervisor is restarted, CRDs and the demo are
-// re-applied, and Up waits until every node and demo pod is ready.
+// is re-applied, a missing supervisor is restarted, the chart (with the
+// CRDs) and the demo are re-applied, and Up waits until every node, demo
+// pod and chart Pod is ready.
 func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	p := &progress{out: out, start: time.Now()}
 	top, err := cfg.Topology()
@@ -52,6 +53,10 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	st := &State{Dir: cfg.Dir, Prefix: cfg.Prefix, BinDir: cfg.BinDir, Self: cfg.Self, Topology: top, Demo: !cfg.NoDemo,
 		Cable: cfg.Cable, Globalnet: !cfg.NoGlobalnet,
 		Versions: map[string]string{"kubernetes": controlplane.KubernetesVersion, "etcd": controlplane.EtcdVersion}}
+	if missing := st.MissingDaemons(); len(missing) > 0 {
+		return nil, fmt.Errorf("no %s next to %s: the lab's kubelets run the chart's Pods with the binaries there (`make build` puts every binary in bin/)",
+			strings.Join(missing, ", "), st.Self)
+	}
 	if old, err := Load(cfg.Dir); err == nil {
 		if !reflect.DeepEqual(old.Topology, st.Topology) || old.CableDriver() != st.CableDriver() || old.Globalnet != st.Globalnet {
 			return nil, fmt.Errorf("a lab of another shape is up in %s: run `causewayctl lab down` first", cfg.Dir)
@@ -90,10 +95,6 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	units, err := st.Units(h)
 	if err != nil {
 		return nil, err
-	}
-	if missing := st.MissingDaemons(); len(missing) > 0 {
-		return nil, fmt.Errorf("no %s next to %s: the lab's kubelets run the chart's Pods with the binaries there (`make build` puts every binary in bin/)",
-			strings.Join(missing, ", "), st.Self)
 	}
 	if st.supervisorStale(units) {
 		p.say("the lab's processes changed (new binaries or units): restarting the supervisor")
