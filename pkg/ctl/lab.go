@@ -108,6 +108,7 @@ func printTryThis(cmd *cobra.Command, st *lab.State) {
 	fmt.Fprintf(out, "\nThe lab is up: %s + broker.\n\nTry this:\n", strings.Join(st.Members(), ", "))
 	fmt.Fprintf(out, "  %s lab status\n", self)
 	fmt.Fprintf(out, "  %s lab kubectl c1 -- get pods -A -o wide\n", self)
+	fmt.Fprintf(out, "  %s lab kubectl c1 -- -n causeway-system get ds,deploy,pods   # Causeway, installed by its Helm chart\n", self)
 	if st.Demo {
 		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s whereami.demo.svc.cluster.local\n", self)
 		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s $(%s lab kubectl c1 -- get svc -n demo whereami -o jsonpath='{.spec.clusterIP}')\n", self, self)
