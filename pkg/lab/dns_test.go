@@ -54,7 +54,7 @@ func TestCorefileServesDualStackImport(t *testing.T) {
 	addr := freeUDPPort(t)
 	cf := corefileFor(kubeconfig)
 	for old, repl := range map[string]string{
-		".:53 {":                  fmt.Sprintf(".:%d {\n    bind 127.0.0.1", addr.Port()),
+		".:53 {":                     fmt.Sprintf(".:%d {\n    bind 127.0.0.1", addr.Port()),
 		"    ready 127.0.0.1:8181\n": "",
 	} {
 		if !strings.Contains(cf, old) {
