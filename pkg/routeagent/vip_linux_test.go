@@ -3,16 +3,13 @@ package routeagent
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -81,7 +78,7 @@ func TestRouteAgentProgramsDualStackVIPs(t *testing.T) {
 		go func() { _ = srv.Serve(ln) }()
 		t.Cleanup(func() { _ = srv.Close() })
 	}
-	startVIPAgent(t, h, kc, nodeIP)
+	startVIPAgent(t, h, kc, nodeIP, "debug")
 
 	curl := func(url string) (string, error) {
 		var out bytes.Buffer
@@ -128,27 +125,7 @@ func TestRouteAgentProgramsDualStackVIPs(t *testing.T) {
 // loopback holds the backends 10.200.0.1 and fd00:200::1.
 func dualStackNode(t *testing.T) (*netlab.Host, netlab.Pod, netip.Addr) {
 	t.Helper()
-	var rnd [3]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		t.Fatal(err)
-	}
-	h, err := netlab.NewHost(netlab.Config{Prefix: "rad" + hex.EncodeToString(rnd[:]) + "-",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := h.Teardown(); err != nil {
-			t.Errorf("teardown: %v", err)
-		}
-	})
-	c, err := netlab.NewCluster(netlab.ClusterSpec{Name: "c1", Index: 1, Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Apply(netlab.Topology{Prefix: h.Names().Prefix, Clusters: []netlab.Cluster{c}}); err != nil {
-		t.Fatalf("apply topology: %v", err)
-	}
+	h, c := labHost(t, "rad", 1)
 	pod := netlab.Pod{Cluster: "c1", Node: "n0", Namespace: "demo", Name: "client", IP: netip.MustParseAddr("10.244.0.2")}
 	if err := h.EnsurePod(pod); err != nil {
 		t.Fatalf("pod: %v", err)
@@ -162,54 +139,59 @@ func dualStackNode(t *testing.T) (*netlab.Host, netlab.Pod, netip.Addr) {
 // startVIPAgent runs the route agent (test binary, mainEnv) in node n0's
 // namespace with the VIP datapath on, attached to the node's cgroup and
 // pinned on a private bpffs, reaching kc's API server through a forwarder
-// at 127.0.0.1:6443; its log is shown when the test fails.
-func startVIPAgent(t *testing.T, h *netlab.Host, kc *kubetest.Cluster, nodeIP netip.Addr) {
-	t.Helper()
+// at 127.0.0.1:6443, with metrics on 127.0.0.1:9532 there and env added
+// to the environment; its log is shown when the test fails, and it is
+// stopped (SIGTERM) at cleanup unless the caller waited for it.
+func startVIPAgent(tb testing.TB, h *netlab.Host, kc *kubetest.Cluster, nodeIP netip.Addr, logLevel string, env ...string) *exec.Cmd {
+	tb.Helper()
 	nodeNS := h.Names().Node("c1", "n0")
 	fctx, stopForward := context.WithCancel(context.Background())
-	t.Cleanup(stopForward)
+	tb.Cleanup(stopForward)
 	ln, err := h.Listen(nodeNS, "tcp", "127.0.0.1:6443")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	apiAddr := strings.TrimPrefix(kc.URL, "https://")
 	go netlab.Forward(fctx, ln, func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", apiAddr)
 	}, nil)
-	kubeconfig, err := kc.KubeconfigAt("route-agent-dualstack", "https://127.0.0.1:6443", "admin", []string{"system:masters"})
+	kubeconfig, err := kc.KubeconfigAt("route-agent-test", "https://127.0.0.1:6443", "admin", []string{"system:masters"})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	bpffs := t.TempDir()
+	bpffs := tb.TempDir()
 	if err := unix.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
-		t.Fatalf("mount bpffs on %s: %v", bpffs, err)
+		tb.Fatalf("mount bpffs on %s: %v", bpffs, err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if err := unix.Unmount(bpffs, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount bpffs %s: %v", bpffs, err)
+			tb.Errorf("unmount bpffs %s: %v", bpffs, err)
 		}
 	})
 	self, err := os.Executable()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	logPath := filepath.Join(t.TempDir(), "agent.log")
+	logPath := filepath.Join(tb.TempDir(), "agent.log")
 	cmd, err := h.Start(netlab.Process{Netns: nodeNS, Cgroup: h.Cgroups().NodeSystem("c1", "n0"), Path: self,
 		Args: []string{"--kubeconfig", kubeconfig, "--cluster-id", "c1", "--node-name", "n0",
 			"--node-ip", nodeIP.String(), "--pod-cidrs", "10.244.0.0/16", "--service-cidrs", "10.96.0.0/16",
-			"--tunnel-mtu", "1420", "--metrics-addr", "127.0.0.1:9532", "--health-addr", "0", "--log-level", "debug",
+			"--tunnel-mtu", "1420", "--metrics-addr", "127.0.0.1:9532", "--log-level", logLevel,
 			"--bpffs", bpffs, "--cgroup-root", h.Cgroups().Node("c1", "n0")},
-		Env: append(os.Environ(), mainEnv+"=1"), LogPath: logPath})
+		Env: append(append(os.Environ(), mainEnv+"=1"), env...), LogPath: logPath})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		if t.Failed() {
+	tb.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+		}
+		if tb.Failed() {
 			out, _ := os.ReadFile(logPath)
-			t.Logf("route agent log:\n%s", out)
+			tb.Logf("route agent log:\n%s", out)
 		}
 	})
+	return cmd
 }
