@@ -11,8 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// ErrNoVIPRange is matched (errors.Is) when an import asks for an IP
-// family no clusterset VIP range is configured for.
+// ErrNoVIPRange is matched (errors.Is) when an import's only IP family
+// has no clusterset VIP range configured (an IPv6-only Service with IPv6
+// VIPs off).
 var ErrNoVIPRange = errors.New("no clusterset VIP range for the IP family")
 
 // FamilyVIPAllocator gives each multi-cluster Service one clusterset VIP
@@ -64,18 +65,22 @@ func VIPFamilies(ipFamilies []corev1.IPFamily) []corev1.IPFamily {
 // in that order (the order of the import's spec.ips), allocating the
 // missing ones, and releases svc's addresses of the configured families
 // it no longer has (a dual-stack Service become single-stack). A family
-// that fails (its range exhausted: *VIPExhaustedError; no range for it:
-// ErrNoVIPRange) is left out of the result and its error returned with
-// the addresses of the other families, so a dual-stack import keeps its
-// IPv4 VIP when the IPv6 range is full.
+// without a configured range is left out (IPv6 VIPs turned off: a
+// dual-stack import gets its IPv4 VIP alone); only when that leaves no
+// family at all is it an error (ErrNoVIPRange). A family whose range is
+// exhausted (*VIPExhaustedError) is left out too and its error returned
+// with the addresses of the other families, so a dual-stack import keeps
+// its IPv4 VIP when the IPv6 range is full.
 func (a *FamilyVIPAllocator) Allocate(ctx context.Context, svc types.NamespacedName, ipFamilies []corev1.IPFamily) ([]netip.Addr, error) {
 	want := VIPFamilies(ipFamilies)
+	if !slices.ContainsFunc(want, func(f corev1.IPFamily) bool { return a.byFamily[f] != nil }) {
+		return nil, fmt.Errorf("allocate clusterset VIP for %s: %w %v", svc, ErrNoVIPRange, want)
+	}
 	var vips []netip.Addr
 	var errs []error
 	for _, f := range want {
 		alloc, ok := a.byFamily[f]
 		if !ok {
-			errs = append(errs, fmt.Errorf("allocate clusterset VIP for %s: %w %s", svc, ErrNoVIPRange, f))
 			continue
 		}
 		vip, err := alloc.Allocate(ctx, svc)
