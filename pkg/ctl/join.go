@@ -83,7 +83,7 @@ again adds new IDs and issues fresh tokens.`,
 
 // joinFlags are join's flags.
 type joinFlags struct {
-	brokerKubeconfig, joinFile, kubeconfig, clusterID, namespace, out string
+	brokerKubeconfig, joinFile, kubeconfig, clusterID, namespace, out, brokerServer string
 	podCIDRs, serviceCIDRs, gatewayNodes, set                         []string
 	timeout                                                           time.Duration
 }
@@ -102,7 +102,11 @@ discover the pod CIDRs (the nodes' spec.podCIDRs) and service CIDRs (the
 API's ServiceCIDR objects) unless --pod-cidrs/--service-cidrs give them,
 label the --gateway-node nodes causeway.dev/gateway=true, install the CRDs
 and the Helm chart (server-side apply, field manager causewayctl; --set
-gives chart values) and wait until every daemon's Pods are Ready.
+gives chart values), wait until every daemon's Pods are Ready, then until
+the cluster's tunnel is up: a gateway active and connected to at least one
+other cluster (or active with none, while no other cluster's gateway is in
+the broker). --timeout bounds both waits; on timeout join names what is not
+Ready or not up.
 
 With --broker-kubeconfig (a broker administrator): create the cluster's
 broker namespace (cluster-<id>), ServiceAccount and RBAC, claim the cluster
@@ -129,7 +133,8 @@ Idempotent: joining again refreshes the credentials and the install.`,
 	fs.StringSliceVar(&f.serviceCIDRs, "service-cidrs", nil, "with --join-file: the cluster's service CIDRs (default: the API's ServiceCIDRs)")
 	fs.StringSliceVar(&f.gatewayNodes, "gateway-node", nil, "with --join-file: label this node a gateway candidate (repeatable)")
 	fs.StringArrayVar(&f.set, "set", nil, "with --join-file: a chart value, key=value as helm --set (repeatable)")
-	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "with --join-file: how long to wait for the daemons' Pods to be Ready")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "with --join-file: how long to wait for the daemons' Pods to be Ready and the tunnel to be up")
+	fs.StringVar(&f.brokerServer, "broker-server", "", "the broker API server's URL as the cluster's Pods reach it, written into the Secret (default: the join file's, which join itself uses)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	cmd.MarkFlagsOneRequired("join-file", "broker-kubeconfig")
 	cmd.MarkFlagsMutuallyExclusive("join-file", "broker-kubeconfig")
@@ -194,6 +199,11 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 	if err := install.Claim(ctx, cl, f.clusterID, raw); err != nil {
 		return err
 	}
+	if f.brokerServer != "" {
+		if raw, err = broker.WithServer(raw, f.brokerServer); err != nil {
+			return err
+		}
+	}
 	if err := install.StoreSecret(ctx, cl, f.namespace, install.BrokerSecret, map[string][]byte{"kubeconfig": raw}); err != nil {
 		return err
 	}
@@ -240,7 +250,7 @@ func (f *joinFlags) render(ctx context.Context, cl client.Client, say func(strin
 }
 
 // install labels the gateways, installs objs (the rendered chart) and
-// waits for the daemons.
+// waits for the daemons, then for the tunnel.
 func (f *joinFlags) install(ctx context.Context, local *rest.Config, cl client.Client, objs []*unstructured.Unstructured, say func(string, ...any)) error {
 	gateways, err := install.LabelGateways(ctx, cl, f.gatewayNodes)
 	if err != nil {
@@ -251,10 +261,15 @@ func (f *joinFlags) install(ctx context.Context, local *rest.Config, cl client.C
 		return err
 	}
 	say("installed the CRDs and the chart's %d objects (field manager %s)", len(objs), install.FieldOwner)
+	deadline := time.Now().Add(f.timeout)
 	if err := install.WaitReady(ctx, cl, objs, f.timeout, func(s string) { say("%s", s) }); err != nil {
 		return err
 	}
 	say("cluster %s: every daemon is Ready", f.clusterID)
+	if err := install.WaitTunnel(ctx, cl, f.clusterID, time.Until(deadline), func(s string) { say("%s", s) }); err != nil {
+		return err
+	}
+	say("cluster %s: the tunnel is up", f.clusterID)
 	return nil
 }
 

@@ -94,10 +94,25 @@ func startPod(ctx context.Context, c client.Client, p *corev1.Pod) error {
 	return c.Status().Update(ctx, have)
 }
 
+// activeGateway reports the Gateway of node as active with no
+// connection, once join has installed the CRDs.
+func activeGateway(ctx context.Context, c client.Client, node string) error {
+	gw := &v1alpha1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: kube.Namespace, Name: node}}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := c.Create(ctx, gw)
+		return err == nil || apierrors.IsAlreadyExists(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("create Gateway %s: %w", node, err)
+	}
+	gw.Status.HAStatus = v1alpha1.HAStatusActive
+	return c.Status().Update(ctx, gw)
+}
+
 // deploy-broker writes a join file; join with it claims the ID, stores
 // the member credentials, discovers the CIDRs, labels the gateway node,
-// installs the chart and waits until the daemons' Pods are Ready (the
-// test plays their controllers); another cluster joining under the same
+// installs the chart and waits until the daemons' Pods are Ready and the
+// tunnel is up (the test plays their controllers and the gateway); another cluster joining under the same
 // ID is refused; a join that times out names the Pod that is missing;
 // uninstall removes what join created and frees the ID.
 func TestJoinFileInstall(t *testing.T) {
@@ -132,16 +147,18 @@ func TestJoinFileInstall(t *testing.T) {
 	// MCS controller's only once join reports waiting for it.
 	pods := []*corev1.Pod{daemonPod("gateway", "n0", true), daemonPod("route-agent", "n0", true),
 		daemonPod("route-agent", "n1", true), daemonPod("mcs-controller", "n1", false)}
-	errc := make(chan error, len(pods))
+	errc := make(chan error, len(pods)+1)
 	for _, p := range pods {
 		go func() { errc <- startPod(ctx, c1.Client, p) }()
 	}
+	// … and the gateway: active, the first cluster of the ClusterSet.
+	go func() { errc <- activeGateway(ctx, c1.Client, "n0") }()
 	var joinOut syncBuffer
 	joined := make(chan error, 1)
 	go func() {
 		joined <- runCtlTo(&joinOut, "join", "--join-file", joinFile, "--kubeconfig", c1.AdminKubeconfig, "--gateway-node", "n0", "--timeout", "2m")
 	}()
-	for range pods {
+	for range len(pods) + 1 {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +183,8 @@ func TestJoinFileInstall(t *testing.T) {
 	}
 	out := joinOut.String()
 	for _, want := range []string{"pod CIDRs from the nodes' spec.podCIDRs: [10.244.0.0/24 10.244.1.0/24]", "gateway nodes: [n0]",
-		"4/4 Pods Ready", "cluster c1: every daemon is Ready"} {
+		"4/4 Pods Ready", "cluster c1: every daemon is Ready",
+		"tunnel: gateway n0 active; no other cluster's gateway in the broker yet", "cluster c1: the tunnel is up"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("join output lacks %q:\n%s", want, out)
 		}
