@@ -84,8 +84,8 @@ again adds new IDs and issues fresh tokens.`,
 // joinFlags are join's flags.
 type joinFlags struct {
 	brokerKubeconfig, joinFile, kubeconfig, clusterID, namespace, out, brokerServer string
-	podCIDRs, serviceCIDRs, gatewayNodes, set                         []string
-	timeout                                                           time.Duration
+	podCIDRs, serviceCIDRs, gatewayNodes, set                                       []string
+	timeout                                                                         time.Duration
 }
 
 func newJoinCommand() *cobra.Command {
