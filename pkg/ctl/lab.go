@@ -84,8 +84,7 @@ never duplicates anything.`,
 			if err != nil {
 				return err
 			}
-			printTryThis(cmd, st)
-			return nil
+			return printTryThis(cmd, st)
 		},
 	}
 	f := cmd.Flags()
@@ -97,14 +96,27 @@ never duplicates anything.`,
 	f.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "prefix of every namespace, cgroup and device the lab creates")
 	f.StringVar(&cfg.BinDir, "k8s-bin", cfg.BinDir, "directory with etcd, kube-apiserver, … (hack/k8s-binaries.sh)")
 	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not deploy the demo application")
+	f.BoolVar(&cfg.NoInstall, "no-install", false, "do not install Causeway: print the causewayctl deploy-broker and join commands that install it as a user does")
 	f.BoolVar(&cfg.NoGlobalnet, "no-globalnet", false, "run the gateways without globalnet (c1 and c2 overlap: only the older of the two is then reachable from c3)")
 	f.StringVar(&cfg.Cable, "cable", lab.DefaultCable, "the gateways' cable driver: wireguard (embedded wireguard-go), ipsec (strongSwan charon, userspace ESP) or vxlan (unencrypted)")
 	return cmd
 }
 
-func printTryThis(cmd *cobra.Command, st *lab.State) {
+func printTryThis(cmd *cobra.Command, st *lab.State) error {
 	self := os.Args[0] // as the user typed it, e.g. bin/causewayctl
 	out := cmd.OutOrStdout()
+	if st.NoInstall {
+		lines, uninstall, err := st.JoinCommands(self)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nThe lab is up without Causeway: %s + broker. Install it as a user does, one command after the other:\n\n", strings.Join(st.Members(), ", "))
+		for _, l := range lines {
+			fmt.Fprintf(out, "  %s\n", l)
+		}
+		fmt.Fprintf(out, "\nRemove it from a cluster (here %s) with\n\n  %s\n", st.Members()[0], uninstall)
+		return nil
+	}
 	fmt.Fprintf(out, "\nThe lab is up: %s + broker.\n\nTry this:\n", strings.Join(st.Members(), ", "))
 	fmt.Fprintf(out, "  %s lab status\n", self)
 	fmt.Fprintf(out, "  %s lab kubectl c1 -- get pods -A -o wide\n", self)
@@ -114,6 +126,7 @@ func printTryThis(cmd *cobra.Command, st *lab.State) {
 		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s $(%s lab kubectl c1 -- get svc -n demo whereami -o jsonpath='{.spec.clusterIP}')\n", self, self)
 	}
 	fmt.Fprintf(out, "  %s lab down\n", self)
+	return nil
 }
 
 func newLabDownCommand(dir *string) *cobra.Command {

@@ -59,7 +59,9 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 		return err
 	}
 	labels := map[string]string{}
-	if n.Gateway() {
+	// Without the lab's install, `causewayctl join --gateway-node`
+	// labels the gateways (and uninstall removes the label).
+	if n.Gateway() && !st.NoInstall {
 		labels[v1alpha1.LabelGatewayNode] = "true"
 	}
 	ips := []net.IP{n.Address.Addr().AsSlice()}

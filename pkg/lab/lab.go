@@ -64,6 +64,10 @@ type Config struct {
 	// reached through their pod and service CIDRs, and of two overlapping
 	// clusters only the older is reachable from the others.
 	NoGlobalnet bool
+	// NoInstall brings the lab up without Causeway: no broker setup, no
+	// chart, no gateway label on the nodes; JoinCommands say how to
+	// install it as a user does.
+	NoInstall bool
 }
 
 // cables are the cable drivers the lab can run (the chart's
@@ -87,7 +91,10 @@ type State struct {
 	Cable string `json:"cable,omitempty"`
 	// Globalnet: every cluster is reached through a global CIDR of
 	// globalnet.DefaultSupernet.
-	Globalnet bool              `json:"globalnet"`
+	Globalnet bool `json:"globalnet"`
+	// NoInstall: `lab up` installs no Causeway (`lab up --no-install`);
+	// the user joins the clusters with causewayctl (JoinCommands).
+	NoInstall bool              `json:"noInstall,omitempty"`
 	Versions  map[string]string `json:"versions"`
 }
 

@@ -37,7 +37,8 @@ func (p *progress) say(format string, args ...any) {
 // Up brings the lab up, or repairs it when it is up already: the network
 // is re-applied, a missing supervisor is restarted, the chart (with the
 // CRDs) and the demo are re-applied, and Up waits until every node, demo
-// pod and chart Pod is ready.
+// pod and chart Pod is ready. With cfg.NoInstall it sets up neither the
+// broker nor Causeway (JoinCommands say how to, as a user does).
 func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	p := &progress{out: out, start: time.Now()}
 	top, err := cfg.Topology()
@@ -50,15 +51,18 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if !slices.Contains(cables, cfg.Cable) {
 		return nil, fmt.Errorf("--cable %q: want wireguard, ipsec or vxlan", cfg.Cable)
 	}
+	if cfg.NoInstall && cfg.Cable == "ipsec" {
+		return nil, fmt.Errorf("--no-install with --cable ipsec: the ipsec clusterset secret is the lab install's (use wireguard or vxlan)")
+	}
 	st := &State{Dir: cfg.Dir, Prefix: cfg.Prefix, BinDir: cfg.BinDir, Self: cfg.Self, Topology: top, Demo: !cfg.NoDemo,
-		Cable: cfg.Cable, Globalnet: !cfg.NoGlobalnet,
+		Cable: cfg.Cable, Globalnet: !cfg.NoGlobalnet, NoInstall: cfg.NoInstall,
 		Versions: map[string]string{"kubernetes": controlplane.KubernetesVersion, "etcd": controlplane.EtcdVersion}}
 	if missing := st.MissingDaemons(); len(missing) > 0 {
 		return nil, fmt.Errorf("no %s next to %s: the lab's kubelets run the chart's Pods with the binaries there (`make build` puts every binary in bin/)",
 			strings.Join(missing, ", "), st.Self)
 	}
 	if old, err := Load(cfg.Dir); err == nil {
-		if !reflect.DeepEqual(old.Topology, st.Topology) || old.CableDriver() != st.CableDriver() || old.Globalnet != st.Globalnet {
+		if !reflect.DeepEqual(old.Topology, st.Topology) || old.CableDriver() != st.CableDriver() || old.Globalnet != st.Globalnet || old.NoInstall != st.NoInstall {
 			return nil, fmt.Errorf("a lab of another shape is up in %s: run `causewayctl lab down` first", cfg.Dir)
 		}
 		p.say("lab already up in %s: checking and repairing", cfg.Dir)
@@ -67,6 +71,11 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	}
 	if err := st.save(); err != nil {
 		return nil, err
+	}
+	if st.NoInstall {
+		if err := os.MkdirAll(st.JoinDir(), 0o700); err != nil {
+			return nil, err
+		}
 	}
 	if st.Cable == "ipsec" {
 		if err := st.ensurePSK(); err != nil {
@@ -116,23 +125,11 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	}
 	p.say("control planes ready: broker, %s", strings.Join(st.Members(), ", "))
 
-	brokerRC, err := st.RESTConfig("broker")
-	if err != nil {
-		return nil, err
+	if !st.NoInstall {
+		if err := st.install(ctx, p); err != nil {
+			return nil, err
+		}
 	}
-	if err := kube.InstallCRDs(ctx, brokerRC); err != nil {
-		return nil, fmt.Errorf("broker: %w", err)
-	}
-	p.say("broker: CRDs installed (causeway.dev, multicluster.x-k8s.io)")
-	ids, err := st.joinBroker(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p.say("clusters joined the broker (namespace and identity each)")
-	if err := st.installCauseway(ctx, ids); err != nil {
-		return nil, err
-	}
-	p.say("Causeway installed in every cluster like `causewayctl join` does: the CRDs and the Helm chart (identities, DaemonSets, Deployment)")
 
 	if err := st.waitNodes(ctx, clients); err != nil {
 		return nil, err
@@ -159,11 +156,38 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 		return nil, err
 	}
 	p.say("healthy: kube-proxy of every node")
+	if st.NoInstall {
+		p.say("Causeway not installed (--no-install)")
+		return st, nil
+	}
 	if err := st.waitCauseway(ctx, clients, 2*time.Minute); err != nil {
 		return nil, err
 	}
 	p.say("Causeway ready: the chart's gateway, route agent and MCS controller Pods")
 	return st, nil
+}
+
+// install sets the broker up and installs Causeway into every cluster
+// the way `causewayctl deploy-broker` and `join` do.
+func (s *State) install(ctx context.Context, p *progress) error {
+	brokerRC, err := s.RESTConfig("broker")
+	if err != nil {
+		return err
+	}
+	if err := kube.InstallCRDs(ctx, brokerRC); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	p.say("broker: CRDs installed (causeway.dev, multicluster.x-k8s.io)")
+	ids, err := s.joinBroker(ctx)
+	if err != nil {
+		return err
+	}
+	p.say("clusters joined the broker (namespace and identity each)")
+	if err := s.installCauseway(ctx, ids); err != nil {
+		return err
+	}
+	p.say("Causeway installed in every cluster like `causewayctl join` does: the CRDs and the Helm chart (identities, DaemonSets, Deployment)")
+	return nil
 }
 
 // ensureSupervisor starts the supervisor unless one is running.
