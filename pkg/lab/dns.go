@@ -103,13 +103,12 @@ func (s *State) registerCauseway(reg *apps.Registry) {
 const CausewayNamespace = "causeway-system"
 
 // SystemObjects are what every lab cluster runs besides the demo: the
-// causeway-system namespace and CoreDNS (host network, one replica) behind
-// the kube-dns Service.
+// causeway-system namespace (not with --no-install: join makes it) and
+// CoreDNS (host network, one replica) behind the kube-dns Service.
 func (s *State) SystemObjects(cluster string) []client.Object {
 	c, _ := s.Topology.Cluster(cluster)
 	labels := map[string]string{"k8s-app": "kube-dns"}
-	return []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: CausewayNamespace}},
+	objs := []client.Object{
 		&appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "coredns", Labels: labels},
 			Spec: appsv1.DeploymentSpec{
@@ -151,6 +150,10 @@ func (s *State) SystemObjects(cluster string) []client.Object {
 			},
 		},
 	}
+	if s.NoInstall {
+		return objs
+	}
+	return append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: CausewayNamespace}}}, objs...)
 }
 
 // resolvConf writes (and returns the path of) the resolv.conf of pods in
