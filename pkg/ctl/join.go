@@ -301,6 +301,7 @@ func joinFileClusterID(raw []byte) (string, error) {
 
 func newUninstallCommand() *cobra.Command {
 	var kubeconfig string
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "uninstall",
 		Short: "Remove what join created, in the cluster and in the broker",
@@ -309,9 +310,13 @@ own broker identity (Secret causeway-system/causeway-broker), every object
 the cluster wrote in its namespace, its Leases (the cluster ID's claim among
 them) and its global CIDRs; in the cluster, the chart's objects, namespace
 causeway-system, the CRDs (with every ServiceExport and ServiceImport) and
-the causeway.dev/gateway node label. The broker namespace and identity stay
-(deploy-broker's): the same ID can join again. Run the daemons' --cleanup
-on the nodes first to remove their datapath (routes, devices, eBPF pins).`,
+the causeway.dev/gateway node label, the MCS controller's multicluster
+EndpointSlices. First it removes the daemons' datapath from every node
+(tunnel devices, routes, chains, globalnet table, eBPF pins): it deletes the
+gateway and route-agent DaemonSets and runs each once per node with
+--cleanup, as a Pod of the DaemonSet's template, waiting until all have
+Succeeded (--timeout). The broker namespace and identity stay
+(deploy-broker's): the same ID can join again.`,
 		Example: `  causewayctl uninstall --kubeconfig c1.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -323,6 +328,10 @@ on the nodes first to remove their datapath (routes, devices, eBPF pins).`,
 			}
 			cl, err := client.New(local, client.Options{Scheme: kube.NewScheme()})
 			if err != nil {
+				return err
+			}
+			// The nodes first, while the daemons' credentials still work.
+			if err := install.CleanupNodes(ctx, cl, timeout, say); err != nil {
 				return err
 			}
 			sec := &corev1.Secret{}
@@ -350,6 +359,7 @@ on the nodes first to remove their datapath (routes, devices, eBPF pins).`,
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (required)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "how long to wait for the daemons to stop and for each node's cleanup")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -107,6 +108,50 @@ func activeGateway(ctx context.Context, c client.Client, node string) error {
 	}
 	gw.Status.HAStatus = v1alpha1.HAStatusActive
 	return c.Status().Update(ctx, gw)
+}
+
+// playCleanup plays the garbage collector and the kubelets during
+// uninstall: once the DaemonSets are gone it deletes their Pods, then it
+// checks that want cleanup Pods run their DaemonSet's program with
+// --cleanup bound to a node, and reports them Succeeded.
+func playCleanup(ctx context.Context, c client.Client, want int) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var dss appsv1.DaemonSetList
+		if err := c.List(ctx, &dss, client.InNamespace(kube.Namespace)); err != nil || len(dss.Items) > 0 {
+			return false, err
+		}
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(kube.Namespace)); err != nil {
+			return false, err
+		}
+		cleanup := 0
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Labels[install.CleanupLabel] == "" {
+				if p.Labels["app.kubernetes.io/component"] != "mcs-controller" {
+					if err := c.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+						return false, err
+					}
+				}
+				continue
+			}
+			cleanup++
+			if args := p.Spec.Containers[0].Args; p.Spec.NodeName == "" || len(args) == 0 || args[len(args)-1] != "--cleanup" ||
+				p.Spec.RestartPolicy != corev1.RestartPolicyNever {
+				return false, fmt.Errorf("cleanup Pod %s: node %q, args %v, restart %s", p.Name, p.Spec.NodeName, args, p.Spec.RestartPolicy)
+			}
+			if p.Status.Phase != corev1.PodSucceeded {
+				p.Status.Phase = corev1.PodSucceeded
+				if err := c.Status().Update(ctx, p); err != nil && !apierrors.IsConflict(err) {
+					return false, err
+				}
+			}
+		}
+		if cleanup > want {
+			return false, fmt.Errorf("%d cleanup Pods, want %d", cleanup, want)
+		}
+		return cleanup == want, nil
+	})
 }
 
 // deploy-broker writes a join file; join with it claims the ID, stores
@@ -247,8 +292,17 @@ func TestJoinFileInstall(t *testing.T) {
 	if err := member.Create(ctx, own); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runCtl("uninstall", "--kubeconfig", c1.AdminKubeconfig); err != nil {
+	cleaned := make(chan error, 1)
+	go func() { cleaned <- playCleanup(ctx, c1.Client, 3) }()
+	out, err = runCtl("uninstall", "--kubeconfig", c1.AdminKubeconfig)
+	if err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	if err := <-cleaned; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "nodes cleaned up: 3 cleanup Pods (--cleanup) Succeeded") {
+		t.Errorf("uninstall output lacks the node cleanup:\n%s", out)
 	}
 	var leases coordinationv1.LeaseList
 	if err := b.Client.List(ctx, &leases, client.InNamespace(broker.Namespace("c1"))); err != nil || len(leases.Items) != 0 {

@@ -241,10 +241,11 @@ func podState(p *corev1.Pod) string {
 
 // Uninstall removes from the member cluster what Apply and LabelGateways
 // made: the chart's cluster-scoped objects, namespace causeway-system
-// (with everything in it: workloads, config, the broker Secret), the CRDs
-// (and with them every ServiceExport and ServiceImport) and the gateway
-// label. The nodes' datapath (routes, devices, eBPF pins) is the daemons'
-// own to remove (`route-agent --cleanup`, `gateway --cleanup`).
+// (with everything in it: workloads, config, the broker Secret), the
+// multicluster EndpointSlices of the MCS controller, the CRDs (and with
+// them every ServiceExport and ServiceImport) and the gateway label. The
+// nodes' datapath (routes, devices, eBPF pins) is the daemons' own to
+// remove: CleanupNodes runs their --cleanup before.
 func Uninstall(ctx context.Context, c client.Client, progress func(string)) error {
 	objs, err := chart.Render(chart.IdentityValues())
 	if err != nil {
@@ -258,6 +259,11 @@ func Uninstall(ctx context.Context, c client.Client, progress func(string)) erro
 		}
 	}
 	progress("deleted the chart's objects and namespace " + kube.Namespace)
+	n, err := deleteImportSlices(ctx, c)
+	if err != nil {
+		return err
+	}
+	progress(fmt.Sprintf("deleted %d multicluster EndpointSlices", n))
 	crds, err := kube.CRDs()
 	if err != nil {
 		return err

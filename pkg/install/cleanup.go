@@ -1,0 +1,157 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/mcs"
+)
+
+// CleanupLabel marks the Pods CleanupNodes runs.
+const CleanupLabel = "causeway.dev/cleanup"
+
+// CleanupNodes removes the daemons' state from every node: it deletes
+// the installed DaemonSets (gateway, route agent), waits until their
+// Pods are gone, then runs each DaemonSet's program once with --cleanup
+// on every node the DaemonSet ran on — a Pod from the DaemonSet's own
+// template (same image, privileges, host paths, args and identity),
+// bound to the node, restartPolicy Never, no probes — and waits, at most
+// timeout, until every one has Succeeded; a failed or missing one is an
+// error naming it. The cleanup Pods are deleted at the end.
+func CleanupNodes(ctx context.Context, c client.Client, timeout time.Duration, progress func(string)) error {
+	var list appsv1.DaemonSetList
+	if err := c.List(ctx, &list, client.InNamespace(kube.Namespace)); err != nil {
+		return fmt.Errorf("list DaemonSets: %w", err)
+	}
+	var pods []*corev1.Pod
+	for i := range list.Items {
+		ds := &list.Items[i]
+		var nodes corev1.NodeList
+		if err := c.List(ctx, &nodes, client.MatchingLabels(ds.Spec.Template.Spec.NodeSelector)); err != nil {
+			return fmt.Errorf("list the nodes of %s: %w", ds.Name, err)
+		}
+		for _, n := range nodes.Items {
+			pods = append(pods, cleanupPod(ds, n.Name))
+		}
+		if err := c.Delete(ctx, ds, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete DaemonSet %s: %w", ds.Name, err)
+		}
+	}
+	for i := range list.Items {
+		ds := &list.Items[i]
+		if err := waitPodsGone(ctx, c, labels.SelectorFromSet(ds.Spec.Selector.MatchLabels), timeout); err != nil {
+			return fmt.Errorf("DaemonSet %s: %w", ds.Name, err)
+		}
+	}
+	if len(list.Items) > 0 {
+		progress(fmt.Sprintf("stopped %d DaemonSets", len(list.Items)))
+	}
+	for _, p := range pods {
+		if err := c.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create cleanup Pod %s: %w", p.Name, err)
+		}
+	}
+	var pending []string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		pending = nil
+		for _, want := range pods {
+			p := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(want), p); err != nil {
+				return false, fmt.Errorf("cleanup Pod %s: %w", want.Name, err)
+			}
+			switch p.Status.Phase {
+			case corev1.PodSucceeded:
+			case corev1.PodFailed:
+				return false, fmt.Errorf("cleanup Pod %s on %s failed: %s (kubectl -n %s logs %s)", p.Name, p.Spec.NodeName, podState(p), kube.Namespace, p.Name)
+			default:
+				pending = append(pending, p.Name+" on "+p.Spec.NodeName+": "+podState(p))
+			}
+		}
+		return len(pending) == 0, nil
+	})
+	if err != nil {
+		if len(pending) > 0 && ctx.Err() == nil {
+			return fmt.Errorf("node cleanup not done after %s: %s", timeout, strings.Join(pending, "; "))
+		}
+		return err
+	}
+	for _, p := range pods {
+		if err := c.Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete cleanup Pod %s: %w", p.Name, err)
+		}
+	}
+	if len(pods) > 0 {
+		progress(fmt.Sprintf("nodes cleaned up: %d cleanup Pods (--cleanup) Succeeded", len(pods)))
+	}
+	return nil
+}
+
+// cleanupPod is the Pod that runs ds's containers once with --cleanup
+// on node.
+func cleanupPod(ds *appsv1.DaemonSet, node string) *corev1.Pod {
+	spec := *ds.Spec.Template.Spec.DeepCopy()
+	spec.NodeName = node
+	spec.RestartPolicy = corev1.RestartPolicyNever
+	for i := range spec.Containers {
+		ct := &spec.Containers[i]
+		ct.Args = append(ct.Args, "--cleanup")
+		ct.ReadinessProbe, ct.LivenessProbe, ct.StartupProbe = nil, nil, nil
+	}
+	l := map[string]string{CleanupLabel: ds.Name}
+	for k, v := range ds.Labels {
+		if k == "app.kubernetes.io/part-of" {
+			l[k] = v
+		}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: kube.Namespace, Name: ds.Name + "-cleanup-" + node, Labels: l},
+		Spec:       spec,
+	}
+}
+
+// waitPodsGone waits until no Pod of causeway-system matches sel.
+func waitPodsGone(ctx context.Context, c client.Client, sel labels.Selector, timeout time.Duration) error {
+	var left []string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(kube.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return false, fmt.Errorf("list Pods: %w", err)
+		}
+		left = left[:0]
+		for _, p := range pods.Items {
+			left = append(left, p.Name)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil && len(left) > 0 && ctx.Err() == nil {
+		return fmt.Errorf("still running after %s: %s", timeout, strings.Join(left, ", "))
+	}
+	return err
+}
+
+// deleteImportSlices deletes the multicluster EndpointSlices the MCS
+// controller made (managed-by mcs.ManagedBy) in every namespace.
+func deleteImportSlices(ctx context.Context, c client.Client) (int, error) {
+	var list discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &list, client.MatchingLabels{discoveryv1.LabelManagedBy: mcs.ManagedBy}); err != nil {
+		return 0, fmt.Errorf("list EndpointSlices: %w", err)
+	}
+	for i := range list.Items {
+		if err := c.Delete(ctx, &list.Items[i]); err != nil && !apierrors.IsNotFound(err) {
+			return 0, fmt.Errorf("delete EndpointSlice %s: %w", client.ObjectKeyFromObject(&list.Items[i]), err)
+		}
+	}
+	return len(list.Items), nil
+}
