@@ -120,6 +120,10 @@ func playCleanup(ctx context.Context, c client.Client, want int) error {
 		if err := c.List(ctx, &dss, client.InNamespace(kube.Namespace)); err != nil || len(dss.Items) > 0 {
 			return false, err
 		}
+		var deps appsv1.DeploymentList
+		if err := c.List(ctx, &deps, client.InNamespace(kube.Namespace)); err != nil || len(deps.Items) > 0 {
+			return false, err
+		}
 		var pods corev1.PodList
 		if err := c.List(ctx, &pods, client.InNamespace(kube.Namespace)); err != nil {
 			return false, err
@@ -128,10 +132,8 @@ func playCleanup(ctx context.Context, c client.Client, want int) error {
 		for i := range pods.Items {
 			p := &pods.Items[i]
 			if p.Labels[install.CleanupLabel] == "" {
-				if p.Labels["app.kubernetes.io/component"] != "mcs-controller" {
-					if err := c.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
-						return false, err
-					}
+				if err := c.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+					return false, err
 				}
 				continue
 			}

@@ -23,8 +23,9 @@ import (
 const CleanupLabel = "causeway.dev/cleanup"
 
 // CleanupNodes removes the daemons' state from every node: it deletes
-// the installed DaemonSets (gateway, route agent), waits until their
-// Pods are gone, then runs each DaemonSet's program once with --cleanup
+// the installed DaemonSets (gateway, route agent) and Deployments (the
+// MCS controller: no daemon writes to the broker afterwards), waits until
+// their Pods are gone, then runs each DaemonSet's program once with --cleanup
 // on every node the DaemonSet ran on — a Pod from the DaemonSet's own
 // template (same image, privileges, host paths, args and identity),
 // bound to the node, restartPolicy Never, no probes — and waits, at most
@@ -34,6 +35,18 @@ func CleanupNodes(ctx context.Context, c client.Client, timeout time.Duration, p
 	var list appsv1.DaemonSetList
 	if err := c.List(ctx, &list, client.InNamespace(kube.Namespace)); err != nil {
 		return fmt.Errorf("list DaemonSets: %w", err)
+	}
+	var deps appsv1.DeploymentList
+	if err := c.List(ctx, &deps, client.InNamespace(kube.Namespace)); err != nil {
+		return fmt.Errorf("list Deployments: %w", err)
+	}
+	var selectors []labels.Selector
+	for i := range deps.Items {
+		d := &deps.Items[i]
+		if err := c.Delete(ctx, d, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete Deployment %s: %w", d.Name, err)
+		}
+		selectors = append(selectors, labels.SelectorFromSet(d.Spec.Selector.MatchLabels))
 	}
 	var pods []*corev1.Pod
 	for i := range list.Items {
@@ -48,15 +61,15 @@ func CleanupNodes(ctx context.Context, c client.Client, timeout time.Duration, p
 		if err := c.Delete(ctx, ds, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete DaemonSet %s: %w", ds.Name, err)
 		}
+		selectors = append(selectors, labels.SelectorFromSet(ds.Spec.Selector.MatchLabels))
 	}
-	for i := range list.Items {
-		ds := &list.Items[i]
-		if err := waitPodsGone(ctx, c, labels.SelectorFromSet(ds.Spec.Selector.MatchLabels), timeout); err != nil {
-			return fmt.Errorf("DaemonSet %s: %w", ds.Name, err)
+	for _, sel := range selectors {
+		if err := waitPodsGone(ctx, c, sel, timeout); err != nil {
+			return err
 		}
 	}
-	if len(list.Items) > 0 {
-		progress(fmt.Sprintf("stopped %d DaemonSets", len(list.Items)))
+	if len(selectors) > 0 {
+		progress(fmt.Sprintf("stopped the daemons: %d DaemonSets, %d Deployments deleted, their Pods gone", len(list.Items), len(deps.Items)))
 	}
 	for _, p := range pods {
 		if err := c.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -136,7 +149,7 @@ func waitPodsGone(ctx context.Context, c client.Client, sel labels.Selector, tim
 		return len(left) == 0, nil
 	})
 	if err != nil && len(left) > 0 && ctx.Err() == nil {
-		return fmt.Errorf("still running after %s: %s", timeout, strings.Join(left, ", "))
+		return fmt.Errorf("the Pods of %s still there after %s: %s", sel, timeout, strings.Join(left, ", "))
 	}
 	return err
 }

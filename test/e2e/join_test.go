@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,6 +100,16 @@ func TestLabJoin(t *testing.T) {
 		t.Fatalf("uninstall c2: %v", err)
 	}
 	l.checkNothingLeft(ctx, st, "c2")
+	waitForWithin(t, time.Minute, "c3's whereami slices from c1 only", func() error {
+		sources, err := sliceSources(ctx, l.Client("c3"))
+		if err != nil || len(sources) != 1 || !sources["c1"] {
+			return fmt.Errorf("sources %v (%v)", sources, err)
+		}
+		return nil
+	})
+	if after := l.importVIP(ctx, "c3", "whereami"); after != vip {
+		t.Errorf("c3's VIP after c2 left: %s, want %s", after, vip)
+	}
 	l.curlClusters("c3/demo/client", "http://whereami.demo.svc.clusterset.local", []string{"c1"})
 }
 
@@ -233,6 +244,9 @@ func (l *Lab) checkNothingLeft(ctx context.Context, st *lab.State, cluster strin
 				return err
 			}
 			for _, o := range list.Items {
+				if crd.Spec.Names.Kind == "VIPAllocation" {
+					continue // the ClusterSet's, not one exporter's: c1 still exports
+				}
 				cid, _, _ := unstructured.NestedString(o.Object, "spec", "clusterID")
 				if o.GetNamespace() == broker.Namespace(cluster) || o.GetLabels()[broker.LabelClusterID] == cluster && o.GetNamespace() == "" ||
 					cid == cluster && o.GetNamespace() == "" {
@@ -291,8 +305,12 @@ func (l *Lab) checkNothingLeft(ctx context.Context, st *lab.State, cluster strin
 			if strings.Contains(string(tables), "causeway") {
 				left = append(left, "nft "+strings.TrimSpace(string(tables)))
 			}
-			pins, _ := filepath.Glob(filepath.Join(st.NodeBPFFS(cluster, n.Name), "causeway", "*"))
-			left = append(left, pins...)
+			_ = filepath.WalkDir(filepath.Join(st.NodeBPFFS(cluster, n.Name), "causeway"), func(path string, d fs.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					left = append(left, "pin "+path)
+				}
+				return nil
+			})
 			if _, err := os.Stat("/var/run/wireguard/" + st.TunnelDevice(cluster, n.Name) + ".sock"); err == nil {
 				left = append(left, "wireguard socket of "+st.TunnelDevice(cluster, n.Name))
 			}
