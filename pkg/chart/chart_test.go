@@ -25,13 +25,12 @@ func clusterValues() map[string]any {
 func tunedValues() map[string]any {
 	return map[string]any{
 		"clusterID": "east-1", "podCIDRs": []any{"10.1.0.0/16", "fd00:1::/56"}, "serviceCIDRs": []any{"10.2.0.0/16"},
-		"namespace":    map[string]any{"create": true},
-		"image":        map[string]any{"repository": "registry.example/causeway", "tag": "v9", "pullPolicy": "Never"},
-		"brokerSecret": "broker-creds",
-		"vipRange":     "100.64.0.0/16",
-		"cable":        map[string]any{"driver": "ipsec", "mtu": 1300, "ipsecPSKSecret": "psk"},
-		"globalnet":    map[string]any{"enabled": true, "supernet": "169.254.0.0/16", "cidrBits": 26},
-		"logLevel":     "debug",
+		"namespace": map[string]any{"create": true},
+		"image":     map[string]any{"repository": "registry.example/causeway", "tag": "v9", "pullPolicy": "Never"},
+		"vipRange":  "100.64.0.0/16",
+		"cable":     map[string]any{"driver": "ipsec", "mtu": 1300, "ipsecPSKSecret": "psk"},
+		"globalnet": map[string]any{"enabled": true, "supernet": "169.254.0.0/16", "cidrBits": 26},
+		"logLevel":  "debug",
 		"gateway": map[string]any{"nodeSelector": map[string]any{"role": "edge"}, "metricsPort": 19531, "healthPort": 19541,
 			"extraArgs": []any{"--public-ip=203.0.113.7"}},
 		"routeAgent":    map[string]any{"extraArgs": []any{"--iptables-backend=nft"}, "resources": map[string]any{"requests": map[string]any{"cpu": "10m"}}},
@@ -166,8 +165,8 @@ func TestRenderTuned(t *testing.T) {
 			secrets = append(secrets, s)
 		}
 	}
-	if !slices.Equal(secrets, []string{"broker-creds", "psk"}) {
-		t.Errorf("gateway mounts Secrets %v, want broker-creds and psk", secrets)
+	if !slices.Equal(secrets, []string{"causeway-broker", "psk"}) {
+		t.Errorf("gateway mounts Secrets %v, want causeway-broker and psk", secrets)
 	}
 	ra := find(t, objs, "DaemonSet", "causeway-route-agent")
 	for _, a := range []string{"--tunnel-mtu=1300", "--vip-range=100.64.0.0/16", "--iptables-backend=nft"} {

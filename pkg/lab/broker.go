@@ -43,13 +43,22 @@ func (s *State) joinBroker(ctx context.Context) error {
 	// overlap, gateways keep the older one, so c1 must be announced before
 	// any gateway publishes (c1 before c2, as users of the lab expect; the
 	// gateways update these objects later).
+	//
+	// The daemons run as processes reading a kubeconfig file, not a
+	// mounted Secret the MCS controller could rotate: their broker token
+	// lives as long as their local ones, not the join file's 24 hours.
 	ids := map[string][]byte{}
 	for _, c := range s.Members() {
-		raw, err := broker.EnsureClusterIdentity(ctx, admin, c)
+		if _, err := broker.EnsureClusterIdentity(ctx, admin, c); err != nil {
+			return fmt.Errorf("broker identity of %s: %w", c, err)
+		}
+		token, _, err := broker.Token(ctx, admin, c, daemonTokenLifetime)
 		if err != nil {
 			return fmt.Errorf("broker identity of %s: %w", c, err)
 		}
-		ids[c] = raw
+		if ids[c], err = broker.Kubeconfig(admin, c, token); err != nil {
+			return err
+		}
 	}
 	for _, c := range s.Members() {
 		if err := s.announce(ctx, bc, c); err != nil {
