@@ -42,7 +42,7 @@ func valueSets() map[string]map[string]any {
 			"namespace": map[string]any{"create": true},
 			"image":     map[string]any{"repository": "registry.example/causeway", "tag": "v9", "pullPolicy": "Never"},
 			"vipRange":  "100.64.0.0/16", "logLevel": "debug",
-			"cable":     map[string]any{"driver": "ipsec", "mtu": 1300, "ipsecPSKSecret": "psk"},
+			"cable":     map[string]any{"driver": "ipsec", "mtu": 1300},
 			"globalnet": map[string]any{"enabled": true, "supernet": "169.254.0.0/16", "cidrBits": 26},
 			"gateway": map[string]any{"nodeSelector": map[string]any{"causeway.dev/gateway": nil, "role": "edge"}, "metricsPort": 19531,
 				"extraArgs": []any{"--public-ip=203.0.113.7"}},

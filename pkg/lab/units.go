@@ -154,9 +154,6 @@ func (s *State) daemonUnits(h *netlab.Host, c netlab.Cluster, n netlab.Node) []U
 		} else {
 			gw = append(gw, "--health-check-ip="+firstHost(n.PodCIDR).String())
 		}
-		if s.CableDriver() == "ipsec" {
-			gw = append(gw, "--ipsec-psk-file="+s.PSKFile())
-		}
 		ds = append(ds, daemon{"gateway", gw})
 	}
 	var units []Unit
