@@ -11,7 +11,6 @@ import (
 	"helm.sh/helm/v4/pkg/strvals"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -197,10 +196,10 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 	}
 	// Either way, the cluster ID is claimed before the credentials are
 	// stored: a second cluster under the same ID gets nothing.
-	if err := f.claim(ctx, cl, raw); err != nil {
+	if err := install.Claim(ctx, cl, f.clusterID, raw); err != nil {
 		return err
 	}
-	if err := storeBrokerSecret(ctx, cl, f.namespace, raw); err != nil {
+	if err := install.StoreBrokerSecret(ctx, cl, f.namespace, raw); err != nil {
 		return err
 	}
 	if f.out != "" {
@@ -214,20 +213,6 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 		return nil
 	}
 	return f.install(ctx, local, cl, objs, say)
-}
-
-// claim claims the cluster ID in the broker with the member identity of
-// raw (the join file's, or the one --broker-kubeconfig just created).
-func (f *joinFlags) claim(ctx context.Context, cl client.Client, raw []byte) error {
-	bc, err := clientFromKubeconfig(raw)
-	if err != nil {
-		return fmt.Errorf("broker credentials: %w", err)
-	}
-	uid, err := broker.MemberUID(ctx, cl)
-	if err != nil {
-		return err
-	}
-	return broker.Claim(ctx, bc, f.clusterID, uid)
 }
 
 // render discovers the CIDRs not given and renders the chart.
@@ -301,14 +286,6 @@ func joinFileClusterID(raw []byte) (string, error) {
 		return "", fmt.Errorf("context %s: namespace %q is not a member's broker namespace (%s<id>)", cfg.CurrentContext, c.Namespace, broker.NamespacePrefix)
 	}
 	return id, nil
-}
-
-func clientFromKubeconfig(raw []byte) (client.Client, error) {
-	rc, err := clientcmd.RESTConfigFromKubeConfig(raw)
-	if err != nil {
-		return nil, err
-	}
-	return client.New(rc, client.Options{Scheme: kube.NewScheme()})
 }
 
 func newUninstallCommand() *cobra.Command {
@@ -385,32 +362,4 @@ func aboutClusterID(ctx context.Context, cl client.Client) (string, error) {
 		return "", fmt.Errorf("ClusterProperty cluster.clusterset.k8s.io has no value")
 	}
 	return v, nil
-}
-
-// storeBrokerSecret writes the member kubeconfig (token included) as
-// Secret broker.Secret, the token in a key of its own (broker.SecretData).
-func storeBrokerSecret(ctx context.Context, cl client.Client, namespace string, kubeconfig []byte) error {
-	data, err := broker.SecretData(kubeconfig)
-	if err != nil {
-		return err
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	if err := cl.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", namespace, err)
-	}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: broker.Secret}}
-	existing := &corev1.Secret{}
-	err = cl.Get(ctx, client.ObjectKeyFromObject(sec), existing)
-	switch {
-	case apierrors.IsNotFound(err):
-		sec.Data = data
-		err = cl.Create(ctx, sec)
-	case err == nil:
-		existing.Data = data
-		err = cl.Update(ctx, existing)
-	}
-	if err != nil {
-		return fmt.Errorf("store Secret %s/%s: %w", namespace, broker.Secret, err)
-	}
-	return nil
 }

@@ -280,7 +280,7 @@ func TestJoinFileInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	member, err = clientFromKubeconfig(again)
+	member, err = install.ClientFromKubeconfig(again)
 	if err != nil {
 		t.Fatal(err)
 	}

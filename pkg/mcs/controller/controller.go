@@ -63,6 +63,10 @@ type Config struct {
 	// VIPRange is the clusterset VIP range; the zero value means
 	// mcs.DefaultVIPRange.
 	VIPRange mcs.VIPRange
+	// VIPRangeIPv6 is the IPv6 clusterset VIP range, from which imports
+	// with the IPv6 family get their IPv6 VIP; the zero value means none
+	// (the command's --vip-range-ipv6 defaults to mcs.DefaultVIPRangeIPv6).
+	VIPRangeIPv6 mcs.VIPRange
 	// DeadClusterTimeout is how long after its liveness Lease expired a
 	// cluster's endpoints are withdrawn.
 	DeadClusterTimeout time.Duration
@@ -151,7 +155,7 @@ type Controller struct {
 	breader client.Reader
 	// reader reads the local API server directly (not the cache).
 	reader   client.Reader
-	alloc    *mcs.VIPAllocator
+	alloc    *mcs.FamilyVIPAllocator
 	recorder events.EventRecorder
 	live     *liveness
 	metrics  *metrics
@@ -162,7 +166,7 @@ type Controller struct {
 	recordIndex, sliceIndex *index
 
 	mu      sync.Mutex
-	vips    map[types.NamespacedName]netip.Addr
+	vips    map[types.NamespacedName][]netip.Addr
 	exports map[types.NamespacedName]bool
 	imports map[types.NamespacedName]int // key -> number of slices
 	// sliceCount is the sum of imports' values.
@@ -309,7 +313,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		live:     newLiveness(cfg.ClusterID, cfg.LivenessDuration, cfg.DeadClusterTimeout, time.Now),
 		metrics:  newMetrics(cfg.Metrics),
 		trigger:  make(chan event.GenericEvent, 1024),
-		vips:     map[types.NamespacedName]netip.Addr{},
+		vips:     map[types.NamespacedName][]netip.Addr{},
 		exports:  map[types.NamespacedName]bool{},
 		imports:  map[types.NamespacedName]int{},
 
@@ -325,7 +329,10 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader})
+	if c.alloc, err = mcs.NewFamilyVIPAllocator(cfg.VIPRange, cfg.VIPRangeIPv6,
+		&indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader}); err != nil {
+		return nil, err
+	}
 	if err := c.setup(); err != nil {
 		return nil, err
 	}
