@@ -51,9 +51,6 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if !slices.Contains(cables, cfg.Cable) {
 		return nil, fmt.Errorf("--cable %q: want wireguard, ipsec or vxlan", cfg.Cable)
 	}
-	if cfg.NoInstall && cfg.Cable == "ipsec" {
-		return nil, fmt.Errorf("--no-install with --cable ipsec: the ipsec clusterset secret is the lab install's (use wireguard or vxlan)")
-	}
 	st := &State{Dir: cfg.Dir, Prefix: cfg.Prefix, BinDir: cfg.BinDir, Self: cfg.Self, Topology: top, Demo: !cfg.NoDemo,
 		Cable: cfg.Cable, Globalnet: !cfg.NoGlobalnet, NoInstall: cfg.NoInstall,
 		Versions: map[string]string{"kubernetes": controlplane.KubernetesVersion, "etcd": controlplane.EtcdVersion}}
@@ -75,11 +72,6 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if st.NoInstall {
 		if err := os.MkdirAll(st.JoinDir(), 0o700); err != nil {
 			return nil, err
-		}
-	}
-	if st.Cable == "ipsec" {
-		if err := st.ensurePSK(); err != nil {
-			return nil, fmt.Errorf("ipsec secret: %w", err)
 		}
 	}
 

@@ -38,8 +38,9 @@ import (
 // leaves nothing of Causeway in c2 (objects, CRDs, cluster-scoped RBAC,
 // admission objects, node labels, Leases, multicluster EndpointSlices,
 // and on its nodes no device, route, chain, table or BPF pin) nor of c2
-// in the broker but the identity deploy-broker made; c3 is then answered
-// by c1 alone.
+// in the broker but the namespace and roles deploy-broker made (its
+// ServiceAccount, and so its tokens, revoked); c3 is then answered by c1
+// alone.
 func TestLabJoin(t *testing.T) {
 	l := StartLab(t, "--no-install")
 	ctx := context.Background()
@@ -260,6 +261,11 @@ func (l *Lab) checkNothingLeft(ctx context.Context, st *lab.State, cluster strin
 		}
 		for _, le := range leases.Items {
 			left = append(left, "Lease "+le.Name)
+		}
+		// Its identity is revoked (deploy-broker recreates it).
+		sa := &corev1.ServiceAccount{}
+		if err := b.Get(ctx, client.ObjectKey{Namespace: broker.Namespace(cluster), Name: broker.ServiceAccountName}, sa); !apierrors.IsNotFound(err) {
+			left = append(left, fmt.Sprintf("ServiceAccount %s (%v)", broker.ServiceAccountName, err))
 		}
 		if len(left) > 0 {
 			return fmt.Errorf("left in the broker: %s", strings.Join(left, ", "))
