@@ -134,10 +134,16 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if err := st.deploy(ctx, clients); err != nil {
 		return nil, err
 	}
-	if err := st.waitPods(ctx, clients, "kube-system", func(string) int { return 1 }); err != nil {
-		return nil, err
+	if st.NoInstall {
+		// Its clusterset.local zone watches ServiceImports: it syncs,
+		// and is Ready, once join has installed the MCS API's CRDs.
+		p.say("CoreDNS deployed: Ready once join installs the MCS API's CRDs")
+	} else {
+		if err := st.waitPods(ctx, clients, "kube-system", func(string) int { return 1 }); err != nil {
+			return nil, err
+		}
+		p.say("CoreDNS ready (cluster.local, clusterset.local)")
 	}
-	p.say("CoreDNS ready (cluster.local, clusterset.local)")
 	if st.Demo {
 		if err := st.waitPods(ctx, clients, DemoNamespace, st.demoPods); err != nil {
 			return nil, err

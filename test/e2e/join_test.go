@@ -17,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -81,6 +82,22 @@ func TestLabJoin(t *testing.T) {
 		}
 	}
 
+	// CoreDNS syncs its clusterset.local zone once join has installed
+	// the MCS API's CRDs.
+	for _, c := range st.Members() {
+		waitForWithin(t, 2*time.Minute, c+": CoreDNS Ready after join", func() error {
+			var pods corev1.PodList
+			if err := l.Client(c).List(ctx, &pods, client.InNamespace("kube-system"), client.MatchingLabels{"k8s-app": "kube-dns"}); err != nil {
+				return err
+			}
+			for i := range pods.Items {
+				if kube.PodReady(&pods.Items[i]) {
+					return nil
+				}
+			}
+			return fmt.Errorf("%d CoreDNS Pods, none Ready", len(pods.Items))
+		})
+	}
 	for _, c := range []string{"c1", "c2"} {
 		if out, err := l.causewayctl("export", "demo/whereami", "--cluster", c); err != nil {
 			t.Fatalf("export from %s: %v\n%s", c, err, out)
@@ -172,43 +189,27 @@ func (l *Lab) checkNothingLeft(ctx context.Context, st *lab.State, cluster strin
 			}
 		}
 		var left []string
-		var crs rbacv1.ClusterRoleList
-		var crbs rbacv1.ClusterRoleBindingList
-		var vwcs admissionregistrationv1.ValidatingWebhookConfigurationList
-		var mwcs admissionregistrationv1.MutatingWebhookConfigurationList
-		var vaps admissionregistrationv1.ValidatingAdmissionPolicyList
-		var vapbs admissionregistrationv1.ValidatingAdmissionPolicyBindingList
-		var leases coordinationv1.LeaseList
-		for _, list := range []client.ObjectList{&crs, &crbs, &vwcs, &mwcs, &vaps, &vapbs, &leases} {
+		for kind, list := range map[string]client.ObjectList{
+			"ClusterRole": &rbacv1.ClusterRoleList{}, "ClusterRoleBinding": &rbacv1.ClusterRoleBindingList{},
+			"ValidatingWebhookConfiguration":   &admissionregistrationv1.ValidatingWebhookConfigurationList{},
+			"MutatingWebhookConfiguration":     &admissionregistrationv1.MutatingWebhookConfigurationList{},
+			"ValidatingAdmissionPolicy":        &admissionregistrationv1.ValidatingAdmissionPolicyList{},
+			"ValidatingAdmissionPolicyBinding": &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{},
+			"Lease":                            &coordinationv1.LeaseList{},
+		} {
 			if err := c.List(ctx, list); err != nil {
 				return err
 			}
-		}
-		named := func(kind string, o client.Object) {
-			if strings.Contains(o.GetName(), "causeway") || o.GetLabels()["app.kubernetes.io/part-of"] == "causeway" {
-				left = append(left, kind+" "+client.ObjectKeyFromObject(o).String())
+			items, err := meta.ExtractList(list)
+			if err != nil {
+				return err
 			}
-		}
-		for i := range crs.Items {
-			named("ClusterRole", &crs.Items[i])
-		}
-		for i := range crbs.Items {
-			named("ClusterRoleBinding", &crbs.Items[i])
-		}
-		for i := range vwcs.Items {
-			named("ValidatingWebhookConfiguration", &vwcs.Items[i])
-		}
-		for i := range mwcs.Items {
-			named("MutatingWebhookConfiguration", &mwcs.Items[i])
-		}
-		for i := range vaps.Items {
-			named("ValidatingAdmissionPolicy", &vaps.Items[i])
-		}
-		for i := range vapbs.Items {
-			named("ValidatingAdmissionPolicyBinding", &vapbs.Items[i])
-		}
-		for i := range leases.Items {
-			named("Lease", &leases.Items[i])
+			for _, it := range items {
+				o := it.(client.Object)
+				if strings.Contains(o.GetName(), "causeway") || o.GetLabels()["app.kubernetes.io/part-of"] == "causeway" {
+					left = append(left, kind+" "+client.ObjectKeyFromObject(o).String())
+				}
+			}
 		}
 		var slices discoveryv1.EndpointSliceList
 		if err := c.List(ctx, &slices, client.MatchingLabels{discoveryv1.LabelManagedBy: mcs.ManagedBy}); err != nil {
