@@ -94,7 +94,9 @@ object) and exits.`,
 				return err
 			}
 			cfg.Metrics, cfg.Log = rt.Metrics, rt.Log
-			if !cfg.PublicIP.IsValid() && !f.cleanup {
+			// --cleanup too: the config needs the address, and
+			// cleanup talks to the API server anyway (this node's Gateway).
+			if !cfg.PublicIP.IsValid() {
 				if err := rt.WaitForAPIServer(ctx, "local cluster", cfg.Local); err != nil {
 					return err
 				}

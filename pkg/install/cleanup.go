@@ -30,7 +30,8 @@ const CleanupLabel = "causeway.dev/cleanup"
 // template (same image, privileges, host paths, args and identity),
 // bound to the node, restartPolicy Never, no probes — and waits, at most
 // timeout, until every one has Succeeded; a failed or missing one is an
-// error naming it. The cleanup Pods are deleted at the end.
+// error naming it (and its Pod is kept for its log until the next
+// uninstall). The cleanup Pods are deleted at the end.
 func CleanupNodes(ctx context.Context, c client.Client, timeout time.Duration, progress func(string)) error {
 	var list appsv1.DaemonSetList
 	if err := c.List(ctx, &list, client.InNamespace(kube.Namespace)); err != nil {
@@ -71,13 +72,25 @@ func CleanupNodes(ctx context.Context, c client.Client, timeout time.Duration, p
 	if len(selectors) > 0 {
 		progress(fmt.Sprintf("stopped the daemons: %d DaemonSets, %d Deployments deleted, their Pods gone", len(list.Items), len(deps.Items)))
 	}
+	// Cleanup Pods of an earlier uninstall (a failed one is kept for its
+	// log) make way for new ones.
+	done, err := labels.Parse(CleanupLabel)
+	if err != nil {
+		return err
+	}
+	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(kube.Namespace), client.MatchingLabelsSelector{Selector: done}); err != nil {
+		return fmt.Errorf("delete earlier cleanup Pods: %w", err)
+	}
+	if err := waitPodsGone(ctx, c, done, timeout); err != nil {
+		return err
+	}
 	for _, p := range pods {
-		if err := c.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := c.Create(ctx, p); err != nil {
 			return fmt.Errorf("create cleanup Pod %s: %w", p.Name, err)
 		}
 	}
 	var pending []string
-	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		pending = nil
 		for _, want := range pods {
 			p := &corev1.Pod{}

@@ -224,6 +224,9 @@ func notReady(wants []want, pods []corev1.Pod) []string {
 // podState is why a Pod is not Ready, as its status tells.
 func podState(p *corev1.Pod) string {
 	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil {
+			return fmt.Sprintf("%s (%s exited %d: %s %s)", p.Status.Phase, cs.Name, t.ExitCode, t.Reason, t.Message)
+		}
 		if w := cs.State.Waiting; w != nil {
 			return fmt.Sprintf("%s (%s: %s)", p.Status.Phase, w.Reason, w.Message)
 		}
