@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/pkg/kube"
-	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
 // CleanupLabel marks the Pods CleanupNodes runs.
@@ -168,10 +168,16 @@ func waitPodsGone(ctx context.Context, c client.Client, sel labels.Selector, tim
 }
 
 // deleteImportSlices deletes the multicluster EndpointSlices the MCS
-// controller made (managed-by mcs.ManagedBy) in every namespace.
+// controller made (the ones with the MCS API's source-cluster label) in
+// every namespace; the garbage collector would too once their owner, the
+// ServiceImport, goes with the CRDs, but not at once.
 func deleteImportSlices(ctx context.Context, c client.Client) (int, error) {
+	has, err := labels.Parse(mcsv1beta1.LabelSourceCluster)
+	if err != nil {
+		return 0, err
+	}
 	var list discoveryv1.EndpointSliceList
-	if err := c.List(ctx, &list, client.MatchingLabels{discoveryv1.LabelManagedBy: mcs.ManagedBy}); err != nil {
+	if err := c.List(ctx, &list, client.MatchingLabelsSelector{Selector: has}); err != nil {
 		return 0, fmt.Errorf("list EndpointSlices: %w", err)
 	}
 	for i := range list.Items {
