@@ -3,7 +3,6 @@ package netlab
 import (
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -14,7 +13,7 @@ import (
 func TestDualStackPodToPod(t *testing.T) {
 	t.Parallel()
 	h := newTestHost(t)
-	names, cg := h.Names(), h.Cgroups()
+	names := h.Names()
 	pod6, svc6 := IPv6CIDRs(1)
 	c := mustCluster(t, ClusterSpec{Name: "c1", Index: 1, Nodes: 2, PodCIDR6: pod6, ServiceCIDR6: svc6})
 	mustApply(t, h, Topology{Prefix: h.prefix, Clusters: []Cluster{c}})
@@ -29,22 +28,7 @@ func TestDualStackPodToPod(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd, err := h.Start(Process{
-		Netns:   names.PodOf(server),
-		Cgroup:  cg.PodOf(server),
-		Path:    self,
-		Args:    []string{"--port", "8080", "--cluster", "c1", "--namespace", server.Namespace, "--pod", server.Name, "--pod-ip", server.IP.String()},
-		Env:     append(os.Environ(), appEnv+"=whereami"),
-		LogPath: filepath.Join(t.TempDir(), "whereami.log"),
-		Setsid:  true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd := startWhereami(t, h, server, filepath.Join(t.TempDir(), "whereami.log"))
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 
 	for _, p := range []struct{ server, client netip.Addr }{{server.IP6, client.IP6}, {server.IP, client.IP}} {
