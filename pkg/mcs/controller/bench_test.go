@@ -360,9 +360,12 @@ func startDaemon(b *testing.B, bin, dir string, e *env, id string) *daemonProc {
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command(bin, "--kubeconfig", e.clusters[id].AdminKubeconfig, "--broker-kubeconfig", bk, "--cluster-id", id,
-		"--metrics-addr", addr, "--log-level", "warn", "--node-name", "bench", "--profiling",
-		// One replica: a leader election lost while the API servers are
-		// saturated would end the run; it is not what is measured.
+		"--metrics-addr", addr, "--health-addr", "0", "--log-level", "warn", "--node-name", "bench", "--profiling",
+		// No separate health listener: its fixed default port would
+		// clash between the two controllers (the metrics address serves
+		// /readyz). One replica: a leader election lost while the API
+		// servers are saturated would end the run; it is not what is
+		// measured.
 		"--leader-elect=false")
 	cmd.Stderr = os.Stderr
 	if v := os.Getenv("BENCH_GOMEMLIMIT"); v != "" {
