@@ -93,8 +93,7 @@ const (
 	indexRecordService   = "causeway.service"   // records by "<ns>/<name>" of the Service
 	indexRecordNamespace = "causeway.serviceNS" // records by Service namespace
 	indexVIPService      = "causeway.vipService"
-	indexLocalSlice      = "causeway.localSlice"  // a Service's own EndpointSlices by "<ns>/<name>"
-	indexImportSlice     = "causeway.importSlice" // our multi-cluster slices by "<ns>/<name>"
+	indexSlice           = "causeway.slice" // a Service's own and multi-cluster EndpointSlices by "<ns>/<name>"
 )
 
 // index looks objects up through indexes added to an informer.
@@ -121,15 +120,17 @@ func (x *index) list(name, value string) ([]any, error) {
 	return x.indexer.ByIndex(name, value)
 }
 
-// slices returns copies of the EndpointSlices under value.
-func (x *index) slices(name, value string) ([]discoveryv1.EndpointSlice, error) {
-	objs, err := x.list(name, value)
+// slices returns copies of the EndpointSlices of key whose label names
+// key's Service: discoveryv1.LabelServiceName for its own slices,
+// mcsv1beta1.LabelServiceName for the multi-cluster ones.
+func (x *index) slices(key types.NamespacedName, label string) ([]discoveryv1.EndpointSlice, error) {
+	objs, err := x.list(indexSlice, key.String())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]discoveryv1.EndpointSlice, 0, len(objs))
 	for _, o := range objs {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Labels[label] == key.Name {
 			out = append(out, *s.DeepCopy())
 		}
 	}
@@ -367,22 +368,26 @@ func (c *Controller) setup() error {
 	}
 	// A slice is indexed under "<namespace>/<service>" by the label of its
 	// kind: kubernetes.io/service-name (the Service's own slices) or
-	// multicluster.kubernetes.io/service-name (imported slices).
-	byLabel := func(label string) toolscache.IndexFunc {
-		return func(o any) ([]string, error) {
+	// multicluster.kubernetes.io/service-name (imported slices). One index
+	// for both: an exporting and importing cluster holds one index set per
+	// Service instead of two; readers pick the kind by its label.
+	c.sliceIndex, err = newIndex(ctx, c.mgr.GetCache(), &discoveryv1.EndpointSlice{}, toolscache.Indexers{
+		indexSlice: func(o any) ([]string, error) {
 			s, ok := o.(*discoveryv1.EndpointSlice)
 			if !ok {
 				return nil, nil
 			}
-			if n := s.Labels[label]; n != "" {
-				return []string{s.Namespace + "/" + n}, nil
+			own, imported := s.Labels[discoveryv1.LabelServiceName], s.Labels[mcsv1beta1.LabelServiceName]
+			switch {
+			case own != "" && imported != "" && own != imported:
+				return []string{s.Namespace + "/" + own, s.Namespace + "/" + imported}, nil
+			case own != "":
+				return []string{s.Namespace + "/" + own}, nil
+			case imported != "":
+				return []string{s.Namespace + "/" + imported}, nil
 			}
 			return nil, nil
-		}
-	}
-	c.sliceIndex, err = newIndex(ctx, c.mgr.GetCache(), &discoveryv1.EndpointSlice{}, toolscache.Indexers{
-		indexLocalSlice:  byLabel(discoveryv1.LabelServiceName),
-		indexImportSlice: byLabel(mcsv1beta1.LabelServiceName),
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("index EndpointSlices: %w", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -116,7 +117,7 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		st.global = g
 		return st, err
 	}
-	local, err := c.sliceIndex.slices(indexLocalSlice, key.String())
+	local, err := c.sliceIndex.slices(key, discoveryv1.LabelServiceName)
 	if err != nil {
 		return st, fmt.Errorf("list local EndpointSlices: %w", err)
 	}
@@ -404,7 +405,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	}
 	c.eventRefused(ctx, key, si, refused)
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
-	have, err := c.sliceIndex.slices(indexImportSlice, key.String())
+	have, err := c.sliceIndex.slices(key, mcsv1beta1.LabelServiceName)
 	if err != nil {
 		return &m, fmt.Errorf("list EndpointSlices: %w", err)
 	}
@@ -524,7 +525,7 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 // VIP.
 func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
-	have, err := c.sliceIndex.slices(indexImportSlice, key.String())
+	have, err := c.sliceIndex.slices(key, mcsv1beta1.LabelServiceName)
 	if err != nil {
 		return fmt.Errorf("list EndpointSlices: %w", err)
 	}
