@@ -158,12 +158,13 @@ type Controller struct {
 	// local EndpointSlices (see setup).
 	recordIndex, sliceIndex *index
 
-	mu      sync.Mutex
-	vips    map[types.NamespacedName]netip.Addr
-	exports map[types.NamespacedName]bool
-	imports map[types.NamespacedName]int // key -> number of slices
-	// sliceCount is the sum of imports' values.
-	sliceCount int
+	mu sync.Mutex
+	// services is what the controller remembers of each Service between
+	// syncs (one map entry per Service, none for a Service it neither
+	// exports, imports nor holds a VIP of); exports, imports and
+	// sliceCount are its totals, for the gauges.
+	services                     map[types.NamespacedName]serviceState
+	exports, imports, sliceCount int
 	// waitingVIP are Services whose VIP allocation found the range full.
 	waitingVIP map[types.NamespacedName]bool
 	// refused holds, per Service, the remote records refused at its last
@@ -306,9 +307,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		live:     newLiveness(cfg.ClusterID, cfg.LivenessDuration, cfg.DeadClusterTimeout, time.Now),
 		metrics:  newMetrics(cfg.Metrics),
 		trigger:  make(chan event.GenericEvent, 1024),
-		vips:     map[types.NamespacedName]netip.Addr{},
-		exports:  map[types.NamespacedName]bool{},
-		imports:  map[types.NamespacedName]int{},
+		services: map[types.NamespacedName]serviceState{},
 
 		waitingVIP: map[types.NamespacedName]bool{},
 		refused:    map[types.NamespacedName]map[string]string{},

@@ -428,9 +428,9 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 // here again, so all converge on the same address.
 func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.Addr, error) {
 	c.mu.Lock()
-	known, ok := c.vips[key]
+	known := c.services[key].vip
 	c.mu.Unlock()
-	if ok {
+	if known.IsValid() {
 		var held causewayv1alpha1.VIPAllocationList
 		err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()})
 		if err == nil && len(held.Items) == 1 && held.Items[0].Name == mcs.VIPObjectName(known) && held.Items[0].DeletionTimestamp == nil {
@@ -448,7 +448,7 @@ func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.A
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	c.vips[key] = vip
+	c.updateLocked(key, func(st *serviceState) { st.vip = vip })
 	return vip, nil
 }
 
@@ -547,8 +547,8 @@ func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName)
 	c.setImported(key, -1)
 
 	c.mu.Lock()
-	_, hadVIP := c.vips[key]
-	delete(c.vips, key)
+	hadVIP := c.services[key].vip.IsValid()
+	c.updateLocked(key, func(st *serviceState) { st.vip = netip.Addr{} })
 	delete(c.waitingVIP, key)
 	c.mu.Unlock()
 	var held causewayv1alpha1.VIPAllocationList
@@ -620,30 +620,51 @@ func (c *Controller) syncExportStatus(ctx context.Context, exp exportState, m *m
 	return nil
 }
 
+// serviceState is what the controller remembers of one Service.
+type serviceState struct {
+	vip      netip.Addr // the clusterset VIP allocated or confirmed here; invalid: none
+	exported bool       // this cluster's record is published
+	imported bool       // the ServiceImport is written here
+	slices   int32      // multi-cluster EndpointSlices written here
+}
+
+// updateLocked applies f to key's state and keeps the totals; call with
+// c.mu held.
+func (c *Controller) updateLocked(key types.NamespacedName, f func(*serviceState)) {
+	st := c.services[key]
+	count := func(st serviceState, sign int) {
+		if st.exported {
+			c.exports += sign
+		}
+		if st.imported {
+			c.imports += sign
+		}
+		c.sliceCount += sign * int(st.slices)
+	}
+	count(st, -1)
+	f(&st)
+	count(st, 1)
+	if st == (serviceState{}) {
+		delete(c.services, key)
+	} else {
+		c.services[key] = st
+	}
+	c.metrics.exports.Set(float64(c.exports))
+	c.metrics.imports.Set(float64(c.imports))
+	c.metrics.slices.Set(float64(c.sliceCount))
+}
+
 func (c *Controller) setExported(key types.NamespacedName, on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if on {
-		c.exports[key] = true
-	} else {
-		delete(c.exports, key)
-	}
-	c.metrics.exports.Set(float64(len(c.exports)))
+	c.updateLocked(key, func(st *serviceState) { st.exported = on })
 }
 
 // setImported records the number of slices of key; n < 0: no import.
 func (c *Controller) setImported(key types.NamespacedName, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sliceCount -= c.imports[key]
-	if n < 0 {
-		delete(c.imports, key)
-	} else {
-		c.imports[key] = n
-		c.sliceCount += n
-	}
-	c.metrics.imports.Set(float64(len(c.imports)))
-	c.metrics.slices.Set(float64(c.sliceCount))
+	c.updateLocked(key, func(st *serviceState) { st.imported, st.slices = n >= 0, int32(max(n, 0)) })
 }
 
 func mapsEqual(a, b map[string]string) bool {
