@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
@@ -12,6 +14,14 @@ import (
 
 // MetricsPort is the MCS controller's default /metrics port (127.0.0.1).
 const MetricsPort = 9534
+
+// GCPercent is the Go GC target (GOGC) of the controller when the GOGC
+// environment variable does not set one. The controller is mostly its
+// informer caches, long-lived objects: with Go's default of 100 the heap
+// grows to twice them before a collection, and the resident set with it;
+// 50 caps the growth at half (measured in BenchmarkScale, see
+// pkg/mcs/README.md: no slower convergence, the sync is API-bound).
+const GCPercent = 50
 
 // HealthPort is the MCS controller's default /healthz and /readyz port (all
 // interfaces; metrics stay on loopback).
@@ -44,6 +54,9 @@ endpoints of clusters that stop renewing theirs.`,
 			r, err := mcs.ParseVIPRange(vipRange)
 			if err != nil {
 				return fmt.Errorf("--vip-range: %w", err)
+			}
+			if _, set := os.LookupEnv("GOGC"); !set {
+				debug.SetGCPercent(GCPercent)
 			}
 			local, err := opts.RESTConfig()
 			if err != nil {
