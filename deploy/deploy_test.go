@@ -367,10 +367,10 @@ var daemonAccess = map[string]struct{ allowed, denied []access }{
 			{"delete", "causeway.dev", "endpoints", "", sys}, {"list", "causeway.dev", "clusters", "", sys},
 			{"update", "causeway.dev", "endpoints", "status", sys}, {"update", "causeway.dev", "clusters", "status", sys},
 			{"create", "causeway.dev", "gateways", "", sys}, {"update", "causeway.dev", "gateways", "status", sys},
-			{"delete", "causeway.dev", "gateways", "", sys},
+			{"delete", "causeway.dev", "gateways", "", sys}, {"get", "", "nodes", "", ""},
 		},
 		denied: []access{
-			{"get", "", "nodes", "", ""}, {"list", "multicluster.x-k8s.io", "serviceimports", "", ""},
+			{"list", "", "nodes", "", ""}, {"list", "multicluster.x-k8s.io", "serviceimports", "", ""},
 			{"list", "causeway.dev", "endpoints", "", ""}, {"create", "causeway.dev", "gateways", "", "default"},
 			{"create", "events.k8s.io", "events", "", "default"}, {"update", "causeway.dev", "gateways", "", sys},
 		},

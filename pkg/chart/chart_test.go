@@ -29,6 +29,7 @@ func tunedValues() map[string]any {
 		"image":        map[string]any{"repository": "registry.example/causeway", "tag": "v9", "pullPolicy": "Never"},
 		"brokerSecret": "broker-creds",
 		"vipRange":     "100.64.0.0/16",
+		"vipRangeIPv6": "",
 		"cable":        map[string]any{"driver": "ipsec", "mtu": 1300, "ipsecPSKSecret": "psk"},
 		"globalnet":    map[string]any{"enabled": true, "supernet": "169.254.0.0/16", "cidrBits": 26},
 		"logLevel":     "debug",
@@ -125,7 +126,7 @@ func TestRenderDefaults(t *testing.T) {
 		t.Errorf("image %s, want the chart's appVersion as tag", img)
 	}
 	ra := find(t, objs, "DaemonSet", "causeway-route-agent")
-	for _, a := range []string{"--tunnel-mtu=1420", "--vip-range=243.0.0.0/12"} {
+	for _, a := range []string{"--tunnel-mtu=1420", "--vip-range=243.0.0.0/12", "--vip-range-ipv6=fd63:6175:7365::/108"} {
 		if !slices.Contains(args(t, ra), a) {
 			t.Errorf("route agent args %v lack %s", args(t, ra), a)
 		}
@@ -170,7 +171,7 @@ func TestRenderTuned(t *testing.T) {
 		t.Errorf("gateway mounts Secrets %v, want broker-creds and psk", secrets)
 	}
 	ra := find(t, objs, "DaemonSet", "causeway-route-agent")
-	for _, a := range []string{"--tunnel-mtu=1300", "--vip-range=100.64.0.0/16", "--iptables-backend=nft"} {
+	for _, a := range []string{"--tunnel-mtu=1300", "--vip-range=100.64.0.0/16", "--vip-range-ipv6=", "--iptables-backend=nft"} {
 		if !slices.Contains(args(t, ra), a) {
 			t.Errorf("route agent args %v lack %s", args(t, ra), a)
 		}
@@ -220,6 +221,7 @@ func TestBadValues(t *testing.T) {
 		{"port out of range", func(v map[string]any) { v["cable"] = map[string]any{"port": 70000} }, []string{"/cable/port", "maximum"}},
 		{"tiny MTU", func(v map[string]any) { v["cable"] = map[string]any{"mtu": 100} }, []string{"/cable/mtu"}},
 		{"IPv6 VIP range", func(v map[string]any) { v["vipRange"] = "fd00::/64" }, []string{"/vipRange"}},
+		{"IPv4 range as the IPv6 VIP range", func(v map[string]any) { v["vipRangeIPv6"] = "243.0.0.0/12" }, []string{"/vipRangeIPv6"}},
 		{"misspelt value", func(v map[string]any) { v["globalnet"] = map[string]any{"enable": true} }, []string{"/globalnet", "enable"}},
 		{"unknown top-level value", func(v map[string]any) { v["clusterId"] = "c1" }, []string{"clusterId"}},
 		{"zero replicas", func(v map[string]any) { v["mcsController"] = map[string]any{"replicas": 0} }, []string{"/mcsController/replicas", "minimum"}},

@@ -55,14 +55,14 @@ func InstallIdentities(ctx context.Context, c client.Client) error {
 	if err := kube.Apply(ctx, c, ids, false); err != nil {
 		return fmt.Errorf("install identities: %w", err)
 	}
-	return waitGranted(ctx, c, ids)
+	return WaitGranted(ctx, c, ids)
 }
 
-// waitGranted waits until the API server grants every ServiceAccount bound
+// WaitGranted waits until the API server grants every ServiceAccount bound
 // in objs every rule of its roles in objs: RBAC changes take effect
 // asynchronously (the authorizer's informers), and a daemon started
 // meanwhile would be refused.
-func waitGranted(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
+func WaitGranted(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
 
 	rules := map[string][]rbacv1.PolicyRule{} // kind/namespace/name
 	for _, o := range objs {

@@ -11,7 +11,6 @@ import (
 	"helm.sh/helm/v4/pkg/strvals"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -24,10 +23,6 @@ import (
 	"github.com/causeway-net/causeway/pkg/install"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
-
-// BrokerSecret is the Secret in causeway-system holding a cluster's broker
-// kubeconfig (key "kubeconfig"), as `causewayctl join` writes it.
-const BrokerSecret = "causeway-broker"
 
 // clusterIDProperty is the About API's ClusterProperty naming the cluster.
 var clusterIDProperty = schema.GroupVersionKind{Group: "about.k8s.io", Version: "v1alpha1", Kind: "ClusterProperty"}
@@ -196,10 +191,10 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 	}
 	// Either way, the cluster ID is claimed before the credentials are
 	// stored: a second cluster under the same ID gets nothing.
-	if err := f.claim(ctx, cl, raw); err != nil {
+	if err := install.Claim(ctx, cl, f.clusterID, raw); err != nil {
 		return err
 	}
-	if err := storeBrokerSecret(ctx, cl, f.namespace, raw); err != nil {
+	if err := install.StoreSecret(ctx, cl, f.namespace, install.BrokerSecret, map[string][]byte{"kubeconfig": raw}); err != nil {
 		return err
 	}
 	if f.out != "" {
@@ -208,25 +203,11 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 		}
 	}
 	say("cluster %s joined the broker: namespace %s, credentials in Secret %s/%s",
-		f.clusterID, broker.Namespace(f.clusterID), f.namespace, BrokerSecret)
+		f.clusterID, broker.Namespace(f.clusterID), f.namespace, install.BrokerSecret)
 	if f.joinFile == "" {
 		return nil
 	}
 	return f.install(ctx, local, cl, objs, say)
-}
-
-// claim claims the cluster ID in the broker with the member identity of
-// raw (the join file's, or the one --broker-kubeconfig just created).
-func (f *joinFlags) claim(ctx context.Context, cl client.Client, raw []byte) error {
-	bc, err := clientFromKubeconfig(raw)
-	if err != nil {
-		return fmt.Errorf("broker credentials: %w", err)
-	}
-	uid, err := broker.MemberUID(ctx, cl)
-	if err != nil {
-		return err
-	}
-	return broker.Claim(ctx, bc, f.clusterID, uid)
 }
 
 // render discovers the CIDRs not given and renders the chart.
@@ -254,7 +235,7 @@ func (f *joinFlags) render(ctx context.Context, cl client.Client, say func(strin
 	values["podCIDRs"] = toAny(f.podCIDRs)
 	values["serviceCIDRs"] = toAny(f.serviceCIDRs)
 	values["namespace"] = map[string]any{"create": true}
-	values["brokerSecret"] = BrokerSecret
+	values["brokerSecret"] = install.BrokerSecret
 	return chart.Render(values)
 }
 
@@ -303,14 +284,6 @@ func joinFileClusterID(raw []byte) (string, error) {
 	return id, nil
 }
 
-func clientFromKubeconfig(raw []byte) (client.Client, error) {
-	rc, err := clientcmd.RESTConfigFromKubeConfig(raw)
-	if err != nil {
-		return nil, err
-	}
-	return client.New(rc, client.Options{Scheme: kube.NewScheme()})
-}
-
 func newUninstallCommand() *cobra.Command {
 	var kubeconfig string
 	cmd := &cobra.Command{
@@ -338,20 +311,20 @@ on the nodes first to remove their datapath (routes, devices, eBPF pins).`,
 				return err
 			}
 			sec := &corev1.Secret{}
-			err = cl.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: BrokerSecret}, sec)
+			err = cl.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: install.BrokerSecret}, sec)
 			switch {
 			case apierrors.IsNotFound(err):
-				say("no Secret " + kube.Namespace + "/" + BrokerSecret + ": nothing to remove in the broker")
+				say("no Secret " + kube.Namespace + "/" + install.BrokerSecret + ": nothing to remove in the broker")
 			case err != nil:
 				return err
 			default:
 				id, err := joinFileClusterID(sec.Data["kubeconfig"])
 				if err != nil {
-					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, BrokerSecret, err)
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, install.BrokerSecret, err)
 				}
-				bc, err := clientFromKubeconfig(sec.Data["kubeconfig"])
+				bc, err := install.ClientFromKubeconfig(sec.Data["kubeconfig"])
 				if err != nil {
-					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, BrokerSecret, err)
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, install.BrokerSecret, err)
 				}
 				if err := broker.Leave(ctx, bc, id); err != nil {
 					return err
@@ -378,26 +351,4 @@ func aboutClusterID(ctx context.Context, cl client.Client) (string, error) {
 		return "", fmt.Errorf("ClusterProperty cluster.clusterset.k8s.io has no value")
 	}
 	return v, nil
-}
-
-func storeBrokerSecret(ctx context.Context, cl client.Client, namespace string, kubeconfig []byte) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	if err := cl.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", namespace, err)
-	}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: BrokerSecret}}
-	existing := &corev1.Secret{}
-	err := cl.Get(ctx, client.ObjectKeyFromObject(sec), existing)
-	switch {
-	case apierrors.IsNotFound(err):
-		sec.Data = map[string][]byte{"kubeconfig": kubeconfig}
-		err = cl.Create(ctx, sec)
-	case err == nil:
-		existing.Data = map[string][]byte{"kubeconfig": kubeconfig}
-		err = cl.Update(ctx, existing)
-	}
-	if err != nil {
-		return fmt.Errorf("store Secret %s/%s: %w", namespace, BrokerSecret, err)
-	}
-	return nil
 }

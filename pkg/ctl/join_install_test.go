@@ -192,10 +192,10 @@ func TestJoinFileInstall(t *testing.T) {
 		t.Errorf("gateway DaemonSet managed by %v, want %s", m, install.FieldOwner)
 	}
 	sec := &corev1.Secret{}
-	if err := c1.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: BrokerSecret}, sec); err != nil {
+	if err := c1.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: install.BrokerSecret}, sec); err != nil {
 		t.Fatal(err)
 	}
-	member, err := clientFromKubeconfig(sec.Data["kubeconfig"])
+	member, err := install.ClientFromKubeconfig(sec.Data["kubeconfig"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestJoinFileInstall(t *testing.T) {
 	if !errors.Is(err, broker.ErrClusterIDInUse) || !strings.Contains(err.Error(), "c1") {
 		t.Errorf("second cluster joining as c1: %v, want %v\n%s", err, broker.ErrClusterIDInUse, out)
 	}
-	if err := c2.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: BrokerSecret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+	if err := c2.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: install.BrokerSecret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the refused cluster got a broker Secret: %v", err)
 	}
 

@@ -18,6 +18,7 @@ import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/install"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
 
@@ -56,12 +57,12 @@ func TestJoin(t *testing.T) {
 	if err := cmd.Execute(); !errors.Is(err, broker.ErrClusterIDInUse) {
 		t.Errorf("a second cluster joins as c1: err=%v, want ErrClusterIDInUse", err)
 	}
-	if err := cps["impostor"].Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: BrokerSecret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+	if err := cps["impostor"].Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: install.BrokerSecret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the refused cluster got a broker Secret: %v", err)
 	}
 
 	sec := &corev1.Secret{}
-	if err := c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: BrokerSecret}, sec); err != nil {
+	if err := c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: install.BrokerSecret}, sec); err != nil {
 		t.Fatalf("broker Secret: %v", err)
 	}
 	fromFile, err := os.ReadFile(file)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
@@ -55,6 +56,8 @@ type flags struct {
 }
 
 // NewCommand returns the gateway daemon's command.
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+
 func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	f := flags{
@@ -93,6 +96,15 @@ object) and exits.`,
 				return err
 			}
 			cfg.Metrics, cfg.Log = rt.Metrics, rt.Log
+			if !cfg.PublicIP.IsValid() && !f.cleanup {
+				if err := rt.WaitForAPIServer(ctx, "local cluster", cfg.Local); err != nil {
+					return err
+				}
+				if cfg.PublicIP, err = rt.NodeAddress(ctx, cfg.Local, cfg.NodeName, corev1.NodeExternalIP, corev1.NodeInternalIP); err != nil {
+					return err
+				}
+				rt.Log.Info("public IP from the Node", "ip", cfg.PublicIP)
+			}
 			e, err := New(cfg)
 			if err != nil {
 				return err
@@ -110,7 +122,7 @@ object) and exits.`,
 			return e.Run(ctx)
 		})
 	fs := cmd.Flags()
-	fs.StringVar(&f.publicIP, "public-ip", f.publicIP, "address remote gateways connect to (required)")
+	fs.StringVar(&f.publicIP, "public-ip", f.publicIP, "address remote gateways connect to (default: the Node's ExternalIP, else its InternalIP)")
 	fs.StringVar(&f.privateIP, "private-ip", f.privateIP, "this node's address on the cluster network, published for the route agent")
 	fs.Uint16Var(&f.port, "port", f.port, "UDP port of the tunnel (vxlan: every gateway of the ClusterSet must use the same; ipsec: 500, the default with it)")
 	fs.StringVar(&f.cableDriver, "cable-driver", f.cableDriver, "tunnel driver: wireguard, vxlan or ipsec")
@@ -153,7 +165,7 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 		ClusterID:     opts.ClusterID,
 		NodeName:      opts.NodeName,
 		Namespace:     opts.Namespace,
-		PublicIP:      addr("public-ip", f.publicIP, true),
+		PublicIP:      addr("public-ip", f.publicIP, false),
 		PrivateIP:     addr("private-ip", f.privateIP, false),
 		HealthCheckIP: addr("health-check-ip", f.healthCheckIP, false),
 		Port:          f.port,

@@ -32,6 +32,7 @@ func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	var (
 		vipRange    = mcs.DefaultVIPRange
+		vipRange6   = mcs.DefaultVIPRangeIPv6
 		deadAfter   = DefaultDeadClusterTimeout
 		liveness    = DefaultLivenessDuration
 		resync      = DefaultResyncPeriod
@@ -55,6 +56,12 @@ endpoints of clusters that stop renewing theirs.`,
 			if err != nil {
 				return fmt.Errorf("--vip-range: %w", err)
 			}
+			var r6 mcs.VIPRange
+			if vipRange6 != "" {
+				if r6, err = mcs.ParseVIPRange(vipRange6); err != nil {
+					return fmt.Errorf("--vip-range-ipv6: %w", err)
+				}
+			}
 			if _, set := os.LookupEnv("GOGC"); !set {
 				debug.SetGCPercent(GCPercent)
 			}
@@ -74,6 +81,7 @@ endpoints of clusters that stop renewing theirs.`,
 				ClusterID:          opts.ClusterID,
 				Namespace:          opts.Namespace,
 				VIPRange:           r,
+				VIPRangeIPv6:       r6,
 				DeadClusterTimeout: deadAfter,
 				LivenessDuration:   liveness,
 				ResyncPeriod:       resync,
@@ -91,7 +99,8 @@ endpoints of clusters that stop renewing theirs.`,
 			return c.Run(ctx)
 		})
 	fs := cmd.Flags()
-	fs.StringVar(&vipRange, "vip-range", vipRange, "clusterset VIP range (the same in every cluster)")
+	fs.StringVar(&vipRange, "vip-range", vipRange, "clusterset VIP range, IPv4 (the same in every cluster)")
+	fs.StringVar(&vipRange6, "vip-range-ipv6", vipRange6, `IPv6 clusterset VIP range (the same in every cluster): imports with the IPv6 family get an IPv6 VIP from it; "" gives none`)
 	fs.DurationVar(&deadAfter, "dead-cluster-timeout", deadAfter, "withdraw a cluster's endpoints this long after its liveness Lease expired")
 	fs.DurationVar(&liveness, "liveness-lease-duration", liveness, "duration of this cluster's liveness Lease in the broker (renewed every third)")
 	fs.DurationVar(&resync, "resync-period", resync, "full resync period")

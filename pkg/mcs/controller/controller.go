@@ -63,6 +63,10 @@ type Config struct {
 	// VIPRange is the clusterset VIP range; the zero value means
 	// mcs.DefaultVIPRange.
 	VIPRange mcs.VIPRange
+	// VIPRangeIPv6 is the IPv6 clusterset VIP range, from which imports
+	// with the IPv6 family get their IPv6 VIP; the zero value means none
+	// (the command's --vip-range-ipv6 defaults to mcs.DefaultVIPRangeIPv6).
+	VIPRangeIPv6 mcs.VIPRange
 	// DeadClusterTimeout is how long after its liveness Lease expired a
 	// cluster's endpoints are withdrawn.
 	DeadClusterTimeout time.Duration
@@ -148,7 +152,7 @@ type Controller struct {
 	breader client.Reader
 	// reader reads the local API server directly (not the cache).
 	reader   client.Reader
-	alloc    *mcs.VIPAllocator
+	alloc    *mcs.FamilyVIPAllocator
 	recorder events.EventRecorder
 	live     *liveness
 	metrics  *metrics
@@ -161,7 +165,7 @@ type Controller struct {
 	mu sync.Mutex
 	// services is what the controller remembers of each Service between
 	// syncs (one map entry per Service, none for a Service it neither
-	// exports, imports nor holds a VIP of); exports, imports and
+	// exports, imports nor holds VIPs of); exports, imports and
 	// sliceCount are its totals, for the gauges.
 	services                     map[types.NamespacedName]serviceState
 	exports, imports, sliceCount int
@@ -316,7 +320,10 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			waiting: map[types.NamespacedName]bool{},
 		},
 	}
-	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader})
+	if c.alloc, err = mcs.NewFamilyVIPAllocator(cfg.VIPRange, cfg.VIPRangeIPv6,
+		&indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader}); err != nil {
+		return nil, err
+	}
 	if err := c.setup(); err != nil {
 		return nil, err
 	}

@@ -360,11 +360,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	var vips []netip.Addr
 	var vipErr error
 	if m.Spec.Type == mcsv1beta1.ClusterSetIP {
-		var vip netip.Addr
-		vip, vipErr = c.vip(ctx, key)
-		if vipErr == nil {
-			vips = []netip.Addr{vip}
-		}
+		vips, vipErr = c.clustersetVIPs(ctx, key, m.Spec.IPFamilies)
 	}
 	want := mcs.BuildServiceImport(m, key.Namespace, key.Name, vips)
 	ready := metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
@@ -419,25 +415,30 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	return &m, nil
 }
 
-// vip returns the clusterset VIP of key, allocating it in the broker on
-// first use. A VIP this controller allocated before is confirmed by one
-// cache index lookup: it must be the Service's only allocation. When two
-// exist (two clusters allocated at once, before either saw the other's),
-// the allocator keeps the one first in the Service's candidate order and
-// releases the other; the allocation's watch event brings every cluster
-// here again, so all converge on the same address.
-func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.Addr, error) {
+// clustersetVIPs returns the clusterset VIPs of key, one per IP family of its
+// import (mcs.VIPFamilies of families, in that order), allocating them in
+// the broker on first use. VIPs this controller allocated before for the
+// same families are confirmed by one cache index lookup: they must be the
+// Service's only allocations. When two exist for a family (two clusters
+// allocated at once, before either saw the other's), the allocator keeps
+// the one first in the Service's candidate order and releases the other;
+// the allocation's watch event brings every cluster here again, so all
+// converge on the same addresses. A family that fails is left out and its
+// error returned with the others' VIPs.
+func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedName, families []corev1.IPFamily) ([]netip.Addr, error) {
 	c.mu.Lock()
-	known := c.services[key].vip
+	st := c.services[key]
 	c.mu.Unlock()
-	if known.IsValid() {
+	if known := st.vips; st.hasVIPs && sameFamilies(known, mcs.VIPFamilies(families)) {
 		var held causewayv1alpha1.VIPAllocationList
 		err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()})
-		if err == nil && len(held.Items) == 1 && held.Items[0].Name == mcs.VIPObjectName(known) && held.Items[0].DeletionTimestamp == nil {
+		if err == nil && len(held.Items) == len(known) && slices.IndexFunc(held.Items, func(a causewayv1alpha1.VIPAllocation) bool {
+			return a.DeletionTimestamp != nil || !slices.ContainsFunc(known, func(v netip.Addr) bool { return mcs.VIPObjectName(v) == a.Name })
+		}) < 0 {
 			return known, nil
 		}
 	}
-	vip, err := c.alloc.Allocate(ctx, key)
+	vips, err := c.alloc.Allocate(ctx, key, families)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if errors.Is(err, mcs.ErrVIPRangeExhausted) {
@@ -446,10 +447,19 @@ func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.A
 		delete(c.waitingVIP, key)
 	}
 	if err != nil {
-		return netip.Addr{}, err
+		c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = nil, false })
+		return vips, err
 	}
-	c.updateLocked(key, func(st *serviceState) { st.vip = vip })
-	return vip, nil
+	c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = vips, true })
+	return vips, nil
+}
+
+// sameFamilies tells whether vips are one address of each of families, in
+// that order.
+func sameFamilies(vips []netip.Addr, families []corev1.IPFamily) bool {
+	return slices.EqualFunc(vips, families, func(v netip.Addr, f corev1.IPFamily) bool {
+		return v.Is6() == (f == corev1.IPv6Protocol)
+	})
 }
 
 func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.ServiceImport, conds ...metav1.Condition) (*mcsv1beta1.ServiceImport, error) {
@@ -547,8 +557,8 @@ func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName)
 	c.setImported(key, -1)
 
 	c.mu.Lock()
-	hadVIP := c.services[key].vip.IsValid()
-	c.updateLocked(key, func(st *serviceState) { st.vip = netip.Addr{} })
+	hadVIP := c.services[key].hasVIPs
+	c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = nil, false })
 	delete(c.waitingVIP, key)
 	c.mu.Unlock()
 	var held causewayv1alpha1.VIPAllocationList
@@ -622,10 +632,15 @@ func (c *Controller) syncExportStatus(ctx context.Context, exp exportState, m *m
 
 // serviceState is what the controller remembers of one Service.
 type serviceState struct {
-	vip      netip.Addr // the clusterset VIP allocated or confirmed here; invalid: none
-	exported bool       // this cluster's record is published
-	imported bool       // the ServiceImport is written here
-	slices   int32      // multi-cluster EndpointSlices written here
+	vips     []netip.Addr // the clusterset VIPs allocated or confirmed here
+	hasVIPs  bool         // vips is known (it may be empty)
+	exported bool         // this cluster's record is published
+	imported bool         // the ServiceImport is written here
+	slices   int32        // multi-cluster EndpointSlices written here
+}
+
+func (st serviceState) empty() bool {
+	return !st.hasVIPs && !st.exported && !st.imported && st.slices == 0
 }
 
 // updateLocked applies f to key's state and keeps the totals; call with
@@ -644,7 +659,7 @@ func (c *Controller) updateLocked(key types.NamespacedName, f func(*serviceState
 	count(st, -1)
 	f(&st)
 	count(st, 1)
-	if st == (serviceState{}) {
+	if st.empty() {
 		delete(c.services, key)
 	} else {
 		c.services[key] = st
