@@ -52,7 +52,11 @@
 // CheckRecord (record.go) applies the same space to what a remote writes
 // in its export records: every address importers send traffic to lies
 // inside the subnets Decide accepted for that cluster, nothing names a
-// reserved range, and ports and sizes are bounded.
+// reserved range, and ports and sizes are bounded. CapWeights (weight.go)
+// bounds what a remote's claimed ready endpoints, which nobody can check,
+// weigh against the other exporters of a ClusterSetIP Service: at most
+// RemoteWeightFactor (9) times their sum, so at most 90 % of the VIP's
+// connections.
 //
 // The seed corpora of FuzzDecide and FuzzCheckRecord (testdata/fuzz) run
 // with every go test; go test -fuzz FuzzDecide ./pkg/addrpolicy/ explores

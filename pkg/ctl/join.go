@@ -37,10 +37,13 @@ func newDeployBrokerCommand() *cobra.Command {
 API's CRDs, and for every --cluster-id the member's broker namespace
 (cluster-<id>), ServiceAccount and RBAC (it may write only its own namespace
 and read the others). For each it writes <output-dir>/<id>.join.yaml: the
-broker's address and CA and a token of that member's own identity, so
-joining (causewayctl join --join-file) needs no broker-admin credentials and
-the token can do nothing but what that member may. Idempotent: running it
-again adds new IDs and issues fresh tokens.`,
+broker's address and CA and a token of that member's own identity, valid
+for 24 hours (join within them), so joining (causewayctl join --join-file)
+needs no broker-admin credentials and the token can do nothing but what
+that member may. Once joined, the member's MCS controller replaces it with
+tokens valid for an hour, rotated every half hour. Idempotent: running it
+again adds new IDs, recreates the identity of a member that left, and
+issues fresh tokens.`,
 		Example: `  causewayctl deploy-broker --kubeconfig broker-admin.yaml --cluster-id c1 --cluster-id c2`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -110,7 +113,9 @@ ID with the new identity (refused like above), and store the resulting
 broker kubeconfig as the Secret; install the chart yourself.
 
 The gateway and MCS controller Pods mount the Secret (the daemons' own
-ServiceAccounts may not read Secrets). The cluster ID is --cluster-id, the
+ServiceAccounts may not read Secrets); its key "kubeconfig" reads the
+token from its key "token", which the MCS controller rotates (it may patch
+this Secret and no other). The cluster ID is --cluster-id, the
 join file's, or the About API's ClusterProperty cluster.clusterset.k8s.io.
 Idempotent: joining again refreshes the credentials and the install.`,
 		Example: `  causewayctl join --join-file c1.join.yaml --kubeconfig c1.yaml --gateway-node node-0
@@ -194,7 +199,7 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 	if err := install.Claim(ctx, cl, f.clusterID, raw); err != nil {
 		return err
 	}
-	if err := install.StoreSecret(ctx, cl, f.namespace, install.BrokerSecret, map[string][]byte{"kubeconfig": raw}); err != nil {
+	if err := install.StoreBrokerSecret(ctx, cl, f.namespace, raw); err != nil {
 		return err
 	}
 	if f.out != "" {
@@ -203,7 +208,7 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 		}
 	}
 	say("cluster %s joined the broker: namespace %s, credentials in Secret %s/%s",
-		f.clusterID, broker.Namespace(f.clusterID), f.namespace, install.BrokerSecret)
+		f.clusterID, broker.Namespace(f.clusterID), f.namespace, broker.Secret)
 	if f.joinFile == "" {
 		return nil
 	}
@@ -235,7 +240,6 @@ func (f *joinFlags) render(ctx context.Context, cl client.Client, say func(strin
 	values["podCIDRs"] = toAny(f.podCIDRs)
 	values["serviceCIDRs"] = toAny(f.serviceCIDRs)
 	values["namespace"] = map[string]any{"create": true}
-	values["brokerSecret"] = install.BrokerSecret
 	return chart.Render(values)
 }
 
@@ -292,10 +296,13 @@ func newUninstallCommand() *cobra.Command {
 		Long: `Remove Causeway from a member cluster: in the broker, through the cluster's
 own broker identity (Secret causeway-system/causeway-broker), every object
 the cluster wrote in its namespace, its Leases (the cluster ID's claim among
-them) and its global CIDRs; in the cluster, the chart's objects, namespace
+them) and its global CIDRs, and last its ServiceAccount, which revokes
+every broker token the cluster was issued (the API server refuses them
+within seconds); in the cluster, the chart's objects, namespace
 causeway-system, the CRDs (with every ServiceExport and ServiceImport) and
-the causeway.dev/gateway node label. The broker namespace and identity stay
-(deploy-broker's): the same ID can join again. Run the daemons' --cleanup
+the causeway.dev/gateway node label. The broker namespace and roles stay
+(deploy-broker's): the same ID joins again with a fresh join file from
+deploy-broker, which recreates the identity. Run the daemons' --cleanup
 on the nodes first to remove their datapath (routes, devices, eBPF pins).`,
 		Example: `  causewayctl uninstall --kubeconfig c1.yaml`,
 		Args:    cobra.NoArgs,
@@ -311,25 +318,29 @@ on the nodes first to remove their datapath (routes, devices, eBPF pins).`,
 				return err
 			}
 			sec := &corev1.Secret{}
-			err = cl.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: install.BrokerSecret}, sec)
+			err = cl.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: broker.Secret}, sec)
 			switch {
 			case apierrors.IsNotFound(err):
-				say("no Secret " + kube.Namespace + "/" + install.BrokerSecret + ": nothing to remove in the broker")
+				say("no Secret " + kube.Namespace + "/" + broker.Secret + ": nothing to remove in the broker")
 			case err != nil:
 				return err
 			default:
-				id, err := joinFileClusterID(sec.Data["kubeconfig"])
+				id, err := joinFileClusterID(sec.Data[broker.SecretKubeconfig])
 				if err != nil {
-					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, install.BrokerSecret, err)
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
 				}
-				bc, err := install.ClientFromKubeconfig(sec.Data["kubeconfig"])
+				rc, err := broker.RESTConfigFromSecret(sec.Data)
 				if err != nil {
-					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, install.BrokerSecret, err)
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
+				}
+				bc, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
+				if err != nil {
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
 				}
 				if err := broker.Leave(ctx, bc, id); err != nil {
 					return err
 				}
-				say("broker: removed cluster " + id + "'s objects from " + broker.Namespace(id))
+				say("broker: removed cluster " + id + "'s objects from " + broker.Namespace(id) + " and revoked its broker identity")
 			}
 			return install.Uninstall(ctx, cl, say)
 		},

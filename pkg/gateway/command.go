@@ -9,12 +9,10 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"time"
 
@@ -42,7 +40,7 @@ type flags struct {
 	port                               uint16
 	cableDriver, tunnelDevice          string
 	mtu                                int
-	stateDir, netns, pskFile           string
+	stateDir, netns                    string
 	routeTable                         int
 	leaseDuration, renewDeadline       time.Duration
 	retryPeriod                        time.Duration
@@ -126,7 +124,6 @@ object) and exits.`,
 	fs.StringVar(&f.privateIP, "private-ip", f.privateIP, "this node's address on the cluster network, published for the route agent")
 	fs.Uint16Var(&f.port, "port", f.port, "UDP port of the tunnel (vxlan: every gateway of the ClusterSet must use the same; ipsec: 500, the default with it)")
 	fs.StringVar(&f.cableDriver, "cable-driver", f.cableDriver, "tunnel driver: wireguard, vxlan or ipsec")
-	fs.StringVar(&f.pskFile, "ipsec-psk-file", f.pskFile, "ipsec: file holding the clusterset-wide secret each pair's pre-shared key is derived from (the same on every gateway)")
 	fs.StringVar(&f.tunnelDevice, "tunnel-device", f.tunnelDevice, "tunnel device name, ≤ 15 bytes, unique on the machine")
 	fs.IntVar(&f.mtu, "mtu", f.mtu, "tunnel MTU (0: driver default)")
 	fs.StringVar(&f.stateDir, "state-dir", f.stateDir, "directory for the WireGuard private key (never leaves the node) or charon's files (ipsec)")
@@ -184,13 +181,6 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 		CandidateProbeInterval: f.candidateProbeInterval,
 		CandidateProbeMisses:   f.candidateProbeMisses,
 		Drivers:                drivers.Registry(),
-	}
-	if f.pskFile != "" {
-		b, err := os.ReadFile(f.pskFile)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--ipsec-psk-file: %w", err))
-		}
-		cfg.SharedSecret = bytes.TrimSpace(b)
 	}
 	cfg.PodCIDRs, _ = daemon.ParsePrefixes(opts.PodCIDRs)
 	cfg.ServiceCIDRs, _ = daemon.ParsePrefixes(opts.ServiceCIDRs)

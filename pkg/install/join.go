@@ -14,10 +14,6 @@ import (
 	"github.com/causeway-net/causeway/pkg/kube"
 )
 
-// BrokerSecret is the Secret in causeway-system holding a cluster's broker
-// kubeconfig (key "kubeconfig"), the chart's default brokerSecret.
-const BrokerSecret = "causeway-broker"
-
 // Claim claims clusterID in the broker for the cluster of cl, with the
 // member identity of kubeconfig (refused when another cluster holds the
 // ID: pkg/broker's Claim).
@@ -42,9 +38,21 @@ func ClientFromKubeconfig(raw []byte) (client.Client, error) {
 	return client.New(rc, client.Options{Scheme: kube.NewScheme()})
 }
 
-// StoreSecret creates namespace unless it exists and makes the data of
+// StoreBrokerSecret stores a member kubeconfig with its token (a join
+// file, or the identity --broker-kubeconfig created) as Secret
+// broker.Secret in namespace, the token in a key of its own
+// (broker.SecretData), which the MCS controller rotates.
+func StoreBrokerSecret(ctx context.Context, cl client.Client, namespace string, kubeconfig []byte) error {
+	data, err := broker.SecretData(kubeconfig)
+	if err != nil {
+		return err
+	}
+	return storeSecret(ctx, cl, namespace, broker.Secret, data)
+}
+
+// storeSecret creates namespace unless it exists and makes the data of
 // Secret namespace/name exactly data.
-func StoreSecret(ctx context.Context, cl client.Client, namespace, name string, data map[string][]byte) error {
+func storeSecret(ctx context.Context, cl client.Client, namespace, name string, data map[string][]byte) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
 	if err := cl.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", namespace, err)

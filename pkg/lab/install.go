@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"time"
 
@@ -19,11 +18,6 @@ import (
 	"github.com/causeway-net/causeway/pkg/lab/kubelet"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
-
-// IPsecPSKSecret is the Secret in causeway-system holding the lab's
-// clusterset-wide ipsec secret (key "psk", the content of PSKFile): the
-// chart's cable.ipsecPSKSecret under --cable ipsec.
-const IPsecPSKSecret = "causeway-ipsec-psk"
 
 // ChartValues are the values the lab installs the Helm chart with in
 // cluster c, over the chart's defaults: the cluster's ID and CIDRs, the
@@ -43,9 +37,6 @@ func (s *State) ChartValues(c netlab.Cluster) map[string]any {
 		gwArgs = append(gwArgs, "--health-check-ip="+firstHost(c.Nodes[0].PodCIDR).String())
 	}
 	cable := map[string]any{"driver": s.CableDriver()}
-	if s.CableDriver() == "ipsec" {
-		cable["ipsecPSKSecret"] = IPsecPSKSecret
-	}
 	return map[string]any{
 		"clusterID":    c.Name,
 		"podCIDRs":     []any{c.PodCIDR.String()},
@@ -75,16 +66,9 @@ func (s *State) renderChart(cluster string) ([]*unstructured.Unstructured, error
 // the broker with the member identity of ids, stores that identity as
 // Secret causeway-system/causeway-broker (its server the broker's
 // forwarder at netlab.APIAddress:6444, which every node and pod
-// reaches), the ipsec secret under --cable ipsec, and applies the CRDs
+// reaches; the MCS controller rotates its token there), and applies the CRDs
 // and the chart rendered with ChartValues. The kubelets run the Pods.
 func (s *State) installCauseway(ctx context.Context, ids map[string][]byte) error {
-	var psk []byte
-	if s.CableDriver() == "ipsec" {
-		var err error
-		if psk, err = os.ReadFile(s.PSKFile()); err != nil {
-			return fmt.Errorf("ipsec secret: %w", err)
-		}
-	}
 	return forEach(s.Members(), func(name string) error {
 		objs, err := s.renderChart(name)
 		if err != nil {
@@ -105,13 +89,8 @@ func (s *State) installCauseway(ctx context.Context, ids map[string][]byte) erro
 		if err != nil {
 			return err
 		}
-		if err := install.StoreSecret(ctx, cl, kube.Namespace, install.BrokerSecret, map[string][]byte{"kubeconfig": member}); err != nil {
+		if err := install.StoreBrokerSecret(ctx, cl, kube.Namespace, member); err != nil {
 			return fmt.Errorf("cluster %s: %w", name, err)
-		}
-		if psk != nil {
-			if err := install.StoreSecret(ctx, cl, kube.Namespace, IPsecPSKSecret, map[string][]byte{"psk": psk}); err != nil {
-				return fmt.Errorf("cluster %s: %w", name, err)
-			}
 		}
 		if err := install.Apply(ctx, rc, cl, objs); err != nil {
 			return fmt.Errorf("cluster %s: %w", name, err)

@@ -14,8 +14,6 @@
 package lab
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -186,22 +184,6 @@ func (s *State) TunnelDevice(cluster, node string) string {
 		return "ipsec0"
 	}
 	return s.Prefix + cluster + node
-}
-
-// PSKFile holds the clusterset-wide secret the ipsec gateways derive
-// their pre-shared keys from (written by `lab up`, mode 0600).
-func (s *State) PSKFile() string { return filepath.Join(s.Dir, "ipsec.psk") }
-
-// ensurePSK writes a random secret to PSKFile unless it exists.
-func (s *State) ensurePSK() error {
-	if _, err := os.Stat(s.PSKFile()); err == nil {
-		return nil
-	}
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return err
-	}
-	return os.WriteFile(s.PSKFile(), []byte(base64.StdEncoding.EncodeToString(b)+"\n"), 0o600)
 }
 
 // Paths.

@@ -68,11 +68,6 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if err := st.save(); err != nil {
 		return nil, err
 	}
-	if st.Cable == "ipsec" {
-		if err := st.ensurePSK(); err != nil {
-			return nil, fmt.Errorf("ipsec secret: %w", err)
-		}
-	}
 
 	h, err := st.Host()
 	if err != nil {

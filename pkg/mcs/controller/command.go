@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/daemon"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -39,6 +41,7 @@ func NewCommand() *cobra.Command {
 		workers     = DefaultWorkers
 		quarantine  = DefaultGlobalQuarantine
 		leaderElect = true
+		tokenLife   time.Duration
 		qps         = float32(200)
 		burst       = 400
 	)
@@ -50,7 +53,11 @@ ServiceExport of the cluster to the broker, merges all clusters' exports
 (KEP-1645), allocates clusterset VIPs in the broker and writes the
 ServiceImports and multi-cluster EndpointSlices of the ClusterSet here. It
 renews the cluster's liveness Lease in the broker and withdraws the
-endpoints of clusters that stop renewing theirs.`,
+endpoints of clusters that stop renewing theirs. With
+--broker-token-lifetime it keeps the broker token short-lived: at start
+and then every half lifetime, it requests a fresh token for the cluster's
+own broker identity and writes it into Secret causeway-broker (key
+"token"), which every daemon reads through the mounted file.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
 			r, err := mcs.ParseVIPRange(vipRange)
 			if err != nil {
@@ -73,24 +80,28 @@ endpoints of clusters that stop renewing theirs.`,
 			if err != nil {
 				return err
 			}
+			if tokenLife != 0 && tokenLife < broker.MinTokenLifetime {
+				return fmt.Errorf("--broker-token-lifetime %s: the API server issues no token shorter than %s", tokenLife, broker.MinTokenLifetime)
+			}
 			local.QPS, local.Burst, brk.QPS, brk.Burst = qps, burst, qps, burst
 			if err := rt.WaitForAPIServer(ctx, "local cluster", local); err != nil {
 				return err
 			}
 			c, err := New(local, brk, Config{
-				ClusterID:          opts.ClusterID,
-				Namespace:          opts.Namespace,
-				VIPRange:           r,
-				VIPRangeIPv6:       r6,
-				DeadClusterTimeout: deadAfter,
-				LivenessDuration:   liveness,
-				ResyncPeriod:       resync,
-				Workers:            workers,
-				GlobalQuarantine:   quarantine,
-				LeaderElection:     leaderElect,
-				Log:                rt.Log,
-				Metrics:            rt.Metrics,
-				BrokerHealth:       func(err error) { rt.SetReady("broker", err) },
+				ClusterID:           opts.ClusterID,
+				Namespace:           opts.Namespace,
+				VIPRange:            r,
+				VIPRangeIPv6:        r6,
+				DeadClusterTimeout:  deadAfter,
+				LivenessDuration:    liveness,
+				ResyncPeriod:        resync,
+				Workers:             workers,
+				GlobalQuarantine:    quarantine,
+				LeaderElection:      leaderElect,
+				Log:                 rt.Log,
+				Metrics:             rt.Metrics,
+				BrokerHealth:        func(err error) { rt.SetReady("broker", err) },
+				BrokerTokenLifetime: tokenLife,
 			})
 			if err != nil {
 				return err
@@ -109,5 +120,6 @@ endpoints of clusters that stop renewing theirs.`,
 	fs.IntVar(&burst, "kube-api-burst", burst, "burst of requests to each API server above --kube-api-qps")
 	fs.DurationVar(&quarantine, "global-quarantine", quarantine, "globalnet: how long the global addresses of a Service no longer exported stay reserved before they are freed")
 	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "elect one acting replica per cluster")
+	fs.DurationVar(&tokenLife, "broker-token-lifetime", tokenLife, "rotate the broker token in Secret causeway-broker of --namespace, requesting tokens valid this long (at least 10m; 0: use --broker-kubeconfig's token as it is)")
 	return cmd
 }

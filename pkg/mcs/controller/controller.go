@@ -90,6 +90,10 @@ type Config struct {
 	// BrokerHealth, if set, is told whether the last liveness renewal in
 	// the broker worked.
 	BrokerHealth func(error)
+	// BrokerTokenLifetime, when set, makes the acting replica rotate the
+	// broker token in Secret causeway-broker (broker.Rotator), requesting
+	// tokens valid this long; zero leaves the token as it is.
+	BrokerTokenLifetime time.Duration
 }
 
 // Cache index names.
@@ -320,6 +324,11 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			waiting: map[types.NamespacedName]bool{},
 		},
 	}
+	if cfg.BrokerTokenLifetime > 0 {
+		if err := mgr.Add(c.tokenRotator(brokerCfg)); err != nil {
+			return nil, err
+		}
+	}
 	if c.alloc, err = mcs.NewFamilyVIPAllocator(cfg.VIPRange, cfg.VIPRangeIPv6,
 		&indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader}); err != nil {
 		return nil, err
@@ -328,6 +337,27 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// The broker token's rotation patches the one Secret the daemons mount,
+// and reads no Secret.
+//
+// +kubebuilder:rbac:groups="",namespace=causeway-system,resources=secrets,resourceNames=causeway-broker,verbs=patch
+
+// tokenRotator rotates the broker token of the acting replica (a runnable
+// of the manager, started once elected).
+func (c *Controller) tokenRotator(brokerCfg *rest.Config) manager.Runnable {
+	r := &broker.Rotator{
+		Broker:    brokerCfg,
+		Local:     c.local,
+		Namespace: c.cfg.Namespace,
+		ClusterID: c.cfg.ClusterID,
+		Lifetime:  c.cfg.BrokerTokenLifetime,
+		Log:       c.log.With("loop", "broker-token"),
+		Rotated:   func(exp time.Time) { c.metrics.tokenExpiry.Set(float64(exp.Unix())) },
+		Failed:    func(error) { c.metrics.tokenFailed.Inc() },
+	}
+	return manager.RunnableFunc(r.Run)
 }
 
 // Run runs the controller until ctx ends.

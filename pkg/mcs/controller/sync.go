@@ -389,6 +389,16 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 		}
 		sources = append(sources, src)
 	}
+	// No remote's claimed ready endpoints may draw (almost) every
+	// connection of the VIP: addrpolicy bounds each against the others.
+	weights := make(map[string]int, len(sources))
+	for _, src := range sources {
+		weights[src.ClusterID] = src.ReadyEndpoints
+	}
+	capped := addrpolicy.CapWeights(c.cfg.ClusterID, weights)
+	for i := range sources {
+		sources[i].ReadyEndpoints = capped[sources[i].ClusterID]
+	}
 	reachable := metav1.Condition{Type: mcs.ConditionReachable, Status: metav1.ConditionTrue, Reason: mcs.ReasonReachable,
 		Message: "every exporting cluster's backends are reachable"}
 	if len(unreachable) > 0 {
