@@ -278,27 +278,7 @@ func TestElector(t *testing.T) {
 			within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
 			b := startCandidateClients(t, kc, writes, ns, fmt.Sprintf("b%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, nil)
 			time.Sleep(time.Second) // b sees renewals
-			if err := syscall.Kill(apiserver.PID(), syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(3 * DefaultLeaseDuration)
-			if err := syscall.Kill(apiserver.PID(), syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(3 * DefaultLeaseDuration) // b would have taken an expired lease by now
-			la, _, ta := a.state()
-			lb, _, tb := b.state()
-			t.Logf("round %d: after the freeze a leading %v (%d terms), b leading %v (%d terms)", i, la, ta, lb, tb)
-			if !la || ta != 1 || tb != 0 {
-				t.Errorf("round %d: a leading %v after %d terms, b had %d terms; want a's one term only", i, la, ta, tb)
-			}
-			a.stop()
-			b.stop()
-			<-a.done
-			<-b.done
-			if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), LeaseName, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			freezeRound(t, kc, ns, apiserver, 3*DefaultLeaseDuration, i, a, b)
 		}
 	})
 
@@ -416,29 +396,9 @@ func TestElector(t *testing.T) {
 			within(t, "b probing a", func() bool { return pb.target(a.el.identity).IsValid() })
 			time.Sleep(time.Second) // b sees renewals
 			passiveWrites.Store(0)
-			if err := syscall.Kill(etcd.PID(), syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(5 * DefaultLeaseDuration)
-			if err := syscall.Kill(etcd.PID(), syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(3 * DefaultLeaseDuration)
-			la, _, ta := a.state()
-			lb, _, tb := b.state()
-			t.Logf("round %d: after the etcd freeze a leading %v (%d terms), b leading %v (%d terms, %d lease writes)", i, la, ta, lb, tb, passiveWrites.Load())
-			if !la || ta != 1 || tb != 0 {
-				t.Errorf("round %d: a leading %v after %d terms, b had %d terms; want a's one term only", i, la, ta, tb)
-			}
+			freezeRound(t, kc, ns, etcd, 5*DefaultLeaseDuration, i, a, b)
 			if n := passiveWrites.Load(); n != 0 {
 				t.Errorf("round %d: the passive b sent %d lease writes while the holder answered its probes, want none", i, n)
-			}
-			a.stop()
-			b.stop()
-			<-a.done
-			<-b.done
-			if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), LeaseName, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
 			}
 		}
 	})
@@ -460,6 +420,35 @@ func TestElector(t *testing.T) {
 			t.Errorf("holder %q after a stepped down, want intruder (a must not overwrite it)", h)
 		}
 	})
+}
+
+// freezeRound SIGSTOPs proc for freeze while a leads and b watches, lets
+// it run again for 3 lease durations (b would have taken an expired
+// Lease by then), checks that a kept its one term and b had none, then
+// stops both and deletes the Lease.
+func freezeRound(t *testing.T, kc kubernetes.Interface, ns string, proc interface{ PID() int }, freeze time.Duration, round int, a, b *candidate) {
+	t.Helper()
+	if err := syscall.Kill(proc.PID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(freeze)
+	if err := syscall.Kill(proc.PID(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * DefaultLeaseDuration)
+	la, _, ta := a.state()
+	lb, _, tb := b.state()
+	t.Logf("round %d: after the freeze a leading %v (%d terms), b leading %v (%d terms)", round, la, ta, lb, tb)
+	if !la || ta != 1 || tb != 0 {
+		t.Errorf("round %d: a leading %v after %d terms, b had %d terms; want a's one term only", round, la, ta, tb)
+	}
+	a.stop()
+	b.stop()
+	<-a.done
+	<-b.done
+	if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), LeaseName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // leaseClient is a client for an elector's reads and writes, with the

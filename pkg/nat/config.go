@@ -20,10 +20,14 @@ const (
 	ChainEgress  = "egress"  // nat, postrouting, srcnat - 10: SNAT to an egress IP
 	ChainCanary  = "canary"  // empty; its absence means someone removed the table
 
-	SetRemote = "remote"  // interval set of remote clusters' global CIDRs
-	SetLocal  = "local"   // interval set of this cluster's global CIDRs
-	MapPodIn  = "pod-in"  // global IP : pod IP
-	MapPodOut = "pod-out" // pod IP : global IP
+	SetRemote = "remote" // interval set of remote clusters' global CIDRs
+	// SetRemoteEgress is the remote clusters' egress addresses (the
+	// Egress of ClusterLayout of each remote CIDR) as /32s: only SNAT
+	// sources, never a connection's destination.
+	SetRemoteEgress = "remote-egress"
+	SetLocal        = "local"   // interval set of this cluster's global CIDRs
+	MapPodIn        = "pod-in"  // global IP : pod IP
+	MapPodOut       = "pod-out" // pod IP : global IP
 )
 
 // Protocols the stateless port rewrite handles (Ingress.Protocol), in
@@ -119,7 +123,7 @@ const (
 )
 
 func elemKinds() map[string]elemKind {
-	k := map[string]elemKind{SetRemote: kindPrefix, SetLocal: kindPrefix, MapPodIn: kindAddrAddr, MapPodOut: kindAddrAddr}
+	k := map[string]elemKind{SetRemote: kindPrefix, SetRemoteEgress: kindPrefix, SetLocal: kindPrefix, MapPodIn: kindAddrAddr, MapPodOut: kindAddrAddr}
 	for _, p := range Protocols {
 		k[p+suffixInAddr] = kindAddrPortAddr
 		k[p+suffixInPort] = kindAddrPortPort
@@ -130,7 +134,7 @@ func elemKinds() map[string]elemKind {
 }
 
 func setNames() []string {
-	names := []string{SetRemote, SetLocal, MapPodIn, MapPodOut}
+	names := []string{SetRemote, SetRemoteEgress, SetLocal, MapPodIn, MapPodOut}
 	for _, p := range Protocols {
 		names = append(names, p+suffixInAddr, p+suffixInPort, p+suffixOutPort, p+suffixOutAddr)
 	}
@@ -182,6 +186,18 @@ func (c Config) compile() (*desired, error) {
 		}
 		for _, p := range ps {
 			d.elems[set.name] = append(d.elems[set.name], elem{k: uint64(addrIndex(p.Addr()))<<8 | uint64(p.Bits())})
+		}
+	}
+	// The remote clusters' egress addresses, by the layout every member
+	// uses (a remote CIDR too small for one has none).
+	remotePs, _ := disjoint(c.Remote) // validated above
+	for _, p := range remotePs {
+		l, err := ClusterLayout(p)
+		if err != nil {
+			continue
+		}
+		for _, a := range l.Egress {
+			d.elems[SetRemoteEgress] = append(d.elems[SetRemoteEgress], elem{k: uint64(addrIndex(a))<<8 | 32})
 		}
 	}
 	// A global address outside our own CIDRs would capture traffic meant

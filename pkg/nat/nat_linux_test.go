@@ -58,7 +58,7 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 	tp.tcpPeerServer(t, "pod", podAddr.String()+":8080")
 	tp.udpPeerServer(t, "pod", podAddr.String()+":5353")
 	tp.tcpPeerServer(t, "pod", headlessPod.String()+":9000")
-	tp.tcpPeerServer(t, "client", clientAddr.String()+":7000")
+	tp.tcpPeerServer(t, "client", remoteService.String()+":7000")
 
 	// Without the table a global address leads nowhere.
 	if got, err := tp.tcpAsk("client", netip.Addr{}, tcpG); err == nil {
@@ -71,8 +71,8 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Full || res.Elements != 2+4*2+2 {
-		t.Fatalf("first sync: %+v, want full with 12 elements", res)
+	if !res.Full || res.Elements != 2+2+4*2+2 {
+		t.Fatalf("first sync: %+v, want full with 14 elements", res)
 	}
 	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
 
@@ -105,7 +105,7 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 		t.Errorf("tcp to headless %s:9000: answer %q, err %v; want seen as %s", podG, got, err, clientAddr)
 	}
 	// Headless pod outbound: leaves with its global IP, not an egress IP.
-	remote := netip.AddrPortFrom(clientAddr, 7000)
+	remote := netip.AddrPortFrom(remoteService, 7000)
 	if got, err := tp.tcpAsk("pod", headlessPod, remote); err != nil || hostOf(got) != podG.String() {
 		t.Errorf("headless pod → remote: seen as %q (err %v), want %s", got, err, podG)
 	}
@@ -142,6 +142,84 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 	}
 	if got, err := tp.tcpAsk("client", netip.Addr{}, tcpG); err == nil {
 		t.Errorf("after Cleanup the client still reached %s (%q)", tcpG, got)
+	}
+}
+
+// TestFailoverReplyWaitsForTheRemote is a failover onto the backend's
+// node: a UDP flow from a remote client (seen at its cluster's egress
+// address) to an exported port loses its conntrack entry, as a new
+// active term deletes the entries of flows it tracked while passive,
+// and the backend answers before the client's next datagram. That
+// answer must not leave (SNATed to our egress IP it would leak and make
+// an entry holding the tuple the client's flow needs), and the client's
+// next datagram must be translated and answered from the global port.
+func TestFailoverReplyWaitsForTheRemote(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	// The pod answers every datagram at once and again 300 ms later.
+	var pc net.PacketConn
+	if err := netnsx.Do(tp.path("pod"), func() (err error) { pc, err = net.ListenPacket("udp4", podAddr.String()+":5353"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pc.Close() })
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo([]byte("now"), from)
+			time.AfterFunc(300*time.Millisecond, func() { _, _ = pc.WriteTo([]byte("late"), from) })
+		}
+	}()
+	cfg, _ := baseConfig(t)
+	udpG := cfg.Ingress[1].Global
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	ctx := context.Background()
+	if _, err := tab.Sync(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+	var c net.PacketConn
+	if err := netnsx.Do(tp.path("client"), func() (err error) {
+		c, err = net.ListenPacket("udp4", clientAddr.String()+":0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ask := func(want string, within time.Duration) (string, string) {
+		t.Helper()
+		if want != "" {
+			if _, err := c.WriteTo([]byte(want), net.UDPAddrFromAddrPort(udpG)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		buf := make([]byte, 64)
+		_ = c.SetReadDeadline(time.Now().Add(within))
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return "", ""
+		}
+		return string(buf[:n]), from.String()
+	}
+	if got, from := ask("hi", 3*time.Second); got != "now" || from != udpG.String() {
+		t.Fatalf("first answer %q from %s, want \"now\" from %s", got, from, udpG)
+	}
+	if n, err := DeleteConntrack(tp.path("gw"), []netip.Prefix{remoteGlobal}); err != nil || n == 0 {
+		t.Fatalf("delete the flow's conntrack entry: %d deleted, %v", n, err)
+	}
+	if got, from := ask("", time.Second); got != "" {
+		t.Errorf("the pod's late answer left the gateway without its flow's entry: %q from %s", got, from)
+	}
+	got, from := ask("again", 3*time.Second)
+	for got == "late" { // the second datagram's own late answer may come first on a slow machine
+		got, from = ask("", 3*time.Second)
+	}
+	if got != "now" || from != udpG.String() {
+		t.Errorf("after the failover the client's datagram got %q from %s, want \"now\" from %s", got, from, udpG)
 	}
 }
 

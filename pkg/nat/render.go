@@ -11,10 +11,11 @@ const table = "ip " + TableName
 // setTypes is the declaration of every set and map of the table.
 func setTypes() map[string]string {
 	t := map[string]string{
-		SetRemote: "type ipv4_addr; flags interval;",
-		SetLocal:  "type ipv4_addr; flags interval;",
-		MapPodIn:  "type ipv4_addr : ipv4_addr;",
-		MapPodOut: "type ipv4_addr : ipv4_addr;",
+		SetRemote:       "type ipv4_addr; flags interval;",
+		SetRemoteEgress: "type ipv4_addr; flags interval;",
+		SetLocal:        "type ipv4_addr; flags interval;",
+		MapPodIn:        "type ipv4_addr : ipv4_addr;",
+		MapPodOut:       "type ipv4_addr : ipv4_addr;",
 	}
 	for _, p := range Protocols {
 		t[p+suffixInAddr] = "type ipv4_addr . inet_service : ipv4_addr;"
@@ -40,6 +41,15 @@ func chainRules(d *desired) string {
 	fmt.Fprintf(&b, "\t\tip daddr set ip daddr map @%s\n\t}\n", MapPodIn)
 
 	fmt.Fprintf(&b, "\tchain %s {\n\t\ttype filter hook postrouting priority srcnat + 10; policy accept;\n", ChainReply)
+	// Nothing connects to a remote's egress address (it is only a SNAT
+	// source there): a new flow to one is a reply whose entry this node
+	// no longer has — a backend's retransmission right after a failover
+	// removed the entries of the flows this node tracked while passive.
+	// SNATed, its entry would hold the reply tuple the remote's next
+	// packet needs, and that flow would never be tracked again; dropped
+	// here, before conntrack confirms it, no entry is made, and the
+	// remote's next packet creates the right one.
+	fmt.Fprintf(&b, "\t\tct state new ip daddr @%s drop\n", SetRemoteEgress)
 	for _, p := range Protocols {
 		fmt.Fprintf(&b, "\t\tct direction reply ip daddr @%[4]s %[1]s sport set ip saddr . %[1]s sport map @%[1]s%[2]s ip saddr set ip saddr . %[1]s sport map @%[1]s%[3]s\n",
 			p, suffixOutPort, suffixOutAddr, SetRemote)
