@@ -34,7 +34,7 @@ func TestRenderFull(t *testing.T) {
 	got := renderFull(d)
 	for _, want := range []string{
 		"add table ip causeway-globalnet\ndelete table ip causeway-globalnet\ntable ip causeway-globalnet {\n",
-		"\tset remote {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 242.0.2.0/24, 242.0.3.0/24 }\n", // the /25 inside the /24 dropped
+		"\tset remote {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 242.0.2.0/24, 242.0.3.0/24 }\n",                                            // the /25 inside the /24 dropped
 		"\tset remote-egress {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 242.0.2.253/32, 242.0.2.254/32, 242.0.3.253/32, 242.0.3.254/32 }\n", // the remotes' layouts
 		"\tmap tcp-in-addr {\n\t\ttype ipv4_addr . inet_service : ipv4_addr;\n\t\telements = { 242.0.1.2 . 1024 : 10.96.0.10, 242.0.1.2 . 1025 : 10.96.0.10 }\n",
 		"\tmap tcp-in-port {\n\t\ttype ipv4_addr . inet_service : inet_service;\n\t\telements = { 10.96.0.10 . 1024 : 80, 10.96.0.10 . 1025 : 443 }\n",
