@@ -15,7 +15,8 @@ import (
 
 // baseConfig is the gateway's config of the test topology: the Service
 // 10.96.0.10 (tcp/80, udp/53) exported at 242.0.1.2:1024/1025, the
-// headless pod 10.244.0.6 at 242.0.1.3.
+// headless pod 10.244.0.6 at 242.0.1.3; the "tunnel" is g0, the gateway's
+// veth to the client.
 func baseConfig(t testing.TB) (Config, Layout) {
 	t.Helper()
 	l, err := NewLayout(localGlobal, DefaultEgressIPs)
@@ -42,7 +43,8 @@ func baseConfig(t testing.TB) (Config, Layout) {
 			{Protocol: "tcp", Global: netip.AddrPortFrom(gip, ports[0]), Target: netip.AddrPortFrom(clusterIP, 80)},
 			{Protocol: "udp", Global: netip.AddrPortFrom(gip, ports[1]), Target: netip.AddrPortFrom(clusterIP, 53)},
 		},
-		Pods: []PodIngress{{Global: podIP, Pod: headlessPod}},
+		Pods:   []PodIngress{{Global: podIP, Pod: headlessPod}},
+		Device: "g0",
 	}, l
 }
 
@@ -220,6 +222,38 @@ func TestFailoverReplyWaitsForTheRemote(t *testing.T) {
 	}
 	if got != "now" || from != udpG.String() {
 		t.Errorf("after the failover the client's datagram got %q from %s, want \"now\" from %s", got, from, udpG)
+	}
+}
+
+// TestTableWithoutItsDeviceTranslatesNothing is the table a killed
+// gateway leaves behind once its tunnel device went with it: traffic
+// takes another way (here the client reaches the pod network directly)
+// and no rule of the table touches it — no rewrite, no SNAT, no drop.
+func TestTableWithoutItsDeviceTranslatesNothing(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	run(t, "ip", "-n", tp.ns("client"), "route", "add", "10.244.0.0/24", "via", "10.9.0.1")
+	tp.tcpPeerServer(t, "pod", podAddr.String()+":8080")
+	tp.tcpPeerServer(t, "client", remoteService.String()+":7000")
+	cfg, _ := baseConfig(t)
+	cfg.Device = "cw-gone" // no such device
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	ctx := context.Background()
+	if _, err := tab.Sync(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+	if got, err := tp.tcpAsk("client", netip.Addr{}, cfg.Ingress[0].Global); err == nil {
+		t.Errorf("the client reached %s through a table scoped to a missing device (%q)", cfg.Ingress[0].Global, got)
+	}
+	// The pod's own connection leaves unSNATed, and the pod's reply to a
+	// remote client's connection (ct direction reply) is not dropped.
+	if got, err := tp.tcpAsk("pod", podAddr, netip.AddrPortFrom(remoteService, 7000)); err != nil || hostOf(got) != podAddr.String() {
+		t.Errorf("pod → remote: seen as %q (err %v), want its own %s", got, err, podAddr)
+	}
+	if got, err := tp.tcpAsk("client", clientAddr, netip.AddrPortFrom(podAddr, 8080)); err != nil || hostOf(got) != clientAddr.String() {
+		t.Errorf("remote client → pod directly: answer %q, err %v; want seen as %s", got, err, clientAddr)
 	}
 }
 

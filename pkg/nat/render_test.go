@@ -55,6 +55,31 @@ func TestRenderFull(t *testing.T) {
 			t.Errorf("full script lacks\n%s\n--- script:\n%s", want, got)
 		}
 	}
+	scoped := smallConfig()
+	scoped.Device = "cw-gw"
+	d, err = scoped.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := renderFull(d)
+	for _, want := range []string{
+		"\t\tiifname \"cw-gw\" ip daddr set ip daddr . tcp dport map @tcp-in-addr",
+		"\t\tiifname \"cw-gw\" ip daddr set ip daddr map @pod-in\n",
+		"\t\toifname \"cw-gw\" ct state new ip daddr @remote-egress drop\n",
+		"\t\toifname \"cw-gw\" ct direction reply ip daddr @remote ip saddr != @local drop\n",
+		"\t\toifname \"cw-gw\" ip daddr @remote ip saddr != @local ip saddr != @pod-out snat to",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("scoped script lacks\n%s\n--- script:\n%s", want, s)
+		}
+	}
+	if n := strings.Count(s, "ifname"); n != 11 {
+		t.Errorf("%d rules scoped to the device, want all 11", n)
+	}
+	scoped.Device = "bad dev"
+	if _, err := scoped.compile(); err == nil {
+		t.Error("device \"bad dev\" accepted")
+	}
 	noEgress := smallConfig()
 	noEgress.Egress = nil
 	d, _ = noEgress.compile()
