@@ -1,29 +1,32 @@
 //go:build ignore
 
-// vip: socket-level translation of ClusterSet VIPs (IPv4), attached to a
-// cgroup v2 directory. Every socket address is in network byte order.
+// vip: socket-level translation of ClusterSet VIPs, IPv4 and IPv6, attached
+// to a cgroup v2 directory. Every socket address is in network byte order.
 //
 //   cgroup/connect4      connect() of TCP and UDP sockets: VIP:port → backend
 //   cgroup/sendmsg4      sendto()/sendmsg() of unconnected UDP: same, and
 //                        remembers (socket, backend) → VIP for the replies
 //   cgroup/recvmsg4      recvfrom()/recvmsg() of UDP: backend → VIP as source
 //   cgroup/getpeername4  getpeername() of connected sockets: backend → VIP
+//   cgroup/connect6, cgroup/sendmsg6, cgroup/recvmsg6, cgroup/getpeername6
+//                        the same for AF_INET6 sockets: [IPv6 VIP]:port →
+//                        [IPv6 backend], and, on dual-stack sockets,
+//                        ::ffff:<IPv4 VIP> → ::ffff:<IPv4 backend>
 //
-// Dual-stack (AF_INET6) sockets reach the same VIPs as ::ffff:<vip>; the
-// IPv6 programs translate IPv4-mapped addresses with the same functions as
-// the IPv4 ones (same maps, same pick) and leave plain IPv6 ones alone:
-//
-//   cgroup/connect6      ::ffff:VIP:port → ::ffff:backend
-//   cgroup/recvmsg6      ::ffff:backend → ::ffff:VIP as source
-//   cgroup/getpeername6  ::ffff:backend → ::ffff:VIP
-//
-// Their sendto() to ::ffff:<vip> runs cgroup/sendmsg4 (see vip_sendmsg4).
+// Addresses are 16 bytes in every map: an IPv4 address is stored
+// IPv4-mapped (::ffff:a.b.c.d), so one service entry serves an IPv4 VIP to
+// IPv4 sockets and to dual-stack sockets alike, and an IPv6 VIP (never
+// IPv4-mapped) can only be reached by the IPv6 programs. A VIP's backends
+// are of the VIP's family (pkg/vip checks it), so every rewrite stays in
+// the socket's family. Each pair of programs is one C function taking the
+// family as a constant. A dual-stack socket's sendto() to ::ffff:<vip>
+// runs cgroup/sendmsg4 (see vip_sendmsg4).
 //
 // Maps (see pkg/vip/README.md for the contract with the Go side):
 //
 //   vip_services  hash   struct svc_key {addr, port, proto}  → struct svc
 //   vip_backends  hash   struct backend_key {id, slot}        → struct slot
-//   vip_rev_nat   LRU    struct rnat_key {cookie, backend}    → struct addr4 (VIP)
+//   vip_rev_nat   LRU    struct rnat_key {cookie, backend}    → struct endpoint (VIP)
 //   vip_affinity  LRU    struct aff_key {netns cookie, svc_key} → struct aff
 //   vip_peers     socket storage: struct peer {vip, backend} of a connected
 //                 socket, freed with the socket
@@ -55,17 +58,18 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 /* errno value the application sees for a VIP without backends. */
 #define VIP_EHOSTUNREACH 113
 
-/* An IPv4 address and port, network byte order; pad is zero. */
-struct addr4 {
-	__u32 addr;
+/* An address and port, network byte order: addr is an IPv6 address, or an
+ * IPv4 one mapped (::ffff:a.b.c.d); pad is zero. */
+struct endpoint {
+	__u32 addr[4];
 	__u16 port;
 	__u16 pad;
 };
 
-/* A service: VIP, port (network byte order) and IP protocol (IPPROTO_TCP or
- * IPPROTO_UDP); pad is zero. */
+/* A service: VIP (as in struct endpoint), port (network byte order) and IP
+ * protocol (IPPROTO_TCP or IPPROTO_UDP); pad is zero. */
 struct svc_key {
-	__u32 addr;
+	__u32 addr[4];
 	__u16 port;
 	__u8 proto;
 	__u8 pad;
@@ -89,41 +93,42 @@ struct backend_key {
  * is the slot whose backend the alias is; weight is backend's weight, read
  * back by pkg/vip only. */
 struct slot {
-	struct addr4 backend;
-	struct addr4 alias;
+	struct endpoint backend;
+	struct endpoint alias;
 	__u32 threshold;
 	__u32 weight;
 	__u32 alias_slot;
 	__u32 pad;
 };
 
-/* Session affinity key: the client's network namespace and the service. */
+/* Session affinity key: the client's network namespace and the service;
+ * pad is zero. */
 struct aff_key {
 	__u64 netns;
 	struct svc_key svc;
+	__u32 pad;
 };
 
 /* The backend a client was given (in slot of its service) and when it last
  * used it (bpf_ktime_get_ns). */
 struct aff {
-	struct addr4 backend;
+	struct endpoint backend;
 	__u32 slot;
-	__u32 pad;
 	__u64 used;
 };
 
-/* Reverse NAT key of unconnected UDP: socket cookie and the backend it sent to. */
+/* Reverse NAT key of unconnected UDP: socket cookie and the backend it sent
+ * to; pad is zero. */
 struct rnat_key {
 	__u64 cookie;
-	__u32 addr;
-	__u16 port;
-	__u16 pad;
+	struct endpoint backend;
+	__u32 pad;
 };
 
 /* The VIP a connected socket asked for and the backend it was given. */
 struct peer {
-	struct addr4 vip;
-	struct addr4 backend;
+	struct endpoint vip;
+	struct endpoint backend;
 };
 
 struct {
@@ -146,7 +151,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 262144); /* set at load time */
 	__type(key, struct rnat_key);
-	__type(value, struct addr4);
+	__type(value, struct endpoint);
 } vip_rev_nat SEC(".maps");
 
 struct {
@@ -173,47 +178,72 @@ struct {
 	__type(value, struct peer);
 } vip_peers SEC(".maps");
 
-/* An IPv4-mapped IPv6 address (::ffff:a.b.c.d) has these first three words. */
+/* An IPv4-mapped IPv6 address (::ffff:a.b.c.d) has this third word. */
 #define MAPPED_W2 bpf_htonl(0x0000ffff)
 
-/* dst4 puts the IPv4 destination of ctx into *a: user_ip4 for an IPv4 hook
- * (v6 == 0), the low word of an IPv4-mapped user_ip6 for an IPv6 hook. It
- * returns 0, or -1 for a plain IPv6 address. v6 is a constant in every
- * caller, so each program only touches the fields of its own family. */
-static __always_inline int user_addr4(struct bpf_sock_addr *ctx, int v6, struct addr4 *a)
+/* user_addr puts the address and port of ctx into *a: user_ip4 mapped for
+ * an IPv4 hook (v6 == 0), user_ip6 for an IPv6 hook. v6 is a constant in
+ * every caller, so each program only touches the fields of its own
+ * family. */
+static __always_inline void user_addr(struct bpf_sock_addr *ctx, int v6, struct endpoint *a)
 {
 	if (v6) {
-		if (ctx->user_ip6[0] != 0 || ctx->user_ip6[1] != 0 || ctx->user_ip6[2] != MAPPED_W2)
-			return -1;
-		a->addr = ctx->user_ip6[3];
+		a->addr[0] = ctx->user_ip6[0];
+		a->addr[1] = ctx->user_ip6[1];
+		a->addr[2] = ctx->user_ip6[2];
+		a->addr[3] = ctx->user_ip6[3];
 	} else {
-		a->addr = ctx->user_ip4;
+		a->addr[0] = 0;
+		a->addr[1] = 0;
+		a->addr[2] = MAPPED_W2;
+		a->addr[3] = ctx->user_ip4;
 	}
 	/* user_port holds the port in network byte order in its low two bytes. */
 	a->port = (__u16)ctx->user_port;
-	return 0;
 }
 
-/* set_dst4 writes a as ctx's address: user_ip4, or the low word of the
- * IPv4-mapped user_ip6 (whose prefix dst4 has checked). */
-static __always_inline void set_user_addr4(struct bpf_sock_addr *ctx, int v6, const struct addr4 *a)
+/* set_user_addr writes a as ctx's address and port: user_ip6 whole, or
+ * user_ip4 (a is then IPv4-mapped: the maps give an IPv4 VIP only IPv4
+ * backends). */
+static __always_inline void set_user_addr(struct bpf_sock_addr *ctx, int v6, const struct endpoint *a)
 {
-	if (v6)
-		ctx->user_ip6[3] = a->addr;
-	else
-		ctx->user_ip4 = a->addr;
+	if (v6) {
+		ctx->user_ip6[0] = a->addr[0];
+		ctx->user_ip6[1] = a->addr[1];
+		ctx->user_ip6[2] = a->addr[2];
+		ctx->user_ip6[3] = a->addr[3];
+	} else {
+		ctx->user_ip4 = a->addr[3];
+	}
 	ctx->user_port = a->port;
 }
 
-/* service_key is the service key of destination dst of ctx. */
-static __always_inline struct svc_key service_key(struct bpf_sock_addr *ctx, const struct addr4 *dst)
+/* same_endpoint compares address and port. */
+static __always_inline int same_endpoint(const struct endpoint *a, const struct endpoint *b)
 {
-	struct svc_key key = {
-		.addr = dst->addr,
-		.port = dst->port,
-		.proto = (__u8)ctx->protocol,
-	};
-	return key;
+	return a->addr[0] == b->addr[0] && a->addr[1] == b->addr[1] && a->addr[2] == b->addr[2] &&
+	       a->addr[3] == b->addr[3] && a->port == b->port;
+}
+
+/* copy_endpoint copies address and port, leaving dst's pad zero. */
+static __always_inline void copy_endpoint(struct endpoint *dst, const struct endpoint *src)
+{
+	dst->addr[0] = src->addr[0];
+	dst->addr[1] = src->addr[1];
+	dst->addr[2] = src->addr[2];
+	dst->addr[3] = src->addr[3];
+	dst->port = src->port;
+}
+
+/* service_key is the service key of destination dst of ctx. */
+static __always_inline void service_key(struct bpf_sock_addr *ctx, const struct endpoint *dst, struct svc_key *key)
+{
+	key->addr[0] = dst->addr[0];
+	key->addr[1] = dst->addr[1];
+	key->addr[2] = dst->addr[2];
+	key->addr[3] = dst->addr[3];
+	key->port = dst->port;
+	key->proto = (__u8)ctx->protocol;
 }
 
 /* mix64 spreads the bits of a 64-bit value (a finaliser in the style of
@@ -234,7 +264,7 @@ static __always_inline __u64 mix64(__u64 x)
  * r_coin >> 1 against its threshold), remembered when the service has
  * affinity. It returns 0, or -1 when the service has no backends. */
 static __always_inline int choose(struct bpf_sock_addr *ctx, struct svc_key *key, struct svc *svc,
-				  __u32 r_slot, __u32 r_coin, struct addr4 *be)
+				  __u32 r_slot, __u32 r_coin, struct endpoint *be)
 {
 	__u32 count = svc->count;
 	if (count == 0)
@@ -250,10 +280,9 @@ static __always_inline int choose(struct bpf_sock_addr *ctx, struct svc_key *key
 			struct backend_key bk = {.id = svc->id, .slot = a->slot};
 			struct slot *s = bpf_map_lookup_elem(&vip_backends, &bk);
 			/* Still the service's backend: keep it. */
-			if (s && s->backend.addr == a->backend.addr && s->backend.port == a->backend.port) {
+			if (s && same_endpoint(&s->backend, &a->backend)) {
 				a->used = now;
-				be->addr = a->backend.addr;
-				be->port = a->backend.port;
+				copy_endpoint(be, &a->backend);
 				return 0;
 			}
 		}
@@ -267,19 +296,17 @@ static __always_inline int choose(struct bpf_sock_addr *ctx, struct svc_key *key
 		return -1;
 	__u32 chosen = bk.slot;
 	if ((r_coin >> 1) < s->threshold) {
-		be->addr = s->backend.addr;
-		be->port = s->backend.port;
+		copy_endpoint(be, &s->backend);
 	} else {
-		be->addr = s->alias.addr;
-		be->port = s->alias.port;
+		copy_endpoint(be, &s->alias);
 		chosen = s->alias_slot;
 	}
 	if (svc->affinity) {
 		struct aff v = {
-			.backend = *be,
 			.slot = chosen,
 			.used = now,
 		};
+		copy_endpoint(&v.backend, be);
 		bpf_map_update_elem(&vip_affinity, &ak, &v, BPF_ANY);
 	}
 	return 0;
@@ -301,71 +328,88 @@ static __always_inline void forget_peer(struct bpf_sock_addr *ctx)
 		bpf_sk_storage_delete(&vip_peers, ctx->sk);
 }
 
-/* connect_vip is connect4 (v6 == 0) and, for IPv4-mapped destinations of
- * dual-stack sockets, connect6. */
+/* connect_vip is connect4 (v6 == 0) and connect6. */
 static __always_inline int connect_vip(struct bpf_sock_addr *ctx, int v6)
 {
-	struct addr4 dst = {};
+	struct endpoint dst = {};
 	struct svc_key key = {};
-	struct svc *svc = 0;
-	if (user_addr4(ctx, v6, &dst) == 0) {
-		key = service_key(ctx, &dst);
-		svc = bpf_map_lookup_elem(&vip_services, &key);
-	}
+	user_addr(ctx, v6, &dst);
+	service_key(ctx, &dst, &key);
+	struct svc *svc = bpf_map_lookup_elem(&vip_services, &key);
 	if (!svc) {
-		/* Not a VIP (or plain IPv6): forget a VIP this socket may have
-		 * connected to before, so getpeername() reports the real peer. */
+		/* Not a VIP: forget a VIP this socket may have connected to
+		 * before, so getpeername() reports the real peer. */
 		forget_peer(ctx);
 		return 1;
 	}
-	struct addr4 be = {};
+	struct endpoint be = {};
 	if (choose(ctx, &key, svc, bpf_get_prandom_u32(), bpf_get_prandom_u32(), &be))
 		return reject();
 
 	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (p) {
-		p->vip = dst;
-		p->backend.addr = be.addr;
-		p->backend.port = be.port;
+		copy_endpoint(&p->vip, &dst);
+		copy_endpoint(&p->backend, &be);
 	}
-	set_user_addr4(ctx, v6, &be);
+	set_user_addr(ctx, v6, &be);
 	return 1;
 }
 
-/* recvmsg_vip is recvmsg4 and recvmsg6: a reply from a backend (an
- * IPv4-mapped source on a dual-stack socket) gets the VIP as its source. */
+/* sendmsg_vip is sendmsg4 and sendmsg6 (unconnected UDP). */
+static __always_inline int sendmsg_vip(struct bpf_sock_addr *ctx, int v6)
+{
+	struct endpoint vip = {};
+	struct svc_key key = {};
+	user_addr(ctx, v6, &vip);
+	service_key(ctx, &vip, &key);
+	struct svc *svc = bpf_map_lookup_elem(&vip_services, &key);
+	if (!svc)
+		return 1;
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+	/* The same socket keeps the same backend while the service's backends
+	 * do not change, so a request/response exchange stays on one backend. */
+	__u64 h = mix64(cookie ^ ((__u64)(vip.addr[3] ^ vip.addr[2] ^ vip.addr[1] ^ vip.addr[0]) << 16) ^ vip.port);
+	struct endpoint be = {};
+	if (choose(ctx, &key, svc, (__u32)h, (__u32)(h >> 32), &be))
+		return reject();
+
+	struct rnat_key rkey = {.cookie = cookie};
+	copy_endpoint(&rkey.backend, &be);
+	struct endpoint *old = bpf_map_lookup_elem(&vip_rev_nat, &rkey);
+	if (!old || !same_endpoint(old, &vip))
+		bpf_map_update_elem(&vip_rev_nat, &rkey, &vip, BPF_ANY);
+
+	set_user_addr(ctx, v6, &be);
+	return 1;
+}
+
+/* recvmsg_vip is recvmsg4 and recvmsg6: a reply from a backend gets the VIP
+ * as its source. */
 static __always_inline int recvmsg_vip(struct bpf_sock_addr *ctx, int v6)
 {
-	struct addr4 src = {};
-	if (user_addr4(ctx, v6, &src))
-		return 1;
-	struct rnat_key key = {
-		.cookie = bpf_get_socket_cookie(ctx),
-		.addr = src.addr,
-		.port = src.port,
-	};
-	struct addr4 *vip = bpf_map_lookup_elem(&vip_rev_nat, &key);
+	struct rnat_key key = {.cookie = bpf_get_socket_cookie(ctx)};
+	user_addr(ctx, v6, &key.backend);
+	struct endpoint *vip = bpf_map_lookup_elem(&vip_rev_nat, &key);
 	if (vip) {
-		set_user_addr4(ctx, v6, vip);
+		set_user_addr(ctx, v6, vip);
 		return 1;
 	}
 	/* A connected UDP socket: its peer is in vip_peers. */
 	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
-	if (p && p->backend.addr == src.addr && p->backend.port == src.port)
-		set_user_addr4(ctx, v6, &p->vip);
+	if (p && same_endpoint(&p->backend, &key.backend))
+		set_user_addr(ctx, v6, &p->vip);
 	return 1;
 }
 
 /* getpeername_vip is getpeername4 and getpeername6: a socket connected
- * through a VIP reports the VIP (IPv4-mapped on a dual-stack socket). */
+ * through a VIP reports the VIP. */
 static __always_inline int getpeername_vip(struct bpf_sock_addr *ctx, int v6)
 {
-	struct addr4 peer = {};
-	if (user_addr4(ctx, v6, &peer))
-		return 1;
+	struct endpoint peer = {};
+	user_addr(ctx, v6, &peer);
 	struct peer *p = bpf_sk_storage_get(&vip_peers, ctx->sk, 0, 0);
-	if (p && p->backend.addr == peer.addr && p->backend.port == peer.port)
-		set_user_addr4(ctx, v6, &p->vip);
+	if (p && same_endpoint(&p->backend, &peer))
+		set_user_addr(ctx, v6, &p->vip);
 	return 1;
 }
 
@@ -381,39 +425,20 @@ int vip_connect6(struct bpf_sock_addr *ctx)
 	return connect_vip(ctx, 1);
 }
 
-/* There is no sendmsg6 program: the kernel hands a sendto() of a dual-stack
- * socket to an IPv4-mapped address to the IPv4 path (udpv6_sendmsg calls
- * udp_sendmsg before its own hook), so vip_sendmsg4 translates it and the
- * reply comes back through vip_recvmsg6. */
+/* The kernel hands a sendto() of a dual-stack socket to an IPv4-mapped
+ * address to the IPv4 path (udpv6_sendmsg calls udp_sendmsg before its own
+ * hook), so vip_sendmsg4 translates it and the reply comes back through
+ * vip_recvmsg6; vip_sendmsg6 sees IPv6 destinations. */
 SEC("cgroup/sendmsg4")
 int vip_sendmsg4(struct bpf_sock_addr *ctx)
 {
-	struct addr4 vip = {};
-	if (user_addr4(ctx, 0, &vip))
-		return 1;
-	struct svc_key key = service_key(ctx, &vip);
-	struct svc *svc = bpf_map_lookup_elem(&vip_services, &key);
-	if (!svc)
-		return 1;
-	__u64 cookie = bpf_get_socket_cookie(ctx);
-	/* The same socket keeps the same backend while the service's backends
-	 * do not change, so a request/response exchange stays on one backend. */
-	__u64 h = mix64(cookie ^ ((__u64)vip.addr << 16) ^ vip.port);
-	struct addr4 be = {};
-	if (choose(ctx, &key, svc, (__u32)h, (__u32)(h >> 32), &be))
-		return reject();
+	return sendmsg_vip(ctx, 0);
+}
 
-	struct rnat_key rkey = {
-		.cookie = cookie,
-		.addr = be.addr,
-		.port = be.port,
-	};
-	struct addr4 *old = bpf_map_lookup_elem(&vip_rev_nat, &rkey);
-	if (!old || old->addr != vip.addr || old->port != vip.port)
-		bpf_map_update_elem(&vip_rev_nat, &rkey, &vip, BPF_ANY);
-
-	set_user_addr4(ctx, 0, &be);
-	return 1;
+SEC("cgroup/sendmsg6")
+int vip_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return sendmsg_vip(ctx, 1);
 }
 
 SEC("cgroup/recvmsg4")

@@ -13,18 +13,10 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type VipAddr4 struct {
-	_    structs.HostLayout
-	Addr uint32
-	Port uint16
-	Pad  uint16
-}
-
 type VipAff struct {
 	_       structs.HostLayout
-	Backend VipAddr4
+	Backend VipEndpoint
 	Slot    uint32
-	Pad     uint32
 	Used    uint64
 }
 
@@ -32,6 +24,7 @@ type VipAffKey struct {
 	_     structs.HostLayout
 	Netns uint64
 	Svc   VipSvcKey
+	Pad   uint32
 }
 
 type VipBackendKey struct {
@@ -40,24 +33,30 @@ type VipBackendKey struct {
 	Slot uint32
 }
 
+type VipEndpoint struct {
+	_    structs.HostLayout
+	Addr [4]uint32
+	Port uint16
+	Pad  uint16
+}
+
 type VipPeer struct {
 	_       structs.HostLayout
-	Vip     VipAddr4
-	Backend VipAddr4
+	Vip     VipEndpoint
+	Backend VipEndpoint
 }
 
 type VipRnatKey struct {
-	_      structs.HostLayout
-	Cookie uint64
-	Addr   uint32
-	Port   uint16
-	Pad    uint16
+	_       structs.HostLayout
+	Cookie  uint64
+	Backend VipEndpoint
+	Pad     uint32
 }
 
 type VipSlot struct {
 	_         structs.HostLayout
-	Backend   VipAddr4
-	Alias     VipAddr4
+	Backend   VipEndpoint
+	Alias     VipEndpoint
 	Threshold uint32
 	Weight    uint32
 	AliasSlot uint32
@@ -73,7 +72,7 @@ type VipSvc struct {
 
 type VipSvcKey struct {
 	_     structs.HostLayout
-	Addr  uint32
+	Addr  [4]uint32
 	Port  uint16
 	Proto uint8
 	Pad   uint8
@@ -97,6 +96,7 @@ const (
 	VipProgVipRecvmsg4     = "vip_recvmsg4"
 	VipProgVipRecvmsg6     = "vip_recvmsg6"
 	VipProgVipSendmsg4     = "vip_sendmsg4"
+	VipProgVipSendmsg6     = "vip_sendmsg6"
 )
 
 // LoadVip returns the embedded CollectionSpec for Vip.
@@ -149,6 +149,7 @@ type VipProgramSpecs struct {
 	VipRecvmsg4     *ebpf.ProgramSpec `ebpf:"vip_recvmsg4"`
 	VipRecvmsg6     *ebpf.ProgramSpec `ebpf:"vip_recvmsg6"`
 	VipSendmsg4     *ebpf.ProgramSpec `ebpf:"vip_sendmsg4"`
+	VipSendmsg6     *ebpf.ProgramSpec `ebpf:"vip_sendmsg6"`
 }
 
 // VipMapSpecs contains maps before they are loaded into the kernel.
@@ -226,6 +227,7 @@ type VipPrograms struct {
 	VipRecvmsg4     *ebpf.Program `ebpf:"vip_recvmsg4"`
 	VipRecvmsg6     *ebpf.Program `ebpf:"vip_recvmsg6"`
 	VipSendmsg4     *ebpf.Program `ebpf:"vip_sendmsg4"`
+	VipSendmsg6     *ebpf.Program `ebpf:"vip_sendmsg6"`
 }
 
 func (p *VipPrograms) Close() error {
@@ -238,6 +240,7 @@ func (p *VipPrograms) Close() error {
 		p.VipRecvmsg4,
 		p.VipRecvmsg6,
 		p.VipSendmsg4,
+		p.VipSendmsg6,
 	)
 }
 

@@ -45,8 +45,10 @@ type EndpointSpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port"`
 
-	// PublicKey is the gateway's WireGuard public key (base64 of 32 bytes);
-	// empty for drivers without keys. The private key never leaves the node.
+	// PublicKey is the gateway's public key (base64 of 32 bytes): WireGuard's,
+	// or for ipsec the X25519 key each pair's IKE pre-shared key is derived
+	// from (the two gateways of a pair only can derive it); empty for
+	// vxlan. The private key never leaves the node.
 	// +optional
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw480]=$`
 	PublicKey string `json:"publicKey,omitempty"`

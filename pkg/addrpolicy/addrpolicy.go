@@ -52,7 +52,11 @@
 // CheckRecord (record.go) applies the same space to what a remote writes
 // in its export records: every address importers send traffic to lies
 // inside the subnets Decide accepted for that cluster, nothing names a
-// reserved range, and ports and sizes are bounded.
+// reserved range, and ports and sizes are bounded. CapWeights (weight.go)
+// bounds what a remote's claimed ready endpoints, which nobody can check,
+// weigh against the other exporters of a ClusterSetIP Service: at most
+// RemoteWeightFactor (9) times their sum, so at most 90 % of the VIP's
+// connections.
 //
 // The seed corpora of FuzzDecide and FuzzCheckRecord (testdata/fuzz) run
 // with every go test; go test -fuzz FuzzDecide ./pkg/addrpolicy/ explores
@@ -74,6 +78,14 @@ const (
 	// (pkg/mcs.DefaultVIPRange). VIPs never appear on a wire, so no remote
 	// subnet may overlap it.
 	DefaultVIPRange = "243.0.0.0/12"
+	// DefaultVIPRangeIPv6 is the default IPv6 clusterset VIP range
+	// (pkg/mcs.DefaultVIPRangeIPv6): a /108 (2^20 addresses, as many as
+	// the IPv4 /12) of the unique local address block fc00::/7 (RFC 4193,
+	// the locally assigned half fd00::/8), global ID 63:6175:7365 ("cause"
+	// in ASCII). ULAs are never routed on the Internet; like the IPv4
+	// range it is routed unreachable on every node and no remote subnet
+	// may overlap it.
+	DefaultVIPRangeIPv6 = "fd63:6175:7365::/108"
 	// DefaultMinBits4 is the shortest IPv4 prefix accepted: a /8 (10.0.0.0/8
 	// is a real cluster CIDR); anything shorter covers several /8s of
 	// other people's space and, split in two /1s, the whole Internet.
@@ -106,7 +118,7 @@ func DefaultReserved() []netip.Prefix {
 }
 
 // Config is what the policy knows about this cluster and the ClusterSet.
-// Zero values of Reserved, Supernet, VIPRange, MinBits4 and MinBits6 pick
+// Zero values of Reserved, Supernet, VIPRange, VIPRangeIPv6, MinBits4 and MinBits6 pick
 // the defaults above.
 type Config struct {
 	// LocalCIDRs are this cluster's pod and service CIDRs.
@@ -133,6 +145,9 @@ type Config struct {
 	// VIPRange is the clusterset VIP range; no remote subnet may overlap
 	// it. Zero: DefaultVIPRange.
 	VIPRange netip.Prefix
+	// VIPRangeIPv6 is the IPv6 clusterset VIP range, refused like
+	// VIPRange. Zero: DefaultVIPRangeIPv6.
+	VIPRangeIPv6 netip.Prefix
 	// MinBits4 and MinBits6 are the shortest prefixes accepted. Zero:
 	// DefaultMinBits4, DefaultMinBits6.
 	MinBits4, MinBits6 int
@@ -149,6 +164,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if !c.VIPRange.IsValid() {
 		c.VIPRange = netip.MustParsePrefix(DefaultVIPRange)
+	}
+	if !c.VIPRangeIPv6.IsValid() {
+		c.VIPRangeIPv6 = netip.MustParsePrefix(DefaultVIPRangeIPv6)
 	}
 	if c.MinBits4 == 0 {
 		c.MinBits4 = DefaultMinBits4

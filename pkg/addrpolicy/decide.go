@@ -230,6 +230,8 @@ func (cfg Config) checkPrefix(s string, p netip.Prefix) *Verdict {
 		return refuse(v1alpha1.ReasonInvalidCIDR, "%s is shorter than /%d", p, minBits)
 	case p.Overlaps(cfg.VIPRange):
 		return refuse(v1alpha1.ReasonInvalidCIDR, "%s overlaps the clusterset VIP range %s", p, cfg.VIPRange)
+	case p.Overlaps(cfg.VIPRangeIPv6):
+		return refuse(v1alpha1.ReasonInvalidCIDR, "%s overlaps the IPv6 clusterset VIP range %s", p, cfg.VIPRangeIPv6)
 	case within(p, cfg.Supernet):
 		return nil
 	}

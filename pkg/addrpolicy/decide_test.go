@@ -145,6 +145,9 @@ func TestDecide(t *testing.T) {
 		{name: "the supernet is exempt, the VIP range is not", cfg: base,
 			remotes: []Remote{epOnly("c2", 0, "242.2.0.0/16"), epOnly("c3", 0, "243.0.0.0/16"), epOnly("c4", 0, "243.0.0.0/8"), epOnly("c5", 0, "243.16.0.0/16")},
 			want:    map[string]string{"c2/E": ok, "c3/E": v1alpha1.ReasonInvalidCIDR, "c4/E": v1alpha1.ReasonInvalidCIDR, "c5/E": v1alpha1.ReasonInvalidCIDR}},
+		{name: "the IPv6 VIP range is refused", cfg: base,
+			remotes: []Remote{epOnly("c2", 0, "fd63:6175:7365::/112"), epOnly("c3", 0, "fd63:6175::/32"), epOnly("c4", 0, "fd63:6175:7366::/64")},
+			want:    map[string]string{"c2/E": v1alpha1.ReasonInvalidCIDR, "c3/E": v1alpha1.ReasonInvalidCIDR, "c4/E": ok}},
 		{name: "supernet, VIP range and reserved ranges are inputs",
 			cfg: Config{Supernet: netip.MustParsePrefix("241.0.0.0/8"), VIPRange: netip.MustParsePrefix("100.64.0.0/16"), Reserved: pfxs("192.0.2.0/24", "240.0.0.0/4")},
 			remotes: []Remote{epOnly("c2", 0, "241.2.0.0/16"), epOnly("c3", 0, "100.64.3.0/24"), epOnly("c4", 0, "192.0.2.0/25"),
@@ -276,7 +279,7 @@ func checkInvariants(t *testing.T, cfg Config, ds []Decision) {
 			}
 		}
 		for _, p := range d.Accepted() {
-			if p.Bits() == 0 || p != p.Masked() || p.Overlaps(cfg.VIPRange) {
+			if p.Bits() == 0 || p != p.Masked() || p.Overlaps(cfg.VIPRange) || p.Overlaps(cfg.VIPRangeIPv6) {
 				t.Errorf("%s: accepted %s", d.ClusterID, p)
 			}
 			if slices.ContainsFunc(cfg.LocalCIDRs, p.Overlaps) || slices.ContainsFunc(cfg.GlobalCIDRs, p.Overlaps) {
@@ -327,7 +330,7 @@ func TestContains(t *testing.T) {
 
 func TestWithDefaults(t *testing.T) {
 	c := Config{}.WithDefaults()
-	if c.Supernet.String() != DefaultSupernet || c.VIPRange.String() != DefaultVIPRange || c.MinBits4 != 8 || c.MinBits6 != 16 ||
+	if c.Supernet.String() != DefaultSupernet || c.VIPRange.String() != DefaultVIPRange || c.VIPRangeIPv6.String() != DefaultVIPRangeIPv6 || c.MinBits4 != 8 || c.MinBits6 != 16 ||
 		!reflect.DeepEqual(c.Reserved, DefaultReserved()) {
 		t.Fatalf("defaults %+v", c)
 	}

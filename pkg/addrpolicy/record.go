@@ -254,6 +254,9 @@ func (cfg Config) checkAddr(what string, a netip.Addr) error {
 	if cfg.VIPRange.Contains(a) {
 		return refuseRecord(RecordReservedAddress, "%s %s is in the clusterset VIP range %s", what, a, cfg.VIPRange)
 	}
+	if cfg.VIPRangeIPv6.Contains(a) {
+		return refuseRecord(RecordReservedAddress, "%s %s is in the IPv6 clusterset VIP range %s", what, a, cfg.VIPRangeIPv6)
+	}
 	if cfg.Supernet.Contains(a) {
 		return nil
 	}

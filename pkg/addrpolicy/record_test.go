@@ -89,6 +89,8 @@ func TestCheckRecord(t *testing.T) {
 			msg: "carries no global address", edit: func(r *v1alpha1.ServiceExportRecordSpec) { r.Ports[0].Global, r.Ports[1].Global = nil, nil }},
 		{name: "backend in the VIP range", record: goodRecord, claim: flatClaim, want: RecordReservedAddress, msg: "clusterset VIP range",
 			edit: func(r *v1alpha1.ServiceExportRecordSpec) { r.Endpoints[0].Backends[0].Address = "243.0.0.7" }},
+		{name: "ClusterIP in the IPv6 VIP range", record: goodRecord, claim: flatClaim, want: RecordReservedAddress, msg: "IPv6 clusterset VIP range",
+			edit: func(r *v1alpha1.ServiceExportRecordSpec) { r.ClusterIPs = append(r.ClusterIPs, "fd63:6175:7365::7") }},
 		{name: "backend loopback", record: goodRecord, claim: flatClaim, want: RecordReservedAddress, msg: "127.0.0.0/8",
 			edit: func(r *v1alpha1.ServiceExportRecordSpec) { r.Endpoints[0].Backends[0].Address = "127.0.0.1" }},
 		{name: "ClusterIP link-local, no tunnel", record: goodRecord, claim: Claim{ClusterID: "c2"}, want: RecordReservedAddress, msg: "169.254",

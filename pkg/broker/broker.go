@@ -21,22 +21,26 @@
 // objects. EnsureClusterIdentity creates all of this idempotently and
 // returns a kubeconfig with a token of the ServiceAccount, obtained through
 // the TokenRequest API (served by the API server itself; no controller
-// manager needed): `causewayctl deploy-broker` writes it as the member's
-// join file.
+// manager needed) and valid for JoinTokenLifetime: `causewayctl
+// deploy-broker` writes it as the member's join file.
+//
+// Broker tokens are short-lived: a member may request tokens for its own
+// ServiceAccount (and for nothing else), and its MCS controller's Rotator
+// replaces the token in the member's Secret with one valid for an hour,
+// half an hour before the current one expires (token.go). Leave deletes
+// the ServiceAccount, which revokes every token it was ever issued.
 //
 // A member that joins records its claim on its cluster ID in its own
 // namespace (Claim: Lease causeway-claim holding the member's kube-system
 // UID), so a second cluster joining under the same ID is refused; Leave
-// removes what the member wrote there.
+// removes what the member wrote there and then its ServiceAccount.
 package broker
 
 import (
 	"context"
 	"fmt"
 	"os"
-	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,10 +68,6 @@ const (
 	LabelClusterID = "causeway.dev/cluster-id"
 )
 
-// TokenLifetime is the lifetime requested for the identity's token. The
-// API server may cap it (--service-account-max-token-expiration).
-const TokenLifetime = 10 * 365 * 24 * time.Hour
-
 // Namespace returns the broker namespace of a member cluster.
 func Namespace(clusterID string) string { return NamespacePrefix + clusterID }
 
@@ -89,6 +89,12 @@ func OwnRules() []rbacv1.PolicyRule {
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"},
 			Verbs: []string{"create", "update", "patch"}},
+		// Its own ServiceAccount: fresh tokens (Rotator), and its
+		// deletion on leave, which revokes every token (Leave).
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{ServiceAccountName},
+			Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, ResourceNames: []string{ServiceAccountName},
+			Verbs: []string{"delete"}},
 	}
 }
 
@@ -106,9 +112,10 @@ func SharedRules() []rbacv1.PolicyRule {
 // namespace, ServiceAccount, Role, RoleBinding and ClusterRoleBinding, and
 // the shared ClusterRole, using brokerAdmin (a broker administrator). It
 // returns a kubeconfig for the new identity: brokerAdmin's server and CA,
-// and a fresh ServiceAccount token. Calling it again is harmless; it issues
-// another token, the earlier ones stay valid until they expire or the
-// ServiceAccount is deleted.
+// and a fresh ServiceAccount token valid for JoinTokenLifetime. Calling it
+// again is harmless (it also recreates the ServiceAccount a member deleted
+// on leave); it issues another token, the earlier ones stay valid until
+// they expire or the ServiceAccount is deleted.
 func EnsureClusterIdentity(ctx context.Context, brokerAdmin *rest.Config, clusterID string) ([]byte, error) {
 	if msgs := validation.IsDNS1123Label(clusterID); len(msgs) > 0 {
 		return nil, fmt.Errorf("cluster ID %q: %v", clusterID, msgs)
@@ -209,13 +216,11 @@ func EnsureClusterIdentity(ctx context.Context, brokerAdmin *rest.Config, cluste
 		return nil, err
 	}
 
-	secs := int64(TokenLifetime / time.Second)
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, ServiceAccountName,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	token, _, err := Token(ctx, brokerAdmin, clusterID, JoinTokenLifetime)
 	if err != nil {
-		return nil, fmt.Errorf("request token for %s/%s: %w", ns, ServiceAccountName, err)
+		return nil, err
 	}
-	return Kubeconfig(brokerAdmin, clusterID, tr.Status.Token)
+	return Kubeconfig(brokerAdmin, clusterID, token)
 }
 
 // apply runs create, and update when the object already exists (nil

@@ -207,13 +207,9 @@ func TestClusterIdentity(t *testing.T) {
 	if err := b.Delete(ctx, claim("b", "b")); err != nil {
 		t.Errorf("b releases its global CIDR claim: %v", err)
 	}
-	// The token works for years, not hours.
 	kc, err := broker.EnsureClusterIdentity(ctx, api.Config, "a")
 	if err != nil {
 		t.Fatal(err)
-	}
-	if exp := tokenExpiry(t, kc); time.Until(exp) < 300*24*time.Hour {
-		t.Errorf("token expires at %s, want about a decade", exp)
 	}
 	moved, err := broker.WithServer(kc, "https://127.0.0.1:6444")
 	if err != nil {

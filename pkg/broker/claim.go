@@ -68,9 +68,11 @@ func Claim(ctx context.Context, bc client.Client, clusterID, uid string) error {
 // Leave removes, through the member's own identity (bc), what the member
 // cluster clusterID wrote in the broker: every Causeway object of its
 // broker namespace, its Leases (the claim among them) and the global
-// CIDRs it claimed. Clusterset VIPs stay: they belong to the ClusterSet's
-// Services, not to one exporter. The namespace, ServiceAccount and roles
-// are the broker administrator's (`causewayctl deploy-broker`).
+// CIDRs it claimed; last its ServiceAccount, so every token it was issued
+// (bc's among them) stops working at once. Clusterset VIPs stay: they
+// belong to the ClusterSet's Services, not to one exporter. The namespace
+// and roles are the broker administrator's (`causewayctl deploy-broker`,
+// which also recreates the ServiceAccount for the next join).
 func Leave(ctx context.Context, bc client.Client, clusterID string) error {
 	ns := Namespace(clusterID)
 	crds, err := kube.CRDs()
@@ -106,6 +108,10 @@ func Leave(ctx context.Context, bc client.Client, clusterID string) error {
 				return fmt.Errorf("delete global CIDR %s in the broker: %w", c.Name, err)
 			}
 		}
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceAccountName}}
+	if err := bc.Delete(ctx, sa); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("revoke the broker identity %s/%s: %w", ns, ServiceAccountName, err)
 	}
 	return nil
 }

@@ -123,10 +123,7 @@ func runPaths(b *testing.B, measure func(*testing.B, *cabletest.Topo) (int64, ti
 		{"vxlan", setupDriver(func(ctx context.Context, l cable.LocalEndpoint) (cable.Driver, error) { return vxlan.New(ctx, l) }, 4789)},
 		{"wireguard", setupDriver(func(ctx context.Context, l cable.LocalEndpoint) (cable.Driver, error) { return wireguard.New(ctx, l) }, 51820)},
 		{"wireguard-go-by-hand", setupByHand},
-		{"ipsec", setupDriver(func(ctx context.Context, l cable.LocalEndpoint) (cable.Driver, error) {
-			l.SharedSecret = []byte("benchmark secret")
-			return ipsec.New(ctx, l)
-		}, ipsec.IKEPort)},
+		{"ipsec", setupDriver(ipsec.New, ipsec.IKEPort)},
 	}
 	for _, p := range paths {
 		b.Run(p.name, func(b *testing.B) {

@@ -82,10 +82,6 @@ type LocalEndpoint struct {
 	// as its local traffic selectors (empty: any, narrowed by the peer);
 	// other drivers ignore them.
 	Subnets []netip.Prefix
-	// SharedSecret is a clusterset-wide secret from which the ipsec
-	// driver derives each pair's pre-shared key when a Connection has no
-	// PresharedKey (see ipsec.DerivePSK); other drivers ignore it.
-	SharedSecret []byte
 	// Logger is used for driver logs; nil discards.
 	Logger *slog.Logger
 }
@@ -96,12 +92,12 @@ type Connection struct {
 	ClusterID string
 	// Endpoint is the remote gateway's public address and port.
 	Endpoint netip.AddrPort
-	// PublicKey is the remote's public key (WireGuard); zero for drivers
-	// without keys.
+	// PublicKey is the remote's public key: WireGuard's, or the ipsec
+	// driver's X25519 key the pair's pre-shared key is derived from
+	// (ipsec.DerivePSK); zero for drivers without keys.
 	PublicKey Key
 	// PresharedKey is an optional additional symmetric key (WireGuard);
-	// for ipsec the IKE pre-shared key of this pair (it overrides the
-	// key derived from LocalEndpoint.SharedSecret).
+	// other drivers ignore it.
 	PresharedKey *Key
 	// Subnets are the remote cluster's validated subnets. Only these are
 	// routed into the tunnel and accepted from it.

@@ -27,9 +27,9 @@ func tunedValues() map[string]any {
 		"clusterID": "east-1", "podCIDRs": []any{"10.1.0.0/16", "fd00:1::/56"}, "serviceCIDRs": []any{"10.2.0.0/16"},
 		"namespace":    map[string]any{"create": true},
 		"image":        map[string]any{"repository": "registry.example/causeway", "tag": "v9", "pullPolicy": "Never"},
-		"brokerSecret": "broker-creds",
 		"vipRange":     "100.64.0.0/16",
-		"cable":        map[string]any{"driver": "ipsec", "mtu": 1300, "ipsecPSKSecret": "psk"},
+		"vipRangeIPv6": "",
+		"cable":        map[string]any{"driver": "ipsec", "mtu": 1300},
 		"globalnet":    map[string]any{"enabled": true, "supernet": "169.254.0.0/16", "cidrBits": 26},
 		"logLevel":     "debug",
 		"gateway": map[string]any{"nodeSelector": map[string]any{"role": "edge"}, "metricsPort": 19531, "healthPort": 19541,
@@ -125,7 +125,7 @@ func TestRenderDefaults(t *testing.T) {
 		t.Errorf("image %s, want the chart's appVersion as tag", img)
 	}
 	ra := find(t, objs, "DaemonSet", "causeway-route-agent")
-	for _, a := range []string{"--tunnel-mtu=1420", "--vip-range=243.0.0.0/12"} {
+	for _, a := range []string{"--tunnel-mtu=1420", "--vip-range=243.0.0.0/12", "--vip-range-ipv6=fd63:6175:7365::/108"} {
 		if !slices.Contains(args(t, ra), a) {
 			t.Errorf("route agent args %v lack %s", args(t, ra), a)
 		}
@@ -141,7 +141,7 @@ func TestRenderTuned(t *testing.T) {
 	}
 	gw := find(t, objs, "DaemonSet", "causeway-gateway")
 	ga := args(t, gw)
-	for _, a := range []string{"--cable-driver=ipsec", "--port=500", "--mtu=1300", "--ipsec-psk-file=/etc/causeway/ipsec/psk",
+	for _, a := range []string{"--cable-driver=ipsec", "--port=500", "--mtu=1300",
 		"--globalnet", "--global-supernet=169.254.0.0/16", "--global-cidr-bits=26", "--metrics-addr=127.0.0.1:19531", "--health-addr=:19541", "--log-level=debug"} {
 		if !slices.Contains(ga, a) {
 			t.Errorf("gateway args %v lack %s", ga, a)
@@ -166,11 +166,11 @@ func TestRenderTuned(t *testing.T) {
 			secrets = append(secrets, s)
 		}
 	}
-	if !slices.Equal(secrets, []string{"broker-creds", "psk"}) {
-		t.Errorf("gateway mounts Secrets %v, want broker-creds and psk", secrets)
+	if !slices.Equal(secrets, []string{"causeway-broker"}) {
+		t.Errorf("gateway mounts Secrets %v, want causeway-broker alone", secrets)
 	}
 	ra := find(t, objs, "DaemonSet", "causeway-route-agent")
-	for _, a := range []string{"--tunnel-mtu=1300", "--vip-range=100.64.0.0/16", "--iptables-backend=nft"} {
+	for _, a := range []string{"--tunnel-mtu=1300", "--vip-range=100.64.0.0/16", "--vip-range-ipv6=", "--iptables-backend=nft"} {
 		if !slices.Contains(args(t, ra), a) {
 			t.Errorf("route agent args %v lack %s", args(t, ra), a)
 		}
@@ -188,7 +188,7 @@ func TestRenderTuned(t *testing.T) {
 func TestCableDefaults(t *testing.T) {
 	for driver, want := range map[string][2]string{"wireguard": {"4500", "1420"}, "vxlan": {"4789", "1450"}, "ipsec": {"500", "1400"}} {
 		v := clusterValues()
-		v["cable"] = map[string]any{"driver": driver, "ipsecPSKSecret": map[string]string{"ipsec": "psk"}[driver]}
+		v["cable"] = map[string]any{"driver": driver}
 		objs := mustRender(t, v)
 		if ga := args(t, find(t, objs, "DaemonSet", "causeway-gateway")); !slices.Contains(ga, "--port="+want[0]) {
 			t.Errorf("%s: gateway args %v, want --port=%s", driver, ga, want[0])
@@ -212,14 +212,14 @@ func TestBadValues(t *testing.T) {
 		{"not a CIDR", func(v map[string]any) { v["serviceCIDRs"] = []any{"10.96.0.0"} }, []string{"/serviceCIDRs/0"}},
 		{"CIDR as a string", func(v map[string]any) { v["podCIDRs"] = "10.244.0.0/16" }, []string{"/podCIDRs", "want array"}},
 		{"unknown cable", func(v map[string]any) { v["cable"] = map[string]any{"driver": "gre"} }, []string{"/cable/driver", "wireguard"}},
-		{"ipsec without its secret", func(v map[string]any) { v["cable"] = map[string]any{"driver": "ipsec"} }, []string{"/cable/ipsecPSKSecret"}},
 		{"ipsec on another port", func(v map[string]any) {
-			v["cable"] = map[string]any{"driver": "ipsec", "ipsecPSKSecret": "psk", "port": 4500}
+			v["cable"] = map[string]any{"driver": "ipsec", "port": 4500}
 		},
 			[]string{"/cable/port"}},
 		{"port out of range", func(v map[string]any) { v["cable"] = map[string]any{"port": 70000} }, []string{"/cable/port", "maximum"}},
 		{"tiny MTU", func(v map[string]any) { v["cable"] = map[string]any{"mtu": 100} }, []string{"/cable/mtu"}},
 		{"IPv6 VIP range", func(v map[string]any) { v["vipRange"] = "fd00::/64" }, []string{"/vipRange"}},
+		{"IPv4 range as the IPv6 VIP range", func(v map[string]any) { v["vipRangeIPv6"] = "243.0.0.0/12" }, []string{"/vipRangeIPv6"}},
 		{"misspelt value", func(v map[string]any) { v["globalnet"] = map[string]any{"enable": true} }, []string{"/globalnet", "enable"}},
 		{"unknown top-level value", func(v map[string]any) { v["clusterId"] = "c1" }, []string{"clusterId"}},
 		{"zero replicas", func(v map[string]any) { v["mcsController"] = map[string]any{"replicas": 0} }, []string{"/mcsController/replicas", "minimum"}},

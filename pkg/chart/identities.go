@@ -55,14 +55,14 @@ func InstallIdentities(ctx context.Context, c client.Client) error {
 	if err := kube.Apply(ctx, c, ids, false); err != nil {
 		return fmt.Errorf("install identities: %w", err)
 	}
-	return waitGranted(ctx, c, ids)
+	return WaitGranted(ctx, c, ids)
 }
 
-// waitGranted waits until the API server grants every ServiceAccount bound
+// WaitGranted waits until the API server grants every ServiceAccount bound
 // in objs every rule of its roles in objs: RBAC changes take effect
 // asynchronously (the authorizer's informers), and a daemon started
 // meanwhile would be refused.
-func waitGranted(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
+func WaitGranted(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
 
 	rules := map[string][]rbacv1.PolicyRule{} // kind/namespace/name
 	for _, o := range objs {
@@ -91,11 +91,17 @@ func waitGranted(ctx context.Context, c client.Client, objs []*unstructured.Unst
 			user := "system:serviceaccount:" + sub.Namespace + ":" + sub.Name
 			groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + sub.Namespace, "system:authenticated"}
 			for _, r := range rules[b.RoleRef.Kind+"/"+o.GetNamespace()+"/"+b.RoleRef.Name] {
+				// A rule for named objects grants nothing to a request
+				// without a name: ask for the first one.
+				var name string
+				if len(r.ResourceNames) > 0 {
+					name = r.ResourceNames[0]
+				}
 				for _, res := range r.Resources {
 					resource, sub, _ := strings.Cut(res, "/")
 					reviews = append(reviews, authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 						User: user, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
-							Namespace: o.GetNamespace(), Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: resource, Subresource: sub}}})
+							Namespace: o.GetNamespace(), Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: resource, Subresource: sub, Name: name}}})
 				}
 			}
 		}
@@ -109,7 +115,7 @@ func waitGranted(ctx context.Context, c client.Client, objs []*unstructured.Unst
 			}
 			if !r.Status.Allowed {
 				a := r.Spec.ResourceAttributes
-				pending = fmt.Sprintf("%s may not yet %s %s/%s in %q", r.Spec.User, a.Verb, a.Resource, a.Subresource, a.Namespace)
+				pending = fmt.Sprintf("%s may not yet %s %s/%s %s in %q", r.Spec.User, a.Verb, a.Resource, a.Subresource, a.Name, a.Namespace)
 				return false, nil
 			}
 			reviews = reviews[1:]

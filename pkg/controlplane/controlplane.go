@@ -75,6 +75,10 @@ type Config struct {
 	// lab's nodes live in network namespaces the API server cannot reach
 	// directly.
 	ClusterEgress bool
+	// ServingIPs are further addresses the API server's serving
+	// certificate is valid for, besides 127.0.0.1 (where clients reach it
+	// through a forwarder, e.g. the lab's pods).
+	ServingIPs []net.IP
 	// Detach starts processes in their own session, so they outlive the
 	// caller (the lab); otherwise they die with the caller (tests).
 	Detach bool
@@ -127,7 +131,7 @@ func Prepare(cfg Config) (*ControlPlane, []ProcessConfig, error) {
 	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
 
 	cp := &ControlPlane{cfg: cfg, URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort)}
-	if cp.pki, err = NewPKI(filepath.Join(cfg.Dir, "pki"), cfg.Name); err != nil {
+	if cp.pki, err = NewPKI(filepath.Join(cfg.Dir, "pki"), cfg.Name, cfg.ServingIPs); err != nil {
 		return nil, nil, err
 	}
 	if cp.AdminKubeconfig, err = cp.pki.Kubeconfig(cp.URL, "admin", "admin", []string{"system:masters"}); err != nil {
@@ -190,7 +194,7 @@ func Adopt(cfg Config) (*ControlPlane, error) {
 	if err != nil || len(ports) < 3 {
 		return nil, fmt.Errorf("controlplane %s: not started in %s", cfg.Name, cfg.Dir)
 	}
-	pki, err := NewPKI(filepath.Join(cfg.Dir, "pki"), cfg.Name)
+	pki, err := NewPKI(filepath.Join(cfg.Dir, "pki"), cfg.Name, cfg.ServingIPs)
 	if err != nil {
 		return nil, err
 	}

@@ -28,10 +28,11 @@ type PKI struct {
 const KubeletClientUser = "kube-apiserver-kubelet-client"
 
 // NewPKI loads or creates the CA, the API server's serving certificate
-// (valid for 127.0.0.1, localhost and the in-cluster names), its client
+// (valid for 127.0.0.1, localhost, the in-cluster names and servingIPs;
+// issued once, so the addresses of its first call count), its client
 // certificate towards kubelets and the service-account signing key pair in
 // dir.
-func NewPKI(dir, name string) (*PKI, error) {
+func NewPKI(dir, name string, servingIPs []net.IP) (*PKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -44,7 +45,7 @@ func NewPKI(dir, name string) (*PKI, error) {
 	p.ServingCert, p.ServingKey, err = ca.Issue(dir, "apiserver", CertSpec{
 		CommonName: name + "-apiserver",
 		DNSNames:   []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPs:        []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		IPs:        append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, servingIPs...),
 		Server:     true,
 	})
 	if err != nil {

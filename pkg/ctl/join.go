@@ -11,7 +11,6 @@ import (
 	"helm.sh/helm/v4/pkg/strvals"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -24,10 +23,6 @@ import (
 	"github.com/causeway-net/causeway/pkg/install"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
-
-// BrokerSecret is the Secret in causeway-system holding a cluster's broker
-// kubeconfig (key "kubeconfig"), as `causewayctl join` writes it.
-const BrokerSecret = "causeway-broker"
 
 // clusterIDProperty is the About API's ClusterProperty naming the cluster.
 var clusterIDProperty = schema.GroupVersionKind{Group: "about.k8s.io", Version: "v1alpha1", Kind: "ClusterProperty"}
@@ -42,10 +37,13 @@ func newDeployBrokerCommand() *cobra.Command {
 API's CRDs, and for every --cluster-id the member's broker namespace
 (cluster-<id>), ServiceAccount and RBAC (it may write only its own namespace
 and read the others). For each it writes <output-dir>/<id>.join.yaml: the
-broker's address and CA and a token of that member's own identity, so
-joining (causewayctl join --join-file) needs no broker-admin credentials and
-the token can do nothing but what that member may. Idempotent: running it
-again adds new IDs and issues fresh tokens.`,
+broker's address and CA and a token of that member's own identity, valid
+for 24 hours (join within them), so joining (causewayctl join --join-file)
+needs no broker-admin credentials and the token can do nothing but what
+that member may. Once joined, the member's MCS controller replaces it with
+tokens valid for an hour, rotated every half hour. Idempotent: running it
+again adds new IDs, recreates the identity of a member that left, and
+issues fresh tokens.`,
 		Example: `  causewayctl deploy-broker --kubeconfig broker-admin.yaml --cluster-id c1 --cluster-id c2`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -115,7 +113,9 @@ ID with the new identity (refused like above), and store the resulting
 broker kubeconfig as the Secret; install the chart yourself.
 
 The gateway and MCS controller Pods mount the Secret (the daemons' own
-ServiceAccounts may not read Secrets). The cluster ID is --cluster-id, the
+ServiceAccounts may not read Secrets); its key "kubeconfig" reads the
+token from its key "token", which the MCS controller rotates (it may patch
+this Secret and no other). The cluster ID is --cluster-id, the
 join file's, or the About API's ClusterProperty cluster.clusterset.k8s.io.
 Idempotent: joining again refreshes the credentials and the install.`,
 		Example: `  causewayctl join --join-file c1.join.yaml --kubeconfig c1.yaml --gateway-node node-0
@@ -196,10 +196,10 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 	}
 	// Either way, the cluster ID is claimed before the credentials are
 	// stored: a second cluster under the same ID gets nothing.
-	if err := f.claim(ctx, cl, raw); err != nil {
+	if err := install.Claim(ctx, cl, f.clusterID, raw); err != nil {
 		return err
 	}
-	if err := storeBrokerSecret(ctx, cl, f.namespace, raw); err != nil {
+	if err := install.StoreBrokerSecret(ctx, cl, f.namespace, raw); err != nil {
 		return err
 	}
 	if f.out != "" {
@@ -208,25 +208,11 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 		}
 	}
 	say("cluster %s joined the broker: namespace %s, credentials in Secret %s/%s",
-		f.clusterID, broker.Namespace(f.clusterID), f.namespace, BrokerSecret)
+		f.clusterID, broker.Namespace(f.clusterID), f.namespace, broker.Secret)
 	if f.joinFile == "" {
 		return nil
 	}
 	return f.install(ctx, local, cl, objs, say)
-}
-
-// claim claims the cluster ID in the broker with the member identity of
-// raw (the join file's, or the one --broker-kubeconfig just created).
-func (f *joinFlags) claim(ctx context.Context, cl client.Client, raw []byte) error {
-	bc, err := clientFromKubeconfig(raw)
-	if err != nil {
-		return fmt.Errorf("broker credentials: %w", err)
-	}
-	uid, err := broker.MemberUID(ctx, cl)
-	if err != nil {
-		return err
-	}
-	return broker.Claim(ctx, bc, f.clusterID, uid)
 }
 
 // render discovers the CIDRs not given and renders the chart.
@@ -254,7 +240,6 @@ func (f *joinFlags) render(ctx context.Context, cl client.Client, say func(strin
 	values["podCIDRs"] = toAny(f.podCIDRs)
 	values["serviceCIDRs"] = toAny(f.serviceCIDRs)
 	values["namespace"] = map[string]any{"create": true}
-	values["brokerSecret"] = BrokerSecret
 	return chart.Render(values)
 }
 
@@ -303,14 +288,6 @@ func joinFileClusterID(raw []byte) (string, error) {
 	return id, nil
 }
 
-func clientFromKubeconfig(raw []byte) (client.Client, error) {
-	rc, err := clientcmd.RESTConfigFromKubeConfig(raw)
-	if err != nil {
-		return nil, err
-	}
-	return client.New(rc, client.Options{Scheme: kube.NewScheme()})
-}
-
 func newUninstallCommand() *cobra.Command {
 	var kubeconfig string
 	cmd := &cobra.Command{
@@ -319,10 +296,13 @@ func newUninstallCommand() *cobra.Command {
 		Long: `Remove Causeway from a member cluster: in the broker, through the cluster's
 own broker identity (Secret causeway-system/causeway-broker), every object
 the cluster wrote in its namespace, its Leases (the cluster ID's claim among
-them) and its global CIDRs; in the cluster, the chart's objects, namespace
+them) and its global CIDRs, and last its ServiceAccount, which revokes
+every broker token the cluster was issued (the API server refuses them
+within seconds); in the cluster, the chart's objects, namespace
 causeway-system, the CRDs (with every ServiceExport and ServiceImport) and
-the causeway.dev/gateway node label. The broker namespace and identity stay
-(deploy-broker's): the same ID can join again. Run the daemons' --cleanup
+the causeway.dev/gateway node label. The broker namespace and roles stay
+(deploy-broker's): the same ID joins again with a fresh join file from
+deploy-broker, which recreates the identity. Run the daemons' --cleanup
 on the nodes first to remove their datapath (routes, devices, eBPF pins).`,
 		Example: `  causewayctl uninstall --kubeconfig c1.yaml`,
 		Args:    cobra.NoArgs,
@@ -338,25 +318,29 @@ on the nodes first to remove their datapath (routes, devices, eBPF pins).`,
 				return err
 			}
 			sec := &corev1.Secret{}
-			err = cl.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: BrokerSecret}, sec)
+			err = cl.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: broker.Secret}, sec)
 			switch {
 			case apierrors.IsNotFound(err):
-				say("no Secret " + kube.Namespace + "/" + BrokerSecret + ": nothing to remove in the broker")
+				say("no Secret " + kube.Namespace + "/" + broker.Secret + ": nothing to remove in the broker")
 			case err != nil:
 				return err
 			default:
-				id, err := joinFileClusterID(sec.Data["kubeconfig"])
+				id, err := joinFileClusterID(sec.Data[broker.SecretKubeconfig])
 				if err != nil {
-					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, BrokerSecret, err)
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
 				}
-				bc, err := clientFromKubeconfig(sec.Data["kubeconfig"])
+				rc, err := broker.RESTConfigFromSecret(sec.Data)
 				if err != nil {
-					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, BrokerSecret, err)
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
+				}
+				bc, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
+				if err != nil {
+					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
 				}
 				if err := broker.Leave(ctx, bc, id); err != nil {
 					return err
 				}
-				say("broker: removed cluster " + id + "'s objects from " + broker.Namespace(id))
+				say("broker: removed cluster " + id + "'s objects from " + broker.Namespace(id) + " and revoked its broker identity")
 			}
 			return install.Uninstall(ctx, cl, say)
 		},
@@ -378,26 +362,4 @@ func aboutClusterID(ctx context.Context, cl client.Client) (string, error) {
 		return "", fmt.Errorf("ClusterProperty cluster.clusterset.k8s.io has no value")
 	}
 	return v, nil
-}
-
-func storeBrokerSecret(ctx context.Context, cl client.Client, namespace string, kubeconfig []byte) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	if err := cl.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", namespace, err)
-	}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: BrokerSecret}}
-	existing := &corev1.Secret{}
-	err := cl.Get(ctx, client.ObjectKeyFromObject(sec), existing)
-	switch {
-	case apierrors.IsNotFound(err):
-		sec.Data = map[string][]byte{"kubeconfig": kubeconfig}
-		err = cl.Create(ctx, sec)
-	case err == nil:
-		existing.Data = map[string][]byte{"kubeconfig": kubeconfig}
-		err = cl.Update(ctx, existing)
-	}
-	if err != nil {
-		return fmt.Errorf("store Secret %s/%s: %w", namespace, BrokerSecret, err)
-	}
-	return nil
 }

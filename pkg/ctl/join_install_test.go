@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -192,10 +193,14 @@ func TestJoinFileInstall(t *testing.T) {
 		t.Errorf("gateway DaemonSet managed by %v, want %s", m, install.FieldOwner)
 	}
 	sec := &corev1.Secret{}
-	if err := c1.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: BrokerSecret}, sec); err != nil {
+	if err := c1.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: broker.Secret}, sec); err != nil {
 		t.Fatal(err)
 	}
-	member, err := clientFromKubeconfig(sec.Data["kubeconfig"])
+	rc, err := broker.RESTConfigFromSecret(sec.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +214,7 @@ func TestJoinFileInstall(t *testing.T) {
 	if !errors.Is(err, broker.ErrClusterIDInUse) || !strings.Contains(err.Error(), "c1") {
 		t.Errorf("second cluster joining as c1: %v, want %v\n%s", err, broker.ErrClusterIDInUse, out)
 	}
-	if err := c2.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: BrokerSecret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+	if err := c2.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: broker.Secret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the refused cluster got a broker Secret: %v", err)
 	}
 
@@ -258,7 +263,27 @@ func TestJoinFileInstall(t *testing.T) {
 			t.Errorf("CRD %s not deleted", crd.Name)
 		}
 	}
-	// The ID is free again.
+	// The member's broker identity is revoked: its token is refused (the
+	// API server caches accepted tokens for 10 s).
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err = member.List(ctx, &leases, client.InNamespace(broker.Namespace("c1")))
+		return apierrors.IsUnauthorized(err), nil
+	})
+	if err != nil {
+		t.Errorf("c1's broker token after uninstall: %v, want Unauthorized", err)
+	}
+	// The ID is free again, for a new identity from deploy-broker.
+	if out, err := runCtl("deploy-broker", "--kubeconfig", b.AdminKubeconfig, "--cluster-id", "c1", "--output-dir", dir); err != nil {
+		t.Fatalf("deploy-broker again: %v\n%s", err, out)
+	}
+	again, err := os.ReadFile(joinFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, err = install.ClientFromKubeconfig(again)
+	if err != nil {
+		t.Fatal(err)
+	}
 	uid, err := broker.MemberUID(ctx, c2.Client)
 	if err != nil {
 		t.Fatal(err)

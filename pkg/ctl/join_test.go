@@ -6,13 +6,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
@@ -56,22 +56,26 @@ func TestJoin(t *testing.T) {
 	if err := cmd.Execute(); !errors.Is(err, broker.ErrClusterIDInUse) {
 		t.Errorf("a second cluster joins as c1: err=%v, want ErrClusterIDInUse", err)
 	}
-	if err := cps["impostor"].Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: BrokerSecret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+	if err := cps["impostor"].Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: broker.Secret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the refused cluster got a broker Secret: %v", err)
 	}
 
 	sec := &corev1.Secret{}
-	if err := c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: BrokerSecret}, sec); err != nil {
+	if err := c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: broker.Secret}, sec); err != nil {
 		t.Fatalf("broker Secret: %v", err)
 	}
 	fromFile, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(sec.Data["kubeconfig"], fromFile) {
-		t.Error("the Secret and --output hold different kubeconfigs")
+	want, err := broker.SecretData(fromFile)
+	if err != nil {
+		t.Fatal(err)
 	}
-	rc, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["kubeconfig"])
+	if !reflect.DeepEqual(sec.Data, want) {
+		t.Error("the Secret and --output hold different credentials")
+	}
+	rc, err := broker.RESTConfigFromSecret(sec.Data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,9 +59,11 @@ func newLabUpCommand(dir *string) *cobra.Command {
 		Use:   "up",
 		Short: "Bring the lab up (or repair it), deploy the demo, and say what to try",
 		Long: `Bring the lab up: build the network, start the control planes, kubelets and
-kube-proxies under one supervisor, install the CRDs, deploy the demo (namespace
-demo: Deployment + Service whereami in c1 and c2, a client pod everywhere) and
-wait until everything is ready. Running it again repairs what is missing and
+kube-proxies under one supervisor, install Causeway into every cluster through
+its Helm chart as causewayctl join does (the kubelets run the chart's gateway
+and route-agent DaemonSets and MCS controller Deployment), deploy the demo
+(namespace demo: Deployment + Service whereami in c1 and c2, a client pod
+everywhere) and wait until everything is ready. Running it again repairs what is missing and
 never duplicates anything.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -106,6 +108,7 @@ func printTryThis(cmd *cobra.Command, st *lab.State) {
 	fmt.Fprintf(out, "\nThe lab is up: %s + broker.\n\nTry this:\n", strings.Join(st.Members(), ", "))
 	fmt.Fprintf(out, "  %s lab status\n", self)
 	fmt.Fprintf(out, "  %s lab kubectl c1 -- get pods -A -o wide\n", self)
+	fmt.Fprintf(out, "  %s lab kubectl c1 -- -n causeway-system get ds,deploy,pods   # Causeway, installed by its Helm chart\n", self)
 	if st.Demo {
 		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s whereami.demo.svc.cluster.local\n", self)
 		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s $(%s lab kubectl c1 -- get svc -n demo whereami -o jsonpath='{.spec.clusterIP}')\n", self, self)
@@ -193,7 +196,9 @@ func newLabLogsCommand(dir *string) *cobra.Command {
 		Short: "List the lab's log files, or print one unit's log",
 		Long: `Without an argument, list every log file of the lab. With one, print the log
 of that unit: a control-plane process ("c1/kube-apiserver"), a node process
-("c1/n0/kubelet", "c1/n0/kube-proxy") or the supervisor ("supervisor").`,
+("c1/n0/kubelet", "c1/n0/kube-proxy"), a Pod's container
+("c1/causeway-system/causeway-gateway-x7k2p/gateway") or the supervisor
+("supervisor").`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := lab.Load(*dir)

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/transport"
 )
 
 // Command builds the cobra command of a daemon: opts' flags are registered
@@ -33,12 +34,32 @@ func (o *Options) RESTConfig() (*rest.Config, error) {
 	return restConfig(o.Kubeconfig, "local cluster")
 }
 
-// BrokerRESTConfig is this cluster's identity in the broker.
+// BrokerRESTConfig is this cluster's identity in the broker. When the
+// kubeconfig reads its token from a file (tokenFile, as in the chart's
+// Secret causeway-broker, whose token the MCS controller rotates), the
+// file is read again every minute and at once after a 401, so a daemon
+// follows every rotation without a restart.
 func (o *Options) BrokerRESTConfig() (*rest.Config, error) {
 	if o.BrokerKubeconfig == "" {
 		return nil, fmt.Errorf("--broker-kubeconfig is required")
 	}
-	return restConfig(o.BrokerKubeconfig, "broker")
+	cfg, err := restConfig(o.BrokerKubeconfig, "broker")
+	if err != nil {
+		return nil, err
+	}
+	return FollowTokenFile(cfg), nil
+}
+
+// FollowTokenFile makes cfg, when it reads its bearer token from a file,
+// read the file again every minute and at once after a 401 (client-go
+// alone does only the first).
+func FollowTokenFile(cfg *rest.Config) *rest.Config {
+	if cfg.BearerTokenFile == "" {
+		return cfg
+	}
+	cfg.WrapTransport = transport.ResettableTokenSourceWrapTransport(transport.NewCachedFileTokenSource(cfg.BearerTokenFile))
+	cfg.BearerToken, cfg.BearerTokenFile = "", ""
+	return cfg
 }
 
 func restConfig(path, what string) (*rest.Config, error) {

@@ -9,16 +9,15 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
@@ -41,7 +40,7 @@ type flags struct {
 	port                               uint16
 	cableDriver, tunnelDevice          string
 	mtu                                int
-	stateDir, netns, pskFile           string
+	stateDir, netns                    string
 	routeTable                         int
 	leaseDuration, renewDeadline       time.Duration
 	retryPeriod                        time.Duration
@@ -55,6 +54,8 @@ type flags struct {
 }
 
 // NewCommand returns the gateway daemon's command.
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+
 func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	f := flags{
@@ -93,6 +94,15 @@ object) and exits.`,
 				return err
 			}
 			cfg.Metrics, cfg.Log = rt.Metrics, rt.Log
+			if !cfg.PublicIP.IsValid() && !f.cleanup {
+				if err := rt.WaitForAPIServer(ctx, "local cluster", cfg.Local); err != nil {
+					return err
+				}
+				if cfg.PublicIP, err = rt.NodeAddress(ctx, cfg.Local, cfg.NodeName, corev1.NodeExternalIP, corev1.NodeInternalIP); err != nil {
+					return err
+				}
+				rt.Log.Info("public IP from the Node", "ip", cfg.PublicIP)
+			}
 			e, err := New(cfg)
 			if err != nil {
 				return err
@@ -110,11 +120,10 @@ object) and exits.`,
 			return e.Run(ctx)
 		})
 	fs := cmd.Flags()
-	fs.StringVar(&f.publicIP, "public-ip", f.publicIP, "address remote gateways connect to (required)")
+	fs.StringVar(&f.publicIP, "public-ip", f.publicIP, "address remote gateways connect to (default: the Node's ExternalIP, else its InternalIP)")
 	fs.StringVar(&f.privateIP, "private-ip", f.privateIP, "this node's address on the cluster network, published for the route agent")
 	fs.Uint16Var(&f.port, "port", f.port, "UDP port of the tunnel (vxlan: every gateway of the ClusterSet must use the same; ipsec: 500, the default with it)")
 	fs.StringVar(&f.cableDriver, "cable-driver", f.cableDriver, "tunnel driver: wireguard, vxlan or ipsec")
-	fs.StringVar(&f.pskFile, "ipsec-psk-file", f.pskFile, "ipsec: file holding the clusterset-wide secret each pair's pre-shared key is derived from (the same on every gateway)")
 	fs.StringVar(&f.tunnelDevice, "tunnel-device", f.tunnelDevice, "tunnel device name, ≤ 15 bytes, unique on the machine")
 	fs.IntVar(&f.mtu, "mtu", f.mtu, "tunnel MTU (0: driver default)")
 	fs.StringVar(&f.stateDir, "state-dir", f.stateDir, "directory for the WireGuard private key (never leaves the node) or charon's files (ipsec)")
@@ -153,7 +162,7 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 		ClusterID:     opts.ClusterID,
 		NodeName:      opts.NodeName,
 		Namespace:     opts.Namespace,
-		PublicIP:      addr("public-ip", f.publicIP, true),
+		PublicIP:      addr("public-ip", f.publicIP, false),
 		PrivateIP:     addr("private-ip", f.privateIP, false),
 		HealthCheckIP: addr("health-check-ip", f.healthCheckIP, false),
 		Port:          f.port,
@@ -172,13 +181,6 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 		CandidateProbeInterval: f.candidateProbeInterval,
 		CandidateProbeMisses:   f.candidateProbeMisses,
 		Drivers:                drivers.Registry(),
-	}
-	if f.pskFile != "" {
-		b, err := os.ReadFile(f.pskFile)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--ipsec-psk-file: %w", err))
-		}
-		cfg.SharedSecret = bytes.TrimSpace(b)
 	}
 	cfg.PodCIDRs, _ = daemon.ParsePrefixes(opts.PodCIDRs)
 	cfg.ServiceCIDRs, _ = daemon.ParsePrefixes(opts.ServiceCIDRs)

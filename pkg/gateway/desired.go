@@ -246,10 +246,12 @@ func checkEndpoint(local Local, id string, e *v1alpha1.EndpointSpec) (Verdict, c
 		}
 	}
 	var key cable.Key
-	if local.CableDriver == string(v1alpha1.CableWireGuard) {
+	if local.CableDriver == string(v1alpha1.CableWireGuard) || local.CableDriver == string(v1alpha1.CableIPsec) {
+		// WireGuard's key, or the X25519 key ipsec derives the pair's
+		// pre-shared key from.
 		key, err = cable.ParseKey(e.PublicKey)
 		if err != nil || key.IsZero() {
-			return bad(v1alpha1.ReasonInvalidKey, "publicKey %q is not a WireGuard public key", truncate(e.PublicKey, 60))
+			return bad(v1alpha1.ReasonInvalidKey, "publicKey %q is not a %s public key", truncate(e.PublicKey, 60), local.CableDriver)
 		}
 	}
 	var hc netip.Addr

@@ -285,6 +285,23 @@ func TestComputeVXLANPort(t *testing.T) {
 	}
 }
 
+// An ipsec remote needs the public key its pair's pre-shared key is
+// derived from, like a WireGuard one.
+func TestComputeIPsecKey(t *testing.T) {
+	li := local
+	li.CableDriver, li.Port = "ipsec", 500
+	e := ep("c3", "198.18.3.10", 500, "", "10.245.0.0/16")
+	e.CableDriver = "ipsec"
+	if st := find(t, Compute(li, []Remote{remote("c3", 0, nil, e)}), "c3"); st.Endpoint.Valid || st.Endpoint.Reason != v1alpha1.ReasonInvalidKey {
+		t.Fatalf("ipsec without a public key: %+v", st.Endpoint)
+	}
+	e.PublicKey = keyA
+	d := Compute(li, []Remote{remote("c3", 0, nil, e)})
+	if len(d.Connections) != 1 || d.Connections[0].PublicKey.String() != keyA {
+		t.Fatalf("ipsec connection = %+v", d.Connections)
+	}
+}
+
 func TestVerdictCondition(t *testing.T) {
 	c := Verdict{Reason: v1alpha1.ReasonInvalidKey, Message: "m"}.Condition(3)
 	if c.Type != "Valid" || c.Status != "False" || c.ObservedGeneration != 3 || c.Reason != "InvalidKey" {

@@ -65,11 +65,9 @@ type Config struct {
 	CableDriver  string
 	TunnelDevice string
 	MTU          int
-	// StateDir keeps the WireGuard private key (ipsec: charon's files).
+	// StateDir keeps the driver's private key (WireGuard's, or ipsec's
+	// X25519 key and charon's files).
 	StateDir string
-	// SharedSecret is the clusterset-wide secret the ipsec driver derives
-	// each pair's pre-shared key from; other drivers ignore it.
-	SharedSecret []byte
 	// Netns is the path of the network namespace the gateway's network
 	// lives in; empty = the process's own (the hostNetwork case).
 	Netns string
@@ -163,9 +161,6 @@ func (c Config) validate() error {
 	}
 	if c.Port == 0 {
 		errs = append(errs, errors.New("port is required"))
-	}
-	if c.CableDriver == string(v1alpha1.CableIPsec) && len(c.SharedSecret) == 0 {
-		errs = append(errs, errors.New("the ipsec driver needs a shared secret (--ipsec-psk-file)"))
 	}
 	if c.TunnelDevice == "" || len(c.TunnelDevice) > 15 {
 		errs = append(errs, fmt.Errorf("tunnel device %q: need 1 to 15 bytes", c.TunnelDevice))
@@ -500,17 +495,16 @@ func (e *Engine) newDriver(ctx context.Context, subnets []netip.Prefix) (cable.D
 		}
 	}
 	return e.cfg.Drivers.New(ctx, e.cfg.CableDriver, cable.LocalEndpoint{
-		ClusterID:    e.cfg.ClusterID,
-		Interface:    e.cfg.TunnelDevice,
-		Address:      e.cfg.PublicIP,
-		Port:         e.cfg.Port,
-		MTU:          e.cfg.MTU,
-		StateDir:     e.cfg.StateDir,
-		Netns:        e.cfg.Netns,
-		RouteTable:   e.cfg.RouteTable,
-		Subnets:      subnets,
-		SharedSecret: e.cfg.SharedSecret,
-		Logger:       e.log.With("driver", e.cfg.CableDriver),
+		ClusterID:  e.cfg.ClusterID,
+		Interface:  e.cfg.TunnelDevice,
+		Address:    e.cfg.PublicIP,
+		Port:       e.cfg.Port,
+		MTU:        e.cfg.MTU,
+		StateDir:   e.cfg.StateDir,
+		Netns:      e.cfg.Netns,
+		RouteTable: e.cfg.RouteTable,
+		Subnets:    subnets,
+		Logger:     e.log.With("driver", e.cfg.CableDriver),
 	})
 }
 

@@ -104,9 +104,18 @@ func LabelGateways(ctx context.Context, c client.Client, nodes []string) ([]stri
 }
 
 // Apply installs the CRDs (waiting until they are established) and objs,
-// the rendered chart.
+// the rendered chart: the daemons' identities first, until the API
+// server grants them their rights (a daemon started before would see
+// its requests refused), then the rest.
 func Apply(ctx context.Context, cfg *rest.Config, c client.Client, objs []*unstructured.Unstructured) error {
 	if err := kube.InstallCRDs(ctx, cfg); err != nil {
+		return err
+	}
+	ids := chart.Identities(objs)
+	if err := kube.ApplyAs(ctx, c, FieldOwner, ids, false); err != nil {
+		return err
+	}
+	if err := chart.WaitGranted(ctx, c, ids); err != nil {
 		return err
 	}
 	return kube.ApplyAs(ctx, c, FieldOwner, objs, false)

@@ -9,14 +9,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// BPFFS is the lab's own bpffs mount, where every node's route agent pins
-// its VIP datapath (<dir>/bpffs/<cluster>-<node>/vip). A private mount
-// keeps the host's /sys/fs/bpf untouched and goes away with `lab down`.
+// BPFFS is the lab's own bpffs mount. Each node's route agent sees its
+// own directory of it, <dir>/bpffs/<cluster>-<node> (NodeBPFFS), as
+// /sys/fs/bpf (the chart's hostPath, remapped by the node's kubelet) and
+// pins its VIP datapath there. A private mount keeps the host's
+// /sys/fs/bpf untouched and goes away with `lab down`.
 func (s *State) BPFFS() string { return filepath.Join(s.Dir, "bpffs") }
 
-// VIPPinDir is a node's VIP pin directory.
+// NodeBPFFS is the directory of a node in BPFFS (bpffs refuses names
+// with dots).
+func (s *State) NodeBPFFS(cluster, node string) string {
+	return filepath.Join(s.BPFFS(), cluster+"-"+node)
+}
+
+// VIPPinDir is a node's VIP pin directory: the route agent's default
+// <bpffs>/causeway/vip in NodeBPFFS.
 func (s *State) VIPPinDir(cluster, node string) string {
-	return filepath.Join(s.BPFFS(), cluster+"-"+node, "vip") // bpffs refuses names with dots
+	return filepath.Join(s.NodeBPFFS(cluster, node), "causeway", "vip")
 }
 
 func (s *State) mountBPFFS() error {

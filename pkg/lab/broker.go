@@ -3,76 +3,47 @@ package lab
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-
 	"github.com/causeway-net/causeway/pkg/broker"
 )
 
-// NodeBrokerAPIServer is where processes inside a node's namespace reach
-// the broker: the kubelet forwards it to the broker's API server.
-const NodeBrokerAPIServer = "https://127.0.0.1:6444"
-
-// BrokerKubeconfig is the path of a cluster's broker identity, as the
-// daemons inside its nodes use it.
-func (s *State) BrokerKubeconfig(cluster string) string {
-	return filepath.Join(s.controlPlaneDir(cluster), "broker.kubeconfig")
-}
-
 // joinBroker gives every cluster its broker identity (namespace,
-// ServiceAccount, RBAC, token; pkg/broker), the way `causewayctl join`
-// does, and writes it where the cluster's daemons read it.
-func (s *State) joinBroker(ctx context.Context) error {
+// ServiceAccount, RBAC, token; pkg/broker), as `causewayctl
+// deploy-broker` does, and returns each one's kubeconfig (the broker on
+// the root namespace's loopback) by cluster name. Identities first, then
+// every cluster announced in order, and only then (installCauseway) the
+// credentials handed to the daemons: when two clusters' CIDRs overlap,
+// gateways keep the older one, so c1 must be announced before any
+// gateway publishes (c1 before c2, as users of the lab expect; the
+// gateways update these objects later).
+func (s *State) joinBroker(ctx context.Context) (map[string][]byte, error) {
 	admin, err := s.RESTConfig("broker")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bc, err := s.Client("broker")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// Identities first, then every cluster announced in order, and only
-	// then the credentials handed to the daemons: when two clusters' CIDRs
-	// overlap, gateways keep the older one, so c1 must be announced before
-	// any gateway publishes (c1 before c2, as users of the lab expect; the
-	// gateways update these objects later).
 	ids := map[string][]byte{}
 	for _, c := range s.Members() {
 		raw, err := broker.EnsureClusterIdentity(ctx, admin, c)
 		if err != nil {
-			return fmt.Errorf("broker identity of %s: %w", c, err)
+			return nil, fmt.Errorf("broker identity of %s: %w", c, err)
 		}
 		ids[c] = raw
 	}
 	for _, c := range s.Members() {
 		if err := s.announce(ctx, bc, c); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	for _, c := range s.Members() {
-		cfg, err := clientcmd.Load(ids[c])
-		if err != nil {
-			return fmt.Errorf("broker identity of %s: %w", c, err)
-		}
-		for _, cl := range cfg.Clusters {
-			cl.Server = NodeBrokerAPIServer
-		}
-		path := s.BrokerKubeconfig(c)
-		if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-			return err
-		}
-		if err := os.Chmod(path, 0o600); err != nil {
-			return err
-		}
-	}
-	return nil
+	return ids, nil
 }
 
 func (s *State) announce(ctx context.Context, bc client.Client, cluster string) error {

@@ -43,6 +43,13 @@ func (s *State) corefile(cluster string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return corefileFor(kubeconfig), nil
+}
+
+// corefileFor is the Corefile of a CoreDNS reaching its API server with
+// kubeconfig. clusterset.local answers A and AAAA records of a ClusterSetIP
+// import from its spec.ips (one VIP per IP family), SRV from its ports.
+func corefileFor(kubeconfig string) string {
 	return fmt.Sprintf(`.:53 {
     errors
     kubernetes cluster.local clusterset.local in-addr.arpa ip6.arpa {
@@ -54,7 +61,7 @@ func (s *State) corefile(cluster string) (string, error) {
     cache 5
     ready 127.0.0.1:8181
 }
-`, kubeconfig), nil
+`, kubeconfig)
 }
 
 // writeCorefiles writes <Dir>/<cluster>/Corefile for every cluster.

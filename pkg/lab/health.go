@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -24,26 +23,13 @@ type healthCheck struct {
 	url                 string
 }
 
-// healthChecks lists what waitHealthy probes: kube-proxy and every
-// Causeway daemon the lab runs on each node (the ports of daemonUnits).
+// healthChecks lists what waitHealthy probes: every node's kube-proxy
+// (the Causeway daemons are Pods with probes of their own: waitCauseway).
 func (s *State) healthChecks() []healthCheck {
-	missing := s.MissingDaemons()
 	var out []healthCheck
 	for _, c := range s.Topology.Clusters {
-		for i, n := range c.Nodes {
-			add := func(unit, url string) {
-				if !slices.Contains(missing, unit) {
-					out = append(out, healthCheck{c.Name, n.Name, unit, url})
-				}
-			}
-			add("kube-proxy", "http://127.0.0.1:10256/healthz")
-			add("route-agent", "http://127.0.0.1:9532/readyz")
-			if i == 0 {
-				add("mcs-controller", "http://127.0.0.1:9534/readyz")
-			}
-			if n.Gateway() {
-				add("gateway", "http://127.0.0.1:9531/readyz")
-			}
+		for _, n := range c.Nodes {
+			out = append(out, healthCheck{c.Name, n.Name, "kube-proxy", "http://127.0.0.1:10256/healthz"})
 		}
 	}
 	return out

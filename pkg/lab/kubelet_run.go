@@ -91,8 +91,17 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 			ClientCAFile: cp.CACertFile(), ClientUser: controlplane.KubeletClientUser,
 		},
 		EgressSocket: egress,
-		StateDir:     st.NodeStateDir(cluster, node),
-		Log:          slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node),
+		// The chart's hostPaths: the node's own state directory (the
+		// gateway's keys, charon's files), cgroup (where the route agent
+		// attaches its VIP programs: the node's, not the host's root) and
+		// bpffs directory.
+		HostPaths: map[string]string{
+			"/var/lib/causeway": st.NodeStateDir(cluster, node),
+			"/sys/fs/cgroup":    h.Cgroups().Node(cluster, node),
+			"/sys/fs/bpf":       st.NodeBPFFS(cluster, node),
+		},
+		StateDir: st.NodeStateDir(cluster, node),
+		Log:      slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node),
 	})
 	if err != nil {
 		return err

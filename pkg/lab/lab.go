@@ -6,17 +6,18 @@
 // (package apps), and kube-proxy runs inside every node's namespace.
 //
 // `causewayctl lab up` writes the lab's description to its state
-// directory, builds the network, and starts one detached supervisor
-// process that starts and restarts every other process of the lab.
+// directory, builds the network, starts one detached supervisor process
+// that starts and restarts the control planes, kubelets and kube-proxies,
+// and installs Causeway into every cluster through its Helm chart, as
+// `causewayctl join` does: the kubelets run the chart's Pods.
 // `lab down` stops the supervisor and removes everything the lab made.
 package lab
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -63,16 +64,9 @@ type Config struct {
 	NoGlobalnet bool
 }
 
-// Cable drivers the lab can run, with what the route agents and
-// gateways need to know about each.
-var cables = map[string]struct {
-	port uint16 // the gateways' tunnel port
-	mtu  int    // the tunnel MTU, for the route agents' MSS clamping
-}{
-	"wireguard": {port: 4500, mtu: 1420},
-	"vxlan":     {port: 4789, mtu: 1450},
-	"ipsec":     {port: 500, mtu: 1400},
-}
+// cables are the cable drivers the lab can run (the chart's
+// cable.driver; its ports and MTUs are the chart's defaults).
+var cables = []string{"wireguard", "vxlan", "ipsec"}
 
 // DefaultCable is the cable driver of a lab unless told otherwise.
 const DefaultCable = "wireguard"
@@ -192,22 +186,6 @@ func (s *State) TunnelDevice(cluster, node string) string {
 	return s.Prefix + cluster + node
 }
 
-// PSKFile holds the clusterset-wide secret the ipsec gateways derive
-// their pre-shared keys from (written by `lab up`, mode 0600).
-func (s *State) PSKFile() string { return filepath.Join(s.Dir, "ipsec.psk") }
-
-// ensurePSK writes a random secret to PSKFile unless it exists.
-func (s *State) ensurePSK() error {
-	if _, err := os.Stat(s.PSKFile()); err == nil {
-		return nil
-	}
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return err
-	}
-	return os.WriteFile(s.PSKFile(), []byte(base64.StdEncoding.EncodeToString(b)+"\n"), 0o600)
-}
-
 // Paths.
 func (s *State) file() string                       { return filepath.Join(s.Dir, "lab.json") }
 func (s *State) statusFile() string                 { return filepath.Join(s.Dir, "status.json") }
@@ -227,7 +205,10 @@ func (s *State) Members() []string {
 // ControlPlaneConfig is the controlplane configuration of a cluster or of
 // the broker ("broker").
 func (s *State) ControlPlaneConfig(name string) (controlplane.Config, error) {
-	cfg := controlplane.Config{Name: name, Dir: s.controlPlaneDir(name), BinDir: s.BinDir, Detach: true}
+	// Pods reach the API servers through their node's kubelet at
+	// netlab.APIAddress.
+	cfg := controlplane.Config{Name: name, Dir: s.controlPlaneDir(name), BinDir: s.BinDir, Detach: true,
+		ServingIPs: []net.IP{netlab.APIAddress.AsSlice()}}
 	if name == "broker" {
 		cfg.ServiceCIDR = "10.255.0.0/24"
 		return cfg, nil

@@ -23,9 +23,6 @@ type Unit struct {
 	// Start starts the process; the supervisor waits for it and starts it
 	// again when it exits.
 	Start func() (*exec.Cmd, error)
-	// Needs are files that `lab up` writes after the supervisor starts
-	// (a daemon's kubeconfigs): the unit starts once they all exist.
-	Needs []string
 }
 
 // UnitStatus is what `lab status` shows of a unit.
@@ -95,9 +92,6 @@ func (s *Supervisor) Run(ctx context.Context, units []Unit) error {
 
 // keep runs u until stop is closed.
 func (s *Supervisor) keep(u Unit, stop <-chan struct{}) {
-	if !s.waitNeeds(u, stop) {
-		return
-	}
 	backoff := time.Second
 	for {
 		cmd, err := u.Start()
@@ -130,26 +124,6 @@ func (s *Supervisor) keep(u Unit, stop <-chan struct{}) {
 		backoff = min(2*backoff, maxBackoff)
 		s.update(u.Name, func(st *UnitStatus) { st.Restarts++ })
 	}
-}
-
-// waitNeeds waits until every file u needs exists; false if stop closed
-// first.
-func (s *Supervisor) waitNeeds(u Unit, stop <-chan struct{}) bool {
-	for _, f := range u.Needs {
-		for {
-			if _, err := os.Stat(f); err == nil {
-				break
-			}
-			s.update(u.Name, func(st *UnitStatus) { st.LastExit = "waiting for " + f })
-			select {
-			case <-stop:
-				return false
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
-	s.update(u.Name, func(st *UnitStatus) { st.LastExit = "" })
-	return true
 }
 
 func stopCmd(cmd *exec.Cmd, exited <-chan error, grace time.Duration) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,8 +35,9 @@ func (p *progress) say(format string, args ...any) {
 }
 
 // Up brings the lab up, or repairs it when it is up already: the network
-// is re-applied, a missing supervisor is restarted, CRDs and the demo are
-// re-applied, and Up waits until every node and demo pod is ready.
+// is re-applied, a missing supervisor is restarted, the chart (with the
+// CRDs) and the demo are re-applied, and Up waits until every node, demo
+// pod and chart Pod is ready.
 func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	p := &progress{out: out, start: time.Now()}
 	top, err := cfg.Topology()
@@ -45,12 +47,16 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if cfg.Cable == "" {
 		cfg.Cable = DefaultCable
 	}
-	if _, ok := cables[cfg.Cable]; !ok {
+	if !slices.Contains(cables, cfg.Cable) {
 		return nil, fmt.Errorf("--cable %q: want wireguard, ipsec or vxlan", cfg.Cable)
 	}
 	st := &State{Dir: cfg.Dir, Prefix: cfg.Prefix, BinDir: cfg.BinDir, Self: cfg.Self, Topology: top, Demo: !cfg.NoDemo,
 		Cable: cfg.Cable, Globalnet: !cfg.NoGlobalnet,
 		Versions: map[string]string{"kubernetes": controlplane.KubernetesVersion, "etcd": controlplane.EtcdVersion}}
+	if missing := st.MissingDaemons(); len(missing) > 0 {
+		return nil, fmt.Errorf("no %s next to %s: the lab's kubelets run the chart's Pods with the binaries there (`make build` puts every binary in bin/)",
+			strings.Join(missing, ", "), st.Self)
+	}
 	if old, err := Load(cfg.Dir); err == nil {
 		if !reflect.DeepEqual(old.Topology, st.Topology) || old.CableDriver() != st.CableDriver() || old.Globalnet != st.Globalnet {
 			return nil, fmt.Errorf("a lab of another shape is up in %s: run `causewayctl lab down` first", cfg.Dir)
@@ -61,11 +67,6 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	}
 	if err := st.save(); err != nil {
 		return nil, err
-	}
-	if st.Cable == "ipsec" {
-		if err := st.ensurePSK(); err != nil {
-			return nil, fmt.Errorf("ipsec secret: %w", err)
-		}
 	}
 
 	h, err := st.Host()
@@ -90,10 +91,6 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	if missing := st.MissingDaemons(); len(missing) > 0 {
-		p.say("WARNING: no %s next to %s: the lab runs without them, so cross-cluster traffic will not work (`make build` puts every binary in bin/)",
-			strings.Join(missing, ", "), st.Self)
-	}
 	if st.supervisorStale(units) {
 		p.say("the lab's processes changed (new binaries or units): restarting the supervisor")
 		if err := controlplane.StopPIDFile(st.supervisorPID(), 30*time.Second); err != nil {
@@ -114,26 +111,23 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	}
 	p.say("control planes ready: broker, %s", strings.Join(st.Members(), ", "))
 
-	if err := forEach(append([]string{"broker"}, st.Members()...), func(name string) error {
-		rc, err := st.RESTConfig(name)
-		if err != nil {
-			return err
-		}
-		return kube.InstallCRDs(ctx, rc)
-	}); err != nil {
+	brokerRC, err := st.RESTConfig("broker")
+	if err != nil {
 		return nil, err
 	}
-	p.say("CRDs installed (causeway.dev, multicluster.x-k8s.io)")
-
-	if err := st.installIdentities(ctx); err != nil {
-		return nil, err
+	if err := kube.InstallCRDs(ctx, brokerRC); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
 	}
-	p.say("daemon identities: a ServiceAccount each with least-privilege roles (the Helm chart's)")
-
-	if err := st.joinBroker(ctx); err != nil {
+	p.say("broker: CRDs installed (causeway.dev, multicluster.x-k8s.io)")
+	ids, err := st.joinBroker(ctx)
+	if err != nil {
 		return nil, err
 	}
 	p.say("clusters joined the broker (namespace and identity each)")
+	if err := st.installCauseway(ctx, ids); err != nil {
+		return nil, err
+	}
+	p.say("Causeway installed in every cluster like `causewayctl join` does: the CRDs and the Helm chart (identities, DaemonSets, Deployment)")
 
 	if err := st.waitNodes(ctx, clients); err != nil {
 		return nil, err
@@ -159,7 +153,11 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if err := st.waitHealthy(ctx, h, 2*time.Minute); err != nil {
 		return nil, err
 	}
-	p.say("healthy: kube-proxy and the Causeway daemons of every node")
+	p.say("healthy: kube-proxy of every node")
+	if err := st.waitCauseway(ctx, clients, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	p.say("Causeway ready: the chart's gateway, route agent and MCS controller Pods")
 	return st, nil
 }
 

@@ -25,6 +25,12 @@ import (
 // would be dropped by routers rather than reach someone else's host.
 const DefaultVIPRange = addrpolicy.DefaultVIPRange
 
+// DefaultVIPRangeIPv6 is the default IPv6 clusterset VIP range,
+// fd63:6175:7365::/108: 2^20 addresses of the unique local block fd00::/8
+// (RFC 4193), never routed on the Internet, routed unreachable on every
+// node like the IPv4 range (see addrpolicy.DefaultVIPRangeIPv6).
+const DefaultVIPRangeIPv6 = addrpolicy.DefaultVIPRangeIPv6
+
 // maxCandidateBits caps the candidate space of huge (IPv6) ranges.
 const maxCandidateBits = 48
 
@@ -101,6 +107,9 @@ func MustParseVIPRange(s string) VIPRange {
 
 // Prefix is the range's CIDR.
 func (r VIPRange) Prefix() netip.Prefix { return r.prefix }
+
+// IsIPv6 tells whether the range holds IPv6 addresses.
+func (r VIPRange) IsIPv6() bool { return r.prefix.Addr().Is6() }
 
 // Size is the number of usable addresses (capped at 2^48-2 for IPv6).
 func (r VIPRange) Size() uint64 { return r.size }

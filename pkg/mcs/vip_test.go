@@ -281,28 +281,50 @@ func TestVIPAllocatorConcurrent(t *testing.T) {
 	ctx := context.Background()
 	r := MustParseVIPRange("243.0.0.0/23")
 	store := NewMemVIPStore()
-	const clusters, services = 6, 80
-	got := make([][]netip.Addr, clusters)
+	const services = 80
+	allocateConcurrently(t, 6, services, func() (func(s int) ([]netip.Addr, error), error) {
+		a := NewVIPAllocator(r, store)
+		return func(s int) ([]netip.Addr, error) {
+			vip, err := a.Allocate(ctx, nn(fmt.Sprintf("svc-%d", s)))
+			return []netip.Addr{vip}, err
+		}, nil
+	})
+	if store.Len() != services {
+		t.Errorf("%d allocations, want %d", store.Len(), services)
+	}
+}
+
+// allocateConcurrently runs clusters allocators at once (newAllocator
+// gives each its own), each allocating for services Services in its own
+// order, and checks that all agree on every Service's addresses and that
+// no address is given to two Services.
+func allocateConcurrently(t *testing.T, clusters, services int, newAllocator func() (func(svc int) ([]netip.Addr, error), error)) {
+	t.Helper()
+	got := make([][][]netip.Addr, clusters)
 	var wg sync.WaitGroup
 	errs := make(chan error, clusters)
 	for c := range clusters {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a := NewVIPAllocator(r, store)
-			got[c] = make([]netip.Addr, services)
+			allocate, err := newAllocator()
+			if err != nil {
+				errs <- err
+				return
+			}
+			got[c] = make([][]netip.Addr, services)
 			for i := range services {
 				// Clusters walk the Services in different orders.
 				s := (i + c*13) % services
 				if c%2 == 1 {
 					s = services - 1 - s
 				}
-				vip, err := a.Allocate(ctx, nn(fmt.Sprintf("svc-%d", s)))
+				vips, err := allocate(s)
 				if err != nil {
 					errs <- err
 					return
 				}
-				got[c][s] = vip
+				got[c][s] = vips
 			}
 		}()
 	}
@@ -314,17 +336,16 @@ func TestVIPAllocatorConcurrent(t *testing.T) {
 	seen := map[netip.Addr]int{}
 	for s := range services {
 		for c := 1; c < clusters; c++ {
-			if got[c][s] != got[0][s] {
-				t.Errorf("svc-%d: cluster %d got %s, cluster 0 got %s", s, c, got[c][s], got[0][s])
+			if !slices.Equal(got[c][s], got[0][s]) {
+				t.Errorf("svc-%d: cluster %d got %v, cluster 0 got %v", s, c, got[c][s], got[0][s])
 			}
 		}
-		if prev, dup := seen[got[0][s]]; dup {
-			t.Errorf("%s given to svc-%d and svc-%d", got[0][s], prev, s)
+		for _, v := range got[0][s] {
+			if prev, dup := seen[v]; dup {
+				t.Errorf("%s given to svc-%d and svc-%d", v, prev, s)
+			}
+			seen[v] = s
 		}
-		seen[got[0][s]] = s
-	}
-	if store.Len() != services {
-		t.Errorf("%d allocations, want %d", store.Len(), services)
 	}
 }
 

@@ -35,7 +35,9 @@ type VIPStore interface {
 }
 
 // VIPAllocator gives each multi-cluster Service one clusterset VIP from a
-// VIPRange, unique across the clusterset and stable across restarts. Any
+// VIPRange, unique across the clusterset and stable across restarts. It
+// sees only the Service's allocations of its range's IP family, so an
+// IPv4 and an IPv6 allocator share one store (FamilyVIPAllocator). Any
 // number of allocators (one per cluster) may run at once: uniqueness comes
 // from VIPStore.Claim, and allocators of one Service converge because they
 // probe the same candidate order and keep the earliest allocation in it.
@@ -54,7 +56,7 @@ func NewVIPAllocator(vips VIPRange, store VIPStore) *VIPAllocator {
 // keeps the first in its candidate order and releases the others. A range
 // without a free address gives a *VIPExhaustedError.
 func (a *VIPAllocator) Allocate(ctx context.Context, svc types.NamespacedName) (netip.Addr, error) {
-	have, err := a.store.AllocatedTo(ctx, svc)
+	have, err := a.allocatedTo(ctx, svc)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("list VIPs of %s: %w", svc, err)
 	}
@@ -89,6 +91,15 @@ func (a *VIPAllocator) Allocate(ctx context.Context, svc types.NamespacedName) (
 	return netip.Addr{}, &VIPExhaustedError{Range: a.vips.Prefix(), Service: svc.String()}
 }
 
+// allocatedTo is the store's AllocatedTo narrowed to the range's family.
+func (a *VIPAllocator) allocatedTo(ctx context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
+	have, err := a.store.AllocatedTo(ctx, svc)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(have, func(addr netip.Addr) bool { return addr.Is6() != a.vips.IsIPv6() }), nil
+}
+
 // best is the address of have that comes first in svc's candidate order.
 func (a *VIPAllocator) best(svc types.NamespacedName, have []netip.Addr) (netip.Addr, bool) {
 	var keep netip.Addr
@@ -116,9 +127,9 @@ func (a *VIPAllocator) releaseOutOfRange(ctx context.Context, svc types.Namespac
 	return got, nil
 }
 
-// Release frees every address allocated to svc.
+// Release frees every address of the range's family allocated to svc.
 func (a *VIPAllocator) Release(ctx context.Context, svc types.NamespacedName) error {
-	have, err := a.store.AllocatedTo(ctx, svc)
+	have, err := a.allocatedTo(ctx, svc)
 	if err != nil {
 		return fmt.Errorf("list VIPs of %s: %w", svc, err)
 	}

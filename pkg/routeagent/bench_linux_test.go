@@ -2,20 +2,13 @@ package routeagent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,11 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/internal/procmem"
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
 // BenchmarkVIPMemory runs the real route agent process (VIP datapath on,
@@ -56,92 +46,19 @@ func BenchmarkVIPMemory(b *testing.B) {
 		}
 	}
 
-	var rnd [3]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		b.Fatal(err)
-	}
-	h, err := netlab.NewHost(netlab.Config{Prefix: "rab" + hex.EncodeToString(rnd[:]) + "-",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if _, err := h.Teardown(); err != nil {
-			b.Errorf("teardown: %v", err)
-		}
-	})
-	c, err := netlab.NewCluster(netlab.ClusterSpec{Name: "c1", Index: 1, Nodes: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := h.Apply(netlab.Topology{Prefix: h.Names().Prefix, Clusters: []netlab.Cluster{c}}); err != nil {
-		b.Fatalf("apply topology: %v", err)
-	}
+	h, c := labHost(b, "rab", 1)
 	node, _ := c.Node("n0")
 	nodeNS := h.Names().Node("c1", "n0")
-	fctx, stopForward := context.WithCancel(ctx)
-	b.Cleanup(stopForward)
-	ln, err := h.Listen(nodeNS, "tcp", "127.0.0.1:6443")
-	if err != nil {
-		b.Fatal(err)
-	}
-	apiAddr := strings.TrimPrefix(kc.URL, "https://")
-	go netlab.Forward(fctx, ln, func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", apiAddr)
-	}, nil)
-	kubeconfig, err := kc.KubeconfigAt("route-agent-bench", "https://127.0.0.1:6443", "admin", []string{"system:masters"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	bpffs := b.TempDir()
-	if err := unix.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
-		b.Fatalf("mount bpffs on %s: %v", bpffs, err)
-	}
-	b.Cleanup(func() {
-		if err := unix.Unmount(bpffs, unix.MNT_DETACH); err != nil {
-			b.Errorf("unmount bpffs %s: %v", bpffs, err)
-		}
-	})
-	self, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	logPath := filepath.Join(b.TempDir(), "agent.log")
-	b.Cleanup(func() {
-		if b.Failed() {
-			out, _ := os.ReadFile(logPath)
-			b.Logf("agent log:\n%s", out)
-		}
-	})
 	metricsURL := "http://127.0.0.1:9532/metrics"
 	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) {
 			return h.Dial(nodeNS, network, addr)
 		}}}
-	env := append(os.Environ(), mainEnv+"=1")
+	var env []string
 	if v := os.Getenv("BENCH_GOMEMLIMIT"); v != "" {
 		env = append(env, "GOMEMLIMIT="+v) // the Go runtime's soft memory limit
 	}
-	start := func() *exec.Cmd {
-		b.Helper()
-		cmd, err := h.Start(netlab.Process{Netns: nodeNS, Cgroup: h.Cgroups().NodeSystem("c1", "n0"), Path: self,
-			Args: []string{"--kubeconfig", kubeconfig, "--cluster-id", "c1", "--node-name", "n0",
-				"--node-ip", node.Address.Addr().String(), "--pod-cidrs", "10.244.0.0/16", "--service-cidrs", "10.96.0.0/16",
-				"--tunnel-mtu", "1420", "--metrics-addr", "127.0.0.1:9532", "--log-level", "warn",
-				"--bpffs", bpffs, "--cgroup-root", h.Cgroups().Node("c1", "n0")},
-			Env: env, LogPath: logPath})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				_ = cmd.Wait()
-			}
-		})
-		return cmd
-	}
+	start := func() *exec.Cmd { return startVIPAgent(b, h, kc, node.Address.Addr(), "warn", env...) }
 	metric := func(name string) (float64, bool) { return procmem.Metric(httpc, metricsURL, name) }
 	waitServices := func(want float64) {
 		b.Helper()

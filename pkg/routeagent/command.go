@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/daemon"
@@ -53,6 +54,7 @@ type flags struct {
 	vip               bool
 	vipPinDir         string
 	vipRange          string
+	vipRange6         string
 }
 
 // pinDir is where the VIP datapath's maps and links are pinned.
@@ -67,7 +69,8 @@ func (f *flags) pinDir() string {
 func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	f := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU,
-		minInterval: 100 * time.Millisecond, fullInterval: 30 * time.Second, vipRange: addrpolicy.DefaultVIPRange}
+		minInterval: 100 * time.Millisecond, fullInterval: 30 * time.Second, vipRange: addrpolicy.DefaultVIPRange,
+		vipRange6: addrpolicy.DefaultVIPRangeIPv6}
 	cmd := daemon.Command("route-agent",
 		"Causeway route agent: routes to remote clusters and the clusterset VIP datapath",
 		`The route agent runs on every node (hostNetwork). It routes remote
@@ -96,6 +99,7 @@ on the node and exits.`,
 	fs.BoolVar(&f.dryRun, "dry-run", false, "compute and log the desired state without programming the node")
 	fs.BoolVar(&f.vip, "vip", true, "load the eBPF clusterset VIP datapath and keep it equal to the ServiceImports and EndpointSlices")
 	fs.StringVar(&f.vipRange, "vip-range", f.vipRange, "clusterset VIP range (IPv4, the MCS controllers' --vip-range), routed unreachable on every node so an unknown VIP fails at once")
+	fs.StringVar(&f.vipRange6, "vip-range-ipv6", f.vipRange6, `IPv6 clusterset VIP range (the MCS controllers' --vip-range-ipv6), routed unreachable on every node like --vip-range; "" routes none (nodes without IPv6)`)
 	fs.StringVar(&f.vipPinDir, "vip-pin-dir", "", "bpffs directory of the VIP datapath's pinned maps and links (default <bpffs>/causeway/vip)")
 
 	// --cleanup needs no cluster identity and no API server.
@@ -149,6 +153,13 @@ func validate(f *flags) error {
 	} else if !r.Prefix().Addr().Is4() {
 		errs = append(errs, fmt.Errorf("--vip-range %s: must be IPv4", f.vipRange))
 	}
+	if f.vipRange6 != "" {
+		if r, err := mcs.ParseVIPRange(f.vipRange6); err != nil {
+			errs = append(errs, fmt.Errorf("--vip-range-ipv6: %w", err))
+		} else if !r.IsIPv6() {
+			errs = append(errs, fmt.Errorf("--vip-range-ipv6 %s: must be IPv6", f.vipRange6))
+		}
+	}
 	if f.nodeIP != "" {
 		if ip, err := netip.ParseAddr(f.nodeIP); err != nil || !ip.Is4() {
 			errs = append(errs, fmt.Errorf("--node-ip %q: must be an IPv4 address", f.nodeIP))
@@ -170,6 +181,8 @@ func newDataplane(f *flags, rt *daemon.Runtime) (*Linux, error) {
 	return NewLinux(cfg)
 }
 
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+
 func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags) error {
 	if err := validate(f); err != nil {
 		return fmt.Errorf("invalid flags:\n%w", err)
@@ -187,15 +200,9 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 	} else {
 		// Without its node address the agent programs nothing; it stays
 		// not ready until the Node object says.
-		for nodeIP, err = NodeInternalIP(ctx, cfg, opts.NodeName); err != nil; nodeIP, err = NodeInternalIP(ctx, cfg, opts.NodeName) {
-			rt.SetReady("node address", err)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(2 * time.Second):
-			}
+		if nodeIP, err = rt.NodeAddress(ctx, cfg, opts.NodeName, corev1.NodeInternalIP); err != nil {
+			return err
 		}
-		rt.SetReady("node address", nil)
 	}
 	local, err := daemon.ParsePrefixes(append(append([]string{}, opts.PodCIDRs...), opts.ServiceCIDRs...))
 	if err != nil {
@@ -203,6 +210,9 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 	}
 	params := Params{Device: f.device, VNI: f.vni, Port: f.port, OverlayMTU: f.overlayMTU, TunnelMTU: f.tunnelMTU,
 		Table: f.table, LocalCIDRs: local, VIPRange: netip.MustParsePrefix(f.vipRange)}
+	if f.vipRange6 != "" {
+		params.VIPRangeIPv6 = netip.MustParsePrefix(f.vipRange6)
+	}
 	var dp Dataplane
 	if f.dryRun {
 		dp = &loggingDataplane{log: rt.Log}
@@ -225,7 +235,7 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		dp = ldp
 	}
 	rt.Log.Info("route agent", "nodeIP", nodeIP, "device", params.Device, "vni", params.VNI, "port", params.Port,
-		"overlayMTU", params.OverlayMTU, "tunnelMTU", params.TunnelMTU, "vipRange", params.VIPRange, "dryRun", f.dryRun)
+		"overlayMTU", params.OverlayMTU, "tunnelMTU", params.TunnelMTU, "vipRange", params.VIPRange, "vipRangeIPv6", params.VIPRangeIPv6, "dryRun", f.dryRun)
 
 	metrics := NewMetrics(rt.Metrics)
 	var runner *Runner

@@ -52,30 +52,7 @@ type testbed struct {
 func newTestbed(t *testing.T) *testbed {
 	t.Helper()
 	requireRoot(t)
-	var b [3]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	h, err := netlab.NewHost(netlab.Config{Prefix: "rat" + hex.EncodeToString(b[:]) + "-",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := h.Teardown(); err != nil {
-			t.Errorf("teardown: %v", err)
-		}
-		if left, err := h.Leftovers(); err != nil || !left.Empty() {
-			t.Errorf("left behind after teardown: %v %v", left, err)
-		}
-	})
-	c, err := netlab.NewCluster(netlab.ClusterSpec{Name: "c1", Index: 1, Nodes: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Apply(netlab.Topology{Prefix: h.Names().Prefix, Clusters: []netlab.Cluster{c}}); err != nil {
-		t.Fatalf("apply topology: %v", err)
-	}
+	h, c := labHost(t, "rat", 3)
 	pod := netlab.Pod{Cluster: "c1", Node: "n2", Namespace: "default", Name: "client",
 		IP: netip.MustParseAddr("10.244.2.2")}
 	if err := h.EnsurePod(pod); err != nil {
@@ -92,6 +69,38 @@ func newTestbed(t *testing.T) *testbed {
 		tb.sh(t, tb.nodeNS(n.Name), "sysctl -qw net.ipv4.conf.all.rp_filter=1 net.ipv4.conf.eth0.rp_filter=1")
 	}
 	return tb
+}
+
+// labHost builds lab cluster c1 with nodes nodes under a random prefix
+// starting with prefix (pkg/lab/netlab), torn down at cleanup with nothing
+// left behind.
+func labHost(tb testing.TB, prefix string, nodes int) (*netlab.Host, netlab.Cluster) {
+	tb.Helper()
+	var b [3]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		tb.Fatal(err)
+	}
+	h, err := netlab.NewHost(netlab.Config{Prefix: prefix + hex.EncodeToString(b[:]) + "-",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if _, err := h.Teardown(); err != nil {
+			tb.Errorf("teardown: %v", err)
+		}
+		if left, err := h.Leftovers(); err != nil || !left.Empty() {
+			tb.Errorf("left behind after teardown: %v %v", left, err)
+		}
+	})
+	c, err := netlab.NewCluster(netlab.ClusterSpec{Name: "c1", Index: 1, Nodes: nodes})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := h.Apply(netlab.Topology{Prefix: h.Names().Prefix, Clusters: []netlab.Cluster{c}}); err != nil {
+		tb.Fatalf("apply topology: %v", err)
+	}
+	return h, c
 }
 
 func (tb *testbed) nodeNS(node string) string { return tb.h.Names().Node("c1", node) }

@@ -89,6 +89,10 @@ type Params struct {
 	// every node; zero picks addrpolicy.DefaultVIPRange. Remote subnets
 	// overlapping it are never routed (as for LocalCIDRs).
 	VIPRange netip.Prefix
+	// VIPRangeIPv6 is the IPv6 clusterset VIP range, routed unreachable on
+	// every node like VIPRange; zero routes none (the command's
+	// --vip-range-ipv6 defaults to addrpolicy.DefaultVIPRangeIPv6).
+	VIPRangeIPv6 netip.Prefix
 }
 
 func (p Params) withDefaults() Params {
@@ -278,7 +282,8 @@ func sortedKeys[V any](m map[string]V) []string {
 //     unreachable routes.
 //   - The active gateway node gets no routes: pkg/cable routes the remote
 //     subnets into the tunnel there.
-//   - Every node routes the clusterset VIP range unreachable: a VIP the
+//   - Every node routes the clusterset VIP ranges (IPv4, and IPv6 when
+//     configured) unreachable: a VIP the
 //     eBPF connect hook knows is rewritten to a backend before the route
 //     lookup, so only an unknown VIP (not synced yet, a port not exported)
 //     meets the route, and connect() fails at once with EHOSTUNREACH
@@ -289,6 +294,9 @@ func sortedKeys[V any](m map[string]V) []string {
 func Compute(in Inputs) DesiredState {
 	p := in.Params.withDefaults()
 	d := DesiredState{RouteTable: p.Table, Routes: []Route{{Dst: p.VIPRange}}}
+	if p.VIPRangeIPv6.IsValid() {
+		d.Routes = append(d.Routes, Route{Dst: p.VIPRangeIPv6})
+	}
 	subnets, skipped := usableSubnets(in.Remotes, p.LocalCIDRs, p.VIPRange)
 	d.Skipped = skipped
 	d.Rules = renderRules(subnets, min(p.OverlayMTU, p.TunnelMTU)-40)

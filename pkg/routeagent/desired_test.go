@@ -100,6 +100,13 @@ func TestComputeStates(t *testing.T) {
 			wantRoutes: []string{"10.97.0.0/16 via 241.18.1.10", "unreachable 10.100.0.0/16", "10.245.0.0/16 via 241.18.1.10"},
 			wantLoose:  true,
 		},
+		"the IPv6 VIP range is routed unreachable too": {
+			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Remotes: []Remote{c4},
+				Params: Params{VIPRangeIPv6: pfx(addrpolicy.DefaultVIPRangeIPv6)}},
+			wantPeer:   nodeG0,
+			wantRoutes: []string{"10.246.0.0/16 via 241.18.1.10", "unreachable 243.0.0.0/12", "unreachable fd63:6175:7365::/108"},
+			wantLoose:  true,
+		},
 		"a remote subnet overlapping the VIP range is skipped": {
 			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Remotes: []Remote{c4,
 				{ClusterID: "c6", Subnets: []netip.Prefix{pfx("243.1.0.0/16"), pfx("240.0.0.0/4")}}}},
@@ -154,11 +161,11 @@ func TestComputeStates(t *testing.T) {
 					ruleSubnets = append(ruleSubnets, strings.Fields(r)[1])
 				}
 			}
-			// Rules cover the remote subnets, not the VIP range.
-			vipRange := tc.in.Params.withDefaults().VIPRange
+			// Rules cover the remote subnets, not the VIP ranges.
+			params := tc.in.Params.withDefaults()
 			var routed []string
 			for _, r := range d.Routes {
-				if r.Dst != vipRange {
+				if r.Dst != params.VIPRange && r.Dst != params.VIPRangeIPv6 {
 					routed = append(routed, r.Dst.String())
 				}
 			}

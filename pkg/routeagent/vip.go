@@ -31,9 +31,10 @@ const (
 )
 
 // VIPDesired is the VIP table of a node of cluster localCluster: for every
-// port of every ClusterSetIP ServiceImport with an IPv4 clusterset VIP, the
-// ready endpoints of its multicluster EndpointSlices at the slice's port of
-// the same name and protocol, each weighted by its slice's
+// port of every clusterset VIP (IPv4 or IPv6) of every ClusterSetIP
+// ServiceImport, the ready endpoints of its multicluster EndpointSlices of
+// the VIP's address family at the slice's port of the same name and
+// protocol, each weighted by its slice's
 // mcs.AnnotationReadyEndpoints (the source cluster's ready pods; 1 when
 // absent), so that every cluster gets a share of the connections
 // proportional to its ready pods. The import's traffic policy narrows the
@@ -52,13 +53,17 @@ const (
 // backends, so that connecting to it fails at once. Pure: same input, same
 // output.
 func VIPDesired(localCluster string, imports []*mcsv1beta1.ServiceImport, eps []*discoveryv1.EndpointSlice) map[vip.ServiceKey]vip.Service {
-	bySvc := map[client.ObjectKey][]*discoveryv1.EndpointSlice{}
+	type sliceKey struct {
+		svc  client.ObjectKey
+		ipv6 bool
+	}
+	bySvc := map[sliceKey][]*discoveryv1.EndpointSlice{}
 	for _, s := range eps {
 		name := s.Labels[LabelServiceName]
-		if name == "" || s.AddressType != discoveryv1.AddressTypeIPv4 {
+		if name == "" || s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
 		}
-		k := client.ObjectKey{Namespace: s.Namespace, Name: name}
+		k := sliceKey{client.ObjectKey{Namespace: s.Namespace, Name: name}, s.AddressType == discoveryv1.AddressTypeIPv6}
 		bySvc[k] = append(bySvc[k], s)
 	}
 	out := map[vip.ServiceKey]vip.Service{}
@@ -68,9 +73,10 @@ func VIPDesired(localCluster string, imports []*mcsv1beta1.ServiceImport, eps []
 		}
 		for _, ipStr := range si.Spec.IPs {
 			ip, err := netip.ParseAddr(ipStr)
-			if err != nil || !ip.Is4() {
+			if err != nil || ip.Is4In6() || ip.Zone() != "" {
 				continue
 			}
+			familySlices := bySvc[sliceKey{client.ObjectKeyFromObject(si), ip.Is6()}]
 			for _, p := range si.Spec.Ports {
 				proto, ok := vipProto(p.Protocol)
 				if !ok || p.Port < 1 || p.Port > 65535 {
@@ -78,7 +84,7 @@ func VIPDesired(localCluster string, imports []*mcsv1beta1.ServiceImport, eps []
 				}
 				key := vip.ServiceKey{VIP: ip, Port: uint16(p.Port), Proto: proto}
 				out[key] = vip.Service{
-					Backends:        backendsFor(localCluster, si.Spec, bySvc[client.ObjectKeyFromObject(si)], p),
+					Backends:        backendsFor(localCluster, si.Spec, familySlices, p),
 					AffinitySeconds: affinitySeconds(si.Spec),
 				}
 			}
@@ -88,7 +94,8 @@ func VIPDesired(localCluster string, imports []*mcsv1beta1.ServiceImport, eps []
 }
 
 // backendsFor returns the weighted ready backends of import port p from
-// the import's slices, narrowed by spec's traffic policy.
+// the import's slices of one address family, narrowed by spec's traffic
+// policy.
 func backendsFor(localCluster string, spec mcsv1beta1.ServiceImportSpec, eps []*discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) []vip.Backend {
 	byCluster := map[string][]vip.Backend{}
 	for _, s := range eps {
@@ -104,7 +111,7 @@ func backendsFor(localCluster string, spec mcsv1beta1.ServiceImportSpec, eps []*
 			}
 			for _, a := range e.Addresses {
 				addr, err := netip.ParseAddr(a)
-				if err != nil || !addr.Is4() {
+				if err != nil || addr.Is4() != (s.AddressType == discoveryv1.AddressTypeIPv4) || addr.Is4In6() || addr.Zone() != "" {
 					continue
 				}
 				byCluster[cluster] = append(byCluster[cluster], vip.Backend{Addr: addr, Port: port, Weight: weight})

@@ -147,3 +147,41 @@ func TestVIPDesiredTrafficPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestVIPDesiredDualStack: a dual-stack import's IPv4 VIP gets the IPv4
+// slices' backends and its IPv6 VIP the IPv6 slices', each weighted by its
+// slice; addresses of the other family (a misfiled slice, an IPv4-mapped
+// address) and IPv4-mapped VIPs are left out.
+func TestVIPDesiredDualStack(t *testing.T) {
+	v6 := func(s *discoveryv1.EndpointSlice, ready string) *discoveryv1.EndpointSlice {
+		s.Name += "-ipv6"
+		s.AddressType = discoveryv1.AddressTypeIPv6
+		s.Annotations = map[string]string{mcs.AnnotationReadyEndpoints: ready}
+		return s
+	}
+	ports := map[string]int32{"http": 80}
+	si := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: mcsv1beta1.ServiceImportSpec{
+		Type: mcsv1beta1.ClusterSetIP, IPs: []string{"243.0.0.10", "fd63:6175:7365::10", "::ffff:243.0.0.11"},
+		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+		Ports:      []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+	}}
+	got := VIPDesired("c1", []*mcsv1beta1.ServiceImport{si}, []*discoveryv1.EndpointSlice{
+		slice("demo", "web", "c1", ports, corev1.ProtocolTCP, map[string]*bool{"10.96.0.5": ptr.To(true), "fd00:96::6": ptr.To(true)}),
+		v6(slice("demo", "web", "c1", ports, corev1.ProtocolTCP, map[string]*bool{"fd00:96::5": ptr.To(true), "10.96.0.6": ptr.To(true)}), "2"),
+		v6(slice("demo", "web", "c3", ports, corev1.ProtocolTCP, map[string]*bool{"fd00:97::9": ptr.To(true), "::ffff:10.97.0.9": ptr.To(true)}), "3"),
+	})
+	b := func(ip string, weight uint32) vip.Backend {
+		return vip.Backend{Addr: netip.MustParseAddr(ip), Port: 80, Weight: weight}
+	}
+	want := map[vip.ServiceKey]vip.Service{
+		{VIP: netip.MustParseAddr("243.0.0.10"), Port: 80, Proto: vip.TCP}:         {Backends: []vip.Backend{b("10.96.0.5", 1)}},
+		{VIP: netip.MustParseAddr("fd63:6175:7365::10"), Port: 80, Proto: vip.TCP}: {Backends: []vip.Backend{b("fd00:96::5", 2), b("fd00:97::9", 3)}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("VIPDesired:\n got %v\nwant %v", got, want)
+	}
+	// What the kernel table accepts: every backend of its VIP's family.
+	if err := vip.NewFake(vip.Limits{}).Set(t.Context(), got); err != nil {
+		t.Errorf("the fake table refuses the dual-stack desired state: %v", err)
+	}
+}

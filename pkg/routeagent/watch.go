@@ -3,9 +3,7 @@ package routeagent
 import (
 	"context"
 	"fmt"
-	"net/netip"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -65,27 +63,4 @@ func WatchEndpoints(ctx context.Context, cfg *rest.Config, ns string, changed fu
 		}
 	}
 	return informerLister{c: c, ns: ns}, nil
-}
-
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
-
-// NodeInternalIP reads the node's InternalIP from its Node object.
-func NodeInternalIP(ctx context.Context, cfg *rest.Config, name string) (netip.Addr, error) {
-	cl, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	var node corev1.Node
-	if err := cl.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
-		return netip.Addr{}, fmt.Errorf("get node %s: %w", name, err)
-	}
-	for _, a := range node.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP {
-			continue
-		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
-			return ip, nil
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("node %s has no IPv4 InternalIP", name)
 }

@@ -22,24 +22,33 @@ func fillerVIP(i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// manyServices returns n ≥ 2 services: vipA:80/TCP and vipA:80/UDP → be1,
-// and n-2 fillers with two backends each.
+// manyServices returns n ≥ 4 services: vipA:80/TCP and vipA:80/UDP → be1,
+// vip6A:80/TCP and vip6A:80/UDP → be61, and n-4 fillers with two backends
+// each.
 func manyServices(n int) map[ServiceKey]Service { return servicesWith(n, false) }
 
 // servicesWith is manyServices, or with weighted: every service has two
 // backends weighted 1 and 3 and ClientIP affinity (10800 s); vipA's are
-// be1 and be2 (both listen).
+// be1 and be2, vip6A's be61 and be62 (all listen).
 func servicesWith(n int, weighted bool) map[ServiceKey]Service {
-	m := map[ServiceKey]Service{{vipA, 80, TCP}: on(be1), {vipA, 80, UDP}: on(be1)}
+	m := map[ServiceKey]Service{
+		{vipA, 80, TCP}: on(be1), {vipA, 80, UDP}: on(be1),
+		{vip6A, 80, TCP}: on(be61), {vip6A, 80, UDP}: on(be61),
+	}
 	var affinity uint32
 	w1, w2 := uint32(1), uint32(1)
 	if weighted {
 		affinity, w2 = 10800, 3
-		two := on(Backend{Addr: be1.Addr, Port: be1.Port, Weight: w1}, Backend{Addr: be2.Addr, Port: be2.Port, Weight: w2})
-		two.AffinitySeconds = affinity
-		m[ServiceKey{vipA, 80, TCP}], m[ServiceKey{vipA, 80, UDP}] = two, two
+		for _, v := range []struct {
+			vip    netip.Addr
+			b1, b2 Backend
+		}{{vipA, be1, be2}, {vip6A, be61, be62}} {
+			two := on(Backend{Addr: v.b1.Addr, Port: v.b1.Port, Weight: w1}, Backend{Addr: v.b2.Addr, Port: v.b2.Port, Weight: w2})
+			two.AffinitySeconds = affinity
+			m[ServiceKey{v.vip, 80, TCP}], m[ServiceKey{v.vip, 80, UDP}] = two, two
+		}
 	}
-	for i := range n - 2 {
+	for i := range n - 4 {
 		a := fillerVIP(i).As4()
 		m[ServiceKey{fillerVIP(i), 80, TCP}] = Service{Backends: []Backend{
 			{Addr: netip.AddrFrom4([4]byte{10, 96, a[2], a[3]}), Port: 80, Weight: w1},
@@ -88,7 +97,7 @@ func (cc connectCase) measure(tb testing.TB, n int) float64 {
 // with equal weights and no affinity ("plain") and with weights 1:3 and
 // ClientIP affinity on every service ("weighted+affinity"), the latter also
 // from dual-stack AF_INET6 sockets to ::ffff:<vip> (connect6; udp6, tcp6),
-// and through
+// both modes also from IPv6 sockets to an IPv6 VIP (hook-vip6), and through
 // kube-proxy-style iptables DNAT (nft backend, one rule per service in one
 // chain, 10 000 rules, the VIP's rule in the middle) in another namespace.
 //
@@ -99,7 +108,7 @@ func (cc connectCase) measure(tb testing.TB, n int) float64 {
 //
 //	go test -run '^$' -bench BenchmarkConnect -benchtime 2000x ./pkg/vip/
 func BenchmarkConnect(b *testing.B) {
-	f := newFixture(b)
+	f := newFixture6(b)
 	f.cfg.MaxServices = 131072
 	f.cfg.MaxBackends = 262144
 	k := f.open(b)
@@ -137,12 +146,14 @@ func BenchmarkConnect(b *testing.B) {
 	iptClient := startClient(b, ipt, "")
 
 	vip := ap(vipA, 80)
-	sizes := []int{2, 10000, 100000}
+	sizes := []int{4, 10000, 100000}
 	cases := []connectCase{
 		{name: "udp/no-hook", c: plain, kind: "udp", addr: be1.String()},
 		{name: "tcp/no-hook", c: plain, kind: "tcp", addr: be1.String()},
 		{name: "udp6/no-hook", c: plain, kind: "udp6", addr: apFor("udp6", be1.Addr, be1.Port)},
 		{name: "tcp6/no-hook", c: plain, kind: "tcp6", addr: apFor("tcp6", be1.Addr, be1.Port)},
+		{name: "udp6/no-hook-ipv6", c: plain, kind: "udp6", addr: be61.String()},
+		{name: "tcp6/no-hook-ipv6", c: plain, kind: "tcp6", addr: be61.String()},
 		{name: "tcp/hook-miss", c: hooked, kind: "tcp", addr: be1.String()},
 		{name: fmt.Sprintf("tcp/iptables-dnat/rules=%d", rules), c: iptClient, kind: "tcp", addr: vip},
 		{name: fmt.Sprintf("tcp/iptables-miss/rules=%d", rules), c: iptClient, kind: "tcp", addr: be1.String()},
@@ -158,7 +169,10 @@ func BenchmarkConnect(b *testing.B) {
 			loads = append(loads, m)
 			cases = append(cases,
 				connectCase{name: fmt.Sprintf("udp/hook-vip/%s/services=%d", mode, n), c: hooked, kind: "udp", addr: vip, maps: m},
-				connectCase{name: fmt.Sprintf("tcp/hook-vip/%s/services=%d", mode, n), c: hooked, kind: "tcp", addr: vip, maps: m})
+				connectCase{name: fmt.Sprintf("tcp/hook-vip/%s/services=%d", mode, n), c: hooked, kind: "tcp", addr: vip, maps: m},
+				// IPv6 sockets to the IPv6 VIP (connect6).
+				connectCase{name: fmt.Sprintf("udp6/hook-vip6/%s/services=%d", mode, n), c: hooked, kind: "udp6", addr: ap(vip6A, 80), maps: m},
+				connectCase{name: fmt.Sprintf("tcp6/hook-vip6/%s/services=%d", mode, n), c: hooked, kind: "tcp6", addr: ap(vip6A, 80), maps: m})
 			if weighted {
 				// Dual-stack sockets to ::ffff:<vip> (connect6).
 				cases = append(cases,
@@ -249,7 +263,9 @@ func BenchmarkConnect(b *testing.B) {
 	for _, mode := range []string{"plain", "weighted+affinity"} {
 		for _, kind := range []string{"udp", "tcp"} {
 			ratio(fmt.Sprintf("flatness (%s, %s)", kind, mode),
-				fmt.Sprintf("%s/hook-vip/%s/services=100000", kind, mode), fmt.Sprintf("%s/hook-vip/%s/services=2", kind, mode))
+				fmt.Sprintf("%s/hook-vip/%s/services=100000", kind, mode), fmt.Sprintf("%s/hook-vip/%s/services=4", kind, mode))
+			ratio(fmt.Sprintf("flatness (%s, %s, IPv6 VIP)", kind, mode),
+				fmt.Sprintf("%s6/hook-vip6/%s/services=100000", kind, mode), fmt.Sprintf("%s6/hook-vip6/%s/services=4", kind, mode))
 		}
 	}
 	for _, n := range sizes {
@@ -264,8 +280,15 @@ func BenchmarkConnect(b *testing.B) {
 				fmt.Sprintf("%s6/hook-vip/weighted+affinity/services=%d", kind, n), fmt.Sprintf("%s/hook-vip/weighted+affinity/services=%d", kind, n))
 		}
 	}
+	for _, n := range sizes {
+		for _, kind := range []string{"udp", "tcp"} {
+			ratio(fmt.Sprintf("IPv6 VIP vs IPv4 VIP, weighted+affinity (%s) at %d", kind, n),
+				fmt.Sprintf("%s6/hook-vip6/weighted+affinity/services=%d", kind, n), fmt.Sprintf("%s/hook-vip/weighted+affinity/services=%d", kind, n))
+		}
+	}
 	for _, kind := range []string{"udp", "tcp"} {
 		ratio(fmt.Sprintf("dual-stack vs IPv4 without the hook (%s)", kind), kind+"6/no-hook", kind+"/no-hook")
+		ratio(fmt.Sprintf("IPv6 vs IPv4 without the hook (%s)", kind), kind+"6/no-hook-ipv6", kind+"/no-hook")
 	}
 	ratio("hook vs none (tcp)", "tcp/hook-vip/weighted+affinity/services=10000", "tcp/no-hook")
 	for _, mode := range []string{"plain", "weighted+affinity"} {

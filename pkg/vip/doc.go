@@ -1,10 +1,10 @@
 // Package vip keeps the eBPF ClusterSet VIP datapath (bpf/vip.c) equal to a
 // desired set of services.
 //
-// The programs translate a VIP:port at the socket layer (cgroup connect4,
-// sendmsg4, recvmsg4 and getpeername4 hooks, and connect6, recvmsg6 and
-// getpeername6 for dual-stack sockets reaching it as ::ffff:<vip>) to one
-// backend picked from a BPF
+// The programs translate a VIP:port, IPv4 or IPv6, at the socket layer
+// (cgroup connect4/6, sendmsg4/6, recvmsg4/6 and getpeername4/6 hooks;
+// dual-stack sockets reach an IPv4 VIP as ::ffff:<vip>) to one backend of
+// the VIP's family picked from a BPF
 // map in proportion to the backends' weights (an alias table per service),
 // optionally with ClientIP session affinity per network namespace, so no
 // per-packet NAT is involved. The route agent computes, from the

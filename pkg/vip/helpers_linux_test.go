@@ -500,16 +500,15 @@ func udpRecv(c net.Conn) (string, error) {
 
 // benchConnect times n connect() calls to addr: TCP connect + close with
 // RST (no TIME_WAIT), or connect() of one UDP socket (no packet sent). An
-// IPv6 addr ([::ffff:a.b.c.d]:port) is dialled from AF_INET6 sockets.
+// IPv6 addr ([::ffff:a.b.c.d]:port or plain) is dialled from AF_INET6 sockets.
 func benchConnect(tcp bool, addr string, n int) (time.Duration, error) {
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return 0, err
 	}
-	family := unix.AF_INET
-	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
-	if ap.Addr().Is6() {
-		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()})
+	if ap.Addr().Is4() {
+		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
 	}
 	if !tcp {
 		fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)

@@ -75,6 +75,7 @@ var hooks = []hook{
 	{"link_recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipRecvmsg4 }},
 	{"link_recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipRecvmsg6 }},
 	{"link_sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipSendmsg4 }},
+	{"link_sendmsg6", ebpf.AttachCGroupUDP6Sendmsg, func(o *bpf.VipObjects) *ebpf.Program { return o.VipSendmsg6 }},
 	{"link_connect4", ebpf.AttachCGroupInet4Connect, func(o *bpf.VipObjects) *ebpf.Program { return o.VipConnect4 }},
 	{"link_connect6", ebpf.AttachCGroupInet6Connect, func(o *bpf.VipObjects) *ebpf.Program { return o.VipConnect6 }},
 }
@@ -354,7 +355,7 @@ func (k *Kernel) terminateUDP(gone []udpPeer) (int, error) {
 		keys := make([]bpf.VipPeer, len(batch))
 		vals := make([]uint8, len(batch))
 		for i, g := range batch {
-			keys[i] = bpf.VipPeer{Vip: toAddr4(g.VIP.Addr(), g.VIP.Port()), Backend: toAddr4(g.Backend.Addr(), g.Backend.Port())}
+			keys[i] = bpf.VipPeer{Vip: toEndpoint(g.VIP.Addr(), g.VIP.Port()), Backend: toEndpoint(g.Backend.Addr(), g.Backend.Port())}
 			vals[i] = 1
 		}
 		if _, err := k.objs.VipGone.BatchUpdate(keys, vals, nil); err != nil {
@@ -595,25 +596,37 @@ func htons(p uint16) uint16 { return binary.NativeEndian.Uint16(binary.BigEndian
 
 func ntohs(p uint16) uint16 { return binary.BigEndian.Uint16(binary.NativeEndian.AppendUint16(nil, p)) }
 
-func addrU32(a netip.Addr) uint32 {
-	b := a.As4()
-	return binary.NativeEndian.Uint32(b[:])
+// addrWords is a as the maps hold it: 16 bytes, an IPv4 address
+// IPv4-mapped, as four words in memory order.
+func addrWords(a netip.Addr) [4]uint32 {
+	b := a.As16() // IPv4: ::ffff:a.b.c.d
+	var w [4]uint32
+	for i := range w {
+		w[i] = binary.NativeEndian.Uint32(b[4*i:])
+	}
+	return w
 }
 
-func u32Addr(v uint32) netip.Addr {
-	return netip.AddrFrom4([4]byte(binary.NativeEndian.AppendUint32(nil, v)))
+// wordsAddr is the inverse of addrWords: an IPv4-mapped address is
+// returned as IPv4.
+func wordsAddr(w [4]uint32) netip.Addr {
+	var b [16]byte
+	for i, v := range w {
+		binary.NativeEndian.PutUint32(b[4*i:], v)
+	}
+	return netip.AddrFrom16(b).Unmap()
 }
 
-func toAddr4(a netip.Addr, port uint16) bpf.VipAddr4 {
-	return bpf.VipAddr4{Addr: addrU32(a), Port: htons(port)}
+func toEndpoint(a netip.Addr, port uint16) bpf.VipEndpoint {
+	return bpf.VipEndpoint{Addr: addrWords(a), Port: htons(port)}
 }
 
-func fromAddr4(v bpf.VipAddr4) (netip.Addr, uint16) { return u32Addr(v.Addr), ntohs(v.Port) }
+func fromEndpoint(v bpf.VipEndpoint) (netip.Addr, uint16) { return wordsAddr(v.Addr), ntohs(v.Port) }
 
 func toSlot(sl slot) bpf.VipSlot {
 	return bpf.VipSlot{
-		Backend:   toAddr4(sl.Backend.Addr, sl.Backend.Port),
-		Alias:     toAddr4(sl.Alias.Addr, sl.Alias.Port),
+		Backend:   toEndpoint(sl.Backend.Addr, sl.Backend.Port),
+		Alias:     toEndpoint(sl.Alias.Addr, sl.Alias.Port),
 		Threshold: sl.Threshold,
 		Weight:    sl.Backend.Weight,
 		AliasSlot: sl.AliasSlot,
@@ -621,8 +634,8 @@ func toSlot(sl slot) bpf.VipSlot {
 }
 
 func fromSlot(v bpf.VipSlot) slot {
-	addr, port := fromAddr4(v.Backend)
-	alias, aliasPort := fromAddr4(v.Alias)
+	addr, port := fromEndpoint(v.Backend)
+	alias, aliasPort := fromEndpoint(v.Alias)
 	return slot{
 		Backend:   Backend{Addr: addr, Port: port, Weight: v.Weight},
 		Alias:     Backend{Addr: alias, Port: aliasPort},
@@ -632,9 +645,9 @@ func fromSlot(v bpf.VipSlot) slot {
 }
 
 func toSvcKey(k ServiceKey) bpf.VipSvcKey {
-	return bpf.VipSvcKey{Addr: addrU32(k.VIP), Port: htons(k.Port), Proto: uint8(k.Proto)}
+	return bpf.VipSvcKey{Addr: addrWords(k.VIP), Port: htons(k.Port), Proto: uint8(k.Proto)}
 }
 
 func fromSvcKey(k bpf.VipSvcKey) ServiceKey {
-	return ServiceKey{VIP: u32Addr(k.Addr), Port: ntohs(k.Port), Proto: Proto(k.Proto)}
+	return ServiceKey{VIP: wordsAddr(k.Addr), Port: ntohs(k.Port), Proto: Proto(k.Proto)}
 }

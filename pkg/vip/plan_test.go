@@ -371,21 +371,28 @@ func TestSetRecoversFromHalfWrittenMaps(t *testing.T) {
 }
 
 func TestSetRejectsInvalid(t *testing.T) {
-	good := map[ServiceKey]Service{svc("243.0.0.1", 80, TCP): on(be("10.0.0.1:80"))}
+	good := map[ServiceKey]Service{
+		svc("243.0.0.1", 80, TCP): on(be("10.0.0.1:80")),
+		svc("fd00::1", 80, TCP):   on(be("[fd00:96::1]:80")),
+	}
 	bad := map[string]map[ServiceKey]Service{
-		"IPv6 VIP":     {svc("fd00::1", 80, TCP): on(be("10.0.0.1:80"))},
-		"IPv6 backend": {svc("243.0.0.1", 80, TCP): on(be("[fd00::1]:80"))},
-		"port 0":       {svc("243.0.0.1", 0, TCP): on(be("10.0.0.1:80"))},
-		"backend port": {svc("243.0.0.1", 80, TCP): on(be("10.0.0.1:0"))},
-		"SCTP":         {svc("243.0.0.1", 80, Proto(132)): on(be("10.0.0.1:80"))},
+		"IPv6 VIP, IPv4 backend": {svc("fd00::1", 80, TCP): on(be("10.0.0.1:80"))},
+		"IPv4 VIP, IPv6 backend": {svc("243.0.0.1", 80, TCP): on(be("[fd00::1]:80"))},
+		"IPv4-mapped VIP":        {svc("::ffff:243.0.0.1", 80, TCP): on(be("10.0.0.1:80"))},
+		"IPv4-mapped backend":    {svc("fd00::1", 80, TCP): on(be("[::ffff:10.0.0.1]:80"))},
+		"zoned VIP":              {svc("fe80::1%lo", 80, TCP): on(be("[fe80::2]:80"))},
+		"invalid VIP":            {{Port: 80, Proto: TCP}: on(be("10.0.0.1:80"))},
+		"port 0":                 {svc("243.0.0.1", 0, TCP): on(be("10.0.0.1:80"))},
+		"backend port":           {svc("243.0.0.1", 80, TCP): on(be("10.0.0.1:0"))},
+		"SCTP":                   {svc("243.0.0.1", 80, Proto(132)): on(be("10.0.0.1:80"))},
 		"too many services": {
-			svc("243.0.0.1", 80, TCP): {}, svc("243.0.0.2", 80, TCP): {}, svc("243.0.0.3", 80, TCP): {},
+			svc("243.0.0.1", 80, TCP): {}, svc("243.0.0.2", 80, TCP): {}, svc("243.0.0.3", 80, TCP): {}, svc("243.0.0.4", 80, TCP): {},
 		},
-		"too many backends": {svc("243.0.0.1", 80, TCP): on(be("10.0.0.1:1"), be("10.0.0.1:2"), be("10.0.0.1:3"), be("10.0.0.1:4"), be("10.0.0.1:5"))},
+		"too many backends": {svc("243.0.0.1", 80, TCP): on(be("10.0.0.1:1"), be("10.0.0.1:2"), be("10.0.0.1:3"), be("10.0.0.1:4"), be("10.0.0.1:5"), be("10.0.0.1:6"))},
 		"weights overflow":  {svc("243.0.0.1", 80, TCP): on(be("10.0.0.1:1*4294967295"), be("10.0.0.1:2*1"))},
 	}
 	for name, desired := range bad {
-		f := NewFake(Limits{Services: 2, Backends: 4})
+		f := NewFake(Limits{Services: 3, Backends: 5})
 		if err := f.Set(context.Background(), good); err != nil {
 			t.Fatal(err)
 		}

@@ -103,8 +103,8 @@ func validate(desired map[ServiceKey]Service, lim Limits) error {
 	}
 	total := 0
 	for k, svc := range desired {
-		if !k.VIP.Is4() {
-			return fmt.Errorf("%w: service %s: VIP is not IPv4", ErrInvalid, k)
+		if !k.VIP.IsValid() || k.VIP.Is4In6() || k.VIP.Zone() != "" {
+			return fmt.Errorf("%w: service %s: VIP must be an IPv4 or (not IPv4-mapped, zoneless) IPv6 address", ErrInvalid, k)
 		}
 		if k.Port == 0 {
 			return fmt.Errorf("%w: service %s: port 0", ErrInvalid, k)
@@ -115,8 +115,8 @@ func validate(desired map[ServiceKey]Service, lim Limits) error {
 		var weights uint64
 		for _, b := range svc.Backends {
 			weights += uint64(max(b.Weight, 1))
-			if !b.Addr.Is4() {
-				return fmt.Errorf("%w: service %s: backend %s is not IPv4", ErrInvalid, k, b)
+			if !b.Addr.IsValid() || b.Addr.Is4In6() || b.Addr.Zone() != "" || b.Addr.Is4() != k.VIP.Is4() {
+				return fmt.Errorf("%w: service %s: backend %s is not of the VIP's family (IPv4-mapped and zoned addresses are refused)", ErrInvalid, k, b)
 			}
 			if b.Port == 0 {
 				return fmt.Errorf("%w: service %s: backend %s has port 0", ErrInvalid, k, b)

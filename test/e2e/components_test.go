@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,28 +16,38 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/gateway"
+	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab"
+	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
 // How the fault tests find, stop and watch the restart of the lab's
-// processes. Today the control planes and the Causeway daemons are units
-// of the lab's supervisor (restarted on exit), CoreDNS is a Pod of the
-// lab kubelet (its container's pid is in its containerID, lab://<pid>).
-// Tests go through these functions only, so that running the daemons as
-// Pods changes daemon() and holdRestarts(), nothing else.
+// processes. The control planes are units of the lab's supervisor
+// (restarted on exit); the Causeway daemons are Pods of the Helm chart's
+// DaemonSets and Deployment and CoreDNS a Pod of the lab's, run by the
+// lab kubelets (a container's pid is in its containerID, lab://<pid>;
+// the kubelet restarts an exited container). Tests go through these
+// functions only.
 
 // component is one process of the lab: a supervisor unit, or the first
-// container of the one Pod matching labels.
+// container of the one Pod matching labels (on node, when set).
 type component struct {
-	unit               string // "c1/kube-apiserver", "c3/n1/route-agent"
+	unit               string // "c1/kube-apiserver", "c1/broker/etcd"
 	cluster, namespace string // a Pod's
+	node               string // a Pod's node; "" for any
 	labels             map[string]string
 }
 
 // daemon is a Causeway daemon (gateway, route-agent, mcs-controller) of
-// one node.
+// one node: its Pod of the chart's DaemonSet. The MCS controller is the
+// Pod of a one-replica Deployment, on whichever node the scheduler
+// picked: node is ignored for it.
 func daemon(cluster, node, name string) component {
-	return component{unit: cluster + "/" + node + "/" + name}
+	if name == "mcs-controller" {
+		node = ""
+	}
+	return component{cluster: cluster, namespace: kube.Namespace, node: node,
+		labels: map[string]string{"app.kubernetes.io/part-of": "causeway", "app.kubernetes.io/component": name}}
 }
 
 // controlPlane is a control-plane process (etcd, kube-apiserver) of a
@@ -51,7 +63,7 @@ func (c component) String() string {
 	if c.unit != "" {
 		return c.unit
 	}
-	return fmt.Sprintf("%s/%s/%v", c.cluster, c.namespace, c.labels)
+	return fmt.Sprintf("%s/%s/%s/%v", c.cluster, c.node, c.namespace, c.labels)
 }
 
 // pid waits until c runs steadily and returns its live pid.
@@ -69,17 +81,31 @@ func (l *Lab) pid(ctx context.Context, c component) int {
 	return pid
 }
 
+// pod is c's one Pod (not being deleted).
+func (l *Lab) pod(ctx context.Context, c component) (corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := l.Client(c.cluster).List(ctx, pods, client.InNamespace(c.namespace), client.MatchingLabels(c.labels)); err != nil {
+		return corev1.Pod{}, err
+	}
+	var found []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && (c.node == "" || p.Spec.NodeName == c.node) {
+			found = append(found, p)
+		}
+	}
+	if len(found) != 1 {
+		return corev1.Pod{}, fmt.Errorf("%d pods, want 1", len(found))
+	}
+	return found[0], nil
+}
+
 // podPID is the pid of the first container of c's one Pod, when it is
 // ready.
 func (l *Lab) podPID(ctx context.Context, c component) (int, error) {
-	pods := &corev1.PodList{}
-	if err := l.Client(c.cluster).List(ctx, pods, client.InNamespace(c.namespace), client.MatchingLabels(c.labels)); err != nil {
+	p, err := l.pod(ctx, c)
+	if err != nil {
 		return 0, err
 	}
-	if len(pods.Items) != 1 {
-		return 0, fmt.Errorf("%d pods, want 1", len(pods.Items))
-	}
-	p := pods.Items[0]
 	if len(p.Status.ContainerStatuses) == 0 || !p.Status.ContainerStatuses[0].Ready {
 		return 0, fmt.Errorf("pod %s not ready: %+v", p.Name, p.Status.ContainerStatuses)
 	}
@@ -105,11 +131,16 @@ func (l *Lab) waitRestarted(ctx context.Context, c component, old int) int {
 	return pid
 }
 
-// holdRestarts stops whatever restarts a killed daemon or control-plane
-// process (the lab supervisor, SIGSTOP) until the returned function is
-// called (also at the end of the test).
-func (l *Lab) holdRestarts() (resume func()) {
+// holdRestarts keeps c from running again once killed, until the
+// returned function is called (also at the end of the test): for a
+// supervisor unit it freezes the supervisor (SIGSTOP), for a Pod the
+// Pod's cgroup (cgroup.freeze), so the kubelet's restart of the
+// container stays frozen at its start. c must be running.
+func (l *Lab) holdRestarts(ctx context.Context, c component) (resume func()) {
 	l.t.Helper()
+	if c.unit == "" {
+		return l.freezeCgroupOf(l.pid(ctx, c))
+	}
 	st, err := lab.Load(l.Dir)
 	if err != nil {
 		l.t.Fatal(err)
@@ -119,6 +150,43 @@ func (l *Lab) holdRestarts() (resume func()) {
 		l.t.Fatal("lab supervisor not running")
 	}
 	return l.signalUntil(supervisor, syscall.SIGSTOP, syscall.SIGCONT)
+}
+
+// freezeCgroupOf freezes the cgroup (v2) of process pid, with whatever
+// starts in it later, until the returned function is first called (or
+// the test ends). SIGKILL still ends a frozen process.
+func (l *Lab) freezeCgroupOf(pid int) func() {
+	l.t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	var rel string
+	for _, line := range strings.Split(string(b), "\n") {
+		if r, ok := strings.CutPrefix(line, "0::"); ok {
+			rel = r
+		}
+	}
+	h, err := netlab.NewHost(netlab.Config{Prefix: l.Prefix})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	freeze := filepath.Join(h.Cgroups().Root, rel, "cgroup.freeze")
+	if rel == "" {
+		l.t.Fatalf("pid %d in no cgroup v2: %q", pid, b)
+	}
+	if err := os.WriteFile(freeze, []byte("1"), 0); err != nil {
+		l.t.Fatalf("freeze the cgroup of pid %d: %v", pid, err)
+	}
+	done := false
+	undo := func() {
+		if !done {
+			done = true
+			_ = os.WriteFile(freeze, []byte("0"), 0)
+		}
+	}
+	l.t.Cleanup(undo)
+	return undo
 }
 
 // signalUntil sends sig to pid now and then to it when the returned

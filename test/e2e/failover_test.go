@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
@@ -71,16 +72,16 @@ func TestGatewayFailover(t *testing.T) {
 	tcp, udp := startStreams(t, serverNS, clientNS, streamEnds{"7070", net.JoinHostPort(target.Status.PodIP, "7070")},
 		streamEnds{"7071", net.JoinHostPort(target.Status.PodIP, "7071")}, interval)
 
-	// Freeze the lab supervisor so it does not restart the killed
-	// gateway at once: a restarted candidate holding the same identity
+	// Hold off the kubelet's restart of the killed gateway (its Pod's
+	// cgroup frozen): a restarted candidate holding the same identity
 	// may renew its own unexpired lease before the passive acquires it,
 	// and this test is about the passive taking over.
 	// Another candidate runs steadily and stands by: one still starting
-	// (or backing off) could not take over while the supervisor is frozen.
+	// (or backing off) could not take over meanwhile.
 	l.waitStandby(ctx, "c1", old)
 	gw := daemon("c1", old, "gateway")
 	pid := l.pid(ctx, gw)
-	resume := l.holdRestarts()
+	resume := l.holdRestarts(ctx, gw)
 	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill %s (pid %d): %v", gw, pid, err)
@@ -136,8 +137,9 @@ func (l *Lab) logTimeline(from, to time.Time) {
 	}
 	var lines []line
 	for _, f := range files {
+		// Pod logs: <cluster>/causeway-system/<pod>/<container>.
 		parts := strings.Split(f.Unit, "/")
-		if len(parts) != 3 || (parts[0] != "c1" && parts[0] != "c3") || (parts[2] != "gateway" && parts[2] != "route-agent") {
+		if len(parts) != 4 || (parts[0] != "c1" && parts[0] != "c3") || parts[1] != kube.Namespace || (parts[3] != "gateway" && parts[3] != "route-agent") {
 			continue
 		}
 		fh, err := os.Open(f.Path)
@@ -154,7 +156,7 @@ func (l *Lab) logTimeline(from, to time.Time) {
 			if len(rest) > 240 {
 				rest = rest[:240] + "…"
 			}
-			lines = append(lines, line{at, fmt.Sprintf("%+8.3fs %-18s %s", at.Sub(from).Seconds(), f.Unit, rest)})
+			lines = append(lines, line{at, fmt.Sprintf("%+8.3fs %-32s %s", at.Sub(from).Seconds(), parts[0]+"/"+parts[2], rest)})
 		}
 		fh.Close()
 	}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -245,9 +246,10 @@ func TestLab(t *testing.T) {
 	l.checkHeadlessHostnames(ctx)
 	l.checkGlobalUnexport(ctx)
 
-	// The Causeway daemons run supervised in the node namespaces, and a
-	// crashed one is restarted.
-	l.checkDaemonRestart("c3/n0/gateway")
+	// The Causeway daemons are the chart's Pods: a crashed one is
+	// restarted by its kubelet, a deleted one replaced by its DaemonSet.
+	l.checkDaemonRestart(ctx, daemon("c3", "n0", "gateway"))
+	l.checkGatewayPodReplaced(ctx, "c1")
 	// Everything above ran with each daemon's own least-privilege
 	// ServiceAccount (the chart's templates/rbac), none refused.
 	l.checkLeastPrivilege(ctx)
@@ -289,10 +291,10 @@ func TestLab(t *testing.T) {
 	}
 }
 
-// checkLeastPrivilege checks that every Causeway daemon runs with a
-// kubeconfig of its own ServiceAccount (a token, no client certificate),
-// that this identity may not read Secrets, and that no daemon log shows a
-// request the API server refused for lack of rights.
+// checkLeastPrivilege checks that every Causeway daemon's Pod runs as
+// its own ServiceAccount, that the token the kubelet put in the Pod (the
+// one the daemon uses) may not read Secrets, and that no daemon log
+// shows a request the API server refused for lack of rights.
 func (l *Lab) checkLeastPrivilege(ctx context.Context) {
 	l.t.Helper()
 	st, err := lab.Load(l.Dir)
@@ -300,23 +302,28 @@ func (l *Lab) checkLeastPrivilege(ctx context.Context) {
 		l.t.Fatal(err)
 	}
 	for _, cluster := range st.Members() {
-		cp, err := st.ControlPlane(cluster)
-		if err != nil {
-			l.t.Fatal(err)
-		}
-		admin, err := cp.RESTConfig()
+		admin, err := st.RESTConfig(cluster)
 		if err != nil {
 			l.t.Fatal(err)
 		}
 		for _, d := range kube.Daemons {
-			cfg, err := clientcmd.BuildConfigFromFlags("", st.DaemonKubeconfig(cluster, d))
+			p, err := l.pod(ctx, daemon(cluster, "n0", d)) // n0 is a gateway node
 			if err != nil {
 				l.t.Fatalf("%s %s: %v", cluster, d, err)
 			}
-			if cfg.BearerToken == "" || len(cfg.CertData) > 0 || cfg.CertFile != "" {
-				l.t.Errorf("%s %s: kubeconfig without a ServiceAccount token, or with a client certificate", cluster, d)
+			if p.Spec.ServiceAccountName != kube.ServiceAccountName(d) {
+				l.t.Errorf("%s %s: Pod %s runs as ServiceAccount %q, want %s", cluster, d, p.Name, p.Spec.ServiceAccountName, kube.ServiceAccountName(d))
 			}
-			cfg.Host = admin.Host // the kubeconfig names the node's forwarder
+			tokens, _ := filepath.Glob(filepath.Join(st.NodeStateDir(cluster, p.Spec.NodeName), "pods", p.Namespace+"_"+p.Name, "volumes", "kube-api-access-*", "token"))
+			if len(tokens) != 1 {
+				l.t.Fatalf("%s %s: token files %v in Pod %s", cluster, d, tokens, p.Name)
+			}
+			tok, err := os.ReadFile(tokens[0])
+			if err != nil {
+				l.t.Fatal(err)
+			}
+			cfg := rest.AnonymousClientConfig(admin)
+			cfg.BearerToken = string(tok)
 			cs, err := kubernetes.NewForConfig(cfg)
 			if err != nil {
 				l.t.Fatal(err)
@@ -716,36 +723,56 @@ func (l *Lab) unitPID(unit string) int {
 	return 0
 }
 
-// checkDaemonRestart kills a supervised daemon and waits until the
-// supervisor has started it again.
-func (l *Lab) checkDaemonRestart(unit string) {
+// checkDaemonRestart kills a daemon (SIGKILL) and waits until its
+// kubelet has started its container again.
+func (l *Lab) checkDaemonRestart(ctx context.Context, c component) {
 	l.t.Helper()
-	st, err := lab.Load(l.Dir)
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	find := func() (lab.UnitStatus, bool) {
-		units, _ := st.Status()
-		for _, u := range units {
-			if u.Name == unit {
-				return u, true
-			}
-		}
-		return lab.UnitStatus{}, false
-	}
-	pid := l.unitPID(unit)
-	before, _ := find()
+	pid := l.pid(ctx, c)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		l.t.Fatal(err)
 	}
-	for i := 0; i < 100; i++ {
-		if u, _ := find(); u.Running && u.PID != pid && u.Restarts > before.Restarts {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	l.waitRestarted(ctx, c, pid)
+}
+
+// checkGatewayPodReplaced deletes cluster's gateway Pod: the DaemonSet
+// controller (kube-controller-manager) makes a new one, the kubelet runs
+// it, and c3 reaches cluster's whereami through the clusterset name
+// again (issue 9).
+func (l *Lab) checkGatewayPodReplaced(ctx context.Context, cluster string) {
+	l.t.Helper()
+	gw := daemon(cluster, "n0", "gateway")
+	old, err := l.pod(ctx, gw)
+	if err != nil {
+		l.t.Fatal(err)
 	}
-	u, _ := find()
-	l.t.Errorf("unit %s not restarted after SIGKILL: before %+v, now %+v", unit, before, u)
+	if err := l.Client(cluster).Delete(ctx, &old); err != nil {
+		l.t.Fatal(err)
+	}
+	waitForWithin(l.t, 2*time.Minute, "a new "+cluster+" gateway Pod Ready", func() error {
+		p, err := l.pod(ctx, gw)
+		if err != nil {
+			return err
+		}
+		if p.UID == old.UID {
+			return fmt.Errorf("still Pod %s", old.Name)
+		}
+		_, err = l.podPID(ctx, gw)
+		return err
+	})
+	waitForWithin(l.t, time.Minute, "the old "+cluster+" gateway Pod gone", func() error {
+		if err := l.Client(cluster).Get(ctx, client.ObjectKeyFromObject(&old), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Pod %s: %v", old.Name, err)
+		}
+		return nil
+	})
+	waitForWithin(l.t, time.Minute, "c3 answered by "+cluster+" after its gateway Pod was replaced", func() error {
+		for range 12 {
+			if id, err := l.whereami("c3/demo/client", "http://whereami.demo.svc.clusterset.local"); err == nil && id.Cluster == cluster {
+				return nil
+			}
+		}
+		return fmt.Errorf("no answer from %s", cluster)
+	})
 }
 
 func podCount(t *testing.T, l *Lab, cluster string) int {
@@ -813,5 +840,20 @@ func (l *Lab) checkMergedKubeconfig() {
 		if err != nil || strings.TrimSpace(string(got)) != "namespace/kube-system" {
 			l.t.Errorf("kubectl --context %s: %v: %s", name, err, got)
 		}
+	}
+	// The chart's workloads, as a user lists them (issue 9).
+	kubectl := filepath.Join(controlplane.DefaultBinDir(), "kubectl")
+	got, err := exec.Command(kubectl, "--kubeconfig", path, "--context", "c1", "-n", "causeway-system", "get", "ds,deploy,pods", "-o", "wide").CombinedOutput()
+	if err != nil {
+		l.t.Fatalf("kubectl get ds,deploy,pods: %v\n%s", err, got)
+	}
+	l.t.Logf("kubectl --context c1 -n causeway-system get ds,deploy,pods:\n%s", got)
+	for _, want := range []string{"daemonset.apps/causeway-gateway", "daemonset.apps/causeway-route-agent", "deployment.apps/causeway-mcs-controller"} {
+		if !strings.Contains(string(got), want) {
+			l.t.Errorf("kubectl get ds,deploy,pods lacks %s", want)
+		}
+	}
+	if n := strings.Count(string(got), " Running "); n != 4 { // 2 route agents, 1 gateway, 1 MCS controller
+		l.t.Errorf("%d Pods Running, want 4", n)
 	}
 }

@@ -1,7 +1,8 @@
 package ipsec
 
 import (
-	"crypto/hmac"
+	"crypto/ecdh"
+	"crypto/hkdf"
 	"crypto/sha256"
 	"fmt"
 	"net/netip"
@@ -154,19 +155,33 @@ func StrongSwanConf(f Files, plugins []string) string {
 	return b.String()
 }
 
-// DerivePSK derives the pre-shared key of the cable between clusters a
-// and b from a clusterset-wide secret: HMAC-SHA256(secret, "causeway ipsec
-// psk" | min(a,b) | max(a,b)). Both gateways compute the same key; a
-// leaked pair key does not reveal the secret or other pairs' keys.
-func DerivePSK(secret []byte, a, b string) cable.Key {
-	if b < a {
-		a, b = b, a
+// KeyFile is the gateway's X25519 private key in the state directory
+// (next to ipsec/, which Cleanup removes; the key stays). Its public key
+// is published in the gateway's Endpoint (publicKey).
+const KeyFile = "ipsec.key"
+
+// DerivePSK derives the IKE pre-shared key of the cable between the local
+// cluster and remote: HKDF-SHA256 of the X25519 shared secret of the local
+// private key and the remote's published public key, salted with both
+// cluster IDs in order (min, 0, max), info "causeway ipsec psk". Both
+// gateways compute the same key from what they publish; no other member
+// can, as it lacks both private keys. A remote public key of low order
+// (an all-zero shared secret) is refused.
+func DerivePSK(priv *ecdh.PrivateKey, remoteKey cable.Key, local, remote string) (cable.Key, error) {
+	pub, err := ecdh.X25519().NewPublicKey(remoteKey[:])
+	if err != nil {
+		return cable.Key{}, fmt.Errorf("public key: %w", err)
 	}
-	m := hmac.New(sha256.New, secret)
-	fmt.Fprintf(m, "causeway ipsec psk\x00%s\x00%s", a, b)
-	var k cable.Key
-	copy(k[:], m.Sum(nil))
-	return k
+	shared, err := priv.ECDH(pub)
+	if err != nil {
+		return cable.Key{}, fmt.Errorf("public key %s: %w", remoteKey, err)
+	}
+	a, b := min(local, remote), max(local, remote)
+	k, err := hkdf.Key(sha256.New, shared, []byte(a+"\x00"+b), "causeway ipsec psk", len(cable.Key{}))
+	if err != nil {
+		return cable.Key{}, err
+	}
+	return cable.Key(k), nil
 }
 
 // Identity is the IKE identity of a cluster's gateway (an FQDN-type ID).

@@ -1,6 +1,8 @@
 package ipsec
 
 import (
+	"crypto/ecdh"
+	"crypto/rand"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,20 +13,42 @@ import (
 	"github.com/causeway-net/causeway/pkg/cable"
 )
 
+// The pair's key is the same at both ends and derivable by them only: a
+// third member with its own key pair, knowing both public keys and both
+// cluster IDs, derives something else.
 func TestDerivePSK(t *testing.T) {
-	s := []byte("secret")
-	if DerivePSK(s, "c1", "c2") != DerivePSK(s, "c2", "c1") {
-		t.Fatal("PSK differs between the two ends")
+	gen := func() *ecdh.PrivateKey {
+		k, err := ecdh.X25519().GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
 	}
-	if DerivePSK(s, "c1", "c2") == DerivePSK(s, "c1", "c3") {
-		t.Fatal("two pairs share a PSK")
+	pub := func(k *ecdh.PrivateKey) cable.Key { return cable.Key(k.PublicKey().Bytes()) }
+	psk := func(priv *ecdh.PrivateKey, remote cable.Key, local, remoteID string) cable.Key {
+		k, err := DerivePSK(priv, remote, local, remoteID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
 	}
-	if DerivePSK(s, "c1", "c2") == DerivePSK([]byte("other"), "c1", "c2") {
-		t.Fatal("PSK does not depend on the secret")
+	a, b, c := gen(), gen(), gen()
+	pair := psk(a, pub(b), "c1", "c2")
+	if psk(b, pub(a), "c2", "c1") != pair {
+		t.Fatal("the two ends derive different keys")
 	}
-	// "a"+"bc" and "ab"+"c" must not collide.
-	if DerivePSK(s, "a", "bc") == DerivePSK(s, "ab", "c") {
-		t.Fatal("ambiguous concatenation")
+	for what, k := range map[string]cable.Key{
+		"c3 with a's public key, as c2":  psk(c, pub(a), "c2", "c1"),
+		"c3 with b's public key, as c1":  psk(c, pub(b), "c1", "c2"),
+		"c3 with a's public key, as c3":  psk(c, pub(a), "c3", "c1"),
+		"the pair's keys for another ID": psk(a, pub(b), "c1", "c3"),
+	} {
+		if k == pair {
+			t.Errorf("%s derives the pair's key", what)
+		}
+	}
+	if _, err := DerivePSK(a, cable.Key{}, "c1", "c2"); err == nil {
+		t.Error("a low-order public key (all zeroes) was accepted")
 	}
 }
 
@@ -76,7 +100,7 @@ func testPeer() Peer {
 	return Peer{ClusterID: "c2", Remote: netip.MustParseAddrPort("198.18.0.2:500"),
 		LocalTS:  []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")},
 		RemoteTS: []netip.Prefix{netip.MustParsePrefix("10.2.0.0/16"), netip.MustParsePrefix("10.96.0.0/16")},
-		PSK:      DerivePSK([]byte("s"), "c1", "c2"), ESP: ESPProposals(true)}
+		PSK:      cable.Key{0x42}, ESP: ESPProposals(true)}
 }
 
 func TestConnMessage(t *testing.T) {

@@ -1,7 +1,10 @@
 // Package ipsec is the IKEv2/IPsec cable driver. It runs one strongSwan
 // charon daemon per gateway (per network namespace), configured only
 // through charon's VICI socket (github.com/strongswan/govici): one IKE
-// connection per remote gateway, authenticated with a pre-shared key,
+// connection per remote gateway, authenticated with a pre-shared key that
+// only the two gateways of the pair can derive (DerivePSK: X25519 of the
+// local private key, kept in the state directory, and the remote's
+// published public key),
 // tunnel-mode CHILD_SAs whose traffic selectors are the local subnets and
 // the peer's validated subnets. ESP is done by charon's kernel-libipsec
 // plugin (userspace ESP over a TUN device) so that it works on kernels

@@ -2,6 +2,7 @@ package ipsec
 
 import (
 	"context"
+	"crypto/ecdh"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,12 +22,14 @@ import (
 
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/cable/internal/keyfile"
 	"github.com/causeway-net/causeway/pkg/nodenet"
 )
 
 // Driver is the IPsec cable driver.
 type Driver struct {
 	local   cable.LocalEndpoint
+	key     *ecdh.PrivateKey
 	log     *slog.Logger
 	files   Files
 	localID string
@@ -68,7 +72,15 @@ func newDriver(ctx context.Context, local cable.LocalEndpoint) (*Driver, error) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "cable", "driver", Name, "cluster", local.ClusterID)
-	d := &Driver{local: local, log: log, files: FilesFor(local.StateDir), localID: Identity(local.ClusterID)}
+	raw, err := keyfile.LoadOrCreate(filepath.Join(local.StateDir, KeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("ipsec: %w", err)
+	}
+	key, err := ecdh.X25519().NewPrivateKey(raw[:])
+	if err != nil {
+		return nil, fmt.Errorf("ipsec: private key: %w", err)
+	}
+	d := &Driver{local: local, key: key, log: log, files: FilesFor(local.StateDir), localID: Identity(local.ClusterID)}
 	d.localTS = local.Subnets
 	if len(d.localTS) == 0 {
 		// The remote narrows "any" to the subnets it accepts from us.
@@ -172,9 +184,9 @@ func (d *Driver) ensureSourceAddrs() error {
 // Name implements cable.Driver.
 func (d *Driver) Name() string { return Name }
 
-// PublicKey implements cable.Driver; the IPsec driver authenticates with
-// pre-shared keys and publishes no key.
-func (d *Driver) PublicKey() cable.Key { return cable.Key{} }
+// PublicKey implements cable.Driver: the X25519 public key each pair's
+// pre-shared key is derived from (DerivePSK).
+func (d *Driver) PublicKey() cable.Key { return cable.Key(d.key.PublicKey().Bytes()) }
 
 // Pid is the pid of the charon serving this driver.
 func (d *Driver) Pid() int {
@@ -187,8 +199,8 @@ func (d *Driver) Pid() int {
 func (d *Driver) Files() Files { return d.files }
 
 // peers resolves the validated connections into what is loaded into
-// charon, rejecting connections without a usable key or with an endpoint
-// of the other address family.
+// charon, rejecting connections whose public key yields no pre-shared key
+// or with an endpoint of the other address family.
 func (d *Driver) peers(valid []cable.Connection) ([]Peer, []cable.Connection, []error) {
 	var errs []error
 	var out []Peer
@@ -199,15 +211,9 @@ func (d *Driver) peers(valid []cable.Connection) ([]Peer, []cable.Connection, []
 				Reason: fmt.Sprintf("endpoint %s and local address %s differ in family", c.Endpoint, d.local.Address)})
 			continue
 		}
-		var psk cable.Key
-		switch {
-		case c.PresharedKey != nil && !c.PresharedKey.IsZero():
-			psk = *c.PresharedKey
-		case len(d.local.SharedSecret) > 0:
-			psk = DerivePSK(d.local.SharedSecret, d.local.ClusterID, c.ClusterID)
-		default:
-			errs = append(errs, &cable.ValidationError{ClusterID: c.ClusterID,
-				Reason: "no pre-shared key (connection PresharedKey or local SharedSecret)"})
+		psk, err := DerivePSK(d.key, c.PublicKey, d.local.ClusterID, c.ClusterID)
+		if err != nil {
+			errs = append(errs, &cable.ValidationError{ClusterID: c.ClusterID, Reason: err.Error()})
 			continue
 		}
 		out = append(out, Peer{ClusterID: c.ClusterID, Remote: c.Endpoint, LocalTS: d.localTS,
@@ -222,7 +228,7 @@ func (d *Driver) peers(valid []cable.Connection) ([]Peer, []cable.Connection, []
 // their SAs terminated, and loaded again; removed ones are unloaded and
 // terminated.
 func (d *Driver) Set(ctx context.Context, conns []cable.Connection) error {
-	valid, verr := cable.Validate(conns, cable.Requirements{})
+	valid, verr := cable.Validate(conns, cable.Requirements{PublicKey: true})
 	peers, valid, perrs := d.peers(valid)
 	d.mu.Lock()
 	defer d.mu.Unlock()

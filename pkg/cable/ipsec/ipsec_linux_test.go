@@ -2,6 +2,8 @@ package ipsec
 
 import (
 	"context"
+	"crypto/ecdh"
+	"crypto/rand"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -20,8 +22,6 @@ import (
 
 const testPort = IKEPort
 
-var testSecret = []byte("causeway ipsec test clusterset secret")
-
 // requireCharon skips when strongSwan's charon or its kernel-libipsec
 // plugin is not installed on the machine.
 func requireCharon(t testing.TB) {
@@ -39,7 +39,6 @@ func newTest(t testing.TB, tp *cabletest.Topo, side, stateDir string) *Driver {
 	t.Helper()
 	requireCharon(t)
 	l := tp.Local(side, testPort, stateDir)
-	l.SharedSecret = testSecret
 	l.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	d, err := newDriver(context.Background(), l)
 	if err != nil {
@@ -109,7 +108,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // kernel-libipsec's own routes sit in CharonTable behind a rule that never
 // matches, the driver's proto-157 routes carry the traffic; status has
 // handshake time and byte counts; a restarted driver adopts the same
-// charon; a wrong PSK keeps the tunnel down; Cleanup removes charon's
+// charon; a third key for the peer keeps the tunnel down; Cleanup removes charon's
 // rule and routes.
 func TestIPsecDetails(t *testing.T) {
 	requireCharon(t)
@@ -178,10 +177,13 @@ func TestIPsecDetails(t *testing.T) {
 		t.Fatalf("restart started charon %d instead of adopting %d", a.Pid(), pid)
 	}
 
-	// A wrong key on one side: the pair is re-keyed and never comes up.
-	bad := cabletest.ConnTo("a", testPort, cable.Key{})
-	wrong := cable.Key{7}
-	bad.PresharedKey = &wrong
+	// Another public key for a on b's side (a third member's): b derives
+	// another pre-shared key, the pair is re-keyed and never comes up.
+	third, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := cabletest.ConnTo("a", testPort, cable.Key(third.PublicKey().Bytes()))
 	if err := b.Set(ctx, []cable.Connection{bad}); err != nil {
 		t.Fatal(err)
 	}
@@ -191,17 +193,14 @@ func TestIPsecDetails(t *testing.T) {
 	if st, _ := b.Connections(ctx); len(st) != 1 || st[0].Connected {
 		t.Fatalf("status with a wrong key: %+v", st)
 	}
-	if err := b.Set(ctx, []cable.Connection{cabletest.ConnTo("a", testPort, cable.Key{})}); err != nil {
+	if err := b.Set(ctx, []cable.Connection{cabletest.ConnTo("a", testPort, a.PublicKey())}); err != nil {
 		t.Fatal(err)
 	}
 	cabletest.WaitTraffic(t, tp)
 
-	// No key at all is a validation error.
-	noKey := a.local
-	noKey.SharedSecret = nil
-	d := &Driver{local: noKey}
-	if _, _, errs := d.peers([]cable.Connection{cabletest.ConnTo("b", testPort, cable.Key{})}); len(errs) != 1 {
-		t.Fatalf("connection without a key: %v", errs)
+	// A public key of low order (all zeroes) yields no pre-shared key.
+	if _, _, errs := a.peers([]cable.Connection{cabletest.ConnTo("b", testPort, cable.Key{})}); len(errs) != 1 {
+		t.Fatalf("connection with a low-order key: %v", errs)
 	}
 
 	for _, d := range []*Driver{a, b} {
@@ -257,7 +256,7 @@ func TestIPsecCharonCrash(t *testing.T) {
 	if a.Pid() == pid {
 		t.Fatal("adopted a dead charon")
 	}
-	if err := a.Set(ctx, []cable.Connection{cabletest.ConnTo("b", testPort, cable.Key{})}); err != nil {
+	if err := a.Set(ctx, []cable.Connection{cabletest.ConnTo("b", testPort, b.PublicKey())}); err != nil {
 		t.Fatal(err)
 	}
 	cabletest.WaitTraffic(t, tp)

@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
 // containerEnv is the container's environment, in order: literal values
@@ -66,14 +68,19 @@ func containerEnv(ctx context.Context, kube kubernetes.Interface, pod *corev1.Po
 	return env, nil
 }
 
-// env is the environment of container c of pod: for hostNetwork pods
-// on a node with the API server forwarder, KUBERNETES_SERVICE_HOST and
-// _PORT naming it (https://127.0.0.1:6443, as in-cluster clients expect),
-// then containerEnv.
+// env is the environment of container c of pod: on a node with the API
+// server forwarder, KUBERNETES_SERVICE_HOST and _PORT naming it, as
+// in-cluster clients expect (https://127.0.0.1:6443 for hostNetwork pods,
+// https://<netlab.APIAddress>:6443 for the others, which reach it through
+// their node), then containerEnv.
 func (k *Kubelet) env(ctx context.Context, pod *corev1.Pod, c corev1.Container, podIP string) ([]string, error) {
 	var base []string
-	if pod.Spec.HostNetwork && k.cfg.APIServerForward != "" {
-		base = []string{"KUBERNETES_SERVICE_HOST=127.0.0.1", fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", APIServerPort)}
+	if k.cfg.APIServerForward != "" {
+		host := "127.0.0.1"
+		if !pod.Spec.HostNetwork {
+			host = netlab.APIAddress.String()
+		}
+		base = []string{"KUBERNETES_SERVICE_HOST=" + host, fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", APIServerPort)}
 	}
 	env, err := containerEnv(ctx, k.cfg.Client, pod, c, podIP, k.cfg.Node.Address.Addr().String(), k.log)
 	return append(base, env...), err

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -60,7 +59,7 @@ func (k *Kubelet) serveLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	follow := q.Get("follow") == "true"
 
-	f, err := os.Open(filepath.Join(k.podDir(pod.Namespace, pod.Name), name+".log"))
+	f, err := os.Open(ContainerLog(k.cfg.StateDir, pod.Namespace, pod.Name, name))
 	if errors.Is(err, os.ErrNotExist) {
 		http.Error(w, fmt.Sprintf("container %s of pod %s/%s has not started yet", name, pod.Namespace, pod.Name), http.StatusBadRequest)
 		return

@@ -160,7 +160,7 @@ exec sleep 3600
 		t.Fatal(err)
 	}
 	gwLog := filepath.Join(l.dir, "n0", "pods", ns+"_gateway-n0", "gateway.log")
-	want = []string{"args: --cluster-id=c1 --node-name=n0", "--public-ip=172.18.1.10 --private-ip=172.18.1.10",
+	want = []string{"args: --cluster-id=c1 --node-name=n0", "--private-ip=172.18.1.10 --cable-driver=wireguard",
 		"broker: broker-credentials", "namespace: " + ns, "ca.crt: ok", "tun: ok"}
 	waitLog(t, gwLog, want)
 	if b, err := os.ReadFile(filepath.Join(hostLib, "gateway", "probe")); err != nil || string(b) != "written\n" {

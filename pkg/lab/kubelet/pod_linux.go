@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -584,7 +583,7 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 		Args:    cmd.Args,
 		Env:     append(os.Environ(), cmd.Env...),
 		Dir:     cmd.Dir,
-		LogPath: filepath.Join(k.podDir(w.namespace, w.name), spec.Name+".log"),
+		LogPath: ContainerLog(k.cfg.StateDir, w.namespace, w.name, spec.Name),
 		Setsid:  true,
 	})
 	if err != nil {

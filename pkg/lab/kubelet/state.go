@@ -56,6 +56,13 @@ type termination struct {
 // DNS labels (no '_'), so the first '_' separates the two.
 func podDirName(namespace, name string) string { return namespace + "_" + name }
 
+// ContainerLog is the log file of a container of pod namespace/name in
+// the state directory of a kubelet (Config.StateDir): stdout and stderr,
+// appended across restarts.
+func ContainerLog(stateDir, namespace, name, container string) string {
+	return filepath.Join(stateDir, "pods", podDirName(namespace, name), container+".log")
+}
+
 func parsePodDirName(dir string) (namespace, name string, ok bool) {
 	return strings.Cut(dir, "_")
 }

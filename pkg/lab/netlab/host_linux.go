@@ -306,6 +306,9 @@ func (h *Host) ensureNode(c Cluster, n Node) error {
 	if err := linkUp(nodeH, "lo"); err != nil {
 		return err
 	}
+	if err := addLoopbackAddr(nodeH, APIAddress); err != nil {
+		return err
+	}
 
 	if err := h.withHandle(h.names.Switch(c.Name), func(swH *netlink.Handle, _ netns.NsHandle) error {
 		return attachToBridge(swH, SwitchPort(n.Name), nodeH, nodeNS, NodeLink, n.Address)
@@ -412,6 +415,22 @@ func linkUp(nh *netlink.Handle, name string) error {
 	}
 	if err := nh.LinkSetUp(l); err != nil {
 		return fmt.Errorf("set %s up: %w", name, err)
+	}
+	return nil
+}
+
+// addLoopbackAddr puts a on lo as a /32 (lo's other addresses stay),
+// scope host: the kernel never picks it as the source of the node's own
+// traffic (to a pod it would otherwise, before eth0's address), yet it
+// accepts and answers connections to it.
+func addLoopbackAddr(nh *netlink.Handle, a netip.Addr) error {
+	lo, err := nh.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo: %w", err)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}, Scope: int(netlink.SCOPE_HOST)}
+	if err := nh.AddrReplace(lo, addr); err != nil {
+		return fmt.Errorf("add %s to lo: %w", a, err)
 	}
 	return nil
 }

@@ -257,6 +257,42 @@ func TestOneClusterPodToPodAcrossNodes(t *testing.T) {
 		t.Errorf("UDP echo: %v", err)
 	}
 
+	// A pod reaches its own node's listeners at APIAddress, as a node
+	// process does (the lab kubelet's API server forwarders).
+	ln, err := h.Listen(names.Node("c1", "n1"), "tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Write([]byte("n1"))
+			conn.Close()
+		}
+	}()
+	for _, ns := range []string{names.PodOf(client), names.Node("c1", "n1")} {
+		err = h.Do(ns, func() error {
+			conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(APIAddress, uint16(ln.Addr().(*net.TCPAddr).Port)).String(), 10*time.Second)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			b, err := io.ReadAll(conn)
+			if err != nil || string(b) != "n1" {
+				return fmt.Errorf("read %q: %v, want n1's listener", b, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("%s → %s: %v", ns, APIAddress, err)
+		}
+	}
+
 	// A real program (curl) started in the client pod reaches the server.
 	curlLog := filepath.Join(t.TempDir(), "curl.log")
 	curl, err := h.Start(Process{Netns: names.PodOf(client), Cgroup: cg.PodOf(client), Path: "curl", Args: []string{"-sS", "--max-time", "10", "http://10.244.0.2:8080/"}, LogPath: curlLog})

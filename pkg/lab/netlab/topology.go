@@ -47,6 +47,13 @@ var (
 	HostVethMAC = [6]byte{0xee, 0xee, 0xee, 0xee, 0xee, 0xee}
 )
 
+// APIAddress is an address every node namespace holds on lo (/32), the
+// same on every node: host-network processes reach it locally, pods
+// through their default route to the node. The lab kubelet's forwarders
+// to the API servers listen on every address of the node, so this is
+// where pods find their cluster's API server and the broker.
+var APIAddress = netip.MustParseAddr("169.254.64.1")
+
 // Topology is the whole lab as plain data.
 type Topology struct {
 	// Prefix starts every namespace, cgroup directory, pin and socket name

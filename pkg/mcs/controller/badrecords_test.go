@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -248,6 +250,30 @@ func TestBadRecords(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("claimed weight bounded", func(t *testing.T) {
+		// As many ready endpoints as a record may claim: c2's weight in
+		// c1's slices is bounded by the others' (addrpolicy.CapWeights).
+		claim := *good.DeepCopy()
+		claim.ReadyEndpoints, claim.ServingEndpoints = addrpolicy.MaxRecordEndpointCount, addrpolicy.MaxRecordEndpointCount
+		if err := writeRecord(t, c2, "c2", claim); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "c2's weight bounded", func() error {
+			var list discoveryv1.EndpointSliceList
+			if err := c1.List(ctx, &list, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelServiceName: "web"}); err != nil {
+				return err
+			}
+			w := map[string]int{}
+			for _, sl := range list.Items {
+				w[sl.Labels[mcsv1beta1.LabelSourceCluster]], _ = strconv.Atoi(sl.Annotations[mcs.AnnotationReadyEndpoints])
+			}
+			if want := addrpolicy.RemoteWeightFactor * (w["c1"] + w["c3"]); w["c1"] == 0 || w["c2"] != want {
+				return fmt.Errorf("weights by source cluster %v, want c2's %d", w, want)
+			}
+			return nil
+		})
+	})
 
 	t.Run("every record refused", func(t *testing.T) {
 		// A Service only c2 exports, badly: no import at all in c1, the

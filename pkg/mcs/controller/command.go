@@ -3,9 +3,11 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/daemon"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -22,12 +24,14 @@ func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	var (
 		vipRange    = mcs.DefaultVIPRange
+		vipRange6   = mcs.DefaultVIPRangeIPv6
 		deadAfter   = DefaultDeadClusterTimeout
 		liveness    = DefaultLivenessDuration
 		resync      = DefaultResyncPeriod
 		workers     = DefaultWorkers
 		quarantine  = DefaultGlobalQuarantine
 		leaderElect = true
+		tokenLife   time.Duration
 		qps         = float32(200)
 		burst       = 400
 	)
@@ -39,11 +43,21 @@ ServiceExport of the cluster to the broker, merges all clusters' exports
 (KEP-1645), allocates clusterset VIPs in the broker and writes the
 ServiceImports and multi-cluster EndpointSlices of the ClusterSet here. It
 renews the cluster's liveness Lease in the broker and withdraws the
-endpoints of clusters that stop renewing theirs.`,
+endpoints of clusters that stop renewing theirs. With
+--broker-token-lifetime it keeps the broker token short-lived: at start
+and then every half lifetime, it requests a fresh token for the cluster's
+own broker identity and writes it into Secret causeway-broker (key
+"token"), which every daemon reads through the mounted file.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
 			r, err := mcs.ParseVIPRange(vipRange)
 			if err != nil {
 				return fmt.Errorf("--vip-range: %w", err)
+			}
+			var r6 mcs.VIPRange
+			if vipRange6 != "" {
+				if r6, err = mcs.ParseVIPRange(vipRange6); err != nil {
+					return fmt.Errorf("--vip-range-ipv6: %w", err)
+				}
 			}
 			local, err := opts.RESTConfig()
 			if err != nil {
@@ -53,23 +67,28 @@ endpoints of clusters that stop renewing theirs.`,
 			if err != nil {
 				return err
 			}
+			if tokenLife != 0 && tokenLife < broker.MinTokenLifetime {
+				return fmt.Errorf("--broker-token-lifetime %s: the API server issues no token shorter than %s", tokenLife, broker.MinTokenLifetime)
+			}
 			local.QPS, local.Burst, brk.QPS, brk.Burst = qps, burst, qps, burst
 			if err := rt.WaitForAPIServer(ctx, "local cluster", local); err != nil {
 				return err
 			}
 			c, err := New(local, brk, Config{
-				ClusterID:          opts.ClusterID,
-				Namespace:          opts.Namespace,
-				VIPRange:           r,
-				DeadClusterTimeout: deadAfter,
-				LivenessDuration:   liveness,
-				ResyncPeriod:       resync,
-				Workers:            workers,
-				GlobalQuarantine:   quarantine,
-				LeaderElection:     leaderElect,
-				Log:                rt.Log,
-				Metrics:            rt.Metrics,
-				BrokerHealth:       func(err error) { rt.SetReady("broker", err) },
+				ClusterID:           opts.ClusterID,
+				Namespace:           opts.Namespace,
+				VIPRange:            r,
+				VIPRangeIPv6:        r6,
+				DeadClusterTimeout:  deadAfter,
+				LivenessDuration:    liveness,
+				ResyncPeriod:        resync,
+				Workers:             workers,
+				GlobalQuarantine:    quarantine,
+				LeaderElection:      leaderElect,
+				Log:                 rt.Log,
+				Metrics:             rt.Metrics,
+				BrokerHealth:        func(err error) { rt.SetReady("broker", err) },
+				BrokerTokenLifetime: tokenLife,
 			})
 			if err != nil {
 				return err
@@ -78,7 +97,8 @@ endpoints of clusters that stop renewing theirs.`,
 			return c.Run(ctx)
 		})
 	fs := cmd.Flags()
-	fs.StringVar(&vipRange, "vip-range", vipRange, "clusterset VIP range (the same in every cluster)")
+	fs.StringVar(&vipRange, "vip-range", vipRange, "clusterset VIP range, IPv4 (the same in every cluster)")
+	fs.StringVar(&vipRange6, "vip-range-ipv6", vipRange6, `IPv6 clusterset VIP range (the same in every cluster): imports with the IPv6 family get an IPv6 VIP from it; "" gives none`)
 	fs.DurationVar(&deadAfter, "dead-cluster-timeout", deadAfter, "withdraw a cluster's endpoints this long after its liveness Lease expired")
 	fs.DurationVar(&liveness, "liveness-lease-duration", liveness, "duration of this cluster's liveness Lease in the broker (renewed every third)")
 	fs.DurationVar(&resync, "resync-period", resync, "full resync period")
@@ -87,5 +107,6 @@ endpoints of clusters that stop renewing theirs.`,
 	fs.IntVar(&burst, "kube-api-burst", burst, "burst of requests to each API server above --kube-api-qps")
 	fs.DurationVar(&quarantine, "global-quarantine", quarantine, "globalnet: how long the global addresses of a Service no longer exported stay reserved before they are freed")
 	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "elect one acting replica per cluster")
+	fs.DurationVar(&tokenLife, "broker-token-lifetime", tokenLife, "rotate the broker token in Secret causeway-broker of --namespace, requesting tokens valid this long (at least 10m; 0: use --broker-kubeconfig's token as it is)")
 	return cmd
 }

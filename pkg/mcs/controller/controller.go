@@ -63,6 +63,10 @@ type Config struct {
 	// VIPRange is the clusterset VIP range; the zero value means
 	// mcs.DefaultVIPRange.
 	VIPRange mcs.VIPRange
+	// VIPRangeIPv6 is the IPv6 clusterset VIP range, from which imports
+	// with the IPv6 family get their IPv6 VIP; the zero value means none
+	// (the command's --vip-range-ipv6 defaults to mcs.DefaultVIPRangeIPv6).
+	VIPRangeIPv6 mcs.VIPRange
 	// DeadClusterTimeout is how long after its liveness Lease expired a
 	// cluster's endpoints are withdrawn.
 	DeadClusterTimeout time.Duration
@@ -86,6 +90,10 @@ type Config struct {
 	// BrokerHealth, if set, is told whether the last liveness renewal in
 	// the broker worked.
 	BrokerHealth func(error)
+	// BrokerTokenLifetime, when set, makes the acting replica rotate the
+	// broker token in Secret causeway-broker (broker.Rotator), requesting
+	// tokens valid this long; zero leaves the token as it is.
+	BrokerTokenLifetime time.Duration
 }
 
 // Cache index names.
@@ -147,7 +155,7 @@ type Controller struct {
 	breader client.Reader
 	// reader reads the local API server directly (not the cache).
 	reader   client.Reader
-	alloc    *mcs.VIPAllocator
+	alloc    *mcs.FamilyVIPAllocator
 	recorder events.EventRecorder
 	live     *liveness
 	metrics  *metrics
@@ -158,7 +166,7 @@ type Controller struct {
 	recordIndex, sliceIndex *index
 
 	mu      sync.Mutex
-	vips    map[types.NamespacedName]netip.Addr
+	vips    map[types.NamespacedName][]netip.Addr
 	exports map[types.NamespacedName]bool
 	imports map[types.NamespacedName]int // key -> number of slices
 	// sliceCount is the sum of imports' values.
@@ -305,7 +313,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		live:     newLiveness(cfg.ClusterID, cfg.LivenessDuration, cfg.DeadClusterTimeout, time.Now),
 		metrics:  newMetrics(cfg.Metrics),
 		trigger:  make(chan event.GenericEvent, 1024),
-		vips:     map[types.NamespacedName]netip.Addr{},
+		vips:     map[types.NamespacedName][]netip.Addr{},
 		exports:  map[types.NamespacedName]bool{},
 		imports:  map[types.NamespacedName]int{},
 
@@ -316,11 +324,40 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			waiting: map[types.NamespacedName]bool{},
 		},
 	}
-	c.alloc = mcs.NewVIPAllocator(cfg.VIPRange, &indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader})
+	if cfg.BrokerTokenLifetime > 0 {
+		if err := mgr.Add(c.tokenRotator(brokerCfg)); err != nil {
+			return nil, err
+		}
+	}
+	if c.alloc, err = mcs.NewFamilyVIPAllocator(cfg.VIPRange, cfg.VIPRangeIPv6,
+		&indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader}); err != nil {
+		return nil, err
+	}
 	if err := c.setup(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// The broker token's rotation patches the one Secret the daemons mount,
+// and reads no Secret.
+//
+// +kubebuilder:rbac:groups="",namespace=causeway-system,resources=secrets,resourceNames=causeway-broker,verbs=patch
+
+// tokenRotator rotates the broker token of the acting replica (a runnable
+// of the manager, started once elected).
+func (c *Controller) tokenRotator(brokerCfg *rest.Config) manager.Runnable {
+	r := &broker.Rotator{
+		Broker:    brokerCfg,
+		Local:     c.local,
+		Namespace: c.cfg.Namespace,
+		ClusterID: c.cfg.ClusterID,
+		Lifetime:  c.cfg.BrokerTokenLifetime,
+		Log:       c.log.With("loop", "broker-token"),
+		Rotated:   func(exp time.Time) { c.metrics.tokenExpiry.Set(float64(exp.Unix())) },
+		Failed:    func(error) { c.metrics.tokenFailed.Inc() },
+	}
+	return manager.RunnableFunc(r.Run)
 }
 
 // Run runs the controller until ctx ends.

@@ -20,6 +20,8 @@ type metrics struct {
 	globals      prometheus.Gauge
 	globalWait   prometheus.Gauge
 	refused      prometheus.Gauge
+	tokenExpiry  prometheus.Gauge
+	tokenFailed  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -73,9 +75,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "causeway", Subsystem: "mcs", Name: "remote_records_refused",
 			Help: "Remote export records refused by the address policy (one per Service and cluster); they contribute nothing.",
 		}),
+		tokenExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "causeway", Subsystem: "mcs", Name: "broker_token_expiry_timestamp_seconds",
+			Help: "Unix time the broker token last stored in Secret causeway-broker expires (rotated at half its lifetime).",
+		}),
+		tokenFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "causeway", Subsystem: "mcs", Name: "broker_token_rotation_failures_total",
+			Help: "Failed attempts to rotate the broker token (retried; the current token stays valid until it expires).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.globals, m.globalWait, m.refused)
+		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.globals, m.globalWait, m.refused, m.tokenExpiry, m.tokenFailed)
 	}
 	return m
 }

@@ -359,11 +359,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	var vips []netip.Addr
 	var vipErr error
 	if m.Spec.Type == mcsv1beta1.ClusterSetIP {
-		var vip netip.Addr
-		vip, vipErr = c.vip(ctx, key)
-		if vipErr == nil {
-			vips = []netip.Addr{vip}
-		}
+		vips, vipErr = c.clustersetVIPs(ctx, key, m.Spec.IPFamilies)
 	}
 	want := mcs.BuildServiceImport(m, key.Namespace, key.Name, vips)
 	ready := metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
@@ -392,6 +388,16 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 		}
 		sources = append(sources, src)
 	}
+	// No remote's claimed ready endpoints may draw (almost) every
+	// connection of the VIP: addrpolicy bounds each against the others.
+	weights := make(map[string]int, len(sources))
+	for _, src := range sources {
+		weights[src.ClusterID] = src.ReadyEndpoints
+	}
+	capped := addrpolicy.CapWeights(c.cfg.ClusterID, weights)
+	for i := range sources {
+		sources[i].ReadyEndpoints = capped[sources[i].ClusterID]
+	}
 	reachable := metav1.Condition{Type: mcs.ConditionReachable, Status: metav1.ConditionTrue, Reason: mcs.ReasonReachable,
 		Message: "every exporting cluster's backends are reachable"}
 	if len(unreachable) > 0 {
@@ -418,25 +424,30 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	return &m, nil
 }
 
-// vip returns the clusterset VIP of key, allocating it in the broker on
-// first use. A VIP this controller allocated before is confirmed by one
-// cache index lookup: it must be the Service's only allocation. When two
-// exist (two clusters allocated at once, before either saw the other's),
-// the allocator keeps the one first in the Service's candidate order and
-// releases the other; the allocation's watch event brings every cluster
-// here again, so all converge on the same address.
-func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.Addr, error) {
+// clustersetVIPs returns the clusterset VIPs of key, one per IP family of its
+// import (mcs.VIPFamilies of families, in that order), allocating them in
+// the broker on first use. VIPs this controller allocated before for the
+// same families are confirmed by one cache index lookup: they must be the
+// Service's only allocations. When two exist for a family (two clusters
+// allocated at once, before either saw the other's), the allocator keeps
+// the one first in the Service's candidate order and releases the other;
+// the allocation's watch event brings every cluster here again, so all
+// converge on the same addresses. A family that fails is left out and its
+// error returned with the others' VIPs.
+func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedName, families []corev1.IPFamily) ([]netip.Addr, error) {
 	c.mu.Lock()
 	known, ok := c.vips[key]
 	c.mu.Unlock()
-	if ok {
+	if ok && sameFamilies(known, mcs.VIPFamilies(families)) {
 		var held causewayv1alpha1.VIPAllocationList
 		err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()})
-		if err == nil && len(held.Items) == 1 && held.Items[0].Name == mcs.VIPObjectName(known) && held.Items[0].DeletionTimestamp == nil {
+		if err == nil && len(held.Items) == len(known) && slices.IndexFunc(held.Items, func(a causewayv1alpha1.VIPAllocation) bool {
+			return a.DeletionTimestamp != nil || !slices.ContainsFunc(known, func(v netip.Addr) bool { return mcs.VIPObjectName(v) == a.Name })
+		}) < 0 {
 			return known, nil
 		}
 	}
-	vip, err := c.alloc.Allocate(ctx, key)
+	vips, err := c.alloc.Allocate(ctx, key, families)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if errors.Is(err, mcs.ErrVIPRangeExhausted) {
@@ -445,10 +456,19 @@ func (c *Controller) vip(ctx context.Context, key types.NamespacedName) (netip.A
 		delete(c.waitingVIP, key)
 	}
 	if err != nil {
-		return netip.Addr{}, err
+		delete(c.vips, key)
+		return vips, err
 	}
-	c.vips[key] = vip
-	return vip, nil
+	c.vips[key] = vips
+	return vips, nil
+}
+
+// sameFamilies tells whether vips are one address of each of families, in
+// that order.
+func sameFamilies(vips []netip.Addr, families []corev1.IPFamily) bool {
+	return slices.EqualFunc(vips, families, func(v netip.Addr, f corev1.IPFamily) bool {
+		return v.Is6() == (f == corev1.IPv6Protocol)
+	})
 }
 
 func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.ServiceImport, conds ...metav1.Condition) (*mcsv1beta1.ServiceImport, error) {
