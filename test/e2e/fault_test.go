@@ -297,7 +297,7 @@ func (l *Lab) checkEchoName(ctx context.Context) {
 func (l *Lab) killHeld(ctx context.Context, c component) {
 	l.t.Helper()
 	pid := l.pid(ctx, c)
-	resume := l.holdRestarts()
+	resume := l.holdRestarts(ctx, c)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		l.t.Fatalf("kill %s (pid %d): %v", c, pid, err)
 	}
@@ -323,7 +323,7 @@ func (l *Lab) failover(ctx context.Context, cluster, dead string) string {
 	l.waitStandby(ctx, cluster, dead)
 	gw := daemon(cluster, dead, "gateway")
 	pid := l.pid(ctx, gw)
-	resume := l.holdRestarts()
+	resume := l.holdRestarts(ctx, gw)
 	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		l.t.Fatalf("kill %s (pid %d): %v", gw, pid, err)
