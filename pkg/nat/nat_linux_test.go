@@ -159,30 +159,8 @@ func TestFailoverReplyWaitsForTheRemote(t *testing.T) {
 	t.Parallel()
 	tp := newTopo(t)
 	tp.kubeProxy(t)
-	// The pod answers every datagram at once and again 300 ms later.
-	var pc net.PacketConn
-	if err := netnsx.Do(tp.path("pod"), func() (err error) { pc, err = net.ListenPacket("udp4", podAddr.String()+":5353"); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pc.Close() })
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo([]byte("now"), from)
-			time.AfterFunc(300*time.Millisecond, func() { _, _ = pc.WriteTo([]byte("late"), from) })
-		}
-	}()
-	cfg, _ := baseConfig(t)
-	udpG := cfg.Ingress[1].Global
-	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	_, udpG, tab := tp.lateAnswers(t, 300*time.Millisecond)
 	ctx := context.Background()
-	if _, err := tab.Sync(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
 	var c net.PacketConn
 	if err := netnsx.Do(tp.path("client"), func() (err error) {
@@ -345,15 +323,12 @@ func TestIncrementalSyncChangesOnlyTheDifference(t *testing.T) {
 	}
 }
 
-// TestReleasedPairNeverLeaksClusterIP: a UDP flow outlives its pair. New
-// packets to the released pair go nowhere, and a late reply of the old
-// flow (conntrack still knows it) is dropped instead of reaching the
-// remote cluster with the ClusterIP as its source.
-func TestReleasedPairNeverLeaksClusterIP(t *testing.T) {
-	t.Parallel()
-	tp := newTopo(t)
-	tp.kubeProxy(t)
-	// The pod answers every datagram twice: at once and 500 ms later.
+// lateAnswers makes the pod answer every datagram on its UDP port
+// twice, "now" at once and "late" after delay, and syncs the gateway's
+// table with baseConfig; it returns the config, the UDP pair's global
+// address and the table.
+func (tp topo) lateAnswers(t *testing.T, delay time.Duration) (Config, netip.AddrPort, *Table) {
+	t.Helper()
 	var pc net.PacketConn
 	if err := netnsx.Do(tp.path("pod"), func() (err error) { pc, err = net.ListenPacket("udp4", podAddr.String()+":5353"); return err }); err != nil {
 		t.Fatal(err)
@@ -367,16 +342,27 @@ func TestReleasedPairNeverLeaksClusterIP(t *testing.T) {
 				return
 			}
 			_, _ = pc.WriteTo([]byte("now"), from)
-			time.AfterFunc(500*time.Millisecond, func() { _, _ = pc.WriteTo([]byte("late"), from) })
+			time.AfterFunc(delay, func() { _, _ = pc.WriteTo([]byte("late"), from) })
 		}
 	}()
 	cfg, _ := baseConfig(t)
-	udpG := cfg.Ingress[1].Global
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
-	ctx := context.Background()
-	if _, err := tab.Sync(ctx, cfg); err != nil {
+	if _, err := tab.Sync(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
+	return cfg, cfg.Ingress[1].Global, tab
+}
+
+// TestReleasedPairNeverLeaksClusterIP: a UDP flow outlives its pair. New
+// packets to the released pair go nowhere, and a late reply of the old
+// flow (conntrack still knows it) is dropped instead of reaching the
+// remote cluster with the ClusterIP as its source.
+func TestReleasedPairNeverLeaksClusterIP(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	cfg, udpG, tab := tp.lateAnswers(t, 500*time.Millisecond)
+	ctx := context.Background()
 	var c net.PacketConn
 	if err := netnsx.Do(tp.path("client"), func() (err error) { c, err = net.ListenPacket("udp4", ":0"); return err }); err != nil {
 		t.Fatal(err)
