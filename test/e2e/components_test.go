@@ -50,15 +50,6 @@ func daemon(cluster, node, name string) component {
 		labels: map[string]string{"app.kubernetes.io/part-of": "causeway", "app.kubernetes.io/component": name}}
 }
 
-// controlPlane is a control-plane process (etcd, kube-apiserver) of a
-// cluster or of the broker.
-func controlPlane(name, bin string) component { return component{unit: name + "/" + bin} }
-
-// coreDNS is a cluster's CoreDNS Pod.
-func coreDNS(cluster string) component {
-	return component{cluster: cluster, namespace: "kube-system", labels: map[string]string{"k8s-app": "kube-dns"}}
-}
-
 func (c component) String() string {
 	if c.unit != "" {
 		return c.unit
