@@ -98,6 +98,7 @@ never duplicates anything.`,
 	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not deploy the demo application")
 	f.BoolVar(&cfg.NoInstall, "no-install", false, "do not install Causeway: print the causewayctl deploy-broker and join commands that install it as a user does")
 	f.BoolVar(&cfg.NoGlobalnet, "no-globalnet", false, "run the gateways without globalnet (c1 and c2 overlap: only the older of the two is then reachable from c3)")
+	f.StringVar(&cfg.IPFamily, "ip-family", lab.IPFamilyIPv4, "ipv4, or dual for dual-stack clusters (IPv6 pod and service CIDRs fd00:10:244:<i>::/64 and fd00:10:96:<i>::/112 besides the IPv4 ones)")
 	f.StringVar(&cfg.Cable, "cable", lab.DefaultCable, "the gateways' cable driver: wireguard (embedded wireguard-go), ipsec (strongSwan charon, userspace ESP) or vxlan (unencrypted)")
 	return cmd
 }

@@ -414,6 +414,7 @@ func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
 		remote = append(remote, c.Subnets...)
 	}
 	cfg, skipped := globalnet.Rules(*t.global, list.Items, remote)
+	cfg.Device = e.cfg.device() // a table this node leaves behind when killed goes inert with the device
 	if s := strings.Join(skipped, "; "); s != t.natSkipped {
 		t.natSkipped = s
 		if s != "" {

@@ -23,10 +23,12 @@ const (
 // holderProbe tells a passive candidate whether the Lease holder still
 // answers it directly: a UDP echo prober (the tunnel health checks'
 // prober, over the node network) aimed at the holder's probe IP, and a
-// holder counted down after misses unanswered echoes in a row. It
+// holder counted down after misses unanswered echoes in a row. A
+// candidate answers only while it holds its term (elector.holding). It
 // decides nothing by itself: the elector takes a Lease over early only
-// when the holder is down AND no new Lease version has come for as long
-// (see elector.tryAcquire), and the active candidate never looks at it.
+// when the holder is down AND no new Lease version has come for as long,
+// and leaves an expired Lease to a holder that answers (see
+// elector.tryAcquire); the active candidate never looks at it.
 type holderProbe struct {
 	p      prober // target: holder identity → its probe IP
 	misses int
@@ -48,6 +50,14 @@ func (h *holderProbe) watch(holder string, addr netip.Addr) {
 // down reports whether holder left its last misses probes unanswered.
 func (h *holderProbe) down(holder string) bool {
 	return h.p.Stats()[holder].LostInARow >= h.misses
+}
+
+// answering reports whether holder answered at least one of its last
+// misses probes (a holder never answered, or not probed — no probe IP
+// on the Lease —, is not answering).
+func (h *holderProbe) answering(holder string) bool {
+	s, ok := h.p.Stats()[holder]
+	return ok && !s.LastReply.IsZero() && s.LostInARow < h.misses
 }
 
 // result is the prober's report of one echo.

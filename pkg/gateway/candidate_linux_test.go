@@ -9,16 +9,18 @@ import (
 )
 
 // TestCandidateProbes runs the candidate probes over real UDP sockets
-// (loopback of the test's namespace): a responder answers, the holder is
-// up; once the responder is gone the holder is down after misses lost
-// echoes and onDown fires.
+// (loopback of the test's namespace): a responder out of its term
+// answers nothing, the holder is neither answering nor down, then down;
+// in its term it answers, the holder is answering; once the responder is
+// gone the holder is down after misses lost echoes and onDown fires.
 func TestCandidateProbes(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
 	conn, err := listenUDP("", netip.AddrPortFrom(lo, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	go serveEchoes(conn)
+	var holding atomic.Bool
+	go serveEchoes(conn, holding.Load)
 	port := netip.MustParseAddrPort(conn.LocalAddr().String()).Port()
 	var downs atomic.Int32
 	h := &holderProbe{misses: 3, onDown: func() { downs.Add(1) }}
@@ -29,12 +31,24 @@ func TestCandidateProbes(t *testing.T) {
 	defer p.Close()
 	h.p = p
 	h.watch("a", lo)
-	within(t, "answers from a", func() bool { return !p.Stats()["a"].LastReply.IsZero() })
-	if h.down("a") || downs.Load() != 0 {
-		t.Fatalf("a answering but down (%v), onDown called %d times", h.down("a"), downs.Load())
+	if h.answering("a") {
+		t.Fatal("a answering before any echo")
+	}
+	within(t, "a, out of its term, down", func() bool { return h.down("a") && downs.Load() > 0 })
+	if h.answering("a") || !p.Stats()["a"].LastReply.IsZero() {
+		t.Fatalf("a answered out of its term (answering %v)", h.answering("a"))
+	}
+	holding.Store(true)
+	within(t, "answers from a in its term", func() bool { return h.answering("a") })
+	downs.Store(0)
+	if h.down("a") {
+		t.Fatal("a answering but down")
 	}
 	conn.Close()
 	within(t, "a down after its responder stopped", func() bool { return h.down("a") && downs.Load() > 0 })
+	if h.answering("a") {
+		t.Error("a down and answering")
+	}
 	if s := p.Stats()["a"]; s.LostInARow < 3 {
 		t.Errorf("down with %d echoes lost in a row, want ≥ 3", s.LostInARow)
 	}

@@ -137,7 +137,7 @@ object) and exits.`,
 	fs.DurationVar(&f.retryPeriod, "retry-period", f.retryPeriod, "lease renew interval of the active (passive candidates watch the lease) and retry interval after a failed lease request")
 	fs.Uint16Var(&f.candidateProbePort, "candidate-probe-port", f.candidateProbePort, "UDP port on --private-ip where this candidate answers the other candidates' probes, the same on every candidate (0: no probes, a dead active is replaced when its lease expires)")
 	fs.DurationVar(&f.candidateProbeInterval, "candidate-probe-interval", f.candidateProbeInterval, "how often a passive candidate probes the active one")
-	fs.IntVar(&f.candidateProbeMisses, "candidate-probe-misses", f.candidateProbeMisses, "unanswered probes in a row (with no lease renewal seen for as long) after which a passive candidate takes the lease over before it expires")
+	fs.IntVar(&f.candidateProbeMisses, "candidate-probe-misses", f.candidateProbeMisses, "unanswered probes in a row (with no lease renewal seen for as long) after which a passive candidate takes the lease over before it expires, 1 to 10")
 	fs.BoolVar(&f.globalnet, "globalnet", f.globalnet, "reach this cluster only through a global CIDR (for clusters whose pod/service CIDRs overlap another member's)")
 	fs.StringVar(&f.globalSupernet, "global-supernet", f.globalSupernet, "globalnet: clusterset supernet the global CIDRs are claimed from (the same on every cluster)")
 	fs.IntVar(&f.globalCIDRBits, "global-cidr-bits", f.globalCIDRBits, "globalnet: prefix length of one cluster's global CIDR (the same on every cluster)")

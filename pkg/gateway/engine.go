@@ -82,11 +82,13 @@ type Config struct {
 
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// CandidateProbePort, when not 0 and PrivateIP is set, is the UDP
-	// port on PrivateIP where this candidate answers the other
-	// candidates' probes; passive candidates probe the Lease holder there
-	// every CandidateProbeInterval and take an unrenewed Lease over
-	// early after CandidateProbeMisses unanswered probes in a row (see
+	// port on PrivateIP where this candidate, while it holds the Lease,
+	// answers the other candidates' probes; passive candidates probe the
+	// Lease holder there every CandidateProbeInterval, take an unrenewed
+	// Lease over early after CandidateProbeMisses unanswered probes in a
+	// row, and leave an expired Lease to a holder that answers (see
 	// README). Every candidate of a cluster uses the same port.
+	// CandidateProbeMisses is at most probeWindow (the prober's memory).
 	CandidateProbePort     uint16
 	CandidateProbeInterval time.Duration
 	CandidateProbeMisses   int
@@ -165,6 +167,9 @@ func (c Config) validate() error {
 	}
 	if c.Drivers[c.CableDriver] == nil {
 		errs = append(errs, fmt.Errorf("cable driver %q: %w", c.CableDriver, cable.ErrUnknownDriver))
+	}
+	if c.CandidateProbeMisses < 1 || c.CandidateProbeMisses > probeWindow {
+		errs = append(errs, fmt.Errorf("candidate probe misses %d: need 1 to %d", c.CandidateProbeMisses, probeWindow))
 	}
 	if c.Globalnet != nil && c.HealthCheckIP.IsValid() {
 		errs = append(errs, errors.New("under globalnet the health-check IP comes from the global CIDR: leave it unset"))
@@ -419,7 +424,7 @@ func (e *Engine) startCandidateProbes(el *elector) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("candidate probe responder: %w", err)
 	}
-	go serveEchoes(conn)
+	go serveEchoes(conn, el.holding)
 	h := &holderProbe{misses: e.cfg.CandidateProbeMisses, onDown: el.notify}
 	p, err := newUDPProber(e.cfg.Netns, e.cfg.PrivateIP, e.cfg.CandidateProbePort, e.cfg.CandidateProbeInterval, e.log, h.result)
 	if err != nil {

@@ -139,10 +139,11 @@ func (t *probeTable) Stats() map[string]probeStats {
 	return out
 }
 
-// serveEchoes answers the ICMP echo messages UDP probers send to conn
-// (the candidate probes: the answer comes from this process, so it
-// means the process is alive, not only its node) until conn is closed.
-func serveEchoes(conn net.PacketConn) {
+// serveEchoes answers the ICMP echo messages UDP probers send to conn,
+// while answer() holds, until conn is closed (the candidate probes: the
+// answer comes from this process, so it means the process is alive, not
+// only its node, and — answer being elector.holding — in its term).
+func serveEchoes(conn net.PacketConn, answer func() bool) {
 	buf := make([]byte, 1500)
 	for {
 		n, from, err := conn.ReadFrom(buf)
@@ -150,7 +151,7 @@ func serveEchoes(conn net.PacketConn) {
 			return // closed
 		}
 		msg, err := icmp.ParseMessage(1, buf[:n])
-		if err != nil || msg.Type != ipv4.ICMPTypeEcho {
+		if err != nil || msg.Type != ipv4.ICMPTypeEcho || !answer() {
 			continue
 		}
 		msg.Type = ipv4.ICMPTypeEchoReply

@@ -34,7 +34,10 @@ import (
 //     expiry, so takeover does not wait for a poll; a released Lease is
 //     seen at the next watch event. With candidate probes (holders), a
 //     holder that answers none and has written no new version for quiet
-//     is taken over before the expiry.
+//     is taken over before the expiry, and a holder that answers them
+//     is not taken over at all: an expired Lease whose holder answers
+//     is left to it (it is alive and in its term, only not reaching
+//     the API server; it renews when it does).
 //   - every write is conditional on the resourceVersion last seen, so
 //     two candidates can never both win; the loser re-reads.
 //   - the holder renews every retry period (each attempt bounded by
@@ -74,6 +77,11 @@ type elector struct {
 	probeIP netip.Addr
 	holders *holderProbe
 	quiet   time.Duration
+
+	// deferred is the resourceVersion of the expired Lease last left to
+	// its answering holder (logged once per version); only the acquire
+	// loop's goroutine uses it.
+	deferred string
 
 	mu         sync.Mutex
 	renewed    time.Time // send time of this term's last successful write; zero: no term
@@ -282,13 +290,31 @@ func (el *elector) tryAcquire(ctx context.Context, cur *coordinationv1.Lease, at
 	holder := holderOf(cur)
 	if holder != "" && holder != el.identity {
 		left := time.Until(at.Add(leaseDuration(cur, el.duration)))
-		if left > 0 && el.holders != nil && el.holders.down(holder) {
+		switch {
+		case el.holders == nil:
+		case el.holders.down(holder):
 			// The holder answers no probes: once no new version has
 			// come for quiet either, it is dead, not slow to renew.
-			if left = min(left, time.Until(at.Add(el.quiet))); left <= 0 {
-				el.log.Info("the gateway lease holder answers no probes: taking the lease over before it expires",
+			if left > 0 {
+				if left = min(left, time.Until(at.Add(el.quiet))); left <= 0 {
+					el.log.Info("the gateway lease holder answers no probes: taking the lease over before it expires",
+						"holder", holder, "sinceLastVersion", time.Since(at).Round(time.Millisecond))
+				}
+			}
+		case left <= 0 && el.holders.answering(holder):
+			// Expired, but the holder is alive and in its term: it
+			// cannot reach the API server (or not in time). Taking over
+			// would move the active role and its traffic for nothing,
+			// and a takeover write sent now may be queued in a frozen
+			// API server or etcd and executed at the thaw ahead of the
+			// holder's renewals. Wait: a new version, the holder going
+			// down (its prober wakes this loop) or a release decides.
+			if cur.ResourceVersion != el.deferred {
+				el.deferred = cur.ResourceVersion
+				el.log.Info("the gateway lease expired but its holder answers the candidate probes: leaving it the lease",
 					"holder", holder, "sinceLastVersion", time.Since(at).Round(time.Millisecond))
 			}
+			return nil, el.duration, nil
 		}
 		if left > 0 {
 			return nil, left, nil
@@ -356,8 +382,10 @@ func (el *elector) reread(ctx context.Context) error {
 // conflicts — then the read finds the new holder — if somebody did.
 // A watch event naming another holder triggers a renewal at once (the
 // watch may replay an older version: the conditional write decides).
-// renew returns the last version written.
+// renew returns the last version written; the term has ended then (see
+// holding).
 func (el *elector) renew(ctx context.Context, l *coordinationv1.Lease, renewed time.Time) *coordinationv1.Lease {
+	defer el.setRenewed(time.Time{}) // no term: nothing is fresh, no probe answered
 	tick := time.NewTicker(el.retry)
 	defer tick.Stop()
 	failing, overdue := false, false
@@ -392,7 +420,6 @@ func (el *elector) renew(ctx context.Context, l *coordinationv1.Lease, renewed t
 				break
 			}
 			if errors.Is(err, errLeaseLost) {
-				el.setRenewed(time.Time{}) // no term: nothing is fresh
 				el.log.Warn("gateway lease taken by another candidate", "holder", holderOf(next))
 				return l
 			}
@@ -444,6 +471,17 @@ func (el *elector) fresh() bool {
 		window = el.quiet
 	}
 	return !el.renewed.IsZero() && time.Since(el.renewed) < window
+}
+
+// holding reports whether this candidate is in a term: from its
+// acquisition until renew returns, through failing renewals (fail
+// static) too. Its candidate probe responder answers only then, so an
+// answer tells a passive candidate that the holder is alive and still
+// acting as the active gateway.
+func (el *elector) holding() bool {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return !el.renewed.IsZero()
 }
 
 // observedOther reports whether the last version seen names a holder

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -269,39 +271,14 @@ func TestElector(t *testing.T) {
 		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		wcfg := rest.CopyConfig(cl.Config)
-		wcfg.Timeout = DefaultRenewDeadline
-		writes, err := kubernetes.NewForConfig(wcfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		writes := leaseClient(t, cl.Config, nil)
 		apiserver := cl.Process("kube-apiserver")
 		for i := range 3 {
 			a := startCandidateClients(t, kc, writes, ns, fmt.Sprintf("a%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, nil)
 			within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
 			b := startCandidateClients(t, kc, writes, ns, fmt.Sprintf("b%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, nil)
 			time.Sleep(time.Second) // b sees renewals
-			if err := syscall.Kill(apiserver.PID(), syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(3 * DefaultLeaseDuration)
-			if err := syscall.Kill(apiserver.PID(), syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(3 * DefaultLeaseDuration) // b would have taken an expired lease by now
-			la, _, ta := a.state()
-			lb, _, tb := b.state()
-			t.Logf("round %d: after the freeze a leading %v (%d terms), b leading %v (%d terms)", i, la, ta, lb, tb)
-			if !la || ta != 1 || tb != 0 {
-				t.Errorf("round %d: a leading %v after %d terms, b had %d terms; want a's one term only", i, la, ta, tb)
-			}
-			a.stop()
-			b.stop()
-			<-a.done
-			<-b.done
-			if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), LeaseName, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			freezeRound(t, kc, ns, apiserver, 3*DefaultLeaseDuration, i, a, b)
 		}
 	})
 
@@ -314,16 +291,10 @@ func TestElector(t *testing.T) {
 			t.Fatal(err)
 		}
 		const lease, quiet = 30 * time.Second, time.Second
-		probed := func(ip string, p *fakeProber) func(*elector) {
-			return func(el *elector) {
-				el.probeIP, el.quiet = netip.MustParseAddr(ip), quiet
-				el.holders = &holderProbe{p: p, misses: 3, onDown: el.notify}
-			}
-		}
 		pa, pb := &fakeProber{}, &fakeProber{}
-		a := startCandidateClients(t, kc, kc, ns, "a", false, lease, testDeadline, testRetry, probed("192.0.2.1", pa))
+		a := startCandidateClients(t, kc, kc, ns, "a", false, lease, testDeadline, testRetry, probed("192.0.2.1", pa, quiet))
 		within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
-		b := startCandidateClients(t, kc, kc, ns, "b", false, lease, testDeadline, testRetry, probed("192.0.2.2", pb))
+		b := startCandidateClients(t, kc, kc, ns, "b", false, lease, testDeadline, testRetry, probed("192.0.2.2", pb, quiet))
 		within(t, "b probing a at its probe IP", func() bool {
 			return pb.target("a") == netip.MustParseAddr("192.0.2.1") && len(pb.targetsNow()) == 1
 		})
@@ -361,6 +332,77 @@ func TestElector(t *testing.T) {
 		within(t, "b probing nobody", func() bool { return len(pb.targetsNow()) == 0 })
 	})
 
+	// The defer rule: a passive candidate leaves an expired Lease to a
+	// holder that answers its probes, whatever keeps the holder from
+	// renewing, and takes it over once the holder answers none, or at
+	// once when it is released.
+	t.Run("candidate probes: an expired lease whose holder answers is left to it", func(t *testing.T) {
+		ns := "probes-defer"
+		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		quiet := DefaultLeaseDuration / 2
+		start := func(id, ip string, p *fakeProber, release bool) *candidate {
+			return startCandidateClients(t, kc, kc, ns, id, release, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, probed(ip, p, quiet))
+		}
+		pa, pb, pc := &fakeProber{}, &fakeProber{}, &fakeProber{}
+		a := start("a", "192.0.2.1", pa, false)
+		within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
+		b := start("b", "192.0.2.2", pb, true)
+		within(t, "b probing a", func() bool { return pb.target("a").IsValid() })
+		// a stops renewing without a release (as if cut off from the API
+		// server) while b's probes find it answering.
+		a.stop()
+		<-a.done
+		for end := time.Now().Add(5 * DefaultLeaseDuration); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if lead, _, _ := b.state(); lead {
+				t.Fatal("b took over an expired lease whose holder answers its probes")
+			}
+		}
+		if h := ptr.Deref(holder(t, kc, ns).Spec.HolderIdentity, ""); h != "a" {
+			t.Fatalf("holder %q after 5 lease durations without renewal, want a", h)
+		}
+		pb.setDown("a", true)
+		b.el.notify() // the real prober calls onDown with each echo lost
+		within(t, "b leading once a answers no probes", func() bool { lead, _, _ := b.state(); return lead })
+		// A released Lease is taken at once, although b answers.
+		c := start("c", "192.0.2.3", pc, false)
+		within(t, "c probing b", func() bool { return pc.target("b").IsValid() })
+		b.stop() // releases
+		<-b.done
+		within(t, "c leading after b's release", func() bool { lead, _, _ := c.state(); return lead })
+	})
+
+	// Fail static through an etcd freeze with candidate probes (the lab's
+	// c1 etcd fault, where the passive once won the expired Lease at the
+	// thaw: a takeover write it sent during the freeze, queued, executed
+	// before the holder's renewals): the holder answers, so the passive
+	// sends no write at all, and the holder's renewals after the thaw
+	// keep its one term.
+	t.Run("frozen etcd, the holder answering probes: it keeps its term", func(t *testing.T) {
+		ns := "freeze-etcd"
+		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var passiveWrites atomic.Int32
+		writesA, writesB := leaseClient(t, cl.Config, nil), leaseClient(t, cl.Config, &passiveWrites)
+		etcd := cl.Process("etcd")
+		quiet := DefaultLeaseDuration / 2
+		for i := range 3 {
+			pa, pb := &fakeProber{}, &fakeProber{}
+			a := startCandidateClients(t, kc, writesA, ns, fmt.Sprintf("a%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, probed("192.0.2.1", pa, quiet))
+			within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
+			b := startCandidateClients(t, kc, writesB, ns, fmt.Sprintf("b%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, probed("192.0.2.2", pb, quiet))
+			within(t, "b probing a", func() bool { return pb.target(a.el.identity).IsValid() })
+			time.Sleep(time.Second) // b sees renewals
+			passiveWrites.Store(0)
+			freezeRound(t, kc, ns, etcd, 5*DefaultLeaseDuration, i, a, b)
+			if n := passiveWrites.Load(); n != 0 {
+				t.Errorf("round %d: the passive b sent %d lease writes while the holder answered its probes, want none", i, n)
+			}
+		}
+	})
+
 	t.Run("a leader whose lease is taken steps down", func(t *testing.T) {
 		ns := "kube-node-lease"
 		a := startCandidate(t, kc, ns, "a", false)
@@ -380,8 +422,79 @@ func TestElector(t *testing.T) {
 	})
 }
 
+// freezeRound SIGSTOPs proc for freeze while a leads and b watches, lets
+// it run again for 3 lease durations (b would have taken an expired
+// Lease by then), checks that a kept its one term and b had none, then
+// stops both and deletes the Lease.
+func freezeRound(t *testing.T, kc kubernetes.Interface, ns string, proc interface{ PID() int }, freeze time.Duration, round int, a, b *candidate) {
+	t.Helper()
+	if err := syscall.Kill(proc.PID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(freeze)
+	if err := syscall.Kill(proc.PID(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * DefaultLeaseDuration)
+	la, _, ta := a.state()
+	lb, _, tb := b.state()
+	t.Logf("round %d: after the freeze a leading %v (%d terms), b leading %v (%d terms)", round, la, ta, lb, tb)
+	if !la || ta != 1 || tb != 0 {
+		t.Errorf("round %d: a leading %v after %d terms, b had %d terms; want a's one term only", round, la, ta, tb)
+	}
+	a.stop()
+	b.stop()
+	<-a.done
+	<-b.done
+	if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), LeaseName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leaseClient is a client for an elector's reads and writes, with the
+// engine's request timeout (the renew deadline); writes, when set,
+// counts the requests that write (create, update).
+func leaseClient(t *testing.T, cfg *rest.Config, writes *atomic.Int32) kubernetes.Interface {
+	t.Helper()
+	c := rest.CopyConfig(cfg)
+	c.Timeout = DefaultRenewDeadline
+	if writes != nil {
+		c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingWrites{rt: rt, n: writes} })
+	}
+	kc, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// countingWrites counts the create and update requests through rt.
+type countingWrites struct {
+	rt http.RoundTripper
+	n  *atomic.Int32
+}
+
+func (c *countingWrites) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost || r.Method == http.MethodPut {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+// WrappedRoundTripper lets client-go cancel requests through rt.
+func (c *countingWrites) WrappedRoundTripper() http.RoundTripper { return c.rt }
+
+// probed gives an elector candidate probes through p, its probe IP ip.
+func probed(ip string, p *fakeProber, quiet time.Duration) func(*elector) {
+	return func(el *elector) {
+		el.probeIP, el.quiet = netip.MustParseAddr(ip), quiet
+		el.holders = &holderProbe{p: p, misses: 3, onDown: el.notify}
+	}
+}
+
 // fakeProber is a prober whose answers the test decides: a target set
-// down has lost probeWindow echoes in a row.
+// down has lost probeWindow echoes in a row, the others answered the
+// last one just now.
 type fakeProber struct {
 	mu      sync.Mutex
 	targets map[string]netip.Addr
@@ -402,7 +515,7 @@ func (f *fakeProber) Stats() map[string]probeStats {
 		if f.down[id] {
 			out[id] = probeStats{Sent: probeWindow, Lost: probeWindow, LostInARow: probeWindow}
 		} else {
-			out[id] = probeStats{Sent: probeWindow}
+			out[id] = probeStats{Sent: probeWindow, LastReply: time.Now()}
 		}
 	}
 	return out

@@ -20,25 +20,43 @@ func Intern(s string) string {
 	return unique.Make(s).Value()
 }
 
-// InternMeta interns an object's namespace and label keys, and the values
-// of the labels named in values (values of other labels, such as Service
-// names, are mostly unique and stay as they are).
+// InternMeta interns an object's namespace, label and annotation keys,
+// the values of the labels and annotations named in values (values of
+// other labels, such as Service names, are mostly unique and stay as they
+// are), and its owner references' API versions and kinds.
 func InternMeta(m *metav1.ObjectMeta, values ...string) {
 	m.Namespace = Intern(m.Namespace)
-	if len(m.Labels) == 0 {
-		return
+	m.Labels = internMap(m.Labels, values)
+	m.Annotations = internMap(m.Annotations, values)
+	for i := range m.OwnerReferences {
+		r := &m.OwnerReferences[i]
+		r.APIVersion, r.Kind = Intern(r.APIVersion), Intern(r.Kind)
 	}
-	labels := make(map[string]string, len(m.Labels))
-	for k, v := range m.Labels {
+}
+
+// InternTypeMeta interns an object's API version and kind (set on objects
+// decoded from JSON, such as custom resources).
+func InternTypeMeta(t *metav1.TypeMeta) {
+	t.APIVersion, t.Kind = Intern(t.APIVersion), Intern(t.Kind)
+}
+
+// internMap returns m with interned keys and the values of the keys named
+// in values interned.
+func internMap(m map[string]string, values []string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
 		for _, name := range values {
 			if k == name {
 				v = Intern(v)
 				break
 			}
 		}
-		labels[Intern(k)] = v
+		out[Intern(k)] = v
 	}
-	m.Labels = labels
+	return out
 }
 
 // InternConditions interns the type, status, reason and (short) message of

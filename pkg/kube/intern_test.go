@@ -34,6 +34,24 @@ func TestIntern(t *testing.T) {
 		t.Errorf("labels %v %v: values not named must stay as they are", m1.Labels, m2.Labels)
 	}
 
+	o1 := metav1.ObjectMeta{Annotations: map[string]string{string([]byte("n")): string([]byte("3"))},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: string([]byte("v1")), Kind: string([]byte("Kind"))}}}
+	o2 := metav1.ObjectMeta{Annotations: map[string]string{string([]byte("n")): string([]byte("3"))},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: string([]byte("v1")), Kind: string([]byte("Kind"))}}}
+	InternMeta(&o1, "n")
+	InternMeta(&o2, "n")
+	if !same(o1.Annotations["n"], o2.Annotations["n"]) || !same(o1.OwnerReferences[0].Kind, o2.OwnerReferences[0].Kind) ||
+		!same(o1.OwnerReferences[0].APIVersion, o2.OwnerReferences[0].APIVersion) {
+		t.Errorf("annotation value or owner reference not interned")
+	}
+	t1 := metav1.TypeMeta{APIVersion: string([]byte("g/v1")), Kind: string([]byte("K"))}
+	t2 := metav1.TypeMeta{APIVersion: string([]byte("g/v1")), Kind: string([]byte("K"))}
+	InternTypeMeta(&t1)
+	InternTypeMeta(&t2)
+	if !same(t1.APIVersion, t2.APIVersion) || !same(t1.Kind, t2.Kind) {
+		t.Errorf("type meta not interned")
+	}
+
 	c1 := []metav1.Condition{{Type: string([]byte("Ready")), Status: "True", Reason: string([]byte("R")), Message: string([]byte("ok"))}}
 	c2 := []metav1.Condition{{Type: string([]byte("Ready")), Status: "True", Reason: string([]byte("R")), Message: string([]byte("ok"))}}
 	InternConditions(c1)

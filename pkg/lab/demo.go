@@ -29,7 +29,8 @@ func (s *State) demoServerClusters() []string {
 
 // DemoObjects are the demo's objects for one cluster: the namespace, a
 // client pod, and in the first two clusters the whereami Deployment (two
-// replicas) and Service (TCP 80 and UDP 8080 to the pods' port 8080).
+// replicas) and Service (TCP 80 and UDP 8080 to the pods' port 8080;
+// RequireDualStack in a dual-stack cluster).
 func (s *State) DemoObjects(cluster string) []client.Object {
 	objs := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}},
@@ -49,6 +50,19 @@ func (s *State) DemoObjects(cluster string) []client.Object {
 		return objs
 	}
 	labels := map[string]string{"app": "whereami"}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: DemoNamespace, Name: "whereami"},
+		Spec: corev1.ServiceSpec{
+			Selector: labels,
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},
+				{Name: "udp-echo", Port: 8080, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolUDP},
+			},
+		},
+	}
+	if c, _ := s.Topology.Cluster(cluster); c.DualStack() {
+		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+	}
 	return append(objs,
 		&appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Namespace: DemoNamespace, Name: "whereami"},
@@ -75,16 +89,7 @@ func (s *State) DemoObjects(cluster string) []client.Object {
 				},
 			},
 		},
-		&corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: DemoNamespace, Name: "whereami"},
-			Spec: corev1.ServiceSpec{
-				Selector: labels,
-				Ports: []corev1.ServicePort{
-					{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},
-					{Name: "udp-echo", Port: 8080, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolUDP},
-				},
-			},
-		},
+		svc,
 	)
 }
 

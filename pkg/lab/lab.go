@@ -66,7 +66,16 @@ type Config struct {
 	// chart, no gateway label on the nodes; JoinCommands say how to
 	// install it as a user does.
 	NoInstall bool
+	// IPFamily is ipv4 (default) or dual: dual-stack clusters, cluster c
+	// with the IPv6 pod and service CIDRs netlab.IPv6CIDRs(c).
+	IPFamily string
 }
+
+// IP families `lab up --ip-family` takes.
+const (
+	IPFamilyIPv4 = "ipv4"
+	IPFamilyDual = "dual"
+)
 
 // cables are the cable drivers the lab can run (the chart's
 // cable.driver; its ports and MTUs are the chart's defaults).
@@ -99,7 +108,8 @@ type State struct {
 // Topology turns the config into the lab's description: c1 and c2 share
 // pod CIDR 10.244.0.0/16 and service CIDR 10.96.0.0/16, c3 uses
 // 10.245.0.0/16 and 10.97.0.0/16, clusters beyond get 10.(242+i).0.0/16
-// and 10.(94+i).0.0/16.
+// and 10.(94+i).0.0/16; with IPFamily dual cluster ci also gets
+// fd00:10:244:<i>::/64 and fd00:10:96:<i>::/112.
 func (c Config) Topology() (netlab.Topology, error) {
 	if c.Clusters < 1 || c.Clusters > 9 {
 		return netlab.Topology{}, fmt.Errorf("--clusters %d: want 1 to 9", c.Clusters)
@@ -113,6 +123,11 @@ func (c Config) Topology() (netlab.Topology, error) {
 	if c.Gateways < 1 || c.Gateways > c.Nodes {
 		return netlab.Topology{}, fmt.Errorf("--gateways %d: want 1 to --nodes (%d)", c.Gateways, c.Nodes)
 	}
+	switch c.IPFamily {
+	case "", IPFamilyIPv4, IPFamilyDual:
+	default:
+		return netlab.Topology{}, fmt.Errorf("--ip-family %q: want %s or %s", c.IPFamily, IPFamilyIPv4, IPFamilyDual)
+	}
 	known := map[string]bool{}
 	t := netlab.Topology{Prefix: c.Prefix, WAN: netlab.DefaultWAN}
 	for i := 1; i <= c.Clusters; i++ {
@@ -123,6 +138,9 @@ func (c Config) Topology() (netlab.Topology, error) {
 		if i >= 3 {
 			spec.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(242 + i), 0, 0}), 16)
 			spec.ServiceCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(94 + i), 0, 0}), 16)
+		}
+		if c.IPFamily == IPFamilyDual {
+			spec.PodCIDR6, spec.ServiceCIDR6 = netlab.IPv6CIDRs(i)
 		}
 		var err error
 		if s, ok := c.PodCIDRs[name]; ok {
@@ -226,6 +244,12 @@ func (s *State) ControlPlaneConfig(name string) (controlplane.Config, error) {
 	}
 	cfg.ServiceCIDR = c.ServiceCIDR.String()
 	cfg.ClusterCIDR = c.PodCIDR.String()
+	if c.DualStack() {
+		// Dual-stack API server: Services get an IPv4 and an IPv6
+		// ClusterIP (ipFamilyPolicy PreferDualStack or RequireDualStack).
+		cfg.ServiceCIDR += "," + c.ServiceCIDR6.String()
+		cfg.ClusterCIDR += "," + c.PodCIDR6.String()
+	}
 	cfg.Components = []controlplane.Component{controlplane.ControllerManager, controlplane.Scheduler}
 	// The API server reaches the kubelets (logs, exec, port-forward)
 	// through the egress proxy the kubelet of the cluster's first node

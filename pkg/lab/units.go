@@ -62,6 +62,10 @@ func (s *State) Units(h *netlab.Host) ([]Unit, error) {
 			if err != nil {
 				return nil, err
 			}
+			clusterCIDR := c.PodCIDR.String()
+			if c.DualStack() { // kube-proxy programs ip6tables too
+				clusterCIDR += "," + c.PodCIDR6.String()
+			}
 			units = append(units, processUnit(h, c.Name+"/"+n.Name+"/kube-proxy", netlab.Process{
 				Netns:  h.Names().Node(c.Name, n.Name),
 				Cgroup: h.Cgroups().NodeSystem(c.Name, n.Name),
@@ -69,7 +73,7 @@ func (s *State) Units(h *netlab.Host) ([]Unit, error) {
 				Args: []string{
 					"--kubeconfig=" + kubeconfig,
 					"--hostname-override=" + nodeName,
-					"--cluster-cidr=" + c.PodCIDR.String(),
+					"--cluster-cidr=" + clusterCIDR,
 					"--proxy-mode=iptables",
 					"--metrics-bind-address=127.0.0.1:10249",
 					"--healthz-bind-address=127.0.0.1:10256",

@@ -98,13 +98,17 @@ func withIngress(c Config, in ...Ingress) Config {
 //	lo 242.0.3.253 (remote global)   g1 10.244.0.1  ---------------  p0 10.244.0.5, 10.244.0.6
 //
 // The client's routes to 242.0.0.0/15 (our global CIDR and the baseline's
-// one-IP-per-Service range) use source 242.0.3.253; the gateway routes the
-// remote global CIDR 242.0.3.0/24 back to the client (the "tunnel").
+// one-IP-per-Service range) use source 242.0.3.253, an egress address of
+// the remote's layout (what its gateway SNATs its clients to); the
+// remote's exported services answer at remoteService, an ingress
+// address of that layout. The gateway routes the remote global CIDR
+// 242.0.3.0/24 back to the client (the "tunnel").
 var (
-	localGlobal  = netip.MustParsePrefix("242.0.1.0/24")
-	remoteGlobal = netip.MustParsePrefix("242.0.3.0/24")
-	clientAddr   = netip.MustParseAddr("242.0.3.253")
-	podAddr      = netip.MustParseAddr("10.244.0.5")
-	headlessPod  = netip.MustParseAddr("10.244.0.6")
-	clusterIP    = netip.MustParseAddr("10.96.0.10")
+	localGlobal   = netip.MustParsePrefix("242.0.1.0/24")
+	remoteGlobal  = netip.MustParsePrefix("242.0.3.0/24")
+	clientAddr    = netip.MustParseAddr("242.0.3.253")
+	remoteService = netip.MustParseAddr("242.0.3.2")
+	podAddr       = netip.MustParseAddr("10.244.0.5")
+	headlessPod   = netip.MustParseAddr("10.244.0.6")
+	clusterIP     = netip.MustParseAddr("10.96.0.10")
 )

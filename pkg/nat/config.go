@@ -20,10 +20,14 @@ const (
 	ChainEgress  = "egress"  // nat, postrouting, srcnat - 10: SNAT to an egress IP
 	ChainCanary  = "canary"  // empty; its absence means someone removed the table
 
-	SetRemote = "remote"  // interval set of remote clusters' global CIDRs
-	SetLocal  = "local"   // interval set of this cluster's global CIDRs
-	MapPodIn  = "pod-in"  // global IP : pod IP
-	MapPodOut = "pod-out" // pod IP : global IP
+	SetRemote = "remote" // interval set of remote clusters' global CIDRs
+	// SetRemoteEgress is the remote clusters' egress addresses (the
+	// Egress of ClusterLayout of each remote CIDR) as /32s: only SNAT
+	// sources, never a connection's destination.
+	SetRemoteEgress = "remote-egress"
+	SetLocal        = "local"   // interval set of this cluster's global CIDRs
+	MapPodIn        = "pod-in"  // global IP : pod IP
+	MapPodOut       = "pod-out" // pod IP : global IP
 )
 
 // Protocols the stateless port rewrite handles (Ingress.Protocol), in
@@ -65,18 +69,26 @@ type Config struct {
 	Egress  []netip.Addr
 	Ingress []Ingress
 	Pods    []PodIngress
+	// Device, when set, is the tunnel device: the table then translates
+	// only what arrives through it (ingress) or leaves through it
+	// (reply, egress). A table a killed gateway left behind touches
+	// nothing once its device is gone (the embedded WireGuard device
+	// dies with its process): the node's pods reach remotes through the
+	// new active's overlay untouched. Every rule carries it, so a change
+	// is a full sync. The gateway always sets it; "" matches any device.
+	Device string
 }
 
 func (c Config) equal(o Config) bool {
 	return slices.Equal(c.LocalGlobal, o.LocalGlobal) && slices.Equal(c.Remote, o.Remote) && slices.Equal(c.Egress, o.Egress) &&
-		slices.Equal(c.Ingress, o.Ingress) && slices.Equal(c.Pods, o.Pods)
+		slices.Equal(c.Ingress, o.Ingress) && slices.Equal(c.Pods, o.Pods) && c.Device == o.Device
 }
 
 // clone copies c's slices, so a caller reusing them cannot change what
 // Table believes it applied.
 func (c Config) clone() Config {
 	return Config{LocalGlobal: slices.Clone(c.LocalGlobal), Remote: slices.Clone(c.Remote), Egress: slices.Clone(c.Egress),
-		Ingress: slices.Clone(c.Ingress), Pods: slices.Clone(c.Pods)}
+		Ingress: slices.Clone(c.Ingress), Pods: slices.Clone(c.Pods), Device: c.Device}
 }
 
 // Validate reports whether c would be accepted by Table.Sync (the same
@@ -90,10 +102,12 @@ func (c Config) Validate() error {
 var ErrConfig = errors.New("invalid globalnet config")
 
 // desired is a validated Config as nftables elements: the chains are
-// fixed except for the SNAT range, so two desired values differ in snat
-// (a full sync) or in elements only (an incremental one).
+// fixed except for the SNAT range and the device, so two desired values
+// differ in snat or device (a full sync) or in elements only (an
+// incremental one).
 type desired struct {
-	snat string // "a-b", or "" for no egress SNAT
+	snat   string // "a-b", or "" for no egress SNAT
+	device string // Config.Device
 	// elems: set or map name → its elements sorted by key, keys unique.
 	// Every set and map of the table has an entry, possibly empty. Keys
 	// and values are packed integers (see elemKinds) and diffs are merges
@@ -119,7 +133,7 @@ const (
 )
 
 func elemKinds() map[string]elemKind {
-	k := map[string]elemKind{SetRemote: kindPrefix, SetLocal: kindPrefix, MapPodIn: kindAddrAddr, MapPodOut: kindAddrAddr}
+	k := map[string]elemKind{SetRemote: kindPrefix, SetRemoteEgress: kindPrefix, SetLocal: kindPrefix, MapPodIn: kindAddrAddr, MapPodOut: kindAddrAddr}
 	for _, p := range Protocols {
 		k[p+suffixInAddr] = kindAddrPortAddr
 		k[p+suffixInPort] = kindAddrPortPort
@@ -130,7 +144,7 @@ func elemKinds() map[string]elemKind {
 }
 
 func setNames() []string {
-	names := []string{SetRemote, SetLocal, MapPodIn, MapPodOut}
+	names := []string{SetRemote, SetRemoteEgress, SetLocal, MapPodIn, MapPodOut}
 	for _, p := range Protocols {
 		names = append(names, p+suffixInAddr, p+suffixInPort, p+suffixOutPort, p+suffixOutAddr)
 	}
@@ -171,7 +185,10 @@ func (d *desired) strings() map[string]map[string]string {
 // ports of one ClusterIP on one global IP, distinct) is checked here, so
 // a caller bug cannot make a reply leave with the wrong global address.
 func (c Config) compile() (*desired, error) {
-	d := &desired{elems: map[string][]elem{}}
+	if !validDevice(c.Device) {
+		return nil, fmt.Errorf("%w: device %q: want at most 15 letters, digits, '.', '_' or '-'", ErrConfig, c.Device)
+	}
+	d := &desired{elems: map[string][]elem{}, device: c.Device}
 	for _, set := range []struct {
 		name string
 		in   []netip.Prefix
@@ -182,6 +199,18 @@ func (c Config) compile() (*desired, error) {
 		}
 		for _, p := range ps {
 			d.elems[set.name] = append(d.elems[set.name], elem{k: uint64(addrIndex(p.Addr()))<<8 | uint64(p.Bits())})
+		}
+	}
+	// The remote clusters' egress addresses, by the layout every member
+	// uses (a remote CIDR too small for one has none).
+	remotePs, _ := disjoint(c.Remote) // validated above
+	for _, p := range remotePs {
+		l, err := ClusterLayout(p)
+		if err != nil {
+			continue
+		}
+		for _, a := range l.Egress {
+			d.elems[SetRemoteEgress] = append(d.elems[SetRemoteEgress], elem{k: uint64(addrIndex(a))<<8 | 32})
 		}
 	}
 	// A global address outside our own CIDRs would capture traffic meant
@@ -270,6 +299,20 @@ func (c Config) compile() (*desired, error) {
 		}
 	}
 	return d, nil
+}
+
+// validDevice reports whether name is "" or an interface name nft can
+// match unquoted-safe (Linux allows up to 15 bytes).
+func validDevice(name string) bool {
+	if len(name) > 15 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // keyConflict is one key given two values.

@@ -74,6 +74,7 @@ func newTopo(tb testing.TB) topo {
 	for _, s := range [][]string{
 		{c, "addr", "add", "10.9.0.2/24", "dev", "c0"},
 		{c, "addr", "add", clientAddr.String() + "/32", "dev", "lo"},
+		{c, "addr", "add", remoteService.String() + "/32", "dev", "lo"},
 		{c, "link", "set", "c0", "up"},
 		{c, "route", "add", "242.0.0.0/15", "via", "10.9.0.1", "src", clientAddr.String()},
 		{g, "addr", "add", "10.9.0.1/24", "dev", "g0"},

@@ -15,7 +15,8 @@ import (
 
 // baseConfig is the gateway's config of the test topology: the Service
 // 10.96.0.10 (tcp/80, udp/53) exported at 242.0.1.2:1024/1025, the
-// headless pod 10.244.0.6 at 242.0.1.3.
+// headless pod 10.244.0.6 at 242.0.1.3; the "tunnel" is g0, the gateway's
+// veth to the client.
 func baseConfig(t testing.TB) (Config, Layout) {
 	t.Helper()
 	l, err := NewLayout(localGlobal, DefaultEgressIPs)
@@ -42,7 +43,8 @@ func baseConfig(t testing.TB) (Config, Layout) {
 			{Protocol: "tcp", Global: netip.AddrPortFrom(gip, ports[0]), Target: netip.AddrPortFrom(clusterIP, 80)},
 			{Protocol: "udp", Global: netip.AddrPortFrom(gip, ports[1]), Target: netip.AddrPortFrom(clusterIP, 53)},
 		},
-		Pods: []PodIngress{{Global: podIP, Pod: headlessPod}},
+		Pods:   []PodIngress{{Global: podIP, Pod: headlessPod}},
+		Device: "g0",
 	}, l
 }
 
@@ -58,7 +60,7 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 	tp.tcpPeerServer(t, "pod", podAddr.String()+":8080")
 	tp.udpPeerServer(t, "pod", podAddr.String()+":5353")
 	tp.tcpPeerServer(t, "pod", headlessPod.String()+":9000")
-	tp.tcpPeerServer(t, "client", clientAddr.String()+":7000")
+	tp.tcpPeerServer(t, "client", remoteService.String()+":7000")
 
 	// Without the table a global address leads nowhere.
 	if got, err := tp.tcpAsk("client", netip.Addr{}, tcpG); err == nil {
@@ -71,8 +73,8 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Full || res.Elements != 2+4*2+2 {
-		t.Fatalf("first sync: %+v, want full with 12 elements", res)
+	if !res.Full || res.Elements != 2+2+4*2+2 {
+		t.Fatalf("first sync: %+v, want full with 14 elements", res)
 	}
 	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
 
@@ -105,7 +107,7 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 		t.Errorf("tcp to headless %s:9000: answer %q, err %v; want seen as %s", podG, got, err, clientAddr)
 	}
 	// Headless pod outbound: leaves with its global IP, not an egress IP.
-	remote := netip.AddrPortFrom(clientAddr, 7000)
+	remote := netip.AddrPortFrom(remoteService, 7000)
 	if got, err := tp.tcpAsk("pod", headlessPod, remote); err != nil || hostOf(got) != podG.String() {
 		t.Errorf("headless pod → remote: seen as %q (err %v), want %s", got, err, podG)
 	}
@@ -142,6 +144,94 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 	}
 	if got, err := tp.tcpAsk("client", netip.Addr{}, tcpG); err == nil {
 		t.Errorf("after Cleanup the client still reached %s (%q)", tcpG, got)
+	}
+}
+
+// TestFailoverReplyWaitsForTheRemote is a failover onto the backend's
+// node: a UDP flow from a remote client (seen at its cluster's egress
+// address) to an exported port loses its conntrack entry, as a new
+// active term deletes the entries of flows it tracked while passive,
+// and the backend answers before the client's next datagram. That
+// answer must not leave (SNATed to our egress IP it would leak and make
+// an entry holding the tuple the client's flow needs), and the client's
+// next datagram must be translated and answered from the global port.
+func TestFailoverReplyWaitsForTheRemote(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	_, udpG, tab := tp.lateAnswers(t, 300*time.Millisecond)
+	ctx := context.Background()
+	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+	var c net.PacketConn
+	if err := netnsx.Do(tp.path("client"), func() (err error) {
+		c, err = net.ListenPacket("udp4", clientAddr.String()+":0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ask := func(want string, within time.Duration) (string, string) {
+		t.Helper()
+		if want != "" {
+			if _, err := c.WriteTo([]byte(want), net.UDPAddrFromAddrPort(udpG)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		buf := make([]byte, 64)
+		_ = c.SetReadDeadline(time.Now().Add(within))
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return "", ""
+		}
+		return string(buf[:n]), from.String()
+	}
+	if got, from := ask("hi", 3*time.Second); got != "now" || from != udpG.String() {
+		t.Fatalf("first answer %q from %s, want \"now\" from %s", got, from, udpG)
+	}
+	if n, err := DeleteConntrack(tp.path("gw"), []netip.Prefix{remoteGlobal}); err != nil || n == 0 {
+		t.Fatalf("delete the flow's conntrack entry: %d deleted, %v", n, err)
+	}
+	if got, from := ask("", time.Second); got != "" {
+		t.Errorf("the pod's late answer left the gateway without its flow's entry: %q from %s", got, from)
+	}
+	got, from := ask("again", 3*time.Second)
+	for got == "late" { // the second datagram's own late answer may come first on a slow machine
+		got, from = ask("", 3*time.Second)
+	}
+	if got != "now" || from != udpG.String() {
+		t.Errorf("after the failover the client's datagram got %q from %s, want \"now\" from %s", got, from, udpG)
+	}
+}
+
+// TestTableWithoutItsDeviceTranslatesNothing is the table a killed
+// gateway leaves behind once its tunnel device went with it: traffic
+// takes another way (here the client reaches the pod network directly)
+// and no rule of the table touches it — no rewrite, no SNAT, no drop.
+func TestTableWithoutItsDeviceTranslatesNothing(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	run(t, "ip", "-n", tp.ns("client"), "route", "add", "10.244.0.0/24", "via", "10.9.0.1")
+	tp.tcpPeerServer(t, "pod", podAddr.String()+":8080")
+	tp.tcpPeerServer(t, "client", remoteService.String()+":7000")
+	cfg, _ := baseConfig(t)
+	cfg.Device = "cw-gone" // no such device
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	ctx := context.Background()
+	if _, err := tab.Sync(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+	if got, err := tp.tcpAsk("client", netip.Addr{}, cfg.Ingress[0].Global); err == nil {
+		t.Errorf("the client reached %s through a table scoped to a missing device (%q)", cfg.Ingress[0].Global, got)
+	}
+	// The pod's own connection leaves unSNATed, and the pod's reply to a
+	// remote client's connection (ct direction reply) is not dropped.
+	if got, err := tp.tcpAsk("pod", podAddr, netip.AddrPortFrom(remoteService, 7000)); err != nil || hostOf(got) != podAddr.String() {
+		t.Errorf("pod → remote: seen as %q (err %v), want its own %s", got, err, podAddr)
+	}
+	if got, err := tp.tcpAsk("client", clientAddr, netip.AddrPortFrom(podAddr, 8080)); err != nil || hostOf(got) != clientAddr.String() {
+		t.Errorf("remote client → pod directly: answer %q, err %v; want seen as %s", got, err, clientAddr)
 	}
 }
 
@@ -233,15 +323,12 @@ func TestIncrementalSyncChangesOnlyTheDifference(t *testing.T) {
 	}
 }
 
-// TestReleasedPairNeverLeaksClusterIP: a UDP flow outlives its pair. New
-// packets to the released pair go nowhere, and a late reply of the old
-// flow (conntrack still knows it) is dropped instead of reaching the
-// remote cluster with the ClusterIP as its source.
-func TestReleasedPairNeverLeaksClusterIP(t *testing.T) {
-	t.Parallel()
-	tp := newTopo(t)
-	tp.kubeProxy(t)
-	// The pod answers every datagram twice: at once and 500 ms later.
+// lateAnswers makes the pod answer every datagram on its UDP port
+// twice, "now" at once and "late" after delay, and syncs the gateway's
+// table with baseConfig; it returns the config, the UDP pair's global
+// address and the table.
+func (tp topo) lateAnswers(t *testing.T, delay time.Duration) (Config, netip.AddrPort, *Table) {
+	t.Helper()
 	var pc net.PacketConn
 	if err := netnsx.Do(tp.path("pod"), func() (err error) { pc, err = net.ListenPacket("udp4", podAddr.String()+":5353"); return err }); err != nil {
 		t.Fatal(err)
@@ -255,16 +342,27 @@ func TestReleasedPairNeverLeaksClusterIP(t *testing.T) {
 				return
 			}
 			_, _ = pc.WriteTo([]byte("now"), from)
-			time.AfterFunc(500*time.Millisecond, func() { _, _ = pc.WriteTo([]byte("late"), from) })
+			time.AfterFunc(delay, func() { _, _ = pc.WriteTo([]byte("late"), from) })
 		}
 	}()
 	cfg, _ := baseConfig(t)
-	udpG := cfg.Ingress[1].Global
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
-	ctx := context.Background()
-	if _, err := tab.Sync(ctx, cfg); err != nil {
+	if _, err := tab.Sync(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
+	return cfg, cfg.Ingress[1].Global, tab
+}
+
+// TestReleasedPairNeverLeaksClusterIP: a UDP flow outlives its pair. New
+// packets to the released pair go nowhere, and a late reply of the old
+// flow (conntrack still knows it) is dropped instead of reaching the
+// remote cluster with the ClusterIP as its source.
+func TestReleasedPairNeverLeaksClusterIP(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	cfg, udpG, tab := tp.lateAnswers(t, 500*time.Millisecond)
+	ctx := context.Background()
 	var c net.PacketConn
 	if err := netnsx.Do(tp.path("client"), func() (err error) { c, err = net.ListenPacket("udp4", ":0"); return err }); err != nil {
 		t.Fatal(err)

@@ -11,10 +11,11 @@ const table = "ip " + TableName
 // setTypes is the declaration of every set and map of the table.
 func setTypes() map[string]string {
 	t := map[string]string{
-		SetRemote: "type ipv4_addr; flags interval;",
-		SetLocal:  "type ipv4_addr; flags interval;",
-		MapPodIn:  "type ipv4_addr : ipv4_addr;",
-		MapPodOut: "type ipv4_addr : ipv4_addr;",
+		SetRemote:       "type ipv4_addr; flags interval;",
+		SetRemoteEgress: "type ipv4_addr; flags interval;",
+		SetLocal:        "type ipv4_addr; flags interval;",
+		MapPodIn:        "type ipv4_addr : ipv4_addr;",
+		MapPodOut:       "type ipv4_addr : ipv4_addr;",
 	}
 	for _, p := range Protocols {
 		t[p+suffixInAddr] = "type ipv4_addr . inet_service : ipv4_addr;"
@@ -31,28 +32,42 @@ func setTypes() map[string]string {
 // left it (ingress: ClusterIP . global port; reply: ClusterIP . global
 // port), which the allocator invariant makes unique.
 func chainRules(d *desired) string {
+	// in and out scope every rule to the tunnel device (Config.Device).
+	in, out := "", ""
+	if d.device != "" {
+		in, out = fmt.Sprintf("iifname %q ", d.device), fmt.Sprintf("oifname %q ", d.device)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\tchain %s {\n\t\ttype filter hook prerouting priority raw - 10; policy accept;\n", ChainIngress)
 	for _, p := range Protocols {
-		fmt.Fprintf(&b, "\t\tip daddr set ip daddr . %[1]s dport map @%[1]s%[2]s %[1]s dport set ip daddr . %[1]s dport map @%[1]s%[3]s\n",
-			p, suffixInAddr, suffixInPort)
+		fmt.Fprintf(&b, "\t\t%[4]sip daddr set ip daddr . %[1]s dport map @%[1]s%[2]s %[1]s dport set ip daddr . %[1]s dport map @%[1]s%[3]s\n",
+			p, suffixInAddr, suffixInPort, in)
 	}
-	fmt.Fprintf(&b, "\t\tip daddr set ip daddr map @%s\n\t}\n", MapPodIn)
+	fmt.Fprintf(&b, "\t\t%sip daddr set ip daddr map @%s\n\t}\n", in, MapPodIn)
 
 	fmt.Fprintf(&b, "\tchain %s {\n\t\ttype filter hook postrouting priority srcnat + 10; policy accept;\n", ChainReply)
+	// Nothing connects to a remote's egress address (it is only a SNAT
+	// source there): a new flow to one is a reply whose entry this node
+	// no longer has — a backend's retransmission right after a failover
+	// removed the entries of the flows this node tracked while passive.
+	// SNATed, its entry would hold the reply tuple the remote's next
+	// packet needs, and that flow would never be tracked again; dropped
+	// here, before conntrack confirms it, no entry is made, and the
+	// remote's next packet creates the right one.
+	fmt.Fprintf(&b, "\t\t%sct state new ip daddr @%s drop\n", out, SetRemoteEgress)
 	for _, p := range Protocols {
-		fmt.Fprintf(&b, "\t\tct direction reply ip daddr @%[4]s %[1]s sport set ip saddr . %[1]s sport map @%[1]s%[2]s ip saddr set ip saddr . %[1]s sport map @%[1]s%[3]s\n",
-			p, suffixOutPort, suffixOutAddr, SetRemote)
+		fmt.Fprintf(&b, "\t\t%[5]sct direction reply ip daddr @%[4]s %[1]s sport set ip saddr . %[1]s sport map @%[1]s%[2]s ip saddr set ip saddr . %[1]s sport map @%[1]s%[3]s\n",
+			p, suffixOutPort, suffixOutAddr, SetRemote, out)
 	}
-	fmt.Fprintf(&b, "\t\tip daddr @%s ip saddr set ip saddr map @%s\n", SetRemote, MapPodOut)
+	fmt.Fprintf(&b, "\t\t%sip daddr @%s ip saddr set ip saddr map @%s\n", out, SetRemote, MapPodOut)
 	// A reply the maps no longer translate (its pair was released while
 	// the flow lived) would leak a ClusterIP or pod IP to the remote
 	// cluster, whose own addresses may overlap ours: dropped.
-	fmt.Fprintf(&b, "\t\tct direction reply ip daddr @%s ip saddr != @%s drop\n\t}\n", SetRemote, SetLocal)
+	fmt.Fprintf(&b, "\t\t%sct direction reply ip daddr @%s ip saddr != @%s drop\n\t}\n", out, SetRemote, SetLocal)
 
 	fmt.Fprintf(&b, "\tchain %s {\n\t\ttype nat hook postrouting priority srcnat - 10; policy accept;\n", ChainEgress)
 	if d.snat != "" {
-		fmt.Fprintf(&b, "\t\tip daddr @%s ip saddr != @%s ip saddr != @%s snat to %s persistent\n", SetRemote, SetLocal, MapPodOut, d.snat)
+		fmt.Fprintf(&b, "\t\t%sip daddr @%s ip saddr != @%s ip saddr != @%s snat to %s persistent\n", out, SetRemote, SetLocal, MapPodOut, d.snat)
 	}
 	b.WriteString("\t}\n")
 	fmt.Fprintf(&b, "\tchain %s {\n\t}\n", ChainCanary)
@@ -84,7 +99,7 @@ func renderFull(d *desired) string {
 }
 
 // renderDiff is the nft script taking the table from old to d, elements
-// only (d.snat == old.snat), after the canary probe, which fails the
+// only (d.snat == old.snat, d.device == old.device), after the canary probe, which fails the
 // whole transaction if the table is gone. added and removed count elements.
 func renderDiff(old, d *desired) (script string, added, removed int) {
 	var b strings.Builder

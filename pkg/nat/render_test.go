@@ -34,7 +34,8 @@ func TestRenderFull(t *testing.T) {
 	got := renderFull(d)
 	for _, want := range []string{
 		"add table ip causeway-globalnet\ndelete table ip causeway-globalnet\ntable ip causeway-globalnet {\n",
-		"\tset remote {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 242.0.2.0/24, 242.0.3.0/24 }\n", // the /25 inside the /24 dropped
+		"\tset remote {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 242.0.2.0/24, 242.0.3.0/24 }\n",                                            // the /25 inside the /24 dropped
+		"\tset remote-egress {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 242.0.2.253/32, 242.0.2.254/32, 242.0.3.253/32, 242.0.3.254/32 }\n", // the remotes' layouts
 		"\tmap tcp-in-addr {\n\t\ttype ipv4_addr . inet_service : ipv4_addr;\n\t\telements = { 242.0.1.2 . 1024 : 10.96.0.10, 242.0.1.2 . 1025 : 10.96.0.10 }\n",
 		"\tmap tcp-in-port {\n\t\ttype ipv4_addr . inet_service : inet_service;\n\t\telements = { 10.96.0.10 . 1024 : 80, 10.96.0.10 . 1025 : 443 }\n",
 		"\tmap tcp-out-port {\n\t\ttype ipv4_addr . inet_service : inet_service;\n\t\telements = { 10.96.0.10 . 80 : 1024, 10.96.0.10 . 443 : 1025 }\n",
@@ -44,7 +45,7 @@ func TestRenderFull(t *testing.T) {
 		"\tchain ingress {\n\t\ttype filter hook prerouting priority raw - 10; policy accept;\n",
 		"\t\tip daddr set ip daddr . tcp dport map @tcp-in-addr tcp dport set ip daddr . tcp dport map @tcp-in-port\n",
 		"\t\tip daddr set ip daddr map @pod-in\n",
-		"\tchain reply {\n\t\ttype filter hook postrouting priority srcnat + 10; policy accept;\n",
+		"\tchain reply {\n\t\ttype filter hook postrouting priority srcnat + 10; policy accept;\n\t\tct state new ip daddr @remote-egress drop\n",
 		"\t\tct direction reply ip daddr @remote udp sport set ip saddr . udp sport map @udp-out-port ip saddr set ip saddr . udp sport map @udp-out-addr\n",
 		"\t\tip daddr @remote ip saddr set ip saddr map @pod-out\n\t\tct direction reply ip daddr @remote ip saddr != @local drop\n\t}\n",
 		"\tchain egress {\n\t\ttype nat hook postrouting priority srcnat - 10; policy accept;\n\t\tip daddr @remote ip saddr != @local ip saddr != @pod-out snat to 242.0.1.253-242.0.1.254 persistent\n\t}\n",
@@ -53,6 +54,31 @@ func TestRenderFull(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("full script lacks\n%s\n--- script:\n%s", want, got)
 		}
+	}
+	scoped := smallConfig()
+	scoped.Device = "cw-gw"
+	d, err = scoped.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := renderFull(d)
+	for _, want := range []string{
+		"\t\tiifname \"cw-gw\" ip daddr set ip daddr . tcp dport map @tcp-in-addr",
+		"\t\tiifname \"cw-gw\" ip daddr set ip daddr map @pod-in\n",
+		"\t\toifname \"cw-gw\" ct state new ip daddr @remote-egress drop\n",
+		"\t\toifname \"cw-gw\" ct direction reply ip daddr @remote ip saddr != @local drop\n",
+		"\t\toifname \"cw-gw\" ip daddr @remote ip saddr != @local ip saddr != @pod-out snat to",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("scoped script lacks\n%s\n--- script:\n%s", want, s)
+		}
+	}
+	if n := strings.Count(s, "ifname"); n != 11 {
+		t.Errorf("%d rules scoped to the device, want all 11", n)
+	}
+	scoped.Device = "bad dev"
+	if _, err := scoped.compile(); err == nil {
+		t.Error("device \"bad dev\" accepted")
 	}
 	noEgress := smallConfig()
 	noEgress.Egress = nil
@@ -75,6 +101,7 @@ func TestRenderDiff(t *testing.T) {
 	got, added, removed := renderDiff(old, d)
 	want := `flush chain ip causeway-globalnet canary
 delete element ip causeway-globalnet remote { 242.0.2.0/24 }
+delete element ip causeway-globalnet remote-egress { 242.0.2.253/32, 242.0.2.254/32 }
 delete element ip causeway-globalnet tcp-in-port { 10.96.0.10 . 1025 }
 delete element ip causeway-globalnet tcp-out-port { 10.96.0.10 . 443 }
 delete element ip causeway-globalnet udp-in-addr { 242.0.1.2 . 1026 }
@@ -91,8 +118,8 @@ add element ip causeway-globalnet sctp-out-addr { 10.96.0.10 . 1027 : 242.0.1.2 
 	if got != want {
 		t.Errorf("diff script:\n%s\nwant:\n%s", got, want)
 	}
-	if added != 6 || removed != 7 {
-		t.Errorf("added %d removed %d, want 6 and 7", added, removed)
+	if added != 6 || removed != 9 {
+		t.Errorf("added %d removed %d, want 6 and 9", added, removed)
 	}
 	if s, a, r := renderDiff(d, d); a+r != 0 || strings.Contains(s, "element") {
 		t.Errorf("diff of equal states: %q", s)

@@ -83,7 +83,7 @@ func (t *Table) Sync(ctx context.Context, cfg Config) (SyncResult, error) {
 			return SyncResult{}, err
 		}
 	}
-	if incremental && d.snat == t.applied.snat {
+	if incremental && d.snat == t.applied.snat && d.device == t.applied.device {
 		script, added, removed := canaryProbe, 0, 0
 		if d != t.applied {
 			script, added, removed = renderDiff(t.applied, d)

@@ -250,7 +250,9 @@ func DeleteVXLAN(h *netlink.Handle, name string) ([]string, error) {
 }
 
 // SyncAddrs makes the addresses of link exactly want. IPv6 link-local
-// addresses, which the kernel manages, stay.
+// addresses, which the kernel manages, stay. IPv6 addresses are added
+// without duplicate address detection (IFA_F_NODAD): the caller owns
+// them, and a tentative address could be no route's source.
 func SyncAddrs(h *netlink.Handle, link netlink.Link, want []netip.Prefix) ([]string, error) {
 	name := link.Attrs().Name
 	have, err := h.AddrList(link, netlink.FAMILY_ALL)
@@ -286,6 +288,9 @@ func SyncAddrs(h *netlink.Handle, link netlink.Link, want []netip.Prefix) ([]str
 			continue
 		}
 		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+		if p.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD
+		}
 		if err := h.AddrAdd(link, a); err != nil {
 			return changes, fmt.Errorf("add address %s to %s: %w", p, name, err)
 		}

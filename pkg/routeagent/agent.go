@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -134,6 +135,20 @@ func (a *Agent) sync(ctx context.Context, full bool) error {
 	if err != nil {
 		return fmt.Errorf("apply desired state: %w", err)
 	}
+	if left := leftNode(a.cfg.Node.Name, prevGW, in.Gateway); left {
+		// The active gateway was on this node: flows it translated
+		// here carry its NAT in their conntrack entries (a killed
+		// gateway could not remove them), and the same flows now
+		// reach this node's pods from the new active already
+		// translated, with the reply tuple those entries hold: the
+		// new entries would clash and be dropped. Forget them; their
+		// next packets are tracked anew.
+		n, err := a.cfg.Dataplane.ForgetFlows(ctx, remoteSubnets(in.Remotes))
+		if err != nil {
+			return fmt.Errorf("forget the flows of the active gateway that left this node: %w", err)
+		}
+		a.log.Info("the active gateway left this node: removed the conntrack entries of remote flows", "entries", n)
+	}
 	skipped := slices.Concat(notes, d.Skipped)
 	if !unchanged && len(skipped) > 0 {
 		a.log.Warn("inputs left out", "reasons", skipped)
@@ -160,6 +175,20 @@ func (a *Agent) Applied() (DesiredState, bool) {
 		return DesiredState{}, false
 	}
 	return *a.applied, true
+}
+
+// leftNode reports whether the active gateway moved from node (prev) to
+// another node or to none (now).
+func leftNode(node string, prev, now *Gateway) bool {
+	return prev != nil && prev.Hostname == node && (now == nil || now.Hostname != node)
+}
+
+func remoteSubnets(remotes []Remote) []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range remotes {
+		out = append(out, r.Subnets...)
+	}
+	return out
 }
 
 func sameGateway(a, b *Gateway) bool {
@@ -214,3 +243,8 @@ func (d *loggingDataplane) Set(_ context.Context, desired DesiredState) (Report,
 }
 
 func (d *loggingDataplane) Cleanup(context.Context) error { return nil }
+
+func (d *loggingDataplane) ForgetFlows(_ context.Context, prefixes []netip.Prefix) (uint, error) {
+	d.log.Info("conntrack entries to delete (dry run)", "prefixes", prefixes)
+	return 0, nil
+}

@@ -215,6 +215,39 @@ func TestAgentRetriesFailedSet(t *testing.T) {
 	}
 }
 
+// When the active gateway leaves this node (killed here, taken over
+// elsewhere), the node forgets the conntrack entries of remote flows —
+// those the gateway translated here — once; a move between other nodes
+// or onto this node forgets nothing.
+func TestAgentForgetsFlowsWhenTheGatewayLeavesThisNode(t *testing.T) {
+	dp := &FakeDataplane{}
+	remote := endpoint("c3", "g3", "", "242.0.2.0/24")
+	setValid(remote, true)
+	var eps staticLister
+	agent := NewAgent(AgentConfig{Node: Node{ClusterID: "c1", Name: "n2", IP: nodeW}, Dataplane: dp,
+		Endpoints: &eps})
+	for _, step := range []struct {
+		host, ip string
+		forgot   int
+	}{
+		{"n0", "172.18.1.10", 0},  // another node
+		{"n2", nodeW.String(), 0}, // onto this node (its gateway cleans up itself)
+		{"n1", "172.18.1.11", 1},  // off this node
+		{"n0", "172.18.1.10", 1},  // between other nodes
+	} {
+		eps = staticLister{*endpoint("c1", step.host, step.ip, "242.0.0.0/24"), *remote}
+		if err := agent.Sync(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+		if got := dp.Forgotten(); len(got) != step.forgot {
+			t.Fatalf("after the gateway moved to %s: %d ForgetFlows calls, want %d", step.host, len(got), step.forgot)
+		}
+	}
+	if got := dp.Forgotten()[0]; len(got) != 1 || got[0].String() != "242.0.2.0/24" {
+		t.Errorf("forgot %v, want the remote subnet 242.0.2.0/24", got)
+	}
+}
+
 type staticLister []v1alpha1.Endpoint
 
 func (s staticLister) ListEndpoints(context.Context) ([]v1alpha1.Endpoint, error) { return s, nil }

@@ -3,6 +3,8 @@ package routeagent
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"slices"
 	"sync"
 )
 
@@ -14,6 +16,9 @@ type Dataplane interface {
 	Set(ctx context.Context, desired DesiredState) (Report, error)
 	// Cleanup removes everything the agent owns on the node.
 	Cleanup(ctx context.Context) error
+	// ForgetFlows deletes the node's conntrack entries of flows to or
+	// from prefixes and returns how many it deleted.
+	ForgetFlows(ctx context.Context, prefixes []netip.Prefix) (uint, error)
 }
 
 // Report says what a Set changed.
@@ -31,6 +36,7 @@ type FakeDataplane struct {
 	current *DesiredState
 	sets    int
 	fail    error
+	forgot  [][]netip.Prefix
 }
 
 var _ Dataplane = (*FakeDataplane)(nil)
@@ -57,6 +63,21 @@ func (f *FakeDataplane) Cleanup(context.Context) error {
 	defer f.mu.Unlock()
 	f.current = nil
 	return nil
+}
+
+// ForgetFlows records prefixes.
+func (f *FakeDataplane) ForgetFlows(_ context.Context, prefixes []netip.Prefix) (uint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgot = append(f.forgot, slices.Clone(prefixes))
+	return 0, nil
+}
+
+// Forgotten returns the prefixes of every ForgetFlows call, in order.
+func (f *FakeDataplane) Forgotten() [][]netip.Prefix {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.forgot)
 }
 
 // Current returns the last state Set, if any.

@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/pkg/nat"
 	"github.com/causeway-net/causeway/pkg/nodenet"
 )
 
@@ -132,6 +133,11 @@ func (l *Linux) Close() {
 		l.h.Close()
 		l.h = nil
 	}
+}
+
+// ForgetFlows implements Dataplane (over netlink in cfg.Netns).
+func (l *Linux) ForgetFlows(_ context.Context, prefixes []netip.Prefix) (uint, error) {
+	return nat.DeleteConntrack(l.cfg.Netns, prefixes)
 }
 
 // Set implements Dataplane. Order keeps traffic flowing on failover: the

@@ -28,6 +28,9 @@ func (*Linux) Set(context.Context, DesiredState) (Report, error) { return Report
 // Cleanup fails on systems other than Linux.
 func (*Linux) Cleanup(context.Context) error { return ErrUnsupported }
 
+// ForgetFlows fails on systems other than Linux.
+func (*Linux) ForgetFlows(context.Context, []netip.Prefix) (uint, error) { return 0, ErrUnsupported }
+
 // Close does nothing.
 func (*Linux) Close() {}
 

@@ -39,10 +39,14 @@ func (k *Kubelet) nodeLabels() map[string]string {
 	return l
 }
 
-// nodeAddresses are the node's InternalIP (eth0), ExternalIP (wan0, gateway
-// nodes only) and Hostname.
+// nodeAddresses are the node's InternalIP (eth0; on dual-stack nodes its
+// IPv4, then its IPv6 address), ExternalIP (wan0, gateway nodes only) and
+// Hostname.
 func (k *Kubelet) nodeAddresses() []corev1.NodeAddress {
-	a := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: k.cfg.Node.Address.Addr().String()}}
+	var a []corev1.NodeAddress
+	for _, ip := range k.hostIPs() {
+		a = append(a, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+	}
 	if k.cfg.Node.Gateway() {
 		a = append(a, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: k.cfg.Node.WANAddress.Addr().String()})
 	}
@@ -86,17 +90,31 @@ func mergeNodeConditions(have, want []corev1.NodeCondition, now metav1.Time) []c
 	return out
 }
 
+// hostIPs are the node's eth0 addresses: IPv4, and IPv6 on dual-stack
+// nodes.
+func (k *Kubelet) hostIPs() []string {
+	ips := []string{k.cfg.Node.Address.Addr().String()}
+	if k.cfg.Node.Address6.IsValid() {
+		ips = append(ips, k.cfg.Node.Address6.Addr().String())
+	}
+	return ips
+}
+
 // register creates the Node or brings an existing one's labels and pod
 // CIDR in line, then posts its status.
 func (k *Kubelet) register(ctx context.Context) error {
 	nodes := k.cfg.Client.CoreV1().Nodes()
 	podCIDR := k.cfg.Node.PodCIDR.String()
+	podCIDRs := []string{podCIDR}
+	if k.cfg.Node.PodCIDR6.IsValid() {
+		podCIDRs = append(podCIDRs, k.cfg.Node.PodCIDR6.String())
+	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := nodes.Get(ctx, k.cfg.Node.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			n = &corev1.Node{
 				ObjectMeta: metav1.ObjectMeta{Name: k.cfg.Node.Name, Labels: k.nodeLabels()},
-				Spec:       corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}},
+				Spec:       corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: podCIDRs},
 			}
 			_, err = nodes.Create(ctx, n, metav1.CreateOptions{})
 			if err == nil {
@@ -113,7 +131,7 @@ func (k *Kubelet) register(ctx context.Context) error {
 		}
 		maps.Copy(want.Labels, k.nodeLabels())
 		if want.Spec.PodCIDR == "" {
-			want.Spec.PodCIDR, want.Spec.PodCIDRs = podCIDR, []string{podCIDR}
+			want.Spec.PodCIDR, want.Spec.PodCIDRs = podCIDR, podCIDRs
 		} else if want.Spec.PodCIDR != podCIDR {
 			// spec.podCIDR cannot change once set; pods still get
 			// addresses from the lab's slice.

@@ -213,6 +213,7 @@ func (w *worker) netlabPod() netlab.Pod {
 	p := netlab.Pod{Cluster: w.k.cfg.Cluster.Name, Node: w.k.cfg.Node.Name, Namespace: w.namespace, Name: w.name}
 	if w.state != nil && !w.state.HostNetwork {
 		p.IP, _ = parseAddr(w.state.IP)
+		p.IP6 = w.k.cfg.Node.PodIP6(p.IP)
 	}
 	return p
 }
@@ -643,6 +644,22 @@ func (w *worker) podIP() string {
 	return w.state.IP
 }
 
+// podIPs are the pod's addresses, IPv4 first: on dual-stack nodes a pod
+// has an IPv6 address too (netlab.Node.PodIP6), a hostNetwork pod the
+// node's.
+func (w *worker) podIPs() []string {
+	if w.state.HostNetwork {
+		return w.k.hostIPs()
+	}
+	ips := []string{w.state.IP}
+	if ip, err := parseAddr(w.state.IP); err == nil {
+		if ip6 := w.k.cfg.Node.PodIP6(ip); ip6.IsValid() {
+			ips = append(ips, ip6.String())
+		}
+	}
+	return ips
+}
+
 // containerStatuses reports every container of the spec.
 func (w *worker) containerStatuses(pod *corev1.Pod) []corev1.ContainerStatus {
 	var out []corev1.ContainerStatus
@@ -704,11 +721,15 @@ func (w *worker) buildStatus(pod *corev1.Pod) *corev1.PodStatus {
 	statuses := w.containerStatuses(pod)
 	st.ContainerStatuses = statuses
 	st.Phase = podPhase(statuses)
-	hostIP := w.k.cfg.Node.Address.Addr().String()
-	st.HostIP, st.HostIPs = hostIP, []corev1.HostIP{{IP: hostIP}}
+	st.HostIP, st.HostIPs = w.k.cfg.Node.Address.Addr().String(), nil
+	for _, ip := range w.k.hostIPs() {
+		st.HostIPs = append(st.HostIPs, corev1.HostIP{IP: ip})
+	}
 	if w.sandboxReady {
-		ip := w.podIP()
-		st.PodIP, st.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		st.PodIP, st.PodIPs = w.podIP(), nil
+		for _, ip := range w.podIPs() {
+			st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip})
+		}
 	}
 	if st.StartTime == nil {
 		st.StartTime = &now

@@ -282,12 +282,16 @@ func (h *Host) ensureNode(c Cluster, n Node) error {
 		return err
 	}
 	// Sysctls first so that links created below inherit the defaults.
+	sysctls := []nodenet.Sysctl{
+		{Path: "net/ipv4/ip_forward", Value: "1"},
+		{Path: "net/ipv4/conf/all/rp_filter", Value: "0"},
+		{Path: "net/ipv4/conf/default/rp_filter", Value: "0"},
+	}
+	if c.DualStack() {
+		sysctls = append(sysctls, ipv6Sysctls...)
+	}
 	err := h.Do(name, func() error {
-		_, err := nodenet.SyncSysctls([]nodenet.Sysctl{
-			{Path: "net/ipv4/ip_forward", Value: "1"},
-			{Path: "net/ipv4/conf/all/rp_filter", Value: "0"},
-			{Path: "net/ipv4/conf/default/rp_filter", Value: "0"},
-		})
+		_, err := nodenet.SyncSysctls(sysctls)
 		return err
 	})
 	if err != nil {
@@ -311,7 +315,11 @@ func (h *Host) ensureNode(c Cluster, n Node) error {
 	}
 
 	if err := h.withHandle(h.names.Switch(c.Name), func(swH *netlink.Handle, _ netns.NsHandle) error {
-		return attachToBridge(swH, SwitchPort(n.Name), nodeH, nodeNS, NodeLink, n.Address)
+		addrs := []netip.Prefix{n.Address}
+		if n.Address6.IsValid() {
+			addrs = append(addrs, n.Address6)
+		}
+		return attachToBridge(swH, SwitchPort(n.Name), nodeH, nodeNS, NodeLink, addrs...)
 	}); err != nil {
 		return fmt.Errorf("node link: %w", err)
 	}
@@ -339,8 +347,8 @@ func (h *Host) ensureNode(c Cluster, n Node) error {
 
 // attachToBridge ensures a veth pair whose end port sits in the bridge
 // namespace (enslaved to BridgeName) and whose end link sits in the node
-// namespace with exactly address addr.
-func attachToBridge(brH *netlink.Handle, port string, nodeH *netlink.Handle, nodeNS netns.NsHandle, link string, addr netip.Prefix) error {
+// namespace with exactly addresses addrs.
+func attachToBridge(brH *netlink.Handle, port string, nodeH *netlink.Handle, nodeNS netns.NsHandle, link string, addrs ...netip.Prefix) error {
 	if err := ensureVethPair(brH, port, nil, nodeH, nodeNS, link, 0); err != nil {
 		return err
 	}
@@ -360,7 +368,7 @@ func attachToBridge(brH *netlink.Handle, port string, nodeH *netlink.Handle, nod
 	if err := linkUp(brH, port); err != nil {
 		return err
 	}
-	if err := syncAddrs(nodeH, link, []netip.Prefix{addr}); err != nil {
+	if err := syncAddrs(nodeH, link, addrs); err != nil {
 		return err
 	}
 	return linkUp(nodeH, link)
@@ -460,6 +468,15 @@ func syncRoutes(nh *netlink.Handle, want []Route, proto netlink.RouteProtocol) e
 	return err
 }
 
+// ipv6Sysctls are set in the namespaces of dual-stack nodes: IPv6 on
+// and forwarding. Addresses need no DAD off: nodenet.SyncAddrs adds
+// IPv6 addresses with IFA_F_NODAD.
+var ipv6Sysctls = []nodenet.Sysctl{
+	{Path: "net/ipv6/conf/all/disable_ipv6", Value: "0"},
+	{Path: "net/ipv6/conf/default/disable_ipv6", Value: "0"},
+	{Path: "net/ipv6/conf/all/forwarding", Value: "1"},
+}
+
 // EnsurePod gives a pod its namespace, a routed veth pair to its node, its
 // address and routes, and its cgroup directory. The node must exist (see
 // Apply). Calling it again with the same Pod changes nothing; with a new IP
@@ -467,6 +484,9 @@ func syncRoutes(nh *netlink.Handle, want []Route, proto netlink.RouteProtocol) e
 func (h *Host) EnsurePod(p Pod) error {
 	if !p.IP.Is4() {
 		return fmt.Errorf("pod %s/%s: IP %s is not IPv4", p.Namespace, p.Name, p.IP)
+	}
+	if p.IP6.IsValid() && !p.IP6.Is6() {
+		return fmt.Errorf("pod %s/%s: IP6 %s is not IPv6", p.Namespace, p.Name, p.IP6)
 	}
 	nodeName := h.names.Node(p.Cluster, p.Node)
 	podName := h.names.PodOf(p)
@@ -479,6 +499,11 @@ func (h *Host) EnsurePod(p Pod) error {
 	if err := mkdirCgroup(h.cgroups.PodOf(p)); err != nil {
 		return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
+	dual := p.IP6.IsValid()
+	addrs := []netip.Prefix{netip.PrefixFrom(p.IP, 32)}
+	if dual {
+		addrs = append(addrs, netip.PrefixFrom(p.IP6, 128))
+	}
 	hostVeth := HostVeth(p.Namespace, p.Name)
 	err := h.withHandle(nodeName, func(nodeH *netlink.Handle, _ netns.NsHandle) error {
 		return h.withHandle(podName, func(podH *netlink.Handle, podNS netns.NsHandle) error {
@@ -488,7 +513,7 @@ func (h *Host) EnsurePod(p Pod) error {
 			if err := ensureVethPair(nodeH, hostVeth, net.HardwareAddr(HostVethMAC[:]), podH, podNS, PodLink, p.MTU); err != nil {
 				return err
 			}
-			if err := syncAddrs(podH, PodLink, []netip.Prefix{netip.PrefixFrom(p.IP, 32)}); err != nil {
+			if err := syncAddrs(podH, PodLink, addrs); err != nil {
 				return err
 			}
 			if err := linkUp(podH, PodLink); err != nil {
@@ -501,14 +526,17 @@ func (h *Host) EnsurePod(p Pod) error {
 			if err != nil {
 				return fmt.Errorf("find pod %s: %w", PodLink, err)
 			}
-			gw := nodenet.Neigh{IP: PodGateway, MAC: net.HardwareAddr(HostVethMAC[:])}
-			if _, err := nodenet.AddNeighbours(podH, eth0, nodenet.Neighbours{Neigh: []nodenet.Neigh{gw}}); err != nil {
+			gws := []nodenet.Neigh{{IP: PodGateway, MAC: net.HardwareAddr(HostVethMAC[:])}}
+			if dual {
+				gws = append(gws, nodenet.Neigh{IP: PodGateway6, MAC: net.HardwareAddr(HostVethMAC[:])})
+			}
+			if _, err := nodenet.AddNeighbours(podH, eth0, nodenet.Neighbours{Neigh: gws}); err != nil {
 				return fmt.Errorf("gateway neighbour: %w", err)
 			}
-			if err := syncRoutes(podH, PodRoutes(), RouteProtoLab); err != nil {
+			if err := syncRoutes(podH, PodRoutes(dual), RouteProtoLab); err != nil {
 				return fmt.Errorf("pod routes: %w", err)
 			}
-			return syncPodRoute(nodeH, hostVeth, p.IP)
+			return syncPodRoutes(nodeH, hostVeth, addrs)
 		})
 	})
 	if err != nil {
@@ -517,15 +545,19 @@ func (h *Host) EnsurePod(p Pod) error {
 	return nil
 }
 
-// syncPodRoute makes ip/32 the only pod route through hostVeth.
-func syncPodRoute(nh *netlink.Handle, hostVeth string, ip netip.Addr) error {
+// syncPodRoutes makes the pod's addresses (host prefixes) the only pod
+// routes through hostVeth.
+func syncPodRoutes(nh *netlink.Handle, hostVeth string, addrs []netip.Prefix) error {
 	l, err := nh.LinkByName(hostVeth)
 	if err != nil {
 		return fmt.Errorf("find %s: %w", hostVeth, err)
 	}
 	idx := l.Attrs().Index
-	_, err = nodenet.SyncRoutes(nh, nodenet.Owner{Protocol: int(RouteProtoPod), Link: idx},
-		[]nodenet.Route{{Dst: netip.PrefixFrom(ip, 32), Link: idx}})
+	routes := make([]nodenet.Route, 0, len(addrs))
+	for _, a := range addrs {
+		routes = append(routes, nodenet.Route{Dst: a, Link: idx})
+	}
+	_, err = nodenet.SyncRoutes(nh, nodenet.Owner{Protocol: int(RouteProtoPod), Link: idx}, routes)
 	return err
 }
 

@@ -156,6 +156,29 @@ func waitHTTP(t *testing.T, h *Host, ns, url string) apps.Identity {
 	}
 }
 
+// startWhereami runs whereami on port 8080 in pod p (this test binary,
+// see TestMain), logging to logPath.
+func startWhereami(t *testing.T, h *Host, p Pod, logPath string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := h.Start(Process{
+		Netns:   h.Names().PodOf(p),
+		Cgroup:  h.Cgroups().PodOf(p),
+		Path:    self,
+		Args:    []string{"--port", "8080", "--cluster", p.Cluster, "--namespace", p.Namespace, "--pod", p.Name, "--pod-ip", p.IP.String()},
+		Env:     append(os.Environ(), appEnv+"=whereami"),
+		LogPath: logPath,
+		Setsid:  true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
 func TestOneClusterPodToPodAcrossNodes(t *testing.T) {
 	t.Parallel()
 	h := newTestHost(t)
@@ -180,23 +203,8 @@ func TestOneClusterPodToPodAcrossNodes(t *testing.T) {
 		}
 	}
 
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	logPath := filepath.Join(t.TempDir(), "whereami.log")
-	cmd, err := h.Start(Process{
-		Netns:   names.PodOf(server),
-		Cgroup:  cg.PodOf(server),
-		Path:    self,
-		Args:    []string{"--port", "8080", "--cluster", "c1", "--namespace", server.Namespace, "--pod", server.Name, "--pod-ip", server.IP.String()},
-		Env:     append(os.Environ(), appEnv+"=whereami"),
-		LogPath: logPath,
-		Setsid:  true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd := startWhereami(t, h, server, logPath)
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 

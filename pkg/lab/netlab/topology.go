@@ -42,8 +42,11 @@ const (
 // not configured on any interface: the pod has a permanent neighbour entry
 // mapping it to HostVethMAC, the MAC address of every node-side pod veth
 // (the Calico arrangement, without needing proxy ARP).
+// PodGateway6 is the IPv6 next hop of pods on dual-stack nodes, mapped
+// to HostVethMAC the same way.
 var (
 	PodGateway  = netip.MustParseAddr("169.254.1.1")
+	PodGateway6 = netip.MustParseAddr("fe80::1")
 	HostVethMAC = [6]byte{0xee, 0xee, 0xee, 0xee, 0xee, 0xee}
 )
 
@@ -75,8 +78,16 @@ type Cluster struct {
 	// clusters').
 	PodCIDR     netip.Prefix
 	ServiceCIDR netip.Prefix
-	Nodes       []Node
+	// NodeCIDR6, PodCIDR6 and ServiceCIDR6 are set in a dual-stack
+	// cluster only (see IPv6 on Node and Pod).
+	NodeCIDR6    netip.Prefix `json:",omitzero"`
+	PodCIDR6     netip.Prefix `json:",omitzero"`
+	ServiceCIDR6 netip.Prefix `json:",omitzero"`
+	Nodes        []Node
 }
+
+// DualStack tells whether the cluster has IPv6 next to IPv4.
+func (c Cluster) DualStack() bool { return c.PodCIDR6.IsValid() }
 
 // Node is one node of a cluster.
 type Node struct {
@@ -91,6 +102,34 @@ type Node struct {
 	// WANAddress is set on gateway nodes only: the wan0 address with the
 	// WAN's length, e.g. 198.18.1.10/15.
 	WANAddress netip.Prefix
+	// Address6 and PodCIDR6 are the node's in a dual-stack cluster: the
+	// eth0 IPv6 address with the node network's length, e.g.
+	// fd00:172:18:1::10/64, and the node's slice of the IPv6 pod CIDR,
+	// as many addresses as its IPv4 slice, e.g. fd00:10:244:1::/120.
+	Address6 netip.Prefix `json:",omitzero"`
+	PodCIDR6 netip.Prefix `json:",omitzero"`
+}
+
+// PodIP6 is the IPv6 address of the pod whose IPv4 address is ip: the
+// node's IPv6 slice plus ip's offset in the IPv4 slice, so a pod's two
+// addresses are one allocation. Zero on IPv4-only nodes.
+func (n Node) PodIP6(ip netip.Addr) netip.Addr {
+	if !n.PodCIDR6.IsValid() || !n.PodCIDR.Contains(ip) {
+		return netip.Addr{}
+	}
+	off := v4uint(ip) - v4uint(n.PodCIDR.Masked().Addr())
+	b := n.PodCIDR6.Masked().Addr().As16()
+	for i := 15; off > 0; i-- {
+		sum := uint32(b[i]) + off&0xff
+		b[i] = byte(sum)
+		off = off>>8 + sum>>8
+	}
+	return netip.AddrFrom16(b)
+}
+
+func v4uint(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
 // Gateway tells whether the node is attached to the WAN.
@@ -104,6 +143,9 @@ type Pod struct {
 	Namespace string
 	Name      string
 	IP        netip.Addr
+	// IP6 is the pod's IPv6 address on a dual-stack node (Node.PodIP6);
+	// zero on IPv4-only nodes.
+	IP6 netip.Addr
 	// MTU of the pod's veth pair; 0 means the kernel default (1500).
 	MTU int
 }
@@ -124,6 +166,11 @@ type ClusterSpec struct {
 	Nodes int
 	// Gateways is how many nodes (the first ones) are attached to the WAN.
 	Gateways int
+	// PodCIDR6 and ServiceCIDR6, when set, make the cluster dual-stack:
+	// node i gets eth0 fd00:172:18:<Index>::<10+i>/64 too and slice i of
+	// PodCIDR6 with as many addresses as its IPv4 slice.
+	PodCIDR6     netip.Prefix
+	ServiceCIDR6 netip.Prefix
 }
 
 // NodeName is the default name of a cluster's i-th node ("n0", "n1", …).
@@ -172,7 +219,55 @@ func NewCluster(s ClusterSpec) (Cluster, error) {
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
+	if s.PodCIDR6.IsValid() || s.ServiceCIDR6.IsValid() {
+		if err := c.addIPv6(s); err != nil {
+			return Cluster{}, err
+		}
+	}
 	return c, nil
+}
+
+// addIPv6 gives a laid-out cluster its IPv6 address plan (see ClusterSpec).
+func (c *Cluster) addIPv6(s ClusterSpec) error {
+	if !s.PodCIDR6.Addr().Is6() || !s.ServiceCIDR6.Addr().Is6() {
+		return fmt.Errorf("cluster %q: a dual-stack cluster needs IPv6 pod and service CIDRs (have %s, %s)", s.Name, s.PodCIDR6, s.ServiceCIDR6)
+	}
+	c.PodCIDR6, c.ServiceCIDR6 = s.PodCIDR6.Masked(), s.ServiceCIDR6.Masked()
+	c.NodeCIDR6 = netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0x01, 0x72, 0, 0x18, 0, byte(s.Index)}), 64)
+	bits := 128 - (32 - s.NodePodBits)
+	for i := range c.Nodes {
+		slice, err := Subnet6(c.PodCIDR6, bits, i)
+		if err != nil {
+			return fmt.Errorf("cluster %q node %d IPv6 pod CIDR: %w", s.Name, i, err)
+		}
+		a := c.NodeCIDR6.Addr().As16()
+		a[15] = byte(0x10 + i)
+		c.Nodes[i].Address6 = netip.PrefixFrom(netip.AddrFrom16(a), 64)
+		c.Nodes[i].PodCIDR6 = slice
+	}
+	return nil
+}
+
+// Subnet6 returns the i-th subnet of length bits inside the IPv6 prefix
+// p; i counts within the last 32 bits.
+func Subnet6(p netip.Prefix, bits, i int) (netip.Prefix, error) {
+	if !p.Addr().Is6() {
+		return netip.Prefix{}, fmt.Errorf("%s: not an IPv6 prefix", p)
+	}
+	if bits < p.Bits() || bits > 128 || bits < 96 {
+		return netip.Prefix{}, fmt.Errorf("subnet length /%d does not fit in %s (want /96 to /128)", bits, p)
+	}
+	if i < 0 || (bits-p.Bits() < 32 && uint64(i) >= uint64(1)<<(bits-p.Bits())) {
+		return netip.Prefix{}, fmt.Errorf("subnet %d of length /%d is outside %s", i, bits, p)
+	}
+	b := p.Masked().Addr().As16()
+	v := uint64(b[12])<<24 | uint64(b[13])<<16 | uint64(b[14])<<8 | uint64(b[15])
+	v += uint64(i) << (128 - bits)
+	if v > 0xffffffff {
+		return netip.Prefix{}, fmt.Errorf("subnet %d of length /%d is outside %s", i, bits, p)
+	}
+	b[12], b[13], b[14], b[15] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+	return netip.PrefixFrom(netip.AddrFrom16(b), bits), nil
 }
 
 // Subnet returns the i-th subnet of length bits inside p.
@@ -270,6 +365,9 @@ func (c Cluster) validate() error {
 	if c.PodCIDR.Overlaps(c.ServiceCIDR) || c.PodCIDR.Overlaps(c.NodeCIDR) || c.ServiceCIDR.Overlaps(c.NodeCIDR) {
 		return fmt.Errorf("cluster %q: node %s, pod %s and service %s CIDRs overlap", c.Name, c.NodeCIDR, c.PodCIDR, c.ServiceCIDR)
 	}
+	if err := c.validateIPv6(); err != nil {
+		return err
+	}
 	names := map[string]bool{}
 	addrs := map[netip.Addr]string{}
 	var slices []netip.Prefix
@@ -301,6 +399,55 @@ func (c Cluster) validate() error {
 	return nil
 }
 
+// validateIPv6 checks a dual-stack cluster's IPv6 plan: every node has
+// an address in NodeCIDR6 and a slice of PodCIDR6 as large as its IPv4
+// slice, the slices disjoint; an IPv4-only cluster has no IPv6 at all.
+func (c Cluster) validateIPv6() error {
+	if !c.DualStack() {
+		for _, n := range c.Nodes {
+			if n.Address6.IsValid() || n.PodCIDR6.IsValid() {
+				return fmt.Errorf("cluster %q node %q: IPv6 addresses in an IPv4-only cluster", c.Name, n.Name)
+			}
+		}
+		if c.NodeCIDR6.IsValid() || c.ServiceCIDR6.IsValid() {
+			return fmt.Errorf("cluster %q: IPv6 node or service CIDR without an IPv6 pod CIDR", c.Name)
+		}
+		return nil
+	}
+	all := []netip.Prefix{c.NodeCIDR6, c.PodCIDR6, c.ServiceCIDR6}
+	for _, p := range all {
+		if !p.IsValid() || !p.Addr().Is6() {
+			return fmt.Errorf("cluster %q: IPv6 CIDRs must be valid IPv6 prefixes (node %s, pod %s, service %s)", c.Name, c.NodeCIDR6, c.PodCIDR6, c.ServiceCIDR6)
+		}
+	}
+	if c.PodCIDR6.Overlaps(c.ServiceCIDR6) || c.PodCIDR6.Overlaps(c.NodeCIDR6) || c.ServiceCIDR6.Overlaps(c.NodeCIDR6) {
+		return fmt.Errorf("cluster %q: IPv6 node %s, pod %s and service %s CIDRs overlap", c.Name, c.NodeCIDR6, c.PodCIDR6, c.ServiceCIDR6)
+	}
+	addrs := map[netip.Addr]string{}
+	var slices []netip.Prefix
+	for _, n := range c.Nodes {
+		if !c.NodeCIDR6.Contains(n.Address6.Addr()) || n.Address6.Bits() != c.NodeCIDR6.Bits() {
+			return fmt.Errorf("cluster %q node %q: IPv6 address %s not in node network %s", c.Name, n.Name, n.Address6, c.NodeCIDR6)
+		}
+		if other, ok := addrs[n.Address6.Addr()]; ok {
+			return fmt.Errorf("cluster %q node %q: IPv6 address %s already used by node %q", c.Name, n.Name, n.Address6.Addr(), other)
+		}
+		addrs[n.Address6.Addr()] = n.Name
+		p := n.PodCIDR6
+		if !p.IsValid() || p != p.Masked() || p.Bits() < c.PodCIDR6.Bits() || !c.PodCIDR6.Contains(p.Addr()) ||
+			128-p.Bits() != 32-n.PodCIDR.Bits() {
+			return fmt.Errorf("cluster %q node %q: IPv6 pod CIDR %s not a subnet of %s as large as %s", c.Name, n.Name, p, c.PodCIDR6, n.PodCIDR)
+		}
+		for _, s := range slices {
+			if s.Overlaps(p) {
+				return fmt.Errorf("cluster %q node %q: IPv6 pod CIDR %s overlaps %s", c.Name, n.Name, p, s)
+			}
+		}
+		slices = append(slices, p)
+	}
+	return nil
+}
+
 // Cluster returns the named cluster.
 func (t Topology) Cluster(name string) (Cluster, bool) {
 	for _, c := range t.Clusters {
@@ -321,7 +468,7 @@ func (c Cluster) Node(name string) (Node, bool) {
 	return Node{}, false
 }
 
-// Route is one IPv4 route a node or pod namespace should have in its main
+// Route is one IPv4 or IPv6 route a node or pod namespace should have in its main
 // table.
 type Route struct {
 	Dst netip.Prefix
@@ -350,16 +497,39 @@ func (c Cluster) NodeRoutes(node string) []Route {
 		rs = append(rs, Route{Dst: n.PodCIDR, Via: n.Address.Addr(), Dev: NodeLink})
 	}
 	rs = append(rs, Route{Dst: c.ServiceCIDR, Dev: NodeLink, Src: self.Address.Addr()})
-	return rs
+	if !c.DualStack() {
+		return rs
+	}
+	for _, n := range c.Nodes {
+		if n.Name != node {
+			rs = append(rs, Route{Dst: n.PodCIDR6, Via: n.Address6.Addr(), Dev: NodeLink})
+		}
+	}
+	return append(rs, Route{Dst: c.ServiceCIDR6, Dev: NodeLink, Src: self.Address6.Addr()})
 }
 
 // PodRoutes is a pod's main table: the gateway on-link and the default
-// route through it.
-func PodRoutes() []Route {
-	return []Route{
+// route through it; with ipv6, also the IPv6 default route through
+// PodGateway6 (link-local, on-link by nature).
+func PodRoutes(ipv6 bool) []Route {
+	rs := []Route{
 		{Dst: netip.PrefixFrom(PodGateway, 32), Dev: PodLink},
 		{Dst: netip.MustParsePrefix("0.0.0.0/0"), Via: PodGateway, Dev: PodLink},
 	}
+	if ipv6 {
+		rs = append(rs, Route{Dst: netip.MustParsePrefix("::/0"), Via: PodGateway6, Dev: PodLink})
+	}
+	return rs
+}
+
+// IPv6CIDRs are the IPv6 pod and service CIDRs of the index-th cluster of
+// a dual-stack lab: fd00:10:244:<index>::/64 and fd00:10:96:<index>::/112,
+// distinct per cluster (globalnet translates IPv4 only, so overlapping
+// IPv6 ranges could not be told apart).
+func IPv6CIDRs(index int) (pod, service netip.Prefix) {
+	pod = netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0x02, 0x44, byte(index >> 8), byte(index)}), 64)
+	service = netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0, 0x96, byte(index >> 8), byte(index)}), 112)
+	return pod, service
 }
 
 // Third-cluster CIDRs of the default lab: different from the pair c1 and

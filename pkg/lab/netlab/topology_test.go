@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -248,5 +249,61 @@ func TestDefaultTopology(t *testing.T) {
 	}
 	if _, err := DefaultTopology(DefaultPrefix, 0); err == nil {
 		t.Error("zero nodes accepted")
+	}
+}
+
+func TestDualStackAddressPlan(t *testing.T) {
+	pod6, svc6 := IPv6CIDRs(2)
+	if pod6.String() != "fd00:10:244:2::/64" || svc6.String() != "fd00:10:96:2::/112" {
+		t.Fatalf("IPv6CIDRs(2) = %s, %s", pod6, svc6)
+	}
+	c := mustCluster(t, ClusterSpec{Name: "c2", Index: 2, Nodes: 2, PodCIDR6: pod6, ServiceCIDR6: svc6})
+	if !c.DualStack() || c.NodeCIDR6.String() != "fd00:172:18:2::/64" {
+		t.Fatalf("cluster IPv6 plan: dual %v node %s", c.DualStack(), c.NodeCIDR6)
+	}
+	n1 := c.Nodes[1]
+	if n1.Address6.String() != "fd00:172:18:2::11/64" || n1.PodCIDR6.String() != "fd00:10:244:2::100/120" {
+		t.Errorf("node n1 IPv6 %s pod %s", n1.Address6, n1.PodCIDR6)
+	}
+	for ip, want := range map[string]string{"10.244.1.2": "fd00:10:244:2::102", "10.244.1.254": "fd00:10:244:2::1fe", "10.244.0.2": ""} {
+		got := n1.PodIP6(netip.MustParseAddr(ip))
+		if (want == "" && got.IsValid()) || (want != "" && got.String() != want) {
+			t.Errorf("PodIP6(%s) = %s, want %q", ip, got, want)
+		}
+	}
+	if (Node{PodCIDR: netip.MustParsePrefix("10.244.0.0/24")}).PodIP6(netip.MustParseAddr("10.244.0.2")).IsValid() {
+		t.Error("IPv4-only node has a pod IPv6 address")
+	}
+	got := c.NodeRoutes("n1")
+	want := []Route{
+		{Dst: netip.MustParsePrefix("10.244.0.0/24"), Via: netip.MustParseAddr("172.18.2.10"), Dev: "eth0"},
+		{Dst: netip.MustParsePrefix("10.96.0.0/16"), Dev: "eth0", Src: netip.MustParseAddr("172.18.2.11")},
+		{Dst: netip.MustParsePrefix("fd00:10:244:2::/120"), Via: netip.MustParseAddr("fd00:172:18:2::10"), Dev: "eth0"},
+		{Dst: svc6, Dev: "eth0", Src: netip.MustParseAddr("fd00:172:18:2::11")},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("routes\n%v\nwant\n%v", got, want)
+	}
+	if err := (Topology{Prefix: "cwl-", Clusters: []Cluster{c}}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(*Cluster){
+		"node outside":   func(c *Cluster) { c.Nodes[0].Address6 = netip.MustParsePrefix("fd00:1::10/64") },
+		"slice overlaps": func(c *Cluster) { c.Nodes[1].PodCIDR6 = c.Nodes[0].PodCIDR6 },
+		"slice size":     func(c *Cluster) { c.Nodes[0].PodCIDR6 = netip.MustParsePrefix("fd00:10:244:2::/112") },
+		"v6 in v4-only": func(c *Cluster) {
+			c.PodCIDR6, c.NodeCIDR6, c.ServiceCIDR6 = netip.Prefix{}, netip.Prefix{}, netip.Prefix{}
+		},
+		"service in pod": func(c *Cluster) { c.ServiceCIDR6 = netip.MustParsePrefix("fd00:10:244:2::/112") },
+	} {
+		bad := c
+		bad.Nodes = append([]Node(nil), c.Nodes...)
+		mutate(&bad)
+		if err := (Topology{Prefix: "cwl-", Clusters: []Cluster{bad}}).Validate(); err == nil {
+			t.Errorf("%s: Validate accepted %+v", name, bad)
+		}
+	}
+	if _, err := NewCluster(ClusterSpec{Name: "x", Index: 1, Nodes: 1, PodCIDR6: pod6}); err == nil {
+		t.Error("NewCluster accepted an IPv6 pod CIDR without a service CIDR")
 	}
 }

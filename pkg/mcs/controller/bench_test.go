@@ -235,8 +235,8 @@ func BenchmarkEndpointChange(b *testing.B) {
 // write the ServiceExports themselves, and the memory of the same binary
 // idle (started for c1 before any Service exists). With
 // $MCS_BENCH_PROFILE_DIR set, heap profiles of both controllers are saved
-// there after convergence; $BENCH_GOMEMLIMIT is passed to the controllers
-// as GOMEMLIMIT (Go's soft memory limit).
+// there after convergence; $BENCH_GOMEMLIMIT and $BENCH_GOGC are passed to
+// the controllers as GOMEMLIMIT (Go's soft memory limit) and GOGC.
 func BenchmarkScale(b *testing.B) {
 	n := 1000
 	if s := os.Getenv("MCS_BENCH_SERVICES"); s != "" {
@@ -360,13 +360,21 @@ func startDaemon(b *testing.B, bin, dir string, e *env, id string) *daemonProc {
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command(bin, "--kubeconfig", e.clusters[id].AdminKubeconfig, "--broker-kubeconfig", bk, "--cluster-id", id,
-		"--metrics-addr", addr, "--log-level", "warn", "--node-name", "bench", "--profiling",
-		// One replica: a leader election lost while the API servers are
-		// saturated would end the run; it is not what is measured.
+		"--metrics-addr", addr, "--health-addr", "0", "--log-level", "warn", "--node-name", "bench", "--profiling",
+		// No separate health listener: its fixed default port would
+		// clash between the two controllers (the metrics address serves
+		// /readyz). One replica: a leader election lost while the API
+		// servers are saturated would end the run; it is not what is
+		// measured.
 		"--leader-elect=false")
 	cmd.Stderr = os.Stderr
-	if v := os.Getenv("BENCH_GOMEMLIMIT"); v != "" {
-		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+v) // the Go runtime's soft memory limit
+	// The Go runtime's soft memory limit and GC target of the controllers
+	// only (the API servers are Go programs too).
+	cmd.Env = os.Environ()
+	for _, v := range []string{"GOMEMLIMIT", "GOGC"} {
+		if s := os.Getenv("BENCH_" + v); s != "" {
+			cmd.Env = append(cmd.Env, v+"="+s)
+		}
 	}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

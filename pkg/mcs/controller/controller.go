@@ -101,8 +101,7 @@ const (
 	indexRecordService   = "causeway.service"   // records by "<ns>/<name>" of the Service
 	indexRecordNamespace = "causeway.serviceNS" // records by Service namespace
 	indexVIPService      = "causeway.vipService"
-	indexLocalSlice      = "causeway.localSlice"  // a Service's own EndpointSlices by "<ns>/<name>"
-	indexImportSlice     = "causeway.importSlice" // our multi-cluster slices by "<ns>/<name>"
+	indexSlice           = "causeway.slice" // a Service's own and multi-cluster EndpointSlices by "<ns>/<name>"
 )
 
 // index looks objects up through indexes added to an informer.
@@ -129,15 +128,17 @@ func (x *index) list(name, value string) ([]any, error) {
 	return x.indexer.ByIndex(name, value)
 }
 
-// slices returns copies of the EndpointSlices under value.
-func (x *index) slices(name, value string) ([]discoveryv1.EndpointSlice, error) {
-	objs, err := x.list(name, value)
+// slices returns copies of the EndpointSlices of key whose label names
+// key's Service: discoveryv1.LabelServiceName for its own slices,
+// mcsv1beta1.LabelServiceName for the multi-cluster ones.
+func (x *index) slices(key types.NamespacedName, label string) ([]discoveryv1.EndpointSlice, error) {
+	objs, err := x.list(indexSlice, key.String())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]discoveryv1.EndpointSlice, 0, len(objs))
 	for _, o := range objs {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Labels[label] == key.Name {
 			out = append(out, *s.DeepCopy())
 		}
 	}
@@ -165,12 +166,13 @@ type Controller struct {
 	// local EndpointSlices (see setup).
 	recordIndex, sliceIndex *index
 
-	mu      sync.Mutex
-	vips    map[types.NamespacedName][]netip.Addr
-	exports map[types.NamespacedName]bool
-	imports map[types.NamespacedName]int // key -> number of slices
-	// sliceCount is the sum of imports' values.
-	sliceCount int
+	mu sync.Mutex
+	// services is what the controller remembers of each Service between
+	// syncs (one map entry per Service, none for a Service it neither
+	// exports, imports nor holds VIPs of); exports, imports and
+	// sliceCount are its totals, for the gauges.
+	services                     map[types.NamespacedName]serviceState
+	exports, imports, sliceCount int
 	// waitingVIP are Services whose VIP allocation found the range full.
 	waitingVIP map[types.NamespacedName]bool
 	// refused holds, per Service, the remote records refused at its last
@@ -313,9 +315,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		live:     newLiveness(cfg.ClusterID, cfg.LivenessDuration, cfg.DeadClusterTimeout, time.Now),
 		metrics:  newMetrics(cfg.Metrics),
 		trigger:  make(chan event.GenericEvent, 1024),
-		vips:     map[types.NamespacedName][]netip.Addr{},
-		exports:  map[types.NamespacedName]bool{},
-		imports:  map[types.NamespacedName]int{},
+		services: map[types.NamespacedName]serviceState{},
 
 		waitingVIP: map[types.NamespacedName]bool{},
 		refused:    map[types.NamespacedName]map[string]string{},
@@ -404,22 +404,26 @@ func (c *Controller) setup() error {
 	}
 	// A slice is indexed under "<namespace>/<service>" by the label of its
 	// kind: kubernetes.io/service-name (the Service's own slices) or
-	// multicluster.kubernetes.io/service-name (imported slices).
-	byLabel := func(label string) toolscache.IndexFunc {
-		return func(o any) ([]string, error) {
+	// multicluster.kubernetes.io/service-name (imported slices). One index
+	// for both: an exporting and importing cluster holds one index set per
+	// Service instead of two; readers pick the kind by its label.
+	c.sliceIndex, err = newIndex(ctx, c.mgr.GetCache(), &discoveryv1.EndpointSlice{}, toolscache.Indexers{
+		indexSlice: func(o any) ([]string, error) {
 			s, ok := o.(*discoveryv1.EndpointSlice)
 			if !ok {
 				return nil, nil
 			}
-			if n := s.Labels[label]; n != "" {
-				return []string{s.Namespace + "/" + n}, nil
+			own, imported := s.Labels[discoveryv1.LabelServiceName], s.Labels[mcsv1beta1.LabelServiceName]
+			switch {
+			case own != "" && imported != "" && own != imported:
+				return []string{s.Namespace + "/" + own, s.Namespace + "/" + imported}, nil
+			case own != "":
+				return []string{s.Namespace + "/" + own}, nil
+			case imported != "":
+				return []string{s.Namespace + "/" + imported}, nil
 			}
 			return nil, nil
-		}
-	}
-	c.sliceIndex, err = newIndex(ctx, c.mgr.GetCache(), &discoveryv1.EndpointSlice{}, toolscache.Indexers{
-		indexLocalSlice:  byLabel(discoveryv1.LabelServiceName),
-		indexImportSlice: byLabel(mcsv1beta1.LabelServiceName),
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("index EndpointSlices: %w", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -116,7 +117,7 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		st.global = g
 		return st, err
 	}
-	local, err := c.sliceIndex.slices(indexLocalSlice, key.String())
+	local, err := c.sliceIndex.slices(key, discoveryv1.LabelServiceName)
 	if err != nil {
 		return st, fmt.Errorf("list local EndpointSlices: %w", err)
 	}
@@ -410,7 +411,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	}
 	c.eventRefused(ctx, key, si, refused)
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
-	have, err := c.sliceIndex.slices(indexImportSlice, key.String())
+	have, err := c.sliceIndex.slices(key, mcsv1beta1.LabelServiceName)
 	if err != nil {
 		return &m, fmt.Errorf("list EndpointSlices: %w", err)
 	}
@@ -436,9 +437,9 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 // error returned with the others' VIPs.
 func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedName, families []corev1.IPFamily) ([]netip.Addr, error) {
 	c.mu.Lock()
-	known, ok := c.vips[key]
+	st := c.services[key]
 	c.mu.Unlock()
-	if ok && sameFamilies(known, mcs.VIPFamilies(families)) {
+	if known := st.vips; st.hasVIPs && sameFamilies(known, mcs.VIPFamilies(families)) {
 		var held causewayv1alpha1.VIPAllocationList
 		err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()})
 		if err == nil && len(held.Items) == len(known) && slices.IndexFunc(held.Items, func(a causewayv1alpha1.VIPAllocation) bool {
@@ -456,10 +457,10 @@ func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedNam
 		delete(c.waitingVIP, key)
 	}
 	if err != nil {
-		delete(c.vips, key)
+		c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = nil, false })
 		return vips, err
 	}
-	c.vips[key] = vips
+	c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = vips, true })
 	return vips, nil
 }
 
@@ -544,7 +545,7 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 // VIP.
 func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
-	have, err := c.sliceIndex.slices(indexImportSlice, key.String())
+	have, err := c.sliceIndex.slices(key, mcsv1beta1.LabelServiceName)
 	if err != nil {
 		return fmt.Errorf("list EndpointSlices: %w", err)
 	}
@@ -566,8 +567,8 @@ func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName)
 	c.setImported(key, -1)
 
 	c.mu.Lock()
-	_, hadVIP := c.vips[key]
-	delete(c.vips, key)
+	hadVIP := c.services[key].hasVIPs
+	c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = nil, false })
 	delete(c.waitingVIP, key)
 	c.mu.Unlock()
 	var held causewayv1alpha1.VIPAllocationList
@@ -639,30 +640,56 @@ func (c *Controller) syncExportStatus(ctx context.Context, exp exportState, m *m
 	return nil
 }
 
+// serviceState is what the controller remembers of one Service.
+type serviceState struct {
+	vips     []netip.Addr // the clusterset VIPs allocated or confirmed here
+	hasVIPs  bool         // vips is known (it may be empty)
+	exported bool         // this cluster's record is published
+	imported bool         // the ServiceImport is written here
+	slices   int32        // multi-cluster EndpointSlices written here
+}
+
+func (st serviceState) empty() bool {
+	return !st.hasVIPs && !st.exported && !st.imported && st.slices == 0
+}
+
+// updateLocked applies f to key's state and keeps the totals; call with
+// c.mu held.
+func (c *Controller) updateLocked(key types.NamespacedName, f func(*serviceState)) {
+	st := c.services[key]
+	count := func(st serviceState, sign int) {
+		if st.exported {
+			c.exports += sign
+		}
+		if st.imported {
+			c.imports += sign
+		}
+		c.sliceCount += sign * int(st.slices)
+	}
+	count(st, -1)
+	f(&st)
+	count(st, 1)
+	if st.empty() {
+		delete(c.services, key)
+	} else {
+		c.services[key] = st
+	}
+	c.metrics.exports.Set(float64(c.exports))
+	c.metrics.imports.Set(float64(c.imports))
+	c.metrics.slices.Set(float64(c.sliceCount))
+}
+
 func (c *Controller) setExported(key types.NamespacedName, on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if on {
-		c.exports[key] = true
-	} else {
-		delete(c.exports, key)
-	}
-	c.metrics.exports.Set(float64(len(c.exports)))
+	c.updateLocked(key, func(st *serviceState) { st.exported = on })
 }
 
 // setImported records the number of slices of key; n < 0: no import.
 func (c *Controller) setImported(key types.NamespacedName, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sliceCount -= c.imports[key]
-	if n < 0 {
-		delete(c.imports, key)
-	} else {
-		c.imports[key] = n
-		c.sliceCount += n
-	}
-	c.metrics.imports.Set(float64(len(c.imports)))
-	c.metrics.slices.Set(float64(c.sliceCount))
+	c.updateLocked(key, func(st *serviceState) { st.imported, st.slices = n >= 0, int32(max(n, 0)) })
 }
 
 func mapsEqual(a, b map[string]string) bool {

@@ -52,8 +52,9 @@ func (t *slimmer) strPtr(p *string) *string {
 	return &v
 }
 
-// Labels whose values repeat across objects.
-var sharedLabelValues = []string{discoveryv1.LabelManagedBy, mcsv1beta1.LabelSourceCluster, mcs.LabelVIPServiceNamespace}
+// Labels and annotations whose values repeat across objects.
+var sharedValues = []string{discoveryv1.LabelManagedBy, mcsv1beta1.LabelSourceCluster, mcs.LabelVIPServiceNamespace,
+	causewayv1alpha1.LabelClusterID, mcs.AnnotationReadyEndpoints}
 
 // stripManagedFields is the default transform of every cache.
 func stripManagedFields(in any) (any, error) {
@@ -65,15 +66,22 @@ func stripManagedFields(in any) (any, error) {
 
 // slimMeta keeps the identity of an object: name, namespace, UID,
 // resourceVersion, generation, creation and deletion timestamps, and the
-// labels named in keep (all labels when keep is nil).
+// labels named in keep.
 func slimMeta(m metav1.ObjectMeta, keep ...string) metav1.ObjectMeta {
+	out := readMeta(m, keep...)
+	out.UID, out.Generation, out.CreationTimestamp = m.UID, m.Generation, m.CreationTimestamp
+	return out
+}
+
+// readMeta is slimMeta without UID, generation and creation timestamp, for
+// objects the controller only reads (Services, the cluster's own
+// EndpointSlices, Namespaces): nothing refers to them by UID or
+// compares their age.
+func readMeta(m metav1.ObjectMeta, keep ...string) metav1.ObjectMeta {
 	out := metav1.ObjectMeta{
 		Name:              m.Name,
-		Namespace:         m.Namespace,
-		UID:               m.UID,
+		Namespace:         kube.Intern(m.Namespace),
 		ResourceVersion:   m.ResourceVersion,
-		Generation:        m.Generation,
-		CreationTimestamp: m.CreationTimestamp,
 		DeletionTimestamp: m.DeletionTimestamp,
 	}
 	for _, k := range keep {
@@ -81,7 +89,7 @@ func slimMeta(m metav1.ObjectMeta, keep ...string) metav1.ObjectMeta {
 			if out.Labels == nil {
 				out.Labels = make(map[string]string, len(keep))
 			}
-			out.Labels[k] = v
+			out.Labels[kube.Intern(k)] = v
 		}
 	}
 	return out
@@ -95,7 +103,7 @@ func (t *slimmer) service(in any) (any, error) {
 	}
 	out := &corev1.Service{
 		TypeMeta:   s.TypeMeta,
-		ObjectMeta: slimMeta(s.ObjectMeta),
+		ObjectMeta: readMeta(s.ObjectMeta),
 		Spec: corev1.ServiceSpec{
 			Type:                  s.Spec.Type,
 			ClusterIP:             s.Spec.ClusterIP,
@@ -107,7 +115,6 @@ func (t *slimmer) service(in any) (any, error) {
 			TrafficDistribution:   s.Spec.TrafficDistribution,
 		},
 	}
-	out.Namespace = kube.Intern(out.Namespace)
 	out.Spec.Type = corev1.ServiceType(kube.Intern(string(out.Spec.Type)))
 	out.Spec.SessionAffinity = corev1.ServiceAffinity(kube.Intern(string(out.Spec.SessionAffinity)))
 	if len(s.Spec.Ports) > 0 {
@@ -133,8 +140,12 @@ func (t *slimmer) endpointSlice(in any) (any, error) {
 	}
 	if s.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
 		s.ManagedFields = nil
-		kube.InternMeta(&s.ObjectMeta, sharedLabelValues...)
+		kube.InternMeta(&s.ObjectMeta, sharedValues...)
 		s.AddressType = discoveryv1.AddressType(kube.Intern(string(s.AddressType)))
+		for i := range s.OwnerReferences {
+			r := &s.OwnerReferences[i]
+			r.Controller, r.BlockOwnerDeletion = t.boolPtr(r.Controller), t.boolPtr(r.BlockOwnerDeletion)
+		}
 		for i := range s.Endpoints {
 			t.endpoint(&s.Endpoints[i])
 		}
@@ -142,12 +153,12 @@ func (t *slimmer) endpointSlice(in any) (any, error) {
 	}
 	out := &discoveryv1.EndpointSlice{
 		TypeMeta: s.TypeMeta,
-		ObjectMeta: slimMeta(s.ObjectMeta, discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy,
+		ObjectMeta: readMeta(s.ObjectMeta, discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy,
 			mcsv1beta1.LabelServiceName),
 		AddressType: discoveryv1.AddressType(kube.Intern(string(s.AddressType))),
 		Ports:       s.Ports,
 	}
-	kube.InternMeta(&out.ObjectMeta, sharedLabelValues...)
+	kube.InternMeta(&out.ObjectMeta, sharedValues...)
 	if len(s.Endpoints) > 0 {
 		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
 		for i, e := range s.Endpoints {
@@ -176,8 +187,8 @@ func (t *slimmer) serviceExport(in any) (any, error) {
 	if !ok {
 		return stripManagedFields(in)
 	}
+	kube.InternTypeMeta(&se.TypeMeta)
 	se.ObjectMeta = slimMeta(se.ObjectMeta)
-	se.Namespace = kube.Intern(se.Namespace)
 	kube.InternConditions(se.Status.Conditions)
 	return se, nil
 }
@@ -190,6 +201,7 @@ func (t *slimmer) serviceImport(in any) (any, error) {
 		return stripManagedFields(in)
 	}
 	si.ManagedFields = nil
+	kube.InternTypeMeta(&si.TypeMeta)
 	kube.InternMeta(&si.ObjectMeta)
 	si.Spec.Type = mcsv1beta1.ServiceImportType(kube.Intern(string(si.Spec.Type)))
 	si.Spec.SessionAffinity = corev1.ServiceAffinity(kube.Intern(string(si.Spec.SessionAffinity)))
@@ -212,6 +224,7 @@ func (t *slimmer) record(in any) (any, error) {
 		return stripManagedFields(in)
 	}
 	r.ManagedFields = nil
+	kube.InternTypeMeta(&r.TypeMeta)
 	kube.InternMeta(&r.ObjectMeta)
 	r.Spec.ClusterID = kube.Intern(r.Spec.ClusterID)
 	r.Spec.ServiceNamespace = kube.Intern(r.Spec.ServiceNamespace)
@@ -239,7 +252,8 @@ func (t *slimmer) vipAllocation(in any) (any, error) {
 		return stripManagedFields(in)
 	}
 	a.ManagedFields = nil
-	kube.InternMeta(&a.ObjectMeta, sharedLabelValues...)
+	kube.InternTypeMeta(&a.TypeMeta)
+	kube.InternMeta(&a.ObjectMeta, sharedValues...)
 	a.Spec.ServiceNamespace = kube.Intern(a.Spec.ServiceNamespace)
 	return a, nil
 }
@@ -250,5 +264,5 @@ func (t *slimmer) namespace(in any) (any, error) {
 	if !ok {
 		return stripManagedFields(in)
 	}
-	return &corev1.Namespace{TypeMeta: ns.TypeMeta, ObjectMeta: slimMeta(ns.ObjectMeta)}, nil
+	return &corev1.Namespace{TypeMeta: ns.TypeMeta, ObjectMeta: readMeta(ns.ObjectMeta)}, nil
 }
