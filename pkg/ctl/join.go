@@ -304,7 +304,7 @@ func joinFileClusterID(raw []byte) (string, error) {
 }
 
 func newUninstallCommand() *cobra.Command {
-	var kubeconfig string
+	var kubeconfig, brokerServer string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "uninstall",
@@ -357,6 +357,9 @@ with a fresh join file from deploy-broker, which recreates the identity.`,
 				if err != nil {
 					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
 				}
+				if brokerServer != "" {
+					rc.Host = brokerServer
+				}
 				bc, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
 				if err != nil {
 					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
@@ -371,6 +374,7 @@ with a fresh join file from deploy-broker, which recreates the identity.`,
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (required)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "how long to wait for the daemons to stop and for each node's cleanup")
+	cmd.Flags().StringVar(&brokerServer, "broker-server", "", "the broker API server's URL as uninstall reaches it (default: the Secret's, where the cluster's Pods reach it)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }

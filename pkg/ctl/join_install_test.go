@@ -301,7 +301,7 @@ func TestJoinFileInstall(t *testing.T) {
 	}
 	cleaned := make(chan error, 1)
 	go func() { cleaned <- playCleanup(ctx, c1.Client, 3) }()
-	out, err = runCtl("uninstall", "--kubeconfig", c1.AdminKubeconfig)
+	out, err = runCtl("uninstall", "--kubeconfig", c1.AdminKubeconfig, "--broker-server", b.URL)
 	if err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out)
 	}

@@ -57,13 +57,19 @@ func (s *State) JoinArgs(cluster string) ([]string, error) {
 }
 
 // UninstallArgs are the causewayctl arguments that remove Causeway from
-// cluster (and what it wrote in the broker).
+// cluster (and what it wrote in the broker): its admin kubeconfig and
+// the broker's address on the root namespace's loopback (the cluster's
+// Secret holds the Pods' one, --broker-server of JoinArgs).
 func (s *State) UninstallArgs(cluster string) ([]string, error) {
 	cp, err := s.ControlPlane(cluster)
 	if err != nil {
 		return nil, err
 	}
-	return []string{"uninstall", "--kubeconfig", cp.AdminKubeconfig}, nil
+	b, err := s.ControlPlane("broker")
+	if err != nil {
+		return nil, err
+	}
+	return []string{"uninstall", "--kubeconfig", cp.AdminKubeconfig, "--broker-server", b.URL}, nil
 }
 
 // joinValues are the chart values join sets itself (from the join file
