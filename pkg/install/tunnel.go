@@ -3,6 +3,7 @@ package install
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -19,8 +20,9 @@ import (
 // cluster (their Gateway objects and the Endpoints they mirror from the
 // broker) whether the cluster's tunnel is up, and describes it. It is up
 // when a gateway is active and connected to at least one remote cluster,
-// or, while no other cluster has a valid Endpoint, when a gateway is
-// active with no connection (the first cluster of a ClusterSet). The
+// or, while no other cluster has an Endpoint in the broker, when a gateway
+// is active with no connection (the first cluster of a ClusterSet; a
+// remote whose Endpoint the gateway refused keeps the tunnel down). The
 // active gateway writes its status only after its first sync, which
 // mirrored the broker's Endpoints and programmed a connection to each
 // valid one, so an active gateway without connections has seen no
@@ -70,11 +72,7 @@ func tunnelState(clusterID string, gateways []v1alpha1.Gateway, endpoints []v1al
 	if len(states) == 0 {
 		return true, head + "; no other cluster's gateway in the broker yet"
 	}
-	ids := make([]string, 0, len(states))
-	for id := range states {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(states))
 	parts := make([]string, len(ids))
 	for i, id := range ids {
 		parts[i] = id + " " + states[id]

@@ -270,20 +270,10 @@ func BenchmarkConnect(b *testing.B) {
 	}
 	for _, n := range sizes {
 		for _, kind := range []string{"udp", "tcp"} {
-			ratio(fmt.Sprintf("weighted+affinity vs plain (%s) at %d", kind, n),
-				fmt.Sprintf("%s/hook-vip/weighted+affinity/services=%d", kind, n), fmt.Sprintf("%s/hook-vip/plain/services=%d", kind, n))
-		}
-	}
-	for _, n := range sizes {
-		for _, kind := range []string{"udp", "tcp"} {
-			ratio(fmt.Sprintf("dual-stack ::ffff:VIP vs IPv4 (%s) at %d", kind, n),
-				fmt.Sprintf("%s6/hook-vip/weighted+affinity/services=%d", kind, n), fmt.Sprintf("%s/hook-vip/weighted+affinity/services=%d", kind, n))
-		}
-	}
-	for _, n := range sizes {
-		for _, kind := range []string{"udp", "tcp"} {
-			ratio(fmt.Sprintf("IPv6 VIP vs IPv4 VIP, weighted+affinity (%s) at %d", kind, n),
-				fmt.Sprintf("%s6/hook-vip6/weighted+affinity/services=%d", kind, n), fmt.Sprintf("%s/hook-vip/weighted+affinity/services=%d", kind, n))
+			wa := fmt.Sprintf("%s/hook-vip/weighted+affinity/services=%d", kind, n)
+			ratio(fmt.Sprintf("weighted+affinity vs plain (%s) at %d", kind, n), wa, fmt.Sprintf("%s/hook-vip/plain/services=%d", kind, n))
+			ratio(fmt.Sprintf("dual-stack ::ffff:VIP vs IPv4 (%s) at %d", kind, n), fmt.Sprintf("%s6/hook-vip/weighted+affinity/services=%d", kind, n), wa)
+			ratio(fmt.Sprintf("IPv6 VIP vs IPv4 VIP, weighted+affinity (%s) at %d", kind, n), fmt.Sprintf("%s6/hook-vip6/weighted+affinity/services=%d", kind, n), wa)
 		}
 	}
 	for _, kind := range []string{"udp", "tcp"} {
