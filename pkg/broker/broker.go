@@ -263,6 +263,25 @@ func Kubeconfig(base *rest.Config, clusterID, token string) ([]byte, error) {
 	return b, nil
 }
 
+// KubeconfigClusterID is the cluster a member kubeconfig (a join file, or
+// the kubeconfig of Secret) is for: the namespace of its current context,
+// cluster-<id>.
+func KubeconfigClusterID(kubeconfig []byte) (string, error) {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	c, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return "", fmt.Errorf("no current context")
+	}
+	id, ok := ClusterIDFromNamespace(c.Namespace)
+	if !ok {
+		return "", fmt.Errorf("context %s: namespace %q is not a member's broker namespace (%s<id>)", cfg.CurrentContext, c.Namespace, NamespacePrefix)
+	}
+	return id, nil
+}
+
 // WithServer returns kubeconfig with every cluster's server replaced by
 // server, e.g. the address a node namespace reaches the broker at.
 func WithServer(kubeconfig []byte, server string) ([]byte, error) {

@@ -9,8 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"helm.sh/helm/v4/pkg/strvals"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -165,7 +163,7 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 		if raw, err = os.ReadFile(f.joinFile); err != nil {
 			return fmt.Errorf("join file: %w", err)
 		}
-		id, err := joinFileClusterID(raw)
+		id, err := broker.KubeconfigClusterID(raw)
 		if err != nil {
 			return fmt.Errorf("join file %s: %w", f.joinFile, err)
 		}
@@ -285,24 +283,6 @@ func toAny(ss []string) []any {
 	return out
 }
 
-// joinFileClusterID is the cluster a join file is for: the namespace of
-// its current context, cluster-<id>.
-func joinFileClusterID(raw []byte) (string, error) {
-	cfg, err := clientcmd.Load(raw)
-	if err != nil {
-		return "", err
-	}
-	c, ok := cfg.Contexts[cfg.CurrentContext]
-	if !ok {
-		return "", fmt.Errorf("no current context")
-	}
-	id, ok := broker.ClusterIDFromNamespace(c.Namespace)
-	if !ok {
-		return "", fmt.Errorf("context %s: namespace %q is not a member's broker namespace (%s<id>)", cfg.CurrentContext, c.Namespace, broker.NamespacePrefix)
-	}
-	return id, nil
-}
-
 func newUninstallCommand() *cobra.Command {
 	var kubeconfig, brokerServer string
 	var timeout time.Duration
@@ -341,33 +321,8 @@ with a fresh join file from deploy-broker, which recreates the identity.`,
 			if err := install.CleanupNodes(ctx, cl, timeout, say); err != nil {
 				return err
 			}
-			sec := &corev1.Secret{}
-			err = cl.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: broker.Secret}, sec)
-			switch {
-			case apierrors.IsNotFound(err):
-				say("no Secret " + kube.Namespace + "/" + broker.Secret + ": nothing to remove in the broker")
-			case err != nil:
+			if err := install.LeaveBroker(ctx, cl, kube.Namespace, brokerServer, say); err != nil {
 				return err
-			default:
-				id, err := joinFileClusterID(sec.Data[broker.SecretKubeconfig])
-				if err != nil {
-					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
-				}
-				rc, err := broker.RESTConfigFromSecret(sec.Data)
-				if err != nil {
-					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
-				}
-				if brokerServer != "" {
-					rc.Host = brokerServer
-				}
-				bc, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
-				if err != nil {
-					return fmt.Errorf("broker Secret %s/%s: %w", kube.Namespace, broker.Secret, err)
-				}
-				if err := broker.Leave(ctx, bc, id); err != nil {
-					return err
-				}
-				say("broker: removed cluster " + id + "'s objects from " + broker.Namespace(id) + " and revoked its broker identity")
 			}
 			return install.Uninstall(ctx, cl, say)
 		},

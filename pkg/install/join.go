@@ -50,6 +50,51 @@ func StoreBrokerSecret(ctx context.Context, cl client.Client, namespace string, 
 	return storeSecret(ctx, cl, namespace, broker.Secret, data)
 }
 
+// LeaveBroker removes the cluster of cl from the broker through its own
+// broker identity (Secret broker.Secret in namespace): broker.Leave, which
+// deletes its ServiceAccount last and so revokes its tokens. server, if
+// set, is the broker's address as the caller reaches it (the Secret holds
+// the one the cluster's Pods reach). Without the Secret there is nothing
+// to remove.
+func LeaveBroker(ctx context.Context, cl client.Client, namespace, server string, progress func(string)) error {
+	sec := &corev1.Secret{}
+	err := cl.Get(ctx, client.ObjectKey{Namespace: namespace, Name: broker.Secret}, sec)
+	if apierrors.IsNotFound(err) {
+		progress("no Secret " + namespace + "/" + broker.Secret + ": nothing to remove in the broker")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	id, bc, err := brokerClient(sec.Data, server)
+	if err != nil {
+		return fmt.Errorf("broker Secret %s/%s: %w", namespace, broker.Secret, err)
+	}
+	if err := broker.Leave(ctx, bc, id); err != nil {
+		return err
+	}
+	progress("broker: removed cluster " + id + "'s objects from " + broker.Namespace(id) + " and revoked its broker identity")
+	return nil
+}
+
+// brokerClient is the cluster ID and broker client of Secret broker.Secret's
+// data, at server if set.
+func brokerClient(data map[string][]byte, server string) (string, client.Client, error) {
+	id, err := broker.KubeconfigClusterID(data[broker.SecretKubeconfig])
+	if err != nil {
+		return "", nil, err
+	}
+	rc, err := broker.RESTConfigFromSecret(data)
+	if err != nil {
+		return "", nil, err
+	}
+	if server != "" {
+		rc.Host = server
+	}
+	bc, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
+	return id, bc, err
+}
+
 // storeSecret creates namespace unless it exists and makes the data of
 // Secret namespace/name exactly data.
 func storeSecret(ctx context.Context, cl client.Client, namespace, name string, data map[string][]byte) error {
