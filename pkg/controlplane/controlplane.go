@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -443,7 +444,7 @@ func loadOrPickPorts(file string, n int) ([]int, error) {
 		}
 	}()
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := listenBelowEphemeral()
 		if err != nil {
 			return nil, err
 		}
@@ -456,6 +457,51 @@ func loadOrPickPorts(file string, n int) ([]int, error) {
 		b = append(b, '\n')
 	}
 	return ports, os.WriteFile(file, b, 0o600)
+}
+
+// portFloor is the lowest port listenBelowEphemeral picks.
+const portFloor = 10000
+
+// listenBelowEphemeral listens on a free loopback port below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range). The server started on it
+// binds it only after this listener is closed; a port of the ephemeral
+// range (what ":0" picks from) can meanwhile become any process's
+// connection source port, and etcd or kube-apiserver then fails with
+// "address already in use". Below the range only another listener can
+// take it. Without room below the range it falls back to ":0".
+func listenBelowEphemeral() (net.Listener, error) {
+	low := ephemeralLow()
+	if low-portFloor < 1000 {
+		return net.Listen("tcp", "127.0.0.1:0")
+	}
+	var err error
+	for range 100 {
+		port := portFloor + rand.IntN(low-portFloor)
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			return ln, nil
+		}
+	}
+	return nil, fmt.Errorf("no free loopback port in %d-%d: %w", portFloor, low-1, err)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768,
+// Linux's default, when it cannot be read).
+func ephemeralLow() int {
+	const linuxDefault = 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return linuxDefault
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return linuxDefault
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return linuxDefault
+	}
+	return low
 }
 
 func readPorts(file string) ([]int, error) {
