@@ -17,8 +17,22 @@ const ProbeIPAnnotation = "causeway.dev/probe-ip"
 const (
 	DefaultCandidateProbePort     = 9535
 	DefaultCandidateProbeInterval = 100 * time.Millisecond
-	DefaultCandidateProbeMisses   = 3
+	DefaultCandidateProbeMisses   = 5
 )
+
+// candidateQuiet is how long a passive candidate must have seen no new
+// Lease version, besides the holder answering none of its last misses
+// probes, before it takes an unexpired Lease over: three quarters of
+// the lease duration (0.75 s by default, 7 renewal periods), at least
+// the misses' own span. A holder renews every retry period and answers
+// every probe, so only a holder whose process is dead, or stalled for
+// that long, is silent on both; a shorter stall (CPU starvation on a
+// loaded node, a long pause) keeps its term. Half a lease duration was
+// not enough on a loaded 2-core machine: a holder stalled for more
+// than 0.5 s was replaced without any fault.
+func candidateQuiet(lease time.Duration, misses int, interval time.Duration) time.Duration {
+	return max(lease*3/4, time.Duration(misses)*interval)
+}
 
 // holderProbe tells a passive candidate whether the Lease holder still
 // answers it directly: a UDP echo prober (the tunnel health checks'

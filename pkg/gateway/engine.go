@@ -31,9 +31,6 @@ import (
 	"github.com/causeway-net/causeway/pkg/nat"
 )
 
-// LeaseName is the gateway leader-election Lease in the local namespace.
-const LeaseName = "causeway-gateway"
-
 // Default lease timings, chosen for a failover below 2 s (see README):
 // a crashed active is replaced after at most LeaseDuration + RetryPeriod
 // (+ jitter); a stopped one releases the lease and is replaced within one
@@ -358,7 +355,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		return fmt.Errorf("lease client: %w", err)
 	}
 	var cleanedLeftovers atomic.Bool // onNewLeader runs on its own goroutine
-	el := newElector(e.kube.CoordinationV1(), leaseClient.CoordinationV1(), e.cfg.Namespace, LeaseName, e.cfg.NodeName,
+	el := newElector(e.kube.CoordinationV1(), leaseClient.CoordinationV1(), e.cfg.Namespace, kube.GatewayLease, e.cfg.NodeName,
 		e.cfg.LeaseDuration, e.cfg.RenewDeadline, e.cfg.RetryPeriod, e.log, func(id string) {
 			e.mu.Lock()
 			e.leader = id
@@ -432,10 +429,7 @@ func (e *Engine) startCandidateProbes(el *elector) (stop func(), err error) {
 		return nil, fmt.Errorf("candidate prober: %w", err)
 	}
 	h.p = p
-	// A holder renews every retry period: half a lease duration without
-	// a new version (5 renewals by default) is no slow renewal.
-	quiet := max(e.cfg.LeaseDuration/2, time.Duration(e.cfg.CandidateProbeMisses)*e.cfg.CandidateProbeInterval)
-	el.probeIP, el.holders, el.quiet = e.cfg.PrivateIP, h, quiet
+	el.probeIP, el.holders, el.quiet = e.cfg.PrivateIP, h, candidateQuiet(e.cfg.LeaseDuration, e.cfg.CandidateProbeMisses, e.cfg.CandidateProbeInterval)
 	return func() {
 		p.Close()
 		conn.Close()

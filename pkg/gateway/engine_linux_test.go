@@ -35,6 +35,7 @@ import (
 	"github.com/causeway-net/causeway/internal/testserve"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
+	"github.com/causeway-net/causeway/pkg/kube"
 )
 
 // Addresses of the test topology. Cluster c1 (two gateway candidates a and
@@ -245,7 +246,7 @@ func (e *env) reset(t *testing.T) {
 		}
 	}
 	for _, c := range []*kubetest.Cluster{e.c1, e.c3} {
-		c.Kube.CoordinationV1().Leases("causeway-system").Delete(ctx, LeaseName, metav1.DeleteOptions{})
+		c.Kube.CoordinationV1().Leases("causeway-system").Delete(ctx, kube.GatewayLease, metav1.DeleteOptions{})
 	}
 }
 

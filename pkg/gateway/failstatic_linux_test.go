@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/kube"
 )
 
 // TestGatewayFailStatic checks the fail-static policy with real API
@@ -243,7 +244,7 @@ func leaseOf(t *testing.T, env *env, cluster string) *coordinationv1.Lease {
 	if cluster == "c3" {
 		c = env.c3
 	}
-	l, err := c.Kube.CoordinationV1().Leases("causeway-system").Get(context.Background(), LeaseName, metav1.GetOptions{})
+	l, err := c.Kube.CoordinationV1().Leases("causeway-system").Get(context.Background(), kube.GatewayLease, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

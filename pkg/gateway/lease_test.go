@@ -22,6 +22,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/kube"
 )
 
 // Generous timings: the API server shares a loaded machine, and a
@@ -61,7 +62,7 @@ func startCandidateClients(t *testing.T, kc, writes kubernetes.Interface, ns, id
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &candidate{stop: cancel, done: make(chan struct{})}
-	c.el = newElector(kc.CoordinationV1(), writes.CoordinationV1(), ns, LeaseName, id, lease, deadline, retry,
+	c.el = newElector(kc.CoordinationV1(), writes.CoordinationV1(), ns, kube.GatewayLease, id, lease, deadline, retry,
 		slog.New(slog.DiscardHandler), nil)
 	if configure != nil {
 		configure(c.el)
@@ -114,7 +115,7 @@ func within(t *testing.T, what string, check func() bool) {
 
 func holder(t *testing.T, kc kubernetes.Interface, ns string) *coordinationv1.Lease {
 	t.Helper()
-	l, err := kc.CoordinationV1().Leases(ns).Get(context.Background(), LeaseName, metav1.GetOptions{})
+	l, err := kc.CoordinationV1().Leases(ns).Get(context.Background(), kube.GatewayLease, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func TestElector(t *testing.T) {
 			}
 			b.stop()
 			<-b.done
-			if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), LeaseName, metav1.DeleteOptions{}); err != nil {
+			if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), kube.GatewayLease, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -244,7 +245,7 @@ func TestElector(t *testing.T) {
 
 	t.Run("release after a renewal it did not see", func(t *testing.T) {
 		ns := "kube-system"
-		el := newElector(kc.CoordinationV1(), kc.CoordinationV1(), ns, LeaseName, "a", testLease, testDeadline, testRetry,
+		el := newElector(kc.CoordinationV1(), kc.CoordinationV1(), ns, kube.GatewayLease, "a", testLease, testDeadline, testRetry,
 			slog.New(slog.DiscardHandler), nil)
 		ctx := context.Background()
 		l, _, err := el.tryAcquire(ctx, nil, time.Now())
@@ -332,6 +333,51 @@ func TestElector(t *testing.T) {
 		within(t, "b probing nobody", func() bool { return len(pb.targetsNow()) == 0 })
 	})
 
+	// A stalled holder (CPU starvation on a loaded node): for longer than
+	// the half lease duration of the former rule it neither renews nor
+	// answers probes, then runs again. Shorter than quiet, so it keeps
+	// its term: a stall is not a crash.
+	t.Run("candidate probes: a holder stalled for less than quiet keeps its term", func(t *testing.T) {
+		ns := "probes-stall"
+		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		quiet := candidateQuiet(DefaultLeaseDuration, DefaultCandidateProbeMisses, DefaultCandidateProbeInterval)
+		// Longer than the half lease duration the former rule waited,
+		// 2 renewal periods shorter than quiet.
+		const stall = 550 * time.Millisecond
+		gate := &writeGate{}
+		writesA := leaseClient(t, cl.Config, gated(gate))
+		for i := range 3 {
+			pa, pb := &fakeProber{}, &fakeProber{}
+			a := startCandidateClients(t, kc, writesA, ns, fmt.Sprintf("a%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, probed("192.0.2.1", pa, quiet))
+			within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
+			b := startCandidateClients(t, kc, kc, ns, fmt.Sprintf("b%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, probed("192.0.2.2", pb, quiet))
+			within(t, "b probing a", func() bool { return pb.target(a.el.identity).IsValid() })
+			time.Sleep(time.Second) // b sees renewals and answers
+			gate.close()
+			pb.setDown(a.el.identity, true)
+			b.el.notify()
+			time.Sleep(stall)
+			pb.setDown(a.el.identity, false)
+			gate.open()
+			time.Sleep(3 * DefaultLeaseDuration)
+			la, _, ta := a.state()
+			lb, _, tb := b.state()
+			t.Logf("round %d: after a %v stall (quiet %v) a leading %v (%d terms), b leading %v (%d terms)", i, stall, quiet, la, ta, lb, tb)
+			if !la || ta != 1 || tb != 0 {
+				t.Errorf("round %d: a leading %v after %d terms, b had %d terms; want a's one term only", i, la, ta, tb)
+			}
+			a.stop()
+			b.stop()
+			<-a.done
+			<-b.done
+			if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), kube.GatewayLease, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
 	// The defer rule: a passive candidate leaves an expired Lease to a
 	// holder that answers its probes, whatever keeps the holder from
 	// renewing, and takes it over once the holder answers none, or at
@@ -341,7 +387,7 @@ func TestElector(t *testing.T) {
 		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		quiet := DefaultLeaseDuration / 2
+		quiet := candidateQuiet(DefaultLeaseDuration, DefaultCandidateProbeMisses, DefaultCandidateProbeInterval)
 		start := func(id, ip string, p *fakeProber, release bool) *candidate {
 			return startCandidateClients(t, kc, kc, ns, id, release, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, probed(ip, p, quiet))
 		}
@@ -385,9 +431,9 @@ func TestElector(t *testing.T) {
 			t.Fatal(err)
 		}
 		var passiveWrites atomic.Int32
-		writesA, writesB := leaseClient(t, cl.Config, nil), leaseClient(t, cl.Config, &passiveWrites)
+		writesA, writesB := leaseClient(t, cl.Config, nil), leaseClient(t, cl.Config, counting(&passiveWrites))
 		etcd := cl.Process("etcd")
-		quiet := DefaultLeaseDuration / 2
+		quiet := candidateQuiet(DefaultLeaseDuration, DefaultCandidateProbeMisses, DefaultCandidateProbeInterval)
 		for i := range 3 {
 			pa, pb := &fakeProber{}, &fakeProber{}
 			a := startCandidateClients(t, kc, writesA, ns, fmt.Sprintf("a%d", i), false, DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, probed("192.0.2.1", pa, quiet))
@@ -446,26 +492,31 @@ func freezeRound(t *testing.T, kc kubernetes.Interface, ns string, proc interfac
 	b.stop()
 	<-a.done
 	<-b.done
-	if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), LeaseName, metav1.DeleteOptions{}); err != nil {
+	if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), kube.GatewayLease, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // leaseClient is a client for an elector's reads and writes, with the
-// engine's request timeout (the renew deadline); writes, when set,
-// counts the requests that write (create, update).
-func leaseClient(t *testing.T, cfg *rest.Config, writes *atomic.Int32) kubernetes.Interface {
+// engine's request timeout (the renew deadline), its transport wrapped
+// by wrap when set.
+func leaseClient(t *testing.T, cfg *rest.Config, wrap func(http.RoundTripper) http.RoundTripper) kubernetes.Interface {
 	t.Helper()
 	c := rest.CopyConfig(cfg)
 	c.Timeout = DefaultRenewDeadline
-	if writes != nil {
-		c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingWrites{rt: rt, n: writes} })
+	if wrap != nil {
+		c.Wrap(wrap)
 	}
 	kc, err := kubernetes.NewForConfig(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return kc
+}
+
+// counting counts the writes (create, update) into n.
+func counting(n *atomic.Int32) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper { return &countingWrites{rt: rt, n: n} }
 }
 
 // countingWrites counts the create and update requests through rt.
@@ -484,11 +535,65 @@ func (c *countingWrites) RoundTrip(r *http.Request) (*http.Response, error) {
 // WrappedRoundTripper lets client-go cancel requests through rt.
 func (c *countingWrites) WrappedRoundTripper() http.RoundTripper { return c.rt }
 
+// writeGate holds every create and update request while closed, as a
+// stalled holder sends none.
+type writeGate struct {
+	mu     sync.Mutex
+	closed chan struct{} // nil: open
+}
+
+func (g *writeGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed == nil {
+		g.closed = make(chan struct{})
+	}
+}
+
+func (g *writeGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed != nil {
+		close(g.closed)
+		g.closed = nil
+	}
+}
+
+func (g *writeGate) wait() {
+	g.mu.Lock()
+	c := g.closed
+	g.mu.Unlock()
+	if c != nil {
+		<-c
+	}
+}
+
+// gated holds the writes (create, update) at gate.
+func gated(gate *writeGate) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper { return &gatedWrites{rt: rt, gate: gate} }
+}
+
+// gatedWrites holds create and update requests through rt at gate.
+type gatedWrites struct {
+	rt   http.RoundTripper
+	gate *writeGate
+}
+
+func (g *gatedWrites) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost || r.Method == http.MethodPut {
+		g.gate.wait()
+	}
+	return g.rt.RoundTrip(r)
+}
+
+// WrappedRoundTripper lets client-go cancel requests through rt.
+func (g *gatedWrites) WrappedRoundTripper() http.RoundTripper { return g.rt }
+
 // probed gives an elector candidate probes through p, its probe IP ip.
 func probed(ip string, p *fakeProber, quiet time.Duration) func(*elector) {
 	return func(el *elector) {
 		el.probeIP, el.quiet = netip.MustParseAddr(ip), quiet
-		el.holders = &holderProbe{p: p, misses: 3, onDown: el.notify}
+		el.holders = &holderProbe{p: p, misses: DefaultCandidateProbeMisses, onDown: el.notify}
 	}
 }
 

@@ -17,6 +17,11 @@ import (
 // chart and its generated Roles name it.
 const Namespace = "causeway-system"
 
+// GatewayLease is the Lease in Namespace whose holder is the active
+// gateway's node name (pkg/gateway elects with it; the route agents
+// watch it).
+const GatewayLease = "causeway-gateway"
+
 // Daemons are the daemons with an identity of their own in a member
 // cluster (the chart's templates/identities.yaml).
 var Daemons = []string{"gateway", "route-agent", "mcs-controller"}
