@@ -43,6 +43,11 @@ type Agent struct {
 	applied      *DesiredState // last state Set successfully
 	gateway      *Gateway
 	synced       bool
+	// remotes are the remote subnets of the last sync's inputs; forget
+	// is set when the gateway Lease left this node and its flows are
+	// not yet forgotten (see GatewayLeaseMoved).
+	remotes []netip.Prefix
+	forget  bool
 }
 
 // NewAgent returns an Agent.
@@ -104,6 +109,9 @@ func (a *Agent) Sync(ctx context.Context, full bool) error {
 }
 
 func (a *Agent) sync(ctx context.Context, full bool) error {
+	if err := a.forgetFlows(ctx); err != nil {
+		return err
+	}
 	eps, err := a.cfg.Endpoints.ListEndpoints(ctx)
 	if err != nil {
 		return fmt.Errorf("list endpoints: %w", err)
@@ -111,6 +119,7 @@ func (a *Agent) sync(ctx context.Context, full bool) error {
 	in, notes := InputsFromEndpoints(a.cfg.Node, eps, a.cfg.Params)
 	d := Compute(in)
 	a.mu.Lock()
+	a.remotes = remoteSubnets(in.Remotes)
 	unchanged := a.applied != nil && a.applied.Equal(d)
 	prevGW := a.gateway
 	firstSync := !a.synced
@@ -134,20 +143,6 @@ func (a *Agent) sync(ctx context.Context, full bool) error {
 	}
 	if err != nil {
 		return fmt.Errorf("apply desired state: %w", err)
-	}
-	if left := leftNode(a.cfg.Node.Name, prevGW, in.Gateway); left {
-		// The active gateway was on this node: flows it translated
-		// here carry its NAT in their conntrack entries (a killed
-		// gateway could not remove them), and the same flows now
-		// reach this node's pods from the new active already
-		// translated, with the reply tuple those entries hold: the
-		// new entries would clash and be dropped. Forget them; their
-		// next packets are tracked anew.
-		n, err := a.cfg.Dataplane.ForgetFlows(ctx, remoteSubnets(in.Remotes))
-		if err != nil {
-			return fmt.Errorf("forget the flows of the active gateway that left this node: %w", err)
-		}
-		a.log.Info("the active gateway left this node: removed the conntrack entries of remote flows", "entries", n)
 	}
 	skipped := slices.Concat(notes, d.Skipped)
 	if !unchanged && len(skipped) > 0 {
@@ -177,10 +172,56 @@ func (a *Agent) Applied() (DesiredState, bool) {
 	return *a.applied, true
 }
 
-// leftNode reports whether the active gateway moved from node (prev) to
-// another node or to none (now).
-func leftNode(node string, prev, now *Gateway) bool {
-	return prev != nil && prev.Hostname == node && (now == nil || now.Hostname != node)
+// GatewayLeaseMoved is told every change of the gateway Lease's holder
+// (node names; "" when released or deleted). When the holder moves off
+// this node, the flows the gateway translated here are forgotten at
+// once, before the new active has built its tunnel (see forgetFlows);
+// a failure is retried by the next sync, which kick is asked for.
+func (a *Agent) GatewayLeaseMoved(ctx context.Context, from, to string, kick func()) {
+	if from != a.cfg.Node.Name || to == from {
+		return
+	}
+	a.mu.Lock()
+	a.forget = true
+	a.mu.Unlock()
+	if err := a.forgetFlows(ctx); err != nil {
+		a.log.Warn("forget the flows of the active gateway that left this node; retried by the next sync", "err", err)
+		kick()
+	}
+}
+
+// forgetFlows deletes the conntrack entries of the remote flows when the
+// gateway Lease has left this node since they were last forgotten. The
+// gateway translated those flows here (globalnet DNAT of a remote client
+// to a pod on this node, egress SNAT of this node's pods), so their
+// entries carry its NAT; a killed gateway removes nothing. The same
+// flows reach this node's pods again from the new active, already
+// translated, with the reply tuple those entries hold: conntrack would
+// give each new entry another source port to keep the tuples unique,
+// the pod would see a segment of a connection it does not know and
+// answer it with a reset (measured in the lab: the flow's next packet
+// through the new active was re-tracked with another port and reset,
+// 0.3 s before the mirrored Endpoint had re-pointed this node). The
+// Lease moves before the new active has a tunnel, programmed peers or
+// a published Endpoint, so the entries are gone before the remotes can
+// send it anything. Their next packets are tracked anew (TCP mid-stream
+// too, nf_conntrack_tcp_loose).
+func (a *Agent) forgetFlows(ctx context.Context) error {
+	a.mu.Lock()
+	pending, prefixes := a.forget, a.remotes
+	a.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	n, err := a.cfg.Dataplane.ForgetFlows(ctx, prefixes)
+	if err != nil {
+		return fmt.Errorf("forget the flows of the active gateway that left this node: %w", err)
+	}
+	a.mu.Lock()
+	a.forget = false
+	a.mu.Unlock()
+	a.log.Info("the gateway lease left this node: removed the conntrack entries of remote flows", "entries", n)
+	return nil
 }
 
 func remoteSubnets(remotes []Remote) []netip.Prefix {

@@ -10,10 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/pkg/kube"
 )
 
 // The whole agent (informer, runner, Linux dataplane) programming a lab
@@ -53,6 +59,12 @@ func TestAgentEndToEndFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "causeway-system", Name: kube.GatewayLease},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("n0")}}
+	if err := cl.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+
 	// One agent per node, as the DaemonSet would run them.
 	agents := map[string]*Agent{}
 	for _, n := range []string{"n0", "n1", "n2"} {
@@ -71,7 +83,8 @@ func TestAgentEndToEndFailover(t *testing.T) {
 			Params:    Params{OverlayMTU: 1450, LocalCIDRs: []netip.Prefix{tb.cluster.PodCIDR, tb.cluster.ServiceCIDR}},
 			Endpoints: &lister, Dataplane: dp})
 		runner := NewRunner(RunnerConfig{}, agent.Sync)
-		l, err := WatchEndpoints(ctx, kc.DaemonConfig(t, "route-agent"), "causeway-system", func() { agent.Changed(); runner.Kick() })
+		l, err := WatchEndpoints(ctx, kc.DaemonConfig(t, "route-agent"), "causeway-system", func() { agent.Changed(); runner.Kick() },
+			func(from, to string) { agent.GatewayLeaseMoved(ctx, from, to, runner.Kick) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,6 +109,25 @@ func TestAgentEndToEndFailover(t *testing.T) {
 	}
 	waitGreeting("n0 ")
 
+	// A failover moves the Lease first: n0's agent forgets the flows its
+	// gateway translated (a conntrack entry of a remote flow) then,
+	// before the Endpoint names the new active; n1's are left alone.
+	for _, n := range []string{"n0", "n1"} {
+		tb.addRemoteFlow(t, n)
+	}
+	lease.Spec.HolderIdentity = ptr.To("n1")
+	if err := cl.Update(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); tb.remoteFlows(t, "n0") != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("n0's remote flow still tracked 30 s after the gateway Lease left n0")
+		}
+	}
+	if n := tb.remoteFlows(t, "n1"); n != 1 {
+		t.Errorf("n1 tracks %d remote flows after the Lease moved onto it, want its 1", n)
+	}
+
 	start := time.Now()
 	localEP.Spec.Hostname, localEP.Spec.PrivateIP = "n1", tb.nodeIP("n1").String()
 	if err := cl.Update(ctx, localEP); err != nil {
@@ -118,4 +150,44 @@ func TestAgentEndToEndFailover(t *testing.T) {
 		}
 	}
 	t.Error(problem)
+}
+
+// addRemoteFlow creates, in node's namespace, the conntrack entry of a
+// UDP flow from the remote subnet to a local pod.
+func (tb *testbed) addRemoteFlow(t *testing.T, node string) {
+	t.Helper()
+	h, err := netnsx.Handle(filepath.Join("/run/netns", tb.nodeNS(node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	src, dst := remoteSubnet.Addr().Next().AsSlice(), tb.cluster.PodCIDR.Addr().Next().AsSlice()
+	f := &netlink.ConntrackFlow{FamilyType: unix.AF_INET, TimeOut: 120,
+		Forward: netlink.IPTuple{SrcIP: src, DstIP: dst, SrcPort: 40000, DstPort: 7071, Protocol: unix.IPPROTO_UDP},
+		Reverse: netlink.IPTuple{SrcIP: dst, DstIP: src, SrcPort: 7071, DstPort: 40000, Protocol: unix.IPPROTO_UDP}}
+	if err := h.ConntrackCreate(netlink.ConntrackTable, unix.AF_INET, f); err != nil {
+		t.Fatalf("%s: create conntrack entry %s: %v", node, f, err)
+	}
+}
+
+// remoteFlows counts the conntrack entries in node's namespace of flows
+// from the remote subnet.
+func (tb *testbed) remoteFlows(t *testing.T, node string) int {
+	t.Helper()
+	h, err := netnsx.Handle(filepath.Join("/run/netns", tb.nodeNS(node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range flows {
+		if a, ok := netip.AddrFromSlice(f.Forward.SrcIP); ok && remoteSubnet.Contains(a.Unmap()) {
+			n++
+		}
+	}
+	return n
 }

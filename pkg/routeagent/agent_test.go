@@ -2,6 +2,7 @@ package routeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -108,7 +109,8 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	var lister lazyLister
 	agent.cfg.Endpoints = &lister
 	runner = NewRunner(RunnerConfig{MinInterval: 10 * time.Millisecond}, agent.Sync)
-	l, err := WatchEndpoints(ctx, kc.DaemonConfig(t, "route-agent"), "causeway-system", func() { agent.Changed(); runner.Kick() })
+	l, err := WatchEndpoints(ctx, kc.DaemonConfig(t, "route-agent"), "causeway-system", func() { agent.Changed(); runner.Kick() },
+		func(from, to string) { agent.GatewayLeaseMoved(ctx, from, to, runner.Kick) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,36 +217,67 @@ func TestAgentRetriesFailedSet(t *testing.T) {
 	}
 }
 
-// When the active gateway leaves this node (killed here, taken over
-// elsewhere), the node forgets the conntrack entries of remote flows —
-// those the gateway translated here — once; a move between other nodes
-// or onto this node forgets nothing.
-func TestAgentForgetsFlowsWhenTheGatewayLeavesThisNode(t *testing.T) {
+// The gateway Lease decides when this node's remote flows are
+// forgotten: once, as soon as its holder moves off this node (not when
+// the mirrored Endpoint follows, which is later), with the remote
+// subnets of the last sync; a failed ForgetFlows is retried by the next
+// sync.
+func TestAgentForgetsFlowsWhenTheGatewayLeaseLeavesThisNode(t *testing.T) {
 	dp := &FakeDataplane{}
 	remote := endpoint("c3", "g3", "", "242.0.2.0/24")
 	setValid(remote, true)
-	var eps staticLister
+	eps := staticLister{*endpoint("c1", "n2", nodeW.String(), "242.0.0.0/24"), *remote}
 	agent := NewAgent(AgentConfig{Node: Node{ClusterID: "c1", Name: "n2", IP: nodeW}, Dataplane: dp,
 		Endpoints: &eps})
+	if err := agent.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	kicks := 0
+	kick := func() { kicks++ }
 	for _, step := range []struct {
-		host, ip string
+		from, to string
 		forgot   int
 	}{
-		{"n0", "172.18.1.10", 0},  // another node
-		{"n2", nodeW.String(), 0}, // onto this node (its gateway cleans up itself)
-		{"n1", "172.18.1.11", 1},  // off this node
-		{"n0", "172.18.1.10", 1},  // between other nodes
+		{"n0", "n1", 0}, // between other nodes
+		{"n1", "n2", 0}, // onto this node (its gateway cleans up itself)
+		{"n2", "n1", 1}, // off this node
+		{"n1", "n2", 1},
+		{"n2", "", 2}, // released
 	} {
-		eps = staticLister{*endpoint("c1", step.host, step.ip, "242.0.0.0/24"), *remote}
-		if err := agent.Sync(context.Background(), false); err != nil {
-			t.Fatal(err)
-		}
+		agent.GatewayLeaseMoved(context.Background(), step.from, step.to, kick)
 		if got := dp.Forgotten(); len(got) != step.forgot {
-			t.Fatalf("after the gateway moved to %s: %d ForgetFlows calls, want %d", step.host, len(got), step.forgot)
+			t.Fatalf("after the lease moved %q → %q: %d ForgetFlows calls, want %d", step.from, step.to, len(got), step.forgot)
 		}
 	}
 	if got := dp.Forgotten()[0]; len(got) != 1 || got[0].String() != "242.0.2.0/24" {
 		t.Errorf("forgot %v, want the remote subnet 242.0.2.0/24", got)
+	}
+	// The Endpoint following the Lease forgets nothing more.
+	eps[0] = *endpoint("c1", "n1", "172.18.1.11", "242.0.0.0/24")
+	if err := agent.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(dp.Forgotten()); got != 2 || kicks != 0 {
+		t.Errorf("after the Endpoint followed: %d ForgetFlows calls, %d kicks; want 2 and none", got, kicks)
+	}
+	// A failure is retried by the next sync, and only once it succeeds
+	// is it done.
+	dp.FailForget(errors.New("netlink: busy"))
+	agent.GatewayLeaseMoved(context.Background(), "n2", "n1", kick)
+	if kicks != 1 {
+		t.Errorf("a failed ForgetFlows asked for %d syncs, want 1", kicks)
+	}
+	if err := agent.Sync(context.Background(), false); err == nil {
+		t.Error("sync with a failing ForgetFlows succeeded")
+	}
+	dp.FailForget(nil)
+	for range 2 {
+		if err := agent.Sync(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(dp.Forgotten()); got != 5 {
+		t.Errorf("%d ForgetFlows calls after the retry, want 5 (two failed, one retried, none after)", got)
 	}
 }
 

@@ -257,7 +257,10 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		}
 		return err
 	})
-	l, err := WatchEndpoints(ctx, cfg, opts.Namespace, changed)
+	leaseMoved := func(from, to string) {
+		agent.GatewayLeaseMoved(ctx, from, to, runner.Kick)
+	}
+	l, err := WatchEndpoints(ctx, cfg, opts.Namespace, changed, leaseMoved)
 	if err != nil {
 		return err
 	}

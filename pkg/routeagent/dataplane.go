@@ -32,11 +32,12 @@ type Report struct {
 
 // FakeDataplane is an in-memory Dataplane for callers' unit tests.
 type FakeDataplane struct {
-	mu      sync.Mutex
-	current *DesiredState
-	sets    int
-	fail    error
-	forgot  [][]netip.Prefix
+	mu         sync.Mutex
+	current    *DesiredState
+	sets       int
+	fail       error
+	forgetFail error
+	forgot     [][]netip.Prefix
 }
 
 var _ Dataplane = (*FakeDataplane)(nil)
@@ -65,12 +66,19 @@ func (f *FakeDataplane) Cleanup(context.Context) error {
 	return nil
 }
 
-// ForgetFlows records prefixes.
+// ForgetFlows records prefixes and returns the error FailForget set.
 func (f *FakeDataplane) ForgetFlows(_ context.Context, prefixes []netip.Prefix) (uint, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.forgot = append(f.forgot, slices.Clone(prefixes))
-	return 0, nil
+	return 0, f.forgetFail
+}
+
+// FailForget makes every later ForgetFlows fail with err (nil: succeed).
+func (f *FakeDataplane) FailForget(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgetFail = err
 }
 
 // Forgotten returns the prefixes of every ForgetFlows call, in order.

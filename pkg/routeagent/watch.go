@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,11 +30,14 @@ func (l informerLister) ListEndpoints(ctx context.Context) ([]v1alpha1.Endpoint,
 }
 
 // +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=endpoints,verbs=list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=causeway-system,resources=leases,verbs=list;watch
 
 // WatchEndpoints starts an informer on the Endpoints of namespace ns and
-// calls changed on every add, update and delete. It returns once the cache
-// has synced; the informer stops with ctx.
-func WatchEndpoints(ctx context.Context, cfg *rest.Config, ns string, changed func()) (EndpointLister, error) {
+// calls changed on every add, update and delete, and one on its Leases
+// that calls leaseMoved with the old and new holder whenever the holder
+// of the gateway Lease (kube.GatewayLease) changes. It returns once the
+// cache has synced; the informers stop with ctx.
+func WatchEndpoints(ctx context.Context, cfg *rest.Config, ns string, changed func(), leaseMoved func(from, to string)) (EndpointLister, error) {
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:            kube.NewScheme(),
 		DefaultNamespaces: map[string]cache.Config{ns: {}},
@@ -52,6 +57,24 @@ func WatchEndpoints(ctx context.Context, cfg *rest.Config, ns string, changed fu
 	}); err != nil {
 		return nil, fmt.Errorf("endpoint informer handler: %w", err)
 	}
+	leases, err := c.GetInformer(ctx, &coordinationv1.Lease{})
+	if err != nil {
+		return nil, fmt.Errorf("lease informer: %w", err)
+	}
+	if _, err := leases.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, now any) {
+			if from, to := gatewayHolder(old), gatewayHolder(now); from != to {
+				leaseMoved(from, to)
+			}
+		},
+		DeleteFunc: func(old any) {
+			if from := gatewayHolder(old); from != "" {
+				leaseMoved(from, "")
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("lease informer handler: %w", err)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- c.Start(ctx) }()
 	if !c.WaitForCacheSync(ctx) {
@@ -63,4 +86,14 @@ func WatchEndpoints(ctx context.Context, cfg *rest.Config, ns string, changed fu
 		}
 	}
 	return informerLister{c: c, ns: ns}, nil
+}
+
+// gatewayHolder is the holder of obj when it is the gateway Lease, else
+// "" (also for a delete's tombstone).
+func gatewayHolder(obj any) string {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok || l.Name != kube.GatewayLease {
+		return ""
+	}
+	return ptr.Deref(l.Spec.HolderIdentity, "")
 }
