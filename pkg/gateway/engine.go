@@ -25,6 +25,7 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/cable/wireguard"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/globalnet"
 	"github.com/causeway-net/causeway/pkg/kube"
@@ -446,6 +447,15 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	}
 	if e.cfg.Globalnet != nil {
 		e.dropTranslation(ctx) // a killed active's rules stay in the kernel
+	}
+	if e.cfg.CableDriver == string(v1alpha1.CableWireGuard) {
+		// An embedded device dies with its process, its UAPI socket file
+		// does not.
+		if removed, err := wireguard.RemoveStaleSocket(e.cfg.device()); err != nil {
+			e.log.Warn("remove leftover tunnel", "err", err)
+		} else if removed {
+			e.log.Info("removed the UAPI socket a killed embedded WireGuard device left", "device", e.cfg.device())
+		}
 	}
 	if ok, err := linkExists(e.cfg.Netns, e.cfg.device()); err != nil || !ok {
 		return // nothing left (an embedded WireGuard device dies with its process)

@@ -145,6 +145,28 @@ func startEmbedded(nsPath, name string, mtu int, log *slog.Logger) (*embedded, e
 // SocketPath is where wireguard-go serves the UAPI socket of device name.
 func SocketPath(name string) string { return "/var/run/wireguard/" + name + ".sock" }
 
+// RemoveStaleSocket removes the UAPI socket of device name when no
+// process serves it — an embedded device's process killed (SIGKILL runs
+// no close, so the file stays while the device is gone) — and reports
+// whether it did. A served socket, or none, is left alone.
+func RemoveStaleSocket(name string) (bool, error) {
+	path := SocketPath(name)
+	c, err := net.Dial("unix", path)
+	switch {
+	case err == nil:
+		c.Close()
+		return false, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	case !errors.Is(err, unix.ECONNREFUSED):
+		return false, fmt.Errorf("probe uapi socket %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("remove stale uapi socket: %w", err)
+	}
+	return true, nil
+}
+
 func (e *embedded) close() error {
 	err := e.uapi.Close() // unlinks the socket
 	e.wg.Wait()

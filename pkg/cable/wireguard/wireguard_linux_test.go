@@ -2,6 +2,8 @@ package wireguard
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -157,5 +159,37 @@ func TestHandshakeStatusAndKeyRotation(t *testing.T) {
 	}
 	if out := tp.MustRun(t, "ip", "netns", "exec", tp.GwB, "wg", "show", tp.IfName("b"), "peers"); strings.TrimSpace(out) != "" {
 		t.Fatalf("b peers after empty Set: %q", out)
+	}
+}
+
+// A UAPI socket file nobody serves (a killed embedded device's) is
+// removed; a served one and a missing one are left alone.
+func TestRemoveStaleSocket(t *testing.T) {
+	name := fmt.Sprintf("cwst%x", time.Now().UnixNano()&0xffffff)
+	path := SocketPath(name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(path) })
+	if removed, err := RemoveStaleSocket(name); removed || err != nil {
+		t.Fatalf("no socket: removed %v, %v; want nothing done", removed, err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := RemoveStaleSocket(name); removed || err != nil {
+		t.Fatalf("served socket: removed %v, %v; want it kept", removed, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("served socket gone: %v", err)
+	}
+	l.SetUnlinkOnClose(false) // as a killed process leaves it
+	l.Close()
+	if removed, err := RemoveStaleSocket(name); !removed || err != nil {
+		t.Fatalf("stale socket: removed %v, %v; want it removed", removed, err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("stale socket still there: %v", err)
 	}
 }

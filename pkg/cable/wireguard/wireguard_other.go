@@ -13,3 +13,6 @@ import (
 func New(ctx context.Context, local cable.LocalEndpoint) (cable.Driver, error) {
 	return nil, errors.ErrUnsupported
 }
+
+// RemoveStaleSocket reports that the driver needs Linux.
+func RemoveStaleSocket(string) (bool, error) { return false, errors.ErrUnsupported }
