@@ -43,11 +43,13 @@ type Agent struct {
 	applied      *DesiredState // last state Set successfully
 	gateway      *Gateway
 	synced       bool
-	// remotes are the remote subnets of the last sync's inputs; forget
-	// is set when the gateway Lease left this node and its flows are
-	// not yet forgotten (see GatewayLeaseMoved).
-	remotes []netip.Prefix
-	forget  bool
+	// remotes are the remote subnets of the last sync's inputs (known
+	// once a sync has read them); forget is set when the gateway Lease
+	// left this node and its flows are not yet forgotten (see
+	// GatewayLeaseMoved).
+	remotes      []netip.Prefix
+	remotesKnown bool
+	forget       bool
 }
 
 // NewAgent returns an Agent.
@@ -109,17 +111,19 @@ func (a *Agent) Sync(ctx context.Context, full bool) error {
 }
 
 func (a *Agent) sync(ctx context.Context, full bool) error {
-	if err := a.forgetFlows(ctx); err != nil {
-		return err
-	}
 	eps, err := a.cfg.Endpoints.ListEndpoints(ctx)
 	if err != nil {
 		return fmt.Errorf("list endpoints: %w", err)
 	}
 	in, notes := InputsFromEndpoints(a.cfg.Node, eps, a.cfg.Params)
+	a.mu.Lock()
+	a.remotes, a.remotesKnown = remoteSubnets(in.Remotes), true
+	a.mu.Unlock()
+	if err := a.forgetFlows(ctx); err != nil {
+		return err
+	}
 	d := Compute(in)
 	a.mu.Lock()
-	a.remotes = remoteSubnets(in.Remotes)
 	unchanged := a.applied != nil && a.applied.Equal(d)
 	prevGW := a.gateway
 	firstSync := !a.synced
@@ -191,7 +195,8 @@ func (a *Agent) GatewayLeaseMoved(ctx context.Context, from, to string, kick fun
 }
 
 // forgetFlows deletes the conntrack entries of the remote flows when the
-// gateway Lease has left this node since they were last forgotten. The
+// gateway Lease has left this node since they were last forgotten (once
+// a sync has read the remote subnets: before, the sync does it). The
 // gateway translated those flows here (globalnet DNAT of a remote client
 // to a pod on this node, egress SNAT of this node's pods), so their
 // entries carry its NAT; a killed gateway removes nothing. The same
@@ -208,7 +213,7 @@ func (a *Agent) GatewayLeaseMoved(ctx context.Context, from, to string, kick fun
 // too, nf_conntrack_tcp_loose).
 func (a *Agent) forgetFlows(ctx context.Context) error {
 	a.mu.Lock()
-	pending, prefixes := a.forget, a.remotes
+	pending, prefixes := a.forget && a.remotesKnown, a.remotes
 	a.mu.Unlock()
 	if !pending {
 		return nil

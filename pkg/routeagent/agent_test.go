@@ -281,6 +281,29 @@ func TestAgentForgetsFlowsWhenTheGatewayLeaseLeavesThisNode(t *testing.T) {
 	}
 }
 
+// A Lease that leaves the node before the agent's first sync (a
+// restarted agent) is forgotten by that sync, with the subnets it reads.
+func TestAgentForgetsFlowsOfALeaseMovedBeforeItsFirstSync(t *testing.T) {
+	dp := &FakeDataplane{}
+	remote := endpoint("c3", "g3", "", "242.0.2.0/24")
+	setValid(remote, true)
+	eps := staticLister{*endpoint("c1", "n1", "172.18.1.11", "242.0.0.0/24"), *remote}
+	agent := NewAgent(AgentConfig{Node: Node{ClusterID: "c1", Name: "n2", IP: nodeW}, Dataplane: dp,
+		Endpoints: &eps})
+	agent.GatewayLeaseMoved(context.Background(), "n2", "n1", func() {})
+	if got := dp.Forgotten(); len(got) != 0 {
+		t.Fatalf("before the first sync: %d ForgetFlows calls, want none (no remote subnets read yet)", len(got))
+	}
+	for range 2 {
+		if err := agent.Sync(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := dp.Forgotten(); len(got) != 1 || len(got[0]) != 1 || got[0][0].String() != "242.0.2.0/24" {
+		t.Errorf("after two syncs: forgot %v, want the remote subnet 242.0.2.0/24 once", got)
+	}
+}
+
 type staticLister []v1alpha1.Endpoint
 
 func (s staticLister) ListEndpoints(context.Context) ([]v1alpha1.Endpoint, error) { return s, nil }
