@@ -25,8 +25,8 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable"
-	"github.com/causeway-net/causeway/pkg/cable/wireguard"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
+	"github.com/causeway-net/causeway/pkg/cable/wireguard"
 	"github.com/causeway-net/causeway/pkg/globalnet"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/nat"

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/gateway"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
@@ -48,6 +47,15 @@ func daemon(cluster, node, name string) component {
 	}
 	return component{cluster: cluster, namespace: kube.Namespace, node: node,
 		labels: map[string]string{"app.kubernetes.io/part-of": "causeway", "app.kubernetes.io/component": name}}
+}
+
+// controlPlane is a control-plane process (etcd, kube-apiserver) of a
+// cluster or of the broker.
+func controlPlane(name, bin string) component { return component{unit: name + "/" + bin} }
+
+// coreDNS is a cluster's CoreDNS Pod.
+func coreDNS(cluster string) component {
+	return component{cluster: cluster, namespace: "kube-system", labels: map[string]string{"k8s-app": "kube-dns"}}
 }
 
 func (c component) String() string {
@@ -228,7 +236,7 @@ func (l *Lab) waitNewActive(ctx context.Context, cluster, old string) string {
 	var now string
 	waitForWithin(l.t, time.Minute, "another "+cluster+" candidate holding the lease and reporting itself active", func() error {
 		lease := &coordinationv1.Lease{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: gateway.LeaseName}, lease); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: kube.GatewayLease}, lease); err != nil {
 			return err
 		}
 		holder := ""
