@@ -48,6 +48,11 @@ func (l *Lab) checkBadRecords(ctx context.Context, vip string) {
 	}
 	waitFor(l.t, "c3's import of whereami without c2", l.sourcesOf(ctx, "c3", "whereami", "c1"))
 	before := l.importerState(vip)
+	lines := 0
+	for _, v := range before {
+		lines += len(v)
+	}
+	l.t.Logf("c1's and c3's kernel state without a record of c2: %d listings, %d lines", len(before), lines)
 
 	nodeIP := l.nodeIP(ctx, "c1", "n1")
 	for _, tc := range []struct {
@@ -77,6 +82,8 @@ func (l *Lab) checkBadRecords(ctx context.Context, vip string) {
 		time.Sleep(3 * time.Second)
 		if d := before.diff(l.importerState(vip)); d != "" {
 			l.t.Errorf("%s: c1's and c3's kernels changed:\n%s", tc.name, d)
+		} else {
+			l.t.Logf("%s: refused by c1 and c3 (%s), their kernels unchanged", tc.name, tc.reason)
 		}
 		l.curlClusters("c3/demo/client", "http://"+vip, []string{"c1"})
 		if err := c2.Delete(ctx, bad); err != nil {
@@ -87,6 +94,11 @@ func (l *Lab) checkBadRecords(ctx context.Context, vip string) {
 	l.scaleMCSController(ctx, "c2", 1)
 	waitFor(l.t, "c3's import of whereami from c1 and c2 again", l.sourcesOf(ctx, "c3", "whereami", "c1", "c2"))
 	l.curlClusters("c3/demo/client", "http://"+vip, []string{"c1", "c2"})
+	// The comparison sees what a record changes: c2's honest one adds its
+	// backend to the VIP maps.
+	if d := before.diff(l.importerState(vip)); !strings.Contains(d, "vip map") {
+		l.t.Errorf("c2's honest record served, yet c1's and c3's VIP maps equal those without it:\n%s", d)
+	}
 }
 
 // setGlobalIP points every port of a record at ip (its global address).
