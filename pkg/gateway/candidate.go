@@ -66,6 +66,13 @@ func (h *holderProbe) down(holder string) bool {
 	return h.p.Stats()[holder].LostInARow >= h.misses
 }
 
+// gone reports whether holder's kernel refused a probe since its last
+// answer: nothing listens on its probe port, its process is gone (a
+// live holder, stalled or not, keeps the port open).
+func (h *holderProbe) gone(holder string) bool {
+	return h.p.Stats()[holder].Refused
+}
+
 // answering reports whether holder answered at least one of its last
 // misses probes (a holder never answered, or not probed — no probe IP
 // on the Lease —, is not answering).
@@ -76,7 +83,7 @@ func (h *holderProbe) answering(holder string) bool {
 
 // result is the prober's report of one echo.
 func (h *holderProbe) result(target string, rtt time.Duration) {
-	if rtt < 0 && h.onDown != nil && h.down(target) {
+	if rtt < 0 && h.onDown != nil && (h.down(target) || h.gone(target)) {
 		h.onDown()
 	}
 }

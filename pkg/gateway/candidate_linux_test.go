@@ -12,7 +12,8 @@ import (
 // (loopback of the test's namespace): a responder out of its term
 // answers nothing, the holder is neither answering nor down, then down;
 // in its term it answers, the holder is answering; once the responder is
-// gone the holder is down after misses lost echoes and onDown fires.
+// gone its port is closed: the holder is gone at the next echo (the
+// kernel refuses it), down after misses lost echoes, and onDown fires.
 func TestCandidateProbes(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
 	conn, err := listenUDP("", netip.AddrPortFrom(lo, 0))
@@ -41,11 +42,15 @@ func TestCandidateProbes(t *testing.T) {
 	holding.Store(true)
 	within(t, "answers from a in its term", func() bool { return h.answering("a") })
 	downs.Store(0)
-	if h.down("a") {
-		t.Fatal("a answering but down")
+	if h.down("a") || h.gone("a") {
+		t.Fatalf("a answering but down (%v) or gone (%v)", h.down("a"), h.gone("a"))
 	}
 	conn.Close()
-	within(t, "a down after its responder stopped", func() bool { return h.down("a") && downs.Load() > 0 })
+	within(t, "a gone after its responder stopped", func() bool { return h.gone("a") && downs.Load() > 0 })
+	if s := p.Stats()["a"]; s.LostInARow >= 3 {
+		t.Errorf("gone only after %d echoes lost in a row, want it at the first refused one", s.LostInARow)
+	}
+	within(t, "a down after its responder stopped", func() bool { return h.down("a") })
 	if h.answering("a") {
 		t.Error("a down and answering")
 	}

@@ -26,6 +26,10 @@ type probeStats struct {
 	// LostInARow counts the unanswered echoes since the last answer
 	// (within the window).
 	LostInARow int
+	// Refused: since the last answer, the target's kernel refused an
+	// echo (ICMP port unreachable: nothing listens on the port; UDP
+	// probes only).
+	Refused bool
 }
 
 // LossPercent is the share of unanswered echoes in the window.
@@ -41,6 +45,7 @@ func (s probeStats) LossPercent() int32 {
 type probeLog struct {
 	rtts      []time.Duration // -1 = lost
 	lastReply time.Time
+	refused   bool
 }
 
 func (l *probeLog) add(rtt time.Duration, at time.Time) {
@@ -50,11 +55,12 @@ func (l *probeLog) add(rtt time.Duration, at time.Time) {
 	}
 	if rtt >= 0 {
 		l.lastReply = at
+		l.refused = false
 	}
 }
 
 func (l *probeLog) stats() probeStats {
-	s := probeStats{Sent: len(l.rtts), LastReply: l.lastReply}
+	s := probeStats{Sent: len(l.rtts), LastReply: l.lastReply, Refused: l.refused}
 	var sum time.Duration
 	n := 0
 	for i, r := range l.rtts {

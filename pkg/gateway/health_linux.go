@@ -4,15 +4,18 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
 
 	"github.com/causeway-net/causeway/internal/netnsx"
 )
@@ -70,6 +73,12 @@ func newUDPProber(nsPath string, local netip.Addr, port uint16, interval time.Du
 	conn, err := listenUDP(nsPath, netip.AddrPortFrom(local, 0))
 	if err != nil {
 		return nil, fmt.Errorf("open probe socket on %s: %w", local, err)
+	}
+	// ICMP errors (a closed port: the responder's process is gone) are
+	// queued on the socket and reported by the next read.
+	if err := setRecvErr(conn); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("probe socket on %s: %w", local, err)
 	}
 	return startEchoProber(conn, port, interval, log, onResult), nil
 }
@@ -170,6 +179,10 @@ func (p *echoProber) receive() {
 	buf := make([]byte, 1500)
 	for {
 		n, from, err := p.conn.ReadFrom(buf)
+		if errors.Is(err, unix.ECONNREFUSED) {
+			p.refusals()
+			continue
+		}
 		if err != nil {
 			return // closed
 		}
@@ -193,6 +206,79 @@ func (p *echoProber) receive() {
 			p.record(f.target, f.to, now.Sub(f.sent), now)
 		}
 	}
+}
+
+// refusals reads the socket's error queue (IP_RECVERR): each ICMP port
+// unreachable names the address an echo went to; its target is marked
+// refused (until it answers again) and reported like a lost echo.
+func (p *echoProber) refusals() {
+	rc, err := p.conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return
+	}
+	var refused []netip.Addr
+	_ = rc.Read(func(fd uintptr) bool {
+		buf, oob := make([]byte, 64), make([]byte, 512)
+		for {
+			_, oobn, _, from, err := unix.Recvmsg(int(fd), buf, oob, unix.MSG_ERRQUEUE|unix.MSG_DONTWAIT)
+			if err != nil {
+				return true // queue empty
+			}
+			to, ok := from.(*unix.SockaddrInet4)
+			if ok && portUnreachable(oob[:oobn]) {
+				refused = append(refused, netip.AddrFrom4(to.Addr))
+			}
+		}
+	})
+	for _, addr := range refused {
+		p.mu.Lock()
+		var target string
+		for id, a := range p.targets {
+			if a == addr {
+				target = id
+			}
+		}
+		if l := p.logs[target]; l != nil {
+			l.refused = true
+		}
+		p.mu.Unlock()
+		if target != "" && p.onResult != nil {
+			p.onResult(target, -1)
+		}
+	}
+}
+
+// portUnreachable reports whether the control messages of an error
+// queue read carry ECONNREFUSED (IP_RECVERR's sock_extended_err starts
+// with ee_errno).
+func portUnreachable(oob []byte) bool {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return false
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_IP && m.Header.Type == unix.IP_RECVERR && len(m.Data) >= 4 &&
+			unix.Errno(binary.NativeEndian.Uint32(m.Data)) == unix.ECONNREFUSED {
+			return true
+		}
+	}
+	return false
+}
+
+// setRecvErr turns IP_RECVERR on for conn's socket.
+func setRecvErr(conn net.PacketConn) error {
+	rc, err := conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_RECVERR, 1) }); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("IP_RECVERR: %w", serr)
+	}
+	return nil
 }
 
 func (p *echoProber) Close() error {

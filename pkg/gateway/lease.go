@@ -292,6 +292,14 @@ func (el *elector) tryAcquire(ctx context.Context, cur *coordinationv1.Lease, at
 		left := time.Until(at.Add(leaseDuration(cur, el.duration)))
 		switch {
 		case el.holders == nil:
+		case el.holders.gone(holder):
+			// Its probe port is closed: the holder's process is gone
+			// (its node is up). Nothing to wait for.
+			if left > 0 {
+				left = 0
+				el.log.Info("the gateway lease holder's probe port is closed: taking the lease over before it expires",
+					"holder", holder, "sinceLastVersion", time.Since(at).Round(time.Millisecond))
+			}
 		case el.holders.down(holder):
 			// The holder answers no probes: once no new version has
 			// come for quiet either, it is dead, not slow to renew.

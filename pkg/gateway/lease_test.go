@@ -333,6 +333,36 @@ func TestElector(t *testing.T) {
 		within(t, "b probing nobody", func() bool { return len(pb.targetsNow()) == 0 })
 	})
 
+	// A holder whose probe port is closed (its process gone, its node
+	// up: the kernel refuses the echoes) is taken over at once, without
+	// waiting for quiet.
+	t.Run("candidate probes: a holder whose probe port is closed is taken over at once", func(t *testing.T) {
+		ns := "probes-refused"
+		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		const lease, quiet = 30 * time.Second, 5 * time.Second
+		pa, pb := &fakeProber{}, &fakeProber{}
+		a := startCandidateClients(t, kc, kc, ns, "a", false, lease, testDeadline, testRetry, probed("192.0.2.1", pa, quiet))
+		within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
+		b := startCandidateClients(t, kc, kc, ns, "b", false, lease, testDeadline, testRetry, probed("192.0.2.2", pb, quiet))
+		within(t, "b probing a", func() bool { return pb.target("a").IsValid() })
+		a.stop()
+		<-a.done
+		a.mu.Lock()
+		lastRenewal := a.renewed
+		a.mu.Unlock()
+		pb.setRefused("a")
+		b.el.notify() // the real prober calls onDown with the refusal
+		within(t, "b leading after a's port closed", func() bool { lead, _, _ := b.state(); return lead })
+		_, acquired, _ := b.state()
+		gap := acquired.Sub(lastRenewal)
+		t.Logf("b acquired %v after a's last renewal (quiet %v, lease %v)", gap.Round(time.Millisecond), quiet, lease)
+		if gap >= quiet {
+			t.Errorf("b acquired %v after a's last renewal, want before quiet %v", gap, quiet)
+		}
+	})
+
 	// A stalled holder (CPU starvation on a loaded node): for longer than
 	// the half lease duration of the former rule it neither renews nor
 	// answers probes, then runs again. Shorter than quiet, so it keeps
@@ -604,6 +634,7 @@ type fakeProber struct {
 	mu      sync.Mutex
 	targets map[string]netip.Addr
 	down    map[string]bool
+	refused map[string]bool
 }
 
 func (f *fakeProber) SetTargets(t map[string]netip.Addr) {
@@ -617,9 +648,12 @@ func (f *fakeProber) Stats() map[string]probeStats {
 	defer f.mu.Unlock()
 	out := map[string]probeStats{}
 	for id := range f.targets {
-		if f.down[id] {
+		switch {
+		case f.refused[id]:
+			out[id] = probeStats{Sent: probeWindow, Lost: 1, LostInARow: 1, LastReply: time.Now(), Refused: true}
+		case f.down[id]:
 			out[id] = probeStats{Sent: probeWindow, Lost: probeWindow, LostInARow: probeWindow}
-		} else {
+		default:
 			out[id] = probeStats{Sent: probeWindow, LastReply: time.Now()}
 		}
 	}
@@ -635,6 +669,16 @@ func (f *fakeProber) setDown(id string, down bool) {
 		f.down = map[string]bool{}
 	}
 	f.down[id] = down
+}
+
+// setRefused makes id's probes refused (its port closed).
+func (f *fakeProber) setRefused(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refused == nil {
+		f.refused = map[string]bool{}
+	}
+	f.refused[id] = true
 }
 
 func (f *fakeProber) target(id string) netip.Addr {
