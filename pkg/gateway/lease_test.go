@@ -391,20 +391,7 @@ func TestElector(t *testing.T) {
 			time.Sleep(stall)
 			pb.setDown(a.el.identity, false)
 			gate.open()
-			time.Sleep(3 * DefaultLeaseDuration)
-			la, _, ta := a.state()
-			lb, _, tb := b.state()
-			t.Logf("round %d: after a %v stall (quiet %v) a leading %v (%d terms), b leading %v (%d terms)", i, stall, quiet, la, ta, lb, tb)
-			if !la || ta != 1 || tb != 0 {
-				t.Errorf("round %d: a leading %v after %d terms, b had %d terms; want a's one term only", i, la, ta, tb)
-			}
-			a.stop()
-			b.stop()
-			<-a.done
-			<-b.done
-			if err := kc.CoordinationV1().Leases(ns).Delete(context.Background(), kube.GatewayLease, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			oneTerm(t, kc, ns, fmt.Sprintf("round %d: after a %v stall (quiet %v)", i, stall, quiet), a, b)
 		}
 	})
 
@@ -499,9 +486,7 @@ func TestElector(t *testing.T) {
 }
 
 // freezeRound SIGSTOPs proc for freeze while a leads and b watches, lets
-// it run again for 3 lease durations (b would have taken an expired
-// Lease by then), checks that a kept its one term and b had none, then
-// stops both and deletes the Lease.
+// it run again and checks that a kept its one term (oneTerm).
 func freezeRound(t *testing.T, kc kubernetes.Interface, ns string, proc interface{ PID() int }, freeze time.Duration, round int, a, b *candidate) {
 	t.Helper()
 	if err := syscall.Kill(proc.PID(), syscall.SIGSTOP); err != nil {
@@ -511,12 +496,20 @@ func freezeRound(t *testing.T, kc kubernetes.Interface, ns string, proc interfac
 	if err := syscall.Kill(proc.PID(), syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	oneTerm(t, kc, ns, fmt.Sprintf("round %d: after the freeze", round), a, b)
+}
+
+// oneTerm lets a and b run for 3 lease durations (b would have taken an
+// expired Lease by then), checks that a kept its one term and b had
+// none, then stops both and deletes the Lease.
+func oneTerm(t *testing.T, kc kubernetes.Interface, ns, when string, a, b *candidate) {
+	t.Helper()
 	time.Sleep(3 * DefaultLeaseDuration)
 	la, _, ta := a.state()
 	lb, _, tb := b.state()
-	t.Logf("round %d: after the freeze a leading %v (%d terms), b leading %v (%d terms)", round, la, ta, lb, tb)
+	t.Logf("%s a leading %v (%d terms), b leading %v (%d terms)", when, la, ta, lb, tb)
 	if !la || ta != 1 || tb != 0 {
-		t.Errorf("round %d: a leading %v after %d terms, b had %d terms; want a's one term only", round, la, ta, tb)
+		t.Errorf("%s a leading %v after %d terms, b had %d terms; want a's one term only", when, la, ta, tb)
 	}
 	a.stop()
 	b.stop()

@@ -30,13 +30,15 @@ import (
 // server or etcd cost before fail static. failoverBound is the
 // product's promise for a dead active gateway with a passive candidate.
 // restartBound is for a dead active without one: the lab kubelet
-// restarts it (≈ 1 s) and it adopts its own term and device; a restart
-// that rebuilt the tunnel, or TCP's next backoff (3 s after the loss),
-// would exceed it.
+// restarts it after its crash backoff (1 s), it starts and adopts its
+// own term (the path back 1.5 s after the kill); TCP then waits for its
+// next retransmission (≈ 2 s after the loss, or ≈ 4 s when the path
+// came later than that one). A restart that waited for anything more
+// (another term, the broker) exceeds it.
 const (
 	quietBound    = 2 * time.Second
 	failoverBound = 2 * time.Second
-	restartBound  = 3 * time.Second
+	restartBound  = 5 * time.Second
 	faultHold     = 10 * time.Second // how long a process stays frozen or dead
 )
 
