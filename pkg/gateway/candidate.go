@@ -46,6 +46,9 @@ func candidateQuiet(lease time.Duration, misses int, interval time.Duration) tim
 type holderProbe struct {
 	p      prober // target: holder identity → its probe IP
 	misses int
+	// silence is how long no answer at all, late ones included, must
+	// have come besides misses lost echoes in a row: the misses' span.
+	silence time.Duration
 	// onDown is called whenever an echo to a down holder is lost (the
 	// elector looks again).
 	onDown func()
@@ -61,9 +64,13 @@ func (h *holderProbe) watch(holder string, addr netip.Addr) {
 	h.p.SetTargets(targets)
 }
 
-// down reports whether holder left its last misses probes unanswered.
+// down reports whether holder left its last misses probes unanswered
+// and sent no answer at all, not even a late one to an echo already
+// counted as lost, for silence: a holder whose answers come late (a
+// loaded node) is slow, not down.
 func (h *holderProbe) down(holder string) bool {
-	return h.p.Stats()[holder].LostInARow >= h.misses
+	s := h.p.Stats()[holder]
+	return s.LostInARow >= h.misses && time.Since(s.LastReply) >= h.silence
 }
 
 // gone reports whether holder's kernel refused a probe since its last
@@ -74,11 +81,12 @@ func (h *holderProbe) gone(holder string) bool {
 }
 
 // answering reports whether holder answered at least one of its last
-// misses probes (a holder never answered, or not probed — no probe IP
-// on the Lease —, is not answering).
+// misses probes, or any probe (late too) within silence, and refused
+// none since (a holder never answered, or not probed — no probe IP on
+// the Lease —, is not answering).
 func (h *holderProbe) answering(holder string) bool {
 	s, ok := h.p.Stats()[holder]
-	return ok && !s.LastReply.IsZero() && s.LostInARow < h.misses
+	return ok && !s.LastReply.IsZero() && !s.Refused && (s.LostInARow < h.misses || time.Since(s.LastReply) < h.silence)
 }
 
 // result is the prober's report of one echo.

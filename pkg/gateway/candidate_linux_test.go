@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
 )
 
 // TestCandidateProbes runs the candidate probes over real UDP sockets
@@ -60,5 +63,48 @@ func TestCandidateProbes(t *testing.T) {
 	h.watch("", netip.Addr{})
 	if n := len(p.Stats()); n != 0 {
 		t.Errorf("probing %d targets after watch(\"\"), want none", n)
+	}
+}
+
+// A holder whose answers all come late (after the prober counted its
+// echoes lost: a loaded node) is slow, not down: it keeps answering.
+func TestCandidateProbesLateAnswers(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	conn, err := listenUDP("", netip.AddrPortFrom(lo, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const interval = 20 * time.Millisecond
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			msg, err := icmp.ParseMessage(1, buf[:n])
+			if err != nil {
+				continue
+			}
+			msg.Type = ipv4.ICMPTypeEchoReply
+			b, _ := msg.Marshal(nil)
+			time.AfterFunc(3*interval, func() { _, _ = conn.WriteTo(b, from) }) // lost after 2 intervals
+		}
+	}()
+	port := netip.MustParseAddrPort(conn.LocalAddr().String()).Port()
+	h := &holderProbe{misses: 3, silence: 3 * interval}
+	p, err := newUDPProber("", lo, port, interval, slog.New(slog.DiscardHandler), h.result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	h.p = p
+	h.watch("a", lo)
+	within(t, "a's echoes lost in a row", func() bool { return p.Stats()["a"].LostInARow >= 3 })
+	for end := time.Now().Add(20 * interval); time.Now().Before(end); time.Sleep(interval / 2) {
+		if h.down("a") || !h.answering("a") {
+			t.Fatalf("a answering late: down %v, answering %v (%+v)", h.down("a"), h.answering("a"), p.Stats()["a"])
+		}
 	}
 }

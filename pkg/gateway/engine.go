@@ -423,7 +423,7 @@ func (e *Engine) startCandidateProbes(el *elector) (stop func(), err error) {
 		return nil, fmt.Errorf("candidate probe responder: %w", err)
 	}
 	go serveEchoes(conn, el.holding)
-	h := &holderProbe{misses: e.cfg.CandidateProbeMisses, onDown: el.notify}
+	h := &holderProbe{misses: e.cfg.CandidateProbeMisses, silence: time.Duration(e.cfg.CandidateProbeMisses) * e.cfg.CandidateProbeInterval, onDown: el.notify}
 	p, err := newUDPProber(e.cfg.Netns, e.cfg.PrivateIP, e.cfg.CandidateProbePort, e.cfg.CandidateProbeInterval, e.log, h.result)
 	if err != nil {
 		conn.Close()

@@ -21,7 +21,8 @@ type probeStats struct {
 	Last     time.Duration // zero when the last echo got no answer yet
 	Min, Max time.Duration
 	Avg      time.Duration
-	// LastReply is when the last answer arrived (zero: never).
+	// LastReply is when the last answer arrived, also one to an echo
+	// already counted as lost (zero: never).
 	LastReply time.Time
 	// LostInARow counts the unanswered echoes since the last answer
 	// (within the window).
@@ -57,6 +58,13 @@ func (l *probeLog) add(rtt time.Duration, at time.Time) {
 		l.lastReply = at
 		l.refused = false
 	}
+}
+
+// late records an answer to an echo already counted as lost: the target
+// is alive, only slow.
+func (l *probeLog) late(at time.Time) {
+	l.lastReply = at
+	l.refused = false
 }
 
 func (l *probeLog) stats() probeStats {

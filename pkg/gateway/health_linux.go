@@ -202,8 +202,23 @@ func (p *echoProber) receive() {
 			delete(p.inflight, uint16(echo.Seq))
 		}
 		p.mu2.Unlock()
-		if ok && f.to == src {
+		switch {
+		case ok && f.to == src:
 			p.record(f.target, f.to, now.Sub(f.sent), now)
+		case !ok:
+			p.recordLate(src, now)
+		}
+	}
+}
+
+// recordLate notes an answer from addr to an echo already counted as
+// lost (its seq expired): the target is slow, not silent.
+func (p *echoProber) recordLate(addr netip.Addr, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, a := range p.targets {
+		if l := p.logs[id]; a == addr && l != nil {
+			l.late(at)
 		}
 	}
 }
