@@ -364,7 +364,8 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		}
 	}
 	if c.alloc, err = mcs.NewFamilyVIPAllocator(cfg.VIPRange, cfg.VIPRangeIPv6,
-		&indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader}); err != nil {
+		&indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader,
+			release: mcs.NewBrokerVIPStore(liveReads{Client: c.bclient, live: c.breader}, cfg.ClusterID)}); err != nil {
 		return nil, err
 	}
 	if err := c.setup(); err != nil {
@@ -580,13 +581,36 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 func ptrTo[T any](v T) *T { return &v }
 
 // indexedVIPStore finds a Service's allocations through a cache index
-// instead of a label scan, and asks the API server who holds an address
+// instead of a label scan, asks the API server who holds an address
 // when a claim finds it taken but the cache does not know the holder yet
-// (another cluster allocated it for the same Service a moment ago).
+// (another cluster allocated it for the same Service a moment ago), and
+// releases through release, whose reads go to the API server: the cache
+// keeps no labels, and the owner label decides whether an allocation is
+// this cluster's to release.
 type indexedVIPStore struct {
 	*mcs.BrokerVIPStore
-	c    client.Client
+	c       client.Client
+	live    client.Reader
+	release *mcs.BrokerVIPStore
+}
+
+func (s *indexedVIPStore) Release(ctx context.Context, addr netip.Addr, svc types.NamespacedName) error {
+	return s.release.Release(ctx, addr, svc)
+}
+
+// liveReads is a client whose reads go to the API server (live) and its
+// writes through Client.
+type liveReads struct {
+	client.Client
 	live client.Reader
+}
+
+func (l liveReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return l.live.Get(ctx, key, obj, opts...)
+}
+
+func (l liveReads) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return l.live.List(ctx, list, opts...)
 }
 
 func (s *indexedVIPStore) Claim(ctx context.Context, addr netip.Addr, svc types.NamespacedName) (types.NamespacedName, error) {

@@ -78,9 +78,8 @@ func (t *slimmer) strPtr(p *string) *string {
 	return &v
 }
 
-// Labels and annotations whose values repeat across objects.
-var sharedValues = []string{discoveryv1.LabelManagedBy, mcsv1beta1.LabelSourceCluster, mcs.LabelVIPServiceNamespace,
-	causewayv1alpha1.LabelClusterID, mcs.AnnotationReadyEndpoints}
+// Labels kept in the caches whose values repeat across objects.
+var sharedValues = []string{discoveryv1.LabelManagedBy}
 
 // stripManagedFields is the default transform of every cache.
 func stripManagedFields(in any) (any, error) {
@@ -282,16 +281,17 @@ func (t *slimmer) record(in any) (any, error) {
 	return r, nil
 }
 
-// vipAllocation keeps a VIPAllocation whole and shares its namespace
-// strings.
+// vipAllocation keeps a VIPAllocation's identity and spec (the Service
+// holding the address), not its labels: the Service is read from the
+// spec, and a release reads the owner label from the API server
+// (indexedVIPStore.Release).
 func (t *slimmer) vipAllocation(in any) (any, error) {
 	a, ok := in.(*causewayv1alpha1.VIPAllocation)
 	if !ok {
 		return stripManagedFields(in)
 	}
-	a.ManagedFields = nil
 	kube.InternTypeMeta(&a.TypeMeta)
-	kube.InternMeta(&a.ObjectMeta, sharedValues...)
+	a.ObjectMeta = slimMeta(a.ObjectMeta)
 	a.Spec.ServiceNamespace = kube.Intern(a.Spec.ServiceNamespace)
 	return a, nil
 }

@@ -244,3 +244,21 @@ func TestSlimServiceExportAndNamespace(t *testing.T) {
 }
 
 func intOrString(port int) intstr.IntOrString { return intstr.FromInt(port) }
+
+func TestSlimVIPAllocation(t *testing.T) {
+	a := &causewayv1alpha1.VIPAllocation{ObjectMeta: fullMeta("", "241.0.0.1", map[string]string{
+		mcs.LabelVIPServiceNamespace: "ns", mcs.LabelVIPServiceName: "web", causewayv1alpha1.LabelClusterID: "c1"}),
+		Spec: causewayv1alpha1.VIPAllocationSpec{ServiceNamespace: "ns", ServiceName: "web"}}
+	full := a.DeepCopy()
+	out, err := newSlimmer("cluster-c1").vipAllocation(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*causewayv1alpha1.VIPAllocation)
+	if got.Spec != full.Spec || got.Name != full.Name || got.UID != full.UID || got.ResourceVersion != full.ResourceVersion || got.DeletionTimestamp == nil {
+		t.Errorf("slim VIPAllocation lost what the controller reads: %+v", got)
+	}
+	if got.Labels != nil || got.Annotations != nil || got.ManagedFields != nil {
+		t.Errorf("slim VIPAllocation keeps its labels or annotations: %+v", got.ObjectMeta)
+	}
+}
