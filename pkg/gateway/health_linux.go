@@ -179,7 +179,11 @@ func (p *echoProber) receive() {
 	buf := make([]byte, 1500)
 	for {
 		n, from, err := p.conn.ReadFrom(buf)
-		if errors.Is(err, unix.ECONNREFUSED) {
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			// An ICMP error of an echo (IP_RECVERR: refused, host or
+			// net unreachable, …), reported by this read: not the
+			// socket's end.
 			p.refusals()
 			continue
 		}
@@ -223,9 +227,10 @@ func (p *echoProber) recordLate(addr netip.Addr, at time.Time) {
 	}
 }
 
-// refusals reads the socket's error queue (IP_RECVERR): each ICMP port
+// refusals drains the socket's error queue (IP_RECVERR): each ICMP port
 // unreachable names the address an echo went to; its target is marked
-// refused (until it answers again) and reported like a lost echo.
+// refused (until it answers again) and reported like a lost echo. Other
+// errors (an unreachable host: the echo is lost anyway) mark nothing.
 func (p *echoProber) refusals() {
 	rc, err := p.conn.(syscall.Conn).SyscallConn()
 	if err != nil {

@@ -76,6 +76,15 @@ func TestFaults(t *testing.T) {
 	t.Logf("streams: c3 pod %s on %s → c1 pod %s on %s (c1's active gateway %s) via %s (TCP) and %s (UDP)",
 		cl.Name, cl.Spec.NodeName, echo.Name, echo.Spec.NodeName, c1active, tcpAddr, udpAddr)
 
+	// On a failure, every gateway and route agent log line of c1 and c3
+	// since the streams started (the lab's log dump keeps only the
+	// tails).
+	streaming := time.Now()
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.logTimeline(streaming, time.Now())
+		}
+	})
 	var rows []faultRow
 	defer func() {
 		t.Logf("FIGURE fault gaps (c3 pod → c1 pod via global IP:ports, a message every 10 ms):\n%s", gapTable(rows))
