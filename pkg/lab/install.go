@@ -15,6 +15,7 @@ import (
 	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/install"
 	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/lab/crinode"
 	"github.com/causeway-net/causeway/pkg/lab/kubelet"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
@@ -37,7 +38,7 @@ func (s *State) ChartValues(c netlab.Cluster) map[string]any {
 		gwArgs = append(gwArgs, "--health-check-ip="+firstHost(c.Nodes[0].PodCIDR).String())
 	}
 	cable := map[string]any{"driver": s.CableDriver()}
-	return map[string]any{
+	values := map[string]any{
 		"clusterID":    c.Name,
 		"podCIDRs":     []any{c.PodCIDR.String()},
 		"serviceCIDRs": []any{c.ServiceCIDR.String()},
@@ -46,6 +47,11 @@ func (s *State) ChartValues(c netlab.Cluster) map[string]any {
 		"globalnet":    map[string]any{"enabled": s.Globalnet},
 		"gateway":      map[string]any{"extraArgs": gwArgs},
 	}
+	if s.containerd() { // Causeway's image as the nodes imported it; the hybrid layout's cgroup v2
+		values["image"] = map[string]any{"tag": s.ImageTag}
+		values["routeAgent"] = map[string]any{"cgroupHostPath": crinode.CgroupV2Mount}
+	}
+	return values
 }
 
 // renderChart renders the chart with the lab's values of a cluster.
