@@ -188,15 +188,6 @@ func mkdirAllCreated(dir string) ([]string, error) {
 	return created, os.MkdirAll(dir, 0o755)
 }
 
-func joinSysctls(m map[string]string) string {
-	var kv []string
-	for k, v := range m {
-		kv = append(kv, k+"="+v)
-	}
-	slices.Sort(kv)
-	return strings.Join(kv, " ")
-}
-
 func sysctlPath(key string) string {
 	return filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/"))
 }

@@ -47,7 +47,7 @@ func Down(dir, prefix string, out io.Writer) error {
 		return err
 	}
 	if hostChanges != nil {
-		p.say("host restored: sysctls %s, %d mount points removed", joinSysctls(hostChanges.Sysctls), len(hostChanges.Created))
+		p.say("host restored: sysctls %v, %d mount points removed", hostChanges.Sysctls, len(hostChanges.Created))
 	}
 	if _, err := os.Stat(filepath.Join(dir, "lab.json")); err == nil {
 		if err := os.RemoveAll(dir); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -109,18 +111,19 @@ func (n *Node) Run(ctx context.Context) error {
 		"--v=1",
 	}
 	if len(n.Labels) > 0 {
-		args = append(args, "--node-labels="+joinLabels(n.Labels))
+		args = append(args, "--node-labels="+labels.Set(n.Labels).String())
+	}
+	// Before the kubelet: the DaemonSets' Pods (tolerating every taint)
+	// are bound as soon as the Node exists, and the gateway takes its
+	// public address from it when it starts.
+	if err := n.initNode(ctx); err != nil {
+		return fmt.Errorf("initialize the Node: %w", err)
 	}
 	kl, err := n.start("kubelet", n.KubeletBin, args...)
 	if err != nil {
 		return err
 	}
 	defer kl.stop()
-	bg.Go(func() {
-		if err := n.initNode(ctx); err != nil && ctx.Err() == nil {
-			n.Log.Error("initialize the Node", "err", err)
-		}
-	})
 	select {
 	case <-ctx.Done():
 		return nil
@@ -263,9 +266,10 @@ func (n *Node) ctr(ctx context.Context, args ...string) error {
 	return nil
 }
 
-// initNode does for the registered Node what a cloud provider does
-// (the kubelet runs with --cloud-provider=external, so it keeps what is
-// set here): the node's pod slice as spec.podCIDR(s) (the lab's
+// initNode creates the Node before the kubelet registers (or finds it
+// from an earlier start) and does for it what a cloud provider does (the
+// kubelet runs with --cloud-provider=external, so it keeps what is set
+// here): the Labels, the node's pod slice as spec.podCIDR(s) (the lab's
 // controller manager allocates none), its addresses (InternalIP eth0,
 // ExternalIP wan0 on a gateway node, which the gateway publishes as its
 // public address; a kubelet reports only the first), and the
@@ -274,10 +278,10 @@ func (n *Node) initNode(ctx context.Context) error {
 	return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		node, err := n.Client.CoreV1().Nodes().Get(ctx, n.NodeName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return false, nil
+			node, err = n.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.NodeName, Labels: n.Labels}}, metav1.CreateOptions{})
 		}
 		if err != nil {
-			n.Log.Warn("read Node", "err", err)
+			n.Log.Warn("read or create the Node", "err", err)
 			return false, nil
 		}
 		if err := n.initSpec(ctx, node); err != nil {
@@ -295,9 +299,18 @@ func (n *Node) initNode(ctx context.Context) error {
 
 func (n *Node) initSpec(ctx context.Context, node *corev1.Node) error {
 	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == cloudTaint })
-	if node.Spec.PodCIDR != "" && len(taints) == len(node.Spec.Taints) {
+	labeled := true
+	for k, v := range n.Labels {
+		labeled = labeled && node.Labels[k] == v
+	}
+	if node.Spec.PodCIDR != "" && len(taints) == len(node.Spec.Taints) && labeled {
 		return nil
 	}
+	// A kubelet applies --node-labels only to a Node it registers.
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	maps.Copy(node.Labels, n.Labels)
 	if node.Spec.PodCIDR == "" {
 		node.Spec.PodCIDR = n.PodCIDR.String()
 		node.Spec.PodCIDRs = []string{n.PodCIDR.String()}
@@ -332,12 +345,3 @@ func (n *Node) addresses() []corev1.NodeAddress {
 // cloudTaint is the taint a kubelet with --cloud-provider=external puts
 // on its Node until the cloud provider initialized it.
 const cloudTaint = "node.cloudprovider.kubernetes.io/uninitialized"
-
-func joinLabels(labels map[string]string) string {
-	var kv []string
-	for k, v := range labels {
-		kv = append(kv, k+"="+v)
-	}
-	sort.Strings(kv)
-	return strings.Join(kv, ",")
-}
