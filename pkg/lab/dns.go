@@ -155,7 +155,7 @@ func (s *State) SystemObjects(cluster string) []client.Object {
 		},
 	}
 	if s.containerd() { // no CoreDNS image
-		objs = []client.Object{s.kubernetesEndpoints()}
+		objs = []client.Object{s.kubernetesEndpoints(c)}
 	}
 	if s.NoInstall {
 		return objs
@@ -167,16 +167,21 @@ func (s *State) SystemObjects(cluster string) []client.Object {
 // in a containerd lab: a real kubelet gives pods its ClusterIP as
 // KUBERNETES_SERVICE_HOST, and the API servers run without an endpoint
 // reconciler (they listen on the root namespace's loopback), so the lab
-// names the API server's forwarder every node has, netlab.APIAddress:6443.
-func (s *State) kubernetesEndpoints() *discoveryv1.EndpointSlice {
-	return &discoveryv1.EndpointSlice{
+// names the API server forwarders of the cluster's nodes (port 6443 of
+// every node address; link-local netlab.APIAddress is refused in an
+// EndpointSlice).
+func (s *State) kubernetesEndpoints(c netlab.Cluster) *discoveryv1.EndpointSlice {
+	eps := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "kubernetes", Labels: map[string]string{
 			discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "lab.causeway.dev"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{netlab.APIAddress.String()}}},
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To[int32](kubelet.APIServerPort),
 			Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
+	for _, n := range c.Nodes {
+		eps.Endpoints = append(eps.Endpoints, discoveryv1.Endpoint{Addresses: []string{n.Address.Addr().String()}})
+	}
+	return eps
 }
 
 // resolvConf writes (and returns the path of) the resolv.conf of pods in
