@@ -124,7 +124,11 @@ func printTryThis(cmd *cobra.Command, st *lab.State) error {
 	fmt.Fprintf(out, "  %s lab status\n", self)
 	fmt.Fprintf(out, "  %s lab kubectl c1 -- get pods -A -o wide\n", self)
 	fmt.Fprintf(out, "  %s lab kubectl c1 -- -n causeway-system get ds,deploy,pods   # Causeway, installed by its Helm chart\n", self)
-	if st.Demo {
+	if st.Demo && st.RuntimeName() == lab.RuntimeContainerd {
+		// No curl in Causeway's image, no CoreDNS in a containerd lab.
+		fmt.Fprintf(out, "  ip=$(%s lab kubectl c1 -- get svc -n demo whereami -o jsonpath='{.spec.clusterIP}')\n", self)
+		fmt.Fprintf(out, "  %s lab kubectl c1 -- exec -n demo client -- bash -c \"exec 3<>/dev/tcp/$ip/80; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3\"\n", self)
+	} else if st.Demo {
 		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s whereami.demo.svc.cluster.local\n", self)
 		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s $(%s lab kubectl c1 -- get svc -n demo whereami -o jsonpath='{.spec.clusterIP}')\n", self, self)
 	}
