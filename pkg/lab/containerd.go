@@ -76,12 +76,9 @@ func (s *State) RuntimeName() string {
 // containerd.
 func (s *State) containerd() bool { return s.RuntimeName() == RuntimeContainerd }
 
-// Images of a containerd lab, made of Causeway's image.
-const (
-	// ImagePause is the pinned sandbox image: `causewayctl lab app
-	// client` (waits for SIGTERM) in Causeway's image.
-	ImagePause = "causeway.dev/lab/pause"
-)
+// ImagePause is a containerd lab's pinned sandbox image: Causeway's
+// image running `causewayctl lab app client` (it waits for SIGTERM).
+const ImagePause = "causeway.dev/lab/pause"
 
 // causewayImageTarball is Causeway's image as `make image` writes it,
 // next to causewayctl (bin/).
