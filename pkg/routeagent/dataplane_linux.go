@@ -97,8 +97,8 @@ func cmp(s, def string) string {
 
 // Linux is the netlink + iptables Dataplane.
 type Linux struct {
-	cfg LinuxConfig
-	log *slog.Logger
+	cfg       LinuxConfig
+	log       *slog.Logger
 	ipt, ipt6 IPTables
 
 	mu sync.Mutex
