@@ -142,7 +142,15 @@ func (tb *testbed) startRemote(t *testing.T, node string) {
 	if err != nil {
 		t.Fatalf("remote subnet in %s: %v", node, err)
 	}
-	ln, err := tb.h.Listen(ns, "tcp", netip.AddrPortFrom(remoteIP, 7000).String())
+	tb.serveRemote(t, node, netip.AddrPortFrom(remoteIP, 7000))
+}
+
+// serveRemote serves on addr in node's namespace one line per connection,
+// "<node> mss=<MSS the client's SYN announced, as the server sees it>",
+// then echoes until the client closes.
+func (tb *testbed) serveRemote(t *testing.T, node string, addr netip.AddrPort) {
+	t.Helper()
+	ln, err := tb.h.Listen(tb.nodeNS(node), "tcp", addr.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,21 +569,7 @@ func TestDataplaneIPv6RemoteSubnet(t *testing.T) {
 	remote6 := netip.MustParseAddr("fd00:10:245:3::1")
 	tb.sh(t, tb.nodeNS("n0"), "ip -6 addr add "+remote6.String()+"/128 dev lo nodad")
 	tb.startRemote(t, "n0")
-	ln, err := h.Listen(tb.nodeNS("n0"), "tcp", netip.AddrPortFrom(remote6, 7000).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	testserve.Serve(t, ln, func(c net.Conn) {
-		mss := -1
-		if raw, err := c.(*net.TCPConn).SyscallConn(); err == nil {
-			raw.Control(func(fd uintptr) {
-				if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-					mss = int(info.Snd_mss)
-				}
-			})
-		}
-		fmt.Fprintf(c, "n0 mss=%d\n", mss)
-	})
+	tb.serveRemote(t, "n0", netip.AddrPortFrom(remote6, 7000))
 	dial6 := func() (string, error) {
 		var line string
 		err := h.Do(h.Names().PodOf(pod), func() error {
