@@ -27,7 +27,9 @@ import (
 // in c1 and 3 in c2, 200 requests to the VIP from c3 split within 10
 // points of 25 %/75 %; curl to http://[::ffff:<vip>] (a dual-stack
 // AF_INET6 socket) is answered by both clusters; `show vips --node` lists the VIP with both backends
-// and their weights, and `show vips` every node, in sync; with
+// and their weights, and `show vips` every node, in sync; bad records
+// that c2 writes by hand are refused and change nothing in c1's and c3's
+// kernels (checkBadRecords); with
 // sessionAffinity ClientIP on the exports 50 requests from c3's client pod
 // land on one cluster; a port number c2 exports in conflict with c1's
 // never receives the VIP's traffic for that port.
@@ -122,6 +124,7 @@ func TestVIPWeightsAffinityConflicts(t *testing.T) {
 		return nil
 	})
 
+	l.checkBadRecords(ctx, vip)
 	l.checkAffinity(ctx, vip)
 	l.checkPortNumberConflict(ctx)
 }
