@@ -172,8 +172,8 @@ func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix)
 	}
 	var direct6 []string
 	for _, s := range slices.Concat(c.PodCIDRs, c.ServiceCIDRs) {
-		if p, err := netip.ParsePrefix(s); err != nil || !p.Addr().Is4() {
-			direct6 = append(direct6, s) // not IPv4: globalnet does not translate it
+		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() {
+			direct6 = append(direct6, s) // globalnet does not translate it
 		}
 	}
 	if len(direct6) == 0 {
@@ -183,9 +183,6 @@ func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix)
 	direct, v := cfg.parse(direct6)
 	if v == nil {
 		v = cfg.checkSpace(id, direct)
-	}
-	if v == nil && slices.ContainsFunc(direct, func(p netip.Prefix) bool { return p.Addr().Is4() }) {
-		v = refuse(v1alpha1.ReasonInvalidCIDR, "%v are not all IPv6", direct)
 	}
 	if v != nil {
 		verdict.Message = fmt.Sprintf("accepted; IPv6 CIDRs %v left out: %s", direct6, v.Message)
