@@ -98,7 +98,7 @@ func TestRenderEndpointSlices(t *testing.T) {
 	// A change of the weight alone is an update.
 	again := RenderEndpointSlices(RenderInput{Import: testImport(mcsv1beta1.ClusterSetIP, httpPort), LocalClusterID: "c1",
 		Sources: []SourceEndpoints{{ClusterID: "c2", Backends: []Backend{remote}, ReadyEndpoints: 4}}})
-	if p := PlanEndpointSlices(again, slicesOf(got, "c2")); len(p.Update) != 1 {
+	if p := PlanEndpointSlices(again, ExistingSlices(slicesOf(got, "c2"))); len(p.Update) != 1 {
 		t.Errorf("ready endpoints 3 → 4: plan %+v, want one update", p)
 	}
 	c1 := slicesOf(got, "c1")

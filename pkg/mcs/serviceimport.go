@@ -5,7 +5,6 @@ import (
 	"net/netip"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
@@ -48,32 +47,50 @@ type SlicePlan struct {
 	// the existing resourceVersion.
 	Update []discoveryv1.EndpointSlice
 	// Delete are existing slices that are not desired.
-	Delete []discoveryv1.EndpointSlice
+	Delete []ExistingSlice
 }
 
 // Empty tells whether the plan changes nothing.
 func (p SlicePlan) Empty() bool { return len(p.Create)+len(p.Update)+len(p.Delete) == 0 }
 
-// PlanEndpointSlices compares the desired slices of one ServiceImport
-// (RenderEndpointSlices) with the existing ones (those with its
-// service-name label and managed-by ManagedBy; others are ignored) by name,
-// and returns the changes. Equal slices are left alone, so a resync of an
-// unchanged import makes no API calls.
-func PlanEndpointSlices(want, have []discoveryv1.EndpointSlice) SlicePlan {
-	existing := map[string]discoveryv1.EndpointSlice{}
-	for _, s := range have {
-		if s.Labels[discoveryv1.LabelManagedBy] == ManagedBy {
-			existing[s.Name] = s
+// ExistingSlice is what PlanEndpointSlices needs of an existing slice: its
+// identity and the SliceHash of its content (what a cache of the slices
+// written here keeps instead of the content).
+type ExistingSlice struct {
+	Namespace, Name, ResourceVersion string
+	Hash                             string
+}
+
+// ExistingSlices returns the slices of have managed by ManagedBy (the
+// others are not this controller's) as PlanEndpointSlices takes them.
+func ExistingSlices(have []discoveryv1.EndpointSlice) []ExistingSlice {
+	var out []ExistingSlice
+	for i := range have {
+		if s := &have[i]; s.Labels[discoveryv1.LabelManagedBy] == ManagedBy {
+			out = append(out, ExistingSlice{Namespace: s.Namespace, Name: s.Name, ResourceVersion: s.ResourceVersion, Hash: SliceHash(s)})
 		}
 	}
+	return out
+}
+
+// PlanEndpointSlices compares the desired slices of one ServiceImport
+// (RenderEndpointSlices) with its existing ones by name, and returns the
+// changes. Slices of equal content (SliceHash) are left alone, so a resync
+// of an unchanged import makes no API calls.
+func PlanEndpointSlices(want []discoveryv1.EndpointSlice, have []ExistingSlice) SlicePlan {
+	existing := make(map[string]ExistingSlice, len(have))
+	for _, s := range have {
+		existing[s.Name] = s
+	}
 	var p SlicePlan
-	for _, w := range want {
+	for i := range want {
+		w := &want[i]
 		h, ok := existing[w.Name]
 		delete(existing, w.Name)
 		switch {
 		case !ok:
-			p.Create = append(p.Create, w)
-		case !sameSlice(w, h):
+			p.Create = append(p.Create, *w)
+		case SliceHash(w) != h.Hash:
 			u := *w.DeepCopy()
 			u.ResourceVersion = h.ResourceVersion
 			p.Update = append(p.Update, u)
@@ -85,14 +102,4 @@ func PlanEndpointSlices(want, have []discoveryv1.EndpointSlice) SlicePlan {
 		}
 	}
 	return p
-}
-
-// sameSlice compares what RenderEndpointSlices sets.
-func sameSlice(a, b discoveryv1.EndpointSlice) bool {
-	return equality.Semantic.DeepEqual(a.Labels, b.Labels) &&
-		equality.Semantic.DeepEqual(a.Annotations, b.Annotations) &&
-		equality.Semantic.DeepEqual(a.OwnerReferences, b.OwnerReferences) &&
-		a.AddressType == b.AddressType &&
-		equality.Semantic.DeepEqual(a.Endpoints, b.Endpoints) &&
-		equality.Semantic.DeepEqual(a.Ports, b.Ports)
 }

@@ -61,7 +61,7 @@ func TestPlanEndpointSlices(t *testing.T) {
 		have[i].UID = "x"
 		have[i].CreationTimestamp = metav1.Now()
 	}
-	if p := PlanEndpointSlices(want, have); !p.Empty() {
+	if p := PlanEndpointSlices(want, ExistingSlices(have)); !p.Empty() {
 		t.Errorf("unchanged: %+v", p)
 	}
 
@@ -69,14 +69,14 @@ func TestPlanEndpointSlices(t *testing.T) {
 	in.Sources = []SourceEndpoints{{ClusterID: "c1", Backends: []Backend{backend("10.244.1.5", false)}}}
 	foreign := discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "whereami-abcde",
 		Labels: map[string]string{discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}}}
-	p = PlanEndpointSlices(RenderEndpointSlices(in), append(have, foreign))
+	p = PlanEndpointSlices(RenderEndpointSlices(in), ExistingSlices(append(have, foreign)))
 	if len(p.Create) != 0 || len(p.Update) != 1 || len(p.Delete) != 1 {
 		t.Fatalf("after change: %+v", p)
 	}
 	if p.Update[0].ResourceVersion != "7" || *p.Update[0].Endpoints[0].Conditions.Ready {
 		t.Errorf("update %+v", p.Update[0])
 	}
-	if p.Delete[0].Labels[mcsv1beta1.LabelSourceCluster] != "c2" {
-		t.Errorf("deleted %s, want c2's slice", p.Delete[0].Name)
+	if c2 := want[1]; c2.Labels[mcsv1beta1.LabelSourceCluster] != "c2" || p.Delete[0].Name != c2.Name {
+		t.Errorf("deleted %s, want c2's slice %s", p.Delete[0].Name, c2.Name)
 	}
 }

@@ -315,6 +315,15 @@ func BenchmarkScale(b *testing.B) {
 	procs["c2"].waitMetric(b, "causeway_mcs_imports", float64(n))
 	resync := time.Since(start)
 	after := procs["c2"].memory(b)
+	// A full resync of an unchanged ClusterSet writes nothing.
+	var resyncWrites float64
+	for _, kind := range []string{"ServiceImport", "EndpointSlice"} {
+		for _, op := range []string{"create", "update", "status", "delete"} {
+			if v, ok := procs["c2"].metric(fmt.Sprintf("causeway_mcs_api_writes_total{kind=%q,op=%q}", kind, op)); ok {
+				resyncWrites += v
+			}
+		}
+	}
 	b.StopTimer()
 	for _, p := range procs {
 		p.stop(b)
@@ -329,9 +338,10 @@ func BenchmarkScale(b *testing.B) {
 	b.ReportMetric(idleMem.RSSMiB(), "idle-RSS-MiB")
 	b.ReportMetric(mem["c1"].RSSMiB()/idleMem.RSSMiB(), "c1-RSS/idle")
 	b.ReportMetric(converge.Seconds()/baseline.Seconds(), "converge/baseline")
+	b.ReportMetric(resyncWrites, "resync-writes")
 	b.Logf("%d services exported from c1: writing the ServiceExports %.2fs (baseline); converge in c1+c2 from nothing %.2fs (%.1f× baseline); "+
-		"full resync after restarting c2's controller %.2fs",
-		n, baseline.Seconds(), converge.Seconds(), converge.Seconds()/baseline.Seconds(), resync.Seconds())
+		"full resync after restarting c2's controller %.2fs (%.0f writes)",
+		n, baseline.Seconds(), converge.Seconds(), converge.Seconds()/baseline.Seconds(), resync.Seconds(), resyncWrites)
 	b.Logf("memory: idle controller %s; c1 (exporter+importer) %s (RSS %.1f× idle); c2 (importer) %s; c2 after restart %s",
 		idleMem, mem["c1"], mem["c1"].RSSMiB()/idleMem.RSSMiB(), mem["c2"], after)
 }

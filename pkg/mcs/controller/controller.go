@@ -98,8 +98,8 @@ type Config struct {
 
 // Cache index names.
 const (
-	indexRecordService   = "causeway.service"   // records by "<ns>/<name>" of the Service
-	indexRecordNamespace = "causeway.serviceNS" // records by Service namespace
+	indexRecordPart      = "causeway.recordPart" // records other than heads (parts) by "<ns>/<name>" of the Service
+	indexRecordNamespace = "causeway.serviceNS"  // records by Service namespace
 	indexVIPService      = "causeway.vipService"
 	indexSlice           = "causeway.slice" // a Service's own and multi-cluster EndpointSlices by "<ns>/<name>"
 )
@@ -128,18 +128,52 @@ func (x *index) list(name, value string) ([]any, error) {
 	return x.indexer.ByIndex(name, value)
 }
 
-// slices returns copies of the EndpointSlices of key whose label names
-// key's Service: discoveryv1.LabelServiceName for its own slices,
-// mcsv1beta1.LabelServiceName for the multi-cluster ones.
-func (x *index) slices(key types.NamespacedName, label string) ([]discoveryv1.EndpointSlice, error) {
+// get returns the cached object of key ("<namespace>/<name>"), nil when
+// none. It is the cache's own: callers must copy before modifying.
+func (x *index) get(key string) (any, error) {
+	obj, ok, err := x.indexer.GetByKey(key)
+	if !ok {
+		return nil, err
+	}
+	return obj, err
+}
+
+// namespaces returns the namespaces holding cached objects.
+func (x *index) namespaces() []string {
+	return x.indexer.ListIndexFuncValues(toolscache.NamespaceIndex)
+}
+
+// localSlices returns copies of key's Service's own EndpointSlices (label
+// discoveryv1.LabelServiceName).
+func (x *index) localSlices(key types.NamespacedName) ([]discoveryv1.EndpointSlice, error) {
 	objs, err := x.list(indexSlice, key.String())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]discoveryv1.EndpointSlice, 0, len(objs))
 	for _, o := range objs {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Labels[label] == key.Name {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Labels[discoveryv1.LabelServiceName] == key.Name &&
+			s.Labels[discoveryv1.LabelManagedBy] != mcs.ManagedBy {
 			out = append(out, *s.DeepCopy())
+		}
+	}
+	return out, nil
+}
+
+// importedSlices returns the multi-cluster EndpointSlices of key written
+// here (label mcsv1beta1.LabelServiceName, managed by mcs.ManagedBy), as
+// mcs.PlanEndpointSlices takes them: the cache keeps their content hash.
+func (x *index) importedSlices(key types.NamespacedName) ([]mcs.ExistingSlice, error) {
+	objs, err := x.list(indexSlice, key.String())
+	if err != nil {
+		return nil, err
+	}
+	var out []mcs.ExistingSlice
+	for _, o := range objs {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Labels[mcsv1beta1.LabelServiceName] == key.Name &&
+			s.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
+			out = append(out, mcs.ExistingSlice{Namespace: s.Namespace, Name: s.Name, ResourceVersion: s.ResourceVersion,
+				Hash: contentHash(&s.ObjectMeta)})
 		}
 	}
 	return out, nil
@@ -242,7 +276,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	resync := cfg.ResyncPeriod
 	// Each type is cached once (one informer shared by the watches and
 	// the client's reads), through a transform keeping what is read.
-	slim := newSlimmer()
+	slim := newSlimmer(broker.Namespace(cfg.ClusterID))
 	localCache := cache.Options{
 		SyncPeriod:       &resync,
 		DefaultTransform: stripManagedFields,
@@ -330,7 +364,8 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		}
 	}
 	if c.alloc, err = mcs.NewFamilyVIPAllocator(cfg.VIPRange, cfg.VIPRangeIPv6,
-		&indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader}); err != nil {
+		&indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader,
+			release: mcs.NewBrokerVIPStore(liveReads{Client: c.bclient, live: c.breader}, cfg.ClusterID)}); err != nil {
 		return nil, err
 	}
 	if err := c.setup(); err != nil {
@@ -375,12 +410,15 @@ func (c *Controller) setup() error {
 	// than the cache's field indexes, which store every key twice (with
 	// and without the object's namespace): at 10 000 Services the index
 	// sets were the largest item of the heap after the objects themselves.
+	// A record's head is found by its name in each cluster's namespace
+	// (recordHeads), so only the other objects (parts of split records,
+	// whose names carry a revision) are indexed by Service.
 	bcache := c.broker.GetCache()
 	var err error
 	c.recordIndex, err = newIndex(ctx, bcache, &causewayv1alpha1.ServiceExportRecord{}, toolscache.Indexers{
-		indexRecordService: func(o any) ([]string, error) {
+		indexRecordPart: func(o any) ([]string, error) {
 			r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
-			if !ok {
+			if !ok || r.Name == mcs.RecordName(r.Spec.ServiceNamespace, r.Spec.ServiceName) {
 				return nil, nil
 			}
 			return []string{r.Spec.ServiceNamespace + "/" + r.Spec.ServiceName}, nil
@@ -543,13 +581,36 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 func ptrTo[T any](v T) *T { return &v }
 
 // indexedVIPStore finds a Service's allocations through a cache index
-// instead of a label scan, and asks the API server who holds an address
+// instead of a label scan, asks the API server who holds an address
 // when a claim finds it taken but the cache does not know the holder yet
-// (another cluster allocated it for the same Service a moment ago).
+// (another cluster allocated it for the same Service a moment ago), and
+// releases through release, whose reads go to the API server: the cache
+// keeps no labels, and the owner label decides whether an allocation is
+// this cluster's to release.
 type indexedVIPStore struct {
 	*mcs.BrokerVIPStore
-	c    client.Client
+	c       client.Client
+	live    client.Reader
+	release *mcs.BrokerVIPStore
+}
+
+func (s *indexedVIPStore) Release(ctx context.Context, addr netip.Addr, svc types.NamespacedName) error {
+	return s.release.Release(ctx, addr, svc)
+}
+
+// liveReads is a client whose reads go to the API server (live) and its
+// writes through Client.
+type liveReads struct {
+	client.Client
 	live client.Reader
+}
+
+func (l liveReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return l.live.Get(ctx, key, obj, opts...)
+}
+
+func (l liveReads) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return l.live.List(ctx, list, opts...)
 }
 
 func (s *indexedVIPStore) Claim(ctx context.Context, addr netip.Addr, svc types.NamespacedName) (types.NamespacedName, error) {

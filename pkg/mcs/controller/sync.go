@@ -117,7 +117,7 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		st.global = g
 		return st, err
 	}
-	local, err := c.sliceIndex.slices(key, discoveryv1.LabelServiceName)
+	local, err := c.sliceIndex.localSlices(key)
 	if err != nil {
 		return st, fmt.Errorf("list local EndpointSlices: %w", err)
 	}
@@ -162,8 +162,9 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		}
 		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "create").Inc()
 		have = obj
-	case !equality.Semantic.DeepEqual(have.Spec, head):
+	case contentHash(&have.ObjectMeta) != mcs.ContentHash(head):
 		upd := have.DeepCopy()
+		fromCache(&upd.ObjectMeta)
 		upd.Spec = head
 		if err := c.bclient.Update(ctx, upd); err != nil {
 			st.writeErr = fmt.Errorf("update record %s: %w", recKey, err)
@@ -185,17 +186,47 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 // ownRecordObjects returns this cluster's record parts of key in the
 // broker cache (not the head), by name. They are the cache's own.
 func (c *Controller) ownRecordObjects(key types.NamespacedName) (map[string]*causewayv1alpha1.ServiceExportRecord, error) {
-	list, err := c.recordIndex.list(indexRecordService, key.String())
+	list, err := c.recordIndex.list(indexRecordPart, key.String())
 	if err != nil {
 		return nil, fmt.Errorf("list own records: %w", err)
 	}
 	out := map[string]*causewayv1alpha1.ServiceExportRecord{}
 	for _, o := range list {
-		if r, ok := o.(*causewayv1alpha1.ServiceExportRecord); ok && r.Namespace == c.ownNamespace() && r.Name != mcs.RecordName(key.Namespace, key.Name) {
+		if r, ok := o.(*causewayv1alpha1.ServiceExportRecord); ok && r.Namespace == c.ownNamespace() {
 			out[r.Name] = r
 		}
 	}
 	return out, nil
+}
+
+// recordHeads returns the head of key's record in each cluster namespace
+// of the broker cache (namespaces of other objects are skipped), and the
+// other objects of key (the parts of split records). They are the cache's
+// own.
+func (c *Controller) recordHeads(key types.NamespacedName) (heads, parts []*causewayv1alpha1.ServiceExportRecord, err error) {
+	name := mcs.RecordName(key.Namespace, key.Name)
+	for _, ns := range c.recordIndex.namespaces() {
+		if _, ok := broker.ClusterIDFromNamespace(ns); !ok {
+			continue
+		}
+		o, err := c.recordIndex.get(ns + "/" + name)
+		if err != nil {
+			return nil, nil, fmt.Errorf("get record %s/%s: %w", ns, name, err)
+		}
+		if r, ok := o.(*causewayv1alpha1.ServiceExportRecord); ok {
+			heads = append(heads, r)
+		}
+	}
+	list, err := c.recordIndex.list(indexRecordPart, key.String())
+	if err != nil {
+		return nil, nil, fmt.Errorf("list record parts: %w", err)
+	}
+	for _, o := range list {
+		if r, ok := o.(*causewayv1alpha1.ServiceExportRecord); ok {
+			parts = append(parts, r)
+		}
+	}
+	return heads, parts, nil
 }
 
 // writeRecordParts creates or updates the parts of a split record (none
@@ -211,8 +242,9 @@ func (c *Controller) writeRecordParts(ctx context.Context, parts []mcs.ExportRec
 				return fmt.Errorf("create record part %s: %w", name, err)
 			}
 			c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "create").Inc()
-		case !equality.Semantic.DeepEqual(have.Spec, p):
+		case contentHash(&have.ObjectMeta) != mcs.ContentHash(p):
 			upd := have.DeepCopy()
+			fromCache(&upd.ObjectMeta)
 			upd.Spec = p
 			if err := c.bclient.Update(ctx, upd); err != nil {
 				return fmt.Errorf("update record part %s: %w", name, err)
@@ -264,24 +296,26 @@ func (r refusal) String() string { return "cluster " + r.clusterID + ": " + r.er
 // deleted by hand, and the exporter writes it again); a dead cluster's is
 // left out, its backends are withdrawn anyway.
 func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, []refusal, error) {
-	list, err := c.recordIndex.list(indexRecordService, key.String())
+	headList, partList, err := c.recordHeads(key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list records: %w", err)
+		return nil, nil, err
+	}
+	// A remote cluster's objects, in its own namespace, of the Service it
+	// names.
+	remote := func(r *causewayv1alpha1.ServiceExportRecord) (string, bool) {
+		id, ok := broker.ClusterIDFromNamespace(r.Namespace)
+		return id, ok && id == r.Spec.ClusterID && id != c.cfg.ClusterID && r.DeletionTimestamp == nil &&
+			r.Spec.ServiceNamespace == key.Namespace && r.Spec.ServiceName == key.Name
 	}
 	heads := map[string]*causewayv1alpha1.ServiceExportRecord{} // cluster -> head
 	objects := map[string]map[string]mcs.ExportRecord{}         // cluster -> object name -> spec
-	for _, o := range list {
-		r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
-		if !ok {
-			continue
-		}
-		id, ok := broker.ClusterIDFromNamespace(r.Namespace)
-		if !ok || id != r.Spec.ClusterID || id == c.cfg.ClusterID || r.DeletionTimestamp != nil {
-			continue
-		}
-		if r.Name == mcs.RecordName(key.Namespace, key.Name) {
+	for _, r := range headList {
+		if id, ok := remote(r); ok {
 			heads[id] = r
-		} else if r.Spec.Part != nil {
+		}
+	}
+	for _, r := range partList {
+		if id, ok := remote(r); ok && r.Spec.Part != nil {
 			if objects[id] == nil {
 				objects[id] = map[string]mcs.ExportRecord{}
 			}
@@ -411,7 +445,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	}
 	c.eventRefused(ctx, key, si, refused)
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
-	have, err := c.sliceIndex.slices(key, mcsv1beta1.LabelServiceName)
+	have, err := c.sliceIndex.importedSlices(key)
 	if err != nil {
 		return &m, fmt.Errorf("list EndpointSlices: %w", err)
 	}
@@ -485,14 +519,19 @@ func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.Se
 		c.metrics.apiWrites.WithLabelValues("ServiceImport", "create").Inc()
 	case err != nil:
 		return nil, fmt.Errorf("get ServiceImport: %w", err)
-	case !equality.Semantic.DeepEqual(have.Spec, want.Spec) || !mapsEqual(have.Labels, want.Labels) || !mapsEqual(have.Annotations, want.Annotations):
+	case contentHash(&have.ObjectMeta) != mcs.ContentHash(want.Spec) || !mapsEqual(have.Labels, want.Labels) || !mapsEqual(have.Annotations, want.Annotations):
 		upd := have.DeepCopy()
+		fromCache(&upd.ObjectMeta)
 		upd.Spec, upd.Labels, upd.Annotations = want.Spec, want.Labels, want.Annotations
 		if err := c.local.Update(ctx, upd); err != nil {
 			return nil, fmt.Errorf("update ServiceImport: %w", err)
 		}
 		c.metrics.apiWrites.WithLabelValues("ServiceImport", "update").Inc()
 		have = upd
+	default:
+		// Unchanged: the cache keeps the spec's hash, the spec is want's.
+		fromCache(&have.ObjectMeta)
+		have.Spec = *want.Spec.DeepCopy()
 	}
 	status := *have.Status.DeepCopy()
 	status.Clusters = want.Status.Clusters
@@ -530,9 +569,10 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 			c.metrics.apiWrites.WithLabelValues("EndpointSlice", "update").Inc()
 		}
 	}
-	for i := range p.Delete {
-		if err := c.local.Delete(ctx, &p.Delete[i]); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete EndpointSlice %s: %w", p.Delete[i].Name, err))
+	for _, d := range p.Delete {
+		s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name}}
+		if err := c.local.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete EndpointSlice %s: %w", d.Name, err))
 		} else {
 			c.metrics.apiWrites.WithLabelValues("EndpointSlice", "delete").Inc()
 		}
@@ -545,7 +585,7 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 // VIP.
 func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
-	have, err := c.sliceIndex.slices(key, mcsv1beta1.LabelServiceName)
+	have, err := c.sliceIndex.importedSlices(key)
 	if err != nil {
 		return fmt.Errorf("list EndpointSlices: %w", err)
 	}

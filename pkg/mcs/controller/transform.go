@@ -15,22 +15,48 @@ import (
 // The informer caches hold every Service, EndpointSlice, ServiceExport and
 // Namespace of the cluster, most of which are never exported. The
 // transforms below keep of each object only what the controller reads, so
-// that the caches cost a fraction of the objects' full size. Objects the
-// controller writes back whole (ServiceImports, its own EndpointSlices,
-// broker records) are only stripped of managedFields.
+// that the caches cost a fraction of the objects' full size.
+//
+// The objects the controller writes itself (its multi-cluster
+// EndpointSlices, ServiceImports, its own broker records) are compared
+// with the desired ones and otherwise only named: their cached copies keep
+// the metadata and, instead of the content the controller sets, its hash
+// (mcs.ContentHash; mcs.SliceHash for slices). The hash is held in the
+// cached copy's GenerateName, a field the controller never sets on these
+// objects (it creates them by name); contentHash reads it, and a write
+// starting from a cached copy clears it (fromCache). Like every transform
+// these are idempotent: client-go may pass an object already in the cache
+// through them again (measured: at an informer's start), and a compact copy
+// (one with a hash) is returned as it is.
 
 // slimmer holds the transforms; strings that repeat across objects
 // (namespaces, label keys, condition texts) are shared (kube.Intern).
 type slimmer struct {
+	// ownNamespace is this cluster's broker namespace: its records there
+	// are the ones it writes.
+	ownNamespace string
 	// yes and no are shared by the cached objects' *bool fields (the
 	// cache hands out deep copies, so nothing writes through them).
 	yes, no *bool
 }
 
-func newSlimmer() *slimmer {
+func newSlimmer(ownNamespace string) *slimmer {
 	yes, no := true, false
-	return &slimmer{yes: &yes, no: &no}
+	return &slimmer{ownNamespace: ownNamespace, yes: &yes, no: &no}
 }
+
+// withHash sets the content hash of a compact cached copy.
+func withHash(m *metav1.ObjectMeta, hash string) { m.GenerateName = hash }
+
+// contentHash is the content hash of a compact cached copy (withHash).
+func contentHash(m *metav1.ObjectMeta) string { return m.GenerateName }
+
+// compacted tells whether an object is already a compact cached copy.
+func compacted(m *metav1.ObjectMeta) bool { return m.GenerateName != "" }
+
+// fromCache clears the content hash of a copy of a compact cached object
+// that is going to be written.
+func fromCache(m *metav1.ObjectMeta) { m.GenerateName = "" }
 
 // boolPtr returns the shared pointer for *p.
 func (t *slimmer) boolPtr(p *bool) *bool {
@@ -52,9 +78,8 @@ func (t *slimmer) strPtr(p *string) *string {
 	return &v
 }
 
-// Labels and annotations whose values repeat across objects.
-var sharedValues = []string{discoveryv1.LabelManagedBy, mcsv1beta1.LabelSourceCluster, mcs.LabelVIPServiceNamespace,
-	causewayv1alpha1.LabelClusterID, mcs.AnnotationReadyEndpoints}
+// Labels kept in the caches whose values repeat across objects.
+var sharedValues = []string{discoveryv1.LabelManagedBy}
 
 // stripManagedFields is the default transform of every cache.
 func stripManagedFields(in any) (any, error) {
@@ -127,29 +152,29 @@ func (t *slimmer) service(in any) (any, error) {
 	return out, nil
 }
 
-// endpointSlice keeps this controller's own multi-cluster slices whole
-// (they are compared with the desired ones and written back), and of the
-// cluster's other slices what mcs.RecordEndpointsFromSlices and the
-// indexes read: the service-name and managed-by labels, the address type,
-// ports, and each endpoint's addresses, conditions, hostname, node name
-// and zone.
+// endpointSlice keeps of this controller's own multi-cluster slices their
+// metadata, the labels the indexes and watches read and their hash
+// (mcs.SliceHash), and of the cluster's other slices what
+// mcs.RecordEndpointsFromSlices and the indexes read: the service-name and
+// managed-by labels, the address type, ports, and each endpoint's
+// addresses, conditions, hostname, node name and zone.
 func (t *slimmer) endpointSlice(in any) (any, error) {
 	s, ok := in.(*discoveryv1.EndpointSlice)
 	if !ok {
 		return stripManagedFields(in)
 	}
 	if s.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
-		s.ManagedFields = nil
-		kube.InternMeta(&s.ObjectMeta, sharedValues...)
-		s.AddressType = discoveryv1.AddressType(kube.Intern(string(s.AddressType)))
-		for i := range s.OwnerReferences {
-			r := &s.OwnerReferences[i]
-			r.Controller, r.BlockOwnerDeletion = t.boolPtr(r.Controller), t.boolPtr(r.BlockOwnerDeletion)
+		if compacted(&s.ObjectMeta) {
+			return s, nil
 		}
-		for i := range s.Endpoints {
-			t.endpoint(&s.Endpoints[i])
+		out := &discoveryv1.EndpointSlice{
+			TypeMeta: s.TypeMeta,
+			ObjectMeta: readMeta(s.ObjectMeta, discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy,
+				mcsv1beta1.LabelServiceName),
 		}
-		return s, nil
+		kube.InternMeta(&out.ObjectMeta, sharedValues...)
+		withHash(&out.ObjectMeta, mcs.SliceHash(s))
+		return out, nil
 	}
 	out := &discoveryv1.EndpointSlice{
 		TypeMeta: s.TypeMeta,
@@ -193,22 +218,22 @@ func (t *slimmer) serviceExport(in any) (any, error) {
 	return se, nil
 }
 
-// serviceImport keeps the whole object (it is compared with the desired
-// one and written back) and shares its repeated strings.
+// serviceImport keeps a ServiceImport's metadata and status (the
+// controller sets its conditions, whose transition times it keeps) and, of
+// its spec, the hash (mcs.ContentHash).
 func (t *slimmer) serviceImport(in any) (any, error) {
 	si, ok := in.(*mcsv1beta1.ServiceImport)
 	if !ok {
 		return stripManagedFields(in)
 	}
+	if compacted(&si.ObjectMeta) {
+		return si, nil
+	}
 	si.ManagedFields = nil
 	kube.InternTypeMeta(&si.TypeMeta)
 	kube.InternMeta(&si.ObjectMeta)
-	si.Spec.Type = mcsv1beta1.ServiceImportType(kube.Intern(string(si.Spec.Type)))
-	si.Spec.SessionAffinity = corev1.ServiceAffinity(kube.Intern(string(si.Spec.SessionAffinity)))
-	for i := range si.Spec.Ports {
-		p := &si.Spec.Ports[i]
-		p.Name, p.Protocol = kube.Intern(p.Name), corev1.Protocol(kube.Intern(string(p.Protocol)))
-	}
+	withHash(&si.ObjectMeta, mcs.ContentHash(si.Spec))
+	si.Spec = mcsv1beta1.ServiceImportSpec{}
 	for i := range si.Status.Clusters {
 		si.Status.Clusters[i].Cluster = kube.Intern(si.Status.Clusters[i].Cluster)
 	}
@@ -216,16 +241,28 @@ func (t *slimmer) serviceImport(in any) (any, error) {
 	return si, nil
 }
 
-// record keeps a broker ServiceExportRecord whole and shares its repeated
-// strings.
+// record keeps a remote cluster's broker ServiceExportRecord whole (it is
+// merged) and shares its repeated strings; of this cluster's own records
+// it keeps the metadata, the spec's identity (cluster, Service, part) and
+// the spec's hash (mcs.ContentHash).
 func (t *slimmer) record(in any) (any, error) {
 	r, ok := in.(*causewayv1alpha1.ServiceExportRecord)
 	if !ok {
 		return stripManagedFields(in)
 	}
+	own := r.Namespace == t.ownNamespace
+	if own && compacted(&r.ObjectMeta) {
+		return r, nil
+	}
 	r.ManagedFields = nil
 	kube.InternTypeMeta(&r.TypeMeta)
 	kube.InternMeta(&r.ObjectMeta)
+	if own {
+		withHash(&r.ObjectMeta, mcs.ContentHash(r.Spec))
+		r.Spec = causewayv1alpha1.ServiceExportRecordSpec{ClusterID: kube.Intern(r.Spec.ClusterID),
+			ServiceNamespace: kube.Intern(r.Spec.ServiceNamespace), ServiceName: r.Spec.ServiceName, Part: r.Spec.Part}
+		return r, nil
+	}
 	r.Spec.ClusterID = kube.Intern(r.Spec.ClusterID)
 	r.Spec.ServiceNamespace = kube.Intern(r.Spec.ServiceNamespace)
 	r.Spec.Type = mcsv1beta1.ServiceImportType(kube.Intern(string(r.Spec.Type)))
@@ -244,16 +281,17 @@ func (t *slimmer) record(in any) (any, error) {
 	return r, nil
 }
 
-// vipAllocation keeps a VIPAllocation whole and shares its namespace
-// strings.
+// vipAllocation keeps a VIPAllocation's identity and spec (the Service
+// holding the address), not its labels: the Service is read from the
+// spec, and a release reads the owner label from the API server
+// (indexedVIPStore.Release).
 func (t *slimmer) vipAllocation(in any) (any, error) {
 	a, ok := in.(*causewayv1alpha1.VIPAllocation)
 	if !ok {
 		return stripManagedFields(in)
 	}
-	a.ManagedFields = nil
 	kube.InternTypeMeta(&a.TypeMeta)
-	kube.InternMeta(&a.ObjectMeta, sharedValues...)
+	a.ObjectMeta = slimMeta(a.ObjectMeta)
 	a.Spec.ServiceNamespace = kube.Intern(a.Spec.ServiceNamespace)
 	return a, nil
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
@@ -59,7 +60,7 @@ func TestSlimServiceKeepsTheExportRecord(t *testing.T) {
 		{ObjectMeta: fullMeta("ns", "web", nil), Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}},
 	} {
 		full := svc.DeepCopy()
-		out, err := newSlimmer().service(svc)
+		out, err := newSlimmer("cluster-c1").service(svc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +95,7 @@ func TestSlimEndpointSlice(t *testing.T) {
 		},
 	}
 	full := local.DeepCopy()
-	out, err := newSlimmer().endpointSlice(local)
+	out, err := newSlimmer("cluster-c1").endpointSlice(local)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,19 +112,99 @@ func TestSlimEndpointSlice(t *testing.T) {
 		t.Errorf("slim slice keeps unread fields: %+v", slim)
 	}
 
-	// The controller's own slices are compared with the desired ones and
-	// written back: only managedFields go.
+	// The controller's own slices are compared with the desired ones
+	// through their hash: the cache keeps it, the metadata and the labels
+	// read, not the endpoints.
 	own := full.DeepCopy()
 	own.Labels = map[string]string{mcsv1beta1.LabelServiceName: "web", discoveryv1.LabelManagedBy: mcs.ManagedBy,
 		mcsv1beta1.LabelSourceCluster: "c2"}
-	wantOwn := own.DeepCopy()
-	wantOwn.ManagedFields = nil
-	out, err = newSlimmer().endpointSlice(own)
+	own.Annotations = map[string]string{mcs.AnnotationReadyEndpoints: "2"}
+	wantHash := mcs.SliceHash(own)
+	out, err = newSlimmer("cluster-c1").endpointSlice(own.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !equality.Semantic.DeepEqual(out, wantOwn) {
-		t.Errorf("own slice changed by the transform:\n%+v\nwant\n%+v", out, wantOwn)
+	compact := out.(*discoveryv1.EndpointSlice)
+	if got := contentHash(&compact.ObjectMeta); got != wantHash {
+		t.Errorf("own slice hash %q, want %q", got, wantHash)
+	}
+	if compact.Name != own.Name || compact.Namespace != own.Namespace || compact.ResourceVersion != own.ResourceVersion ||
+		compact.Labels[mcsv1beta1.LabelServiceName] != "web" || compact.Labels[discoveryv1.LabelManagedBy] != mcs.ManagedBy {
+		t.Errorf("own slice lost its identity or labels: %+v", compact.ObjectMeta)
+	}
+	if compact.Endpoints != nil || compact.Ports != nil || compact.Annotations != nil || compact.OwnerReferences != nil {
+		t.Errorf("own slice keeps its content: %+v", compact)
+	}
+	// Idempotent: a compact copy passed through again stays as it is.
+	if again, err := newSlimmer("cluster-c1").endpointSlice(compact.DeepCopy()); err != nil || !equality.Semantic.DeepEqual(again, compact) {
+		t.Errorf("transform of the compact slice: %+v, %v; want it unchanged", again, err)
+	}
+	// A change of anything the controller sets changes the hash.
+	changed := own.DeepCopy()
+	changed.Endpoints[1].Conditions.Ready = ptr(true)
+	if mcs.SliceHash(changed) == wantHash {
+		t.Errorf("hash unchanged by a readiness change")
+	}
+}
+
+func TestCompactServiceImportAndOwnRecord(t *testing.T) {
+	si := &mcsv1beta1.ServiceImport{ObjectMeta: fullMeta("ns", "web", map[string]string{"exported": "yes"}),
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{"241.0.0.1"},
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
+		Status: mcsv1beta1.ServiceImportStatus{Clusters: []mcsv1beta1.ClusterStatus{{Cluster: "c1"}},
+			Conditions: []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Ready", Message: "imported"}}}}
+	full := si.DeepCopy()
+	out, err := newSlimmer("cluster-c1").serviceImport(si)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*mcsv1beta1.ServiceImport)
+	if contentHash(&got.ObjectMeta) != mcs.ContentHash(full.Spec) || !equality.Semantic.DeepEqual(got.Spec, mcsv1beta1.ServiceImportSpec{}) {
+		t.Errorf("ServiceImport spec kept, or its hash wrong: %+v", got)
+	}
+	if !equality.Semantic.DeepEqual(got.Status, full.Status) || !equality.Semantic.DeepEqual(got.Labels, full.Labels) ||
+		got.UID != full.UID || got.Generation != full.Generation || got.ManagedFields != nil {
+		t.Errorf("ServiceImport lost its status or metadata: %+v", got)
+	}
+	if again, err := newSlimmer("cluster-c1").serviceImport(got.DeepCopy()); err != nil || !equality.Semantic.DeepEqual(again, got) {
+		t.Errorf("transform of the compact ServiceImport: %+v, %v; want it unchanged", again, err)
+	}
+	// An empty list and none are the same content, as after an API round trip.
+	noPorts := full.Spec.DeepCopy()
+	noPorts.Ports = nil
+	emptyPorts := full.Spec.DeepCopy()
+	emptyPorts.Ports = []mcsv1beta1.ServicePort{}
+	if mcs.ContentHash(noPorts) != mcs.ContentHash(emptyPorts) || mcs.ContentHash(noPorts) == mcs.ContentHash(full.Spec) {
+		t.Errorf("hash tells nil from empty ports, or misses the ports")
+	}
+
+	spec := mcs.ExportRecord{ClusterID: "c1", ServiceNamespace: "ns", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP,
+		Ports: []causewayv1alpha1.RecordPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, ClusterIPs: []string{"10.96.0.10"},
+		Part: &causewayv1alpha1.RecordPart{Index: 1, Count: 2, Revision: "abcdef0123"}}
+	for _, tc := range []struct {
+		ns      string
+		compact bool
+	}{{"cluster-c1", true}, {"cluster-c2", false}} {
+		rec := &causewayv1alpha1.ServiceExportRecord{ObjectMeta: fullMeta(tc.ns, "ns.web", nil), Spec: *spec.DeepCopy()}
+		out, err := newSlimmer("cluster-c1").record(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := out.(*causewayv1alpha1.ServiceExportRecord)
+		if !tc.compact {
+			if !equality.Semantic.DeepEqual(r.Spec, spec) || contentHash(&r.ObjectMeta) != "" {
+				t.Errorf("remote record not kept whole: %+v", r)
+			}
+			continue
+		}
+		wantSpec := mcs.ExportRecord{ClusterID: "c1", ServiceNamespace: "ns", ServiceName: "web", Part: spec.Part}
+		if !equality.Semantic.DeepEqual(r.Spec, wantSpec) || contentHash(&r.ObjectMeta) != mcs.ContentHash(spec) ||
+			r.UID != "uid-ns.web" || !r.CreationTimestamp.Equal(ptr(metav1.NewTime(time.Unix(1700000000, 0)))) {
+			t.Errorf("own record: %+v, want identity %+v and the spec's hash", r, wantSpec)
+		}
+		if again, err := newSlimmer("cluster-c1").record(r.DeepCopy()); err != nil || !equality.Semantic.DeepEqual(again, r) {
+			t.Errorf("transform of the compact record: %+v, %v; want it unchanged", again, err)
+		}
 	}
 }
 
@@ -132,7 +213,7 @@ func TestSlimServiceExportAndNamespace(t *testing.T) {
 		Spec:   mcsv1beta1.ServiceExportSpec{ExportedLabels: map[string]string{"x": "y"}},
 		Status: mcsv1beta1.ServiceExportStatus{Conditions: []metav1.Condition{{Type: "Valid", Status: "True", Reason: "Valid"}}}}
 	want := se.DeepCopy()
-	out, err := newSlimmer().serviceExport(se)
+	out, err := newSlimmer("cluster-c1").serviceExport(se)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +228,7 @@ func TestSlimServiceExportAndNamespace(t *testing.T) {
 	}
 
 	ns := &corev1.Namespace{ObjectMeta: fullMeta("", "ns", map[string]string{"a": "b"})}
-	out, err = newSlimmer().namespace(ns)
+	out, err = newSlimmer("cluster-c1").namespace(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +238,27 @@ func TestSlimServiceExportAndNamespace(t *testing.T) {
 
 	// Anything else (a tombstone) passes through.
 	other := "not an object"
-	if v, err := newSlimmer().service(other); err != nil || v != other {
+	if v, err := newSlimmer("cluster-c1").service(other); err != nil || v != other {
 		t.Errorf("service(%q) = %v, %v", other, v, err)
 	}
 }
 
 func intOrString(port int) intstr.IntOrString { return intstr.FromInt(port) }
+
+func TestSlimVIPAllocation(t *testing.T) {
+	a := &causewayv1alpha1.VIPAllocation{ObjectMeta: fullMeta("", "241.0.0.1", map[string]string{
+		mcs.LabelVIPServiceNamespace: "ns", mcs.LabelVIPServiceName: "web", causewayv1alpha1.LabelClusterID: "c1"}),
+		Spec: causewayv1alpha1.VIPAllocationSpec{ServiceNamespace: "ns", ServiceName: "web"}}
+	full := a.DeepCopy()
+	out, err := newSlimmer("cluster-c1").vipAllocation(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*causewayv1alpha1.VIPAllocation)
+	if got.Spec != full.Spec || got.Name != full.Name || got.UID != full.UID || got.ResourceVersion != full.ResourceVersion || got.DeletionTimestamp == nil {
+		t.Errorf("slim VIPAllocation lost what the controller reads: %+v", got)
+	}
+	if got.Labels != nil || got.Annotations != nil || got.ManagedFields != nil {
+		t.Errorf("slim VIPAllocation keeps its labels or annotations: %+v", got.ObjectMeta)
+	}
+}
