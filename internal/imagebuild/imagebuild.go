@@ -120,20 +120,32 @@ func binariesLayer(dir string, t time.Time) (v1.Layer, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read binaries: %w", err)
 	}
-	var names []string
+	var files []string
 	for _, e := range entries {
 		if e.Type().IsRegular() {
-			names = append(names, e.Name())
+			files = append(files, filepath.Join(dir, e.Name()))
 		}
 	}
-	if len(names) == 0 {
+	if len(files) == 0 {
 		return nil, nil, fmt.Errorf("no binaries in %s", dir)
+	}
+	return filesLayer(files, t)
+}
+
+// filesLayer is the layer with every file at BinDir/<its base name>,
+// sorted by name, mode 0755, owned by 0:0, with mtime t.
+func filesLayer(files []string, t time.Time) (v1.Layer, []string, error) {
+	byName := map[string]string{}
+	var names []string
+	for _, f := range files {
+		byName[filepath.Base(f)] = f
+		names = append(names, filepath.Base(f))
 	}
 	slices.Sort(names)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, n := range names {
-		if err := addFile(tw, filepath.Join(dir, n), path.Join(BinDir[1:], n), t); err != nil {
+		if err := addFile(tw, byName[n], path.Join(BinDir[1:], n), t); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -148,6 +160,67 @@ func binariesLayer(dir string, t time.Time) (v1.Layer, []string, error) {
 		return nil, nil, fmt.Errorf("binaries layer: %w", err)
 	}
 	return l, names, nil
+}
+
+// Derive is img with Cmd cmd (no entrypoint) and, when files are given,
+// one more layer with them at BinDir: the lab's pause and CoreDNS images
+// made of Causeway's (lab up --runtime containerd).
+func Derive(img v1.Image, cmd []string, files []string, created time.Time) (v1.Image, error) {
+	if len(files) > 0 {
+		l, names, err := filesLayer(files, created)
+		if err != nil {
+			return nil, err
+		}
+		if img, err = mutate.Append(img, mutate.Addendum{Layer: l, MediaType: types.OCILayer, History: v1.History{
+			Created: v1.Time{Time: created.UTC()}, CreatedBy: fmt.Sprintf("lab: %v in %s", names, BinDir),
+		}}); err != nil {
+			return nil, fmt.Errorf("append layer: %w", err)
+		}
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Config.Entrypoint = nil
+	cf.Config.Cmd = cmd
+	return mutate.ConfigFile(img, cf)
+}
+
+// ReadTarball reads the image of a `docker save` tarball written by
+// WriteTarball, with its tag.
+func ReadTarball(file string) (v1.Image, name.Tag, error) {
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(file) })
+	if err != nil {
+		return nil, name.Tag{}, fmt.Errorf("read %s: %w", file, err)
+	}
+	if len(m) != 1 || len(m[0].RepoTags) == 0 {
+		return nil, name.Tag{}, fmt.Errorf("%s: want one tagged image", file)
+	}
+	tag, err := name.NewTag(m[0].RepoTags[0])
+	if err != nil {
+		return nil, name.Tag{}, fmt.Errorf("%s: %w", file, err)
+	}
+	img, err := tarball.ImageFromPath(file, &tag)
+	if err != nil {
+		return nil, name.Tag{}, fmt.Errorf("read %s: %w", file, err)
+	}
+	return img, tag, nil
+}
+
+// WriteTarballs writes several images as one `docker save` tarball (the
+// layers they share once).
+func WriteTarballs(file string, imgs map[name.Tag]v1.Image) error {
+	refs := map[name.Reference]v1.Image{}
+	for t, img := range imgs {
+		refs[t] = img
+	}
+	tmp := file + ".tmp"
+	if err := tarball.MultiRefWriteToFile(tmp, refs); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	return os.Rename(tmp, file)
 }
 
 func addFile(tw *tar.Writer, src, name string, t time.Time) error {

@@ -41,11 +41,24 @@
 //     reaches the same verdicts). A refused object claims nothing.
 //
 // With globalnet, a Cluster that announces global CIDRs is reached through
-// them only: they are its CIDRs for every rule above, its Endpoint must
-// announce subnets inside them, and its pod and service CIDRs are not
+// them for IPv4: they are its CIDRs for every rule above, its Endpoint must
+// announce subnets inside them, and its IPv4 pod and service CIDRs are not
 // looked at (they may overlap anybody's). Global CIDRs need not lie inside
 // the supernet: the broker's claims say who owns what, and outside the
 // supernet a global CIDR meets the reserved ranges like any other CIDR.
+//
+//  6. Globalnet is IPv4 only, so a globalnet Cluster's IPv6 pod and
+//     service CIDRs are its direct CIDRs: reached as they are, through the
+//     tunnel, they are checked like any CIDR (rules 1 and 3) and settled
+//     against the other remotes (rule 5, with the Cluster's age) as a
+//     claim of their own. When they fail, only they are left out: the
+//     Cluster and its Endpoint stay Valid for their global CIDRs, the
+//     verdicts' Subnets lack the IPv6 CIDRs (and the Endpoint's IPv6
+//     subnets inside them), and the messages say what was left out and
+//     why — overlapping IPv6 space is never routed, and never breaks the
+//     cluster's IPv4 path. Export records follow the same split
+//     (ReachedThroughGlobal): IPv4 through global IP:port, IPv6 at the
+//     Service's own IPv6 addresses.
 //
 // Decide's result depends on the set of its inputs, never on their order.
 //

@@ -32,8 +32,12 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 		id      string
 		created time.Time
 		subs    []netip.Prefix
-		// d is the decision refused whole when the claim loses.
+		// d is the decision refused whole when the claim loses, or,
+		// for a direct claim, whose verdicts lose subs.
 		d *Decision
+		// direct: the IPv6 CIDRs of a globalnet cluster (rule 6), left
+		// out rather than refused when the claim loses.
+		direct bool
 	}
 	out := make([]Decision, 0, len(rs))
 	var claims []claim
@@ -62,23 +66,28 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 		// cv is the Cluster's verdict as its Endpoint sees it; nil when
 		// there is no Cluster object.
 		var cv *Verdict
+		var direct []netip.Prefix
 		if c := r.Cluster; c != nil {
 			if c.Refused != "" {
 				cv = &Verdict{Message: c.Refused}
 			} else {
-				d.Cluster = cfg.checkCluster(r.ClusterID, c)
+				d.Cluster, direct = cfg.checkCluster(r.ClusterID, c)
 				cv = d.Cluster
 			}
 		}
 		if e := r.Endpoint; e != nil {
-			d.Endpoint = cfg.checkEndpoint(r.ClusterID, e, cv)
+			d.Endpoint = cfg.checkEndpoint(r.ClusterID, e, cv, r.Cluster != nil && len(r.Cluster.GlobalCIDRs) > 0)
 		}
 		out = append(out, d)
 		switch {
 		case cv != nil && cv.Valid:
-			claims = append(claims, claim{r.ClusterID, r.Cluster.Created, cv.Subnets, nil})
+			own := slices.DeleteFunc(slices.Clone(cv.Subnets), func(p netip.Prefix) bool { return slices.Contains(direct, p) })
+			claims = append(claims, claim{id: r.ClusterID, created: r.Cluster.Created, subs: own})
+			if len(direct) > 0 {
+				claims = append(claims, claim{id: r.ClusterID, created: r.Cluster.Created, subs: direct, direct: true})
+			}
 		case cv == nil && d.Endpoint != nil && d.Endpoint.Valid:
-			claims = append(claims, claim{r.ClusterID, r.Endpoint.Created, d.Endpoint.Subnets, nil})
+			claims = append(claims, claim{id: r.ClusterID, created: r.Endpoint.Created, subs: d.Endpoint.Subnets})
 		}
 	}
 	// out is sorted by cluster ID and complete: point the claims at it.
@@ -88,9 +97,10 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 	}
 
 	// Remotes against each other: oldest first, ties by cluster ID (unique
-	// here, so the order is total).
+	// here), a cluster's own claim before its direct one: the order is
+	// total.
 	slices.SortFunc(claims, func(a, b claim) int {
-		return cmp.Or(a.created.Compare(b.created), strings.Compare(a.id, b.id))
+		return cmp.Or(a.created.Compare(b.created), strings.Compare(a.id, b.id), cmp.Compare(boolInt(a.direct), boolInt(b.direct)))
 	})
 	var held []claim
 	for _, c := range claims {
@@ -115,6 +125,10 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 			continue
 		}
 		d := c.d
+		if c.direct {
+			leaveOut(d, c.subs, conflict)
+			continue
+		}
 		if d.Cluster != nil {
 			d.Cluster = refuse(v1alpha1.ReasonOverlappingCIDR, "%s", conflict)
 			if d.Endpoint != nil && d.Endpoint.Valid {
@@ -127,8 +141,11 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 	return out
 }
 
-// checkCluster applies the per-object rules to a Cluster.
-func (cfg Config) checkCluster(id string, c *Cluster) *Verdict {
+// checkCluster applies the per-object rules to a Cluster. Of a globalnet
+// Cluster it also returns the IPv6 pod and service CIDRs it is reached at
+// directly (rule 6), part of the verdict's Subnets; when they fail a rule
+// they are left out of the verdict instead, and its message says why.
+func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix) {
 	cidrs := slices.Concat(c.PodCIDRs, c.ServiceCIDRs)
 	global := len(c.GlobalCIDRs) > 0
 	if global {
@@ -136,33 +153,112 @@ func (cfg Config) checkCluster(id string, c *Cluster) *Verdict {
 	}
 	subs, v := cfg.parse(cidrs)
 	if v != nil {
-		return v
+		return v, nil
 	}
 	if global && cfg.Claims != nil {
 		owned := cfg.Claims[id]
 		for _, p := range subs {
 			if !slices.ContainsFunc(owned, func(q netip.Prefix) bool { return within(p, q) }) {
-				return refuse(v1alpha1.ReasonUnclaimedGlobalCIDR, "global CIDR %s is not claimed by cluster %q in the broker", p, id)
+				return refuse(v1alpha1.ReasonUnclaimedGlobalCIDR, "global CIDR %s is not claimed by cluster %q in the broker", p, id), nil
 			}
 		}
 	}
 	if v := cfg.checkSpace(id, subs); v != nil {
-		return v
+		return v, nil
 	}
-	return accept(subs)
+	verdict := accept(subs)
+	if !global {
+		return verdict, nil
+	}
+	var direct6 []string
+	for _, s := range slices.Concat(c.PodCIDRs, c.ServiceCIDRs) {
+		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() {
+			direct6 = append(direct6, s) // globalnet does not translate it
+		}
+	}
+	if len(direct6) == 0 {
+		return verdict, nil
+	}
+	slices.Sort(direct6) // messages do not depend on the object's order
+	direct, v := cfg.parse(direct6)
+	if v == nil {
+		v = cfg.checkSpace(id, direct)
+	}
+	if v != nil {
+		verdict.Message = fmt.Sprintf("accepted; IPv6 CIDRs %v left out: %s", direct6, v.Message)
+		return verdict, nil
+	}
+	verdict.Subnets = slices.SortedFunc(slices.Values(slices.Concat(subs, direct)), ComparePrefix)
+	return verdict, direct
+}
+
+// leaveOut takes a globalnet cluster's direct IPv6 CIDRs out of its
+// verdicts, which stay Valid: its Cluster no longer claims them, its
+// Endpoint's subnets inside them are not routed, and each message says
+// why.
+func leaveOut(d *Decision, direct []netip.Prefix, why string) {
+	inside := func(p netip.Prefix) bool {
+		return slices.ContainsFunc(direct, func(q netip.Prefix) bool { return within(p, q) })
+	}
+	if v := d.Cluster; v != nil && v.Valid {
+		v.Subnets = slices.DeleteFunc(v.Subnets, inside)
+		v.Message = fmt.Sprintf("accepted; IPv6 CIDRs %v left out: %s", direct, why)
+	}
+	if v := d.Endpoint; v != nil && v.Valid {
+		var out []netip.Prefix
+		for _, p := range v.Subnets {
+			if inside(p) {
+				out = append(out, p)
+			}
+		}
+		switch {
+		case len(out) == len(v.Subnets):
+			d.Endpoint = refuse(v1alpha1.ReasonOverlappingCIDR, "%s", why)
+		case len(out) > 0:
+			v.Subnets = slices.DeleteFunc(v.Subnets, inside)
+			v.Message = fmt.Sprintf("accepted; IPv6 subnets %v left out: %s", out, why)
+		}
+	}
 }
 
 // checkEndpoint applies the per-object rules to an Endpoint, then checks
-// it against its Cluster's verdict cv (nil: no Cluster object).
-func (cfg Config) checkEndpoint(id string, e *Endpoint, cv *Verdict) *Verdict {
-	subs, v := cfg.parse(e.Subnets)
+// it against its Cluster's verdict cv (nil: no Cluster object). The
+// Endpoint of a globalnet Cluster (global) has its IPv6 subnets outside
+// cv's Subnets left out (the Cluster's IPv6 CIDRs were, rule 6) rather
+// than refused.
+func (cfg Config) checkEndpoint(id string, e *Endpoint, cv *Verdict, global bool) *Verdict {
+	subnets, note := e.Subnets, ""
+	if global && cv != nil && cv.Valid {
+		var out []string
+		subnets = slices.DeleteFunc(slices.Clone(e.Subnets), func(s string) bool {
+			p, err := netip.ParsePrefix(s)
+			if err != nil || p.Addr().Is4() || slices.ContainsFunc(cv.Subnets, func(q netip.Prefix) bool { return within(p, q) }) {
+				return false
+			}
+			out = append(out, s)
+			return true
+		})
+		if len(out) > 0 {
+			slices.Sort(out)
+			note = fmt.Sprintf("accepted; IPv6 subnets %v left out: not among cluster %q's accepted CIDRs (%s)", out, id, cv.Message)
+		}
+	}
+	v := cfg.checkEndpointSubnets(id, subnets, e.HealthCheckIP, cv)
+	if v.Valid && note != "" {
+		v.Message = note
+	}
+	return v
+}
+
+func (cfg Config) checkEndpointSubnets(id string, subnets []string, hc netip.Addr, cv *Verdict) *Verdict {
+	subs, v := cfg.parse(subnets)
 	if v != nil {
 		return v
 	}
 	if v := cfg.checkSpace(id, subs); v != nil {
 		return v
 	}
-	if hc := e.HealthCheckIP; hc.IsValid() && !Contains(subs, hc) {
+	if hc.IsValid() && !Contains(subs, hc) {
 		return refuse(v1alpha1.ReasonInvalidAddress, "healthCheckIP %s is outside the endpoint's subnets", hc)
 	}
 	switch {
@@ -299,4 +395,11 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -37,6 +37,15 @@ func global(age int, globals ...string) *Cluster {
 	return c
 }
 
+// dual is a dual-stack globalnet Cluster: reached through globalCIDR for
+// IPv4, at its IPv6 pod and service CIDRs directly.
+func dual(age int, globalCIDR, pods6, svcs6 string) *Cluster {
+	c := global(age, globalCIDR)
+	c.PodCIDRs = append(c.PodCIDRs, pods6)
+	c.ServiceCIDRs = append(c.ServiceCIDRs, svcs6)
+	return c
+}
+
 func endpoint(age int, subnets ...string) *Endpoint {
 	return &Endpoint{Subnets: subnets, Created: t0.Add(time.Duration(age) * time.Minute)}
 }
@@ -228,6 +237,43 @@ func TestDecide(t *testing.T) {
 			want:    map[string]string{"c9/C": v1alpha1.ReasonOverlappingCIDR, "c9/E": v1alpha1.ReasonOverlappingCIDR, "c8/C": ok, "c8/E": ok}},
 		{name: "globalnet: the VIP range is no global CIDR", cfg: Config{Claims: map[string][]netip.Prefix{"c2": pfxs("243.0.0.0/16")}},
 			remotes: []Remote{clOnly("c2", global(0, "243.0.0.0/16"))}, want: map[string]string{"c2/C": v1alpha1.ReasonInvalidCIDR}},
+		// Globalnet, dual-stack (rule 6): IPv6 reached directly.
+		{name: "globalnet: IPv6 pod and service CIDRs are reached directly", cfg: gn,
+			remotes: []Remote{{ClusterID: "c2", Cluster: dual(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
+				Endpoint: endpoint(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112")}},
+			want:     map[string]string{"c2/C": ok, "c2/E": ok},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("242.2.0.0/16", "fd00:10:96:2::/112", "fd00:10:244:2::/64")}},
+		{name: "globalnet: overlapping IPv6 CIDRs, the newer cluster's are left out, its IPv4 stays", cfg: gn,
+			remotes: []Remote{
+				{ClusterID: "c2", Cluster: dual(0, "242.2.0.0/16", "fd00:10:244::/64", "fd00:10:96:2::/112"), Endpoint: endpoint(0, "242.2.0.0/16", "fd00:10:244::/64", "fd00:10:96:2::/112")},
+				{ClusterID: "c3", Cluster: dual(1, "242.3.0.0/16", "fd00:10:244::/64", "fd00:10:96:3::/112"), Endpoint: endpoint(1, "242.3.0.0/16", "fd00:10:244::/64", "fd00:10:96:3::/112")}},
+			want: map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": ok, "c3/E": ok},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("242.2.0.0/16", "fd00:10:96:2::/112", "fd00:10:244::/64"),
+				"c3": pfxs("242.3.0.0/16")}},
+		{name: "globalnet: IPv6 CIDRs overlapping the local ones are left out", cfg: withLocal(gn, "fd00:10:244:2::/64"),
+			remotes: []Remote{{ClusterID: "c2", Cluster: dual(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
+				Endpoint: endpoint(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112")}},
+			want:     map[string]string{"c2/C": ok, "c2/E": ok},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("242.2.0.0/16")}},
+		{name: "globalnet: reserved IPv6 CIDRs are left out", cfg: gn,
+			remotes: []Remote{{ClusterID: "c2", Cluster: dual(0, "242.2.0.0/16", "fe80::/64", "fd00:10:96:2::/112"),
+				Endpoint: endpoint(0, "242.2.0.0/16", "fe80::/64", "fd00:10:96:2::/112")}},
+			want:     map[string]string{"c2/C": ok, "c2/E": ok},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("242.2.0.0/16")}},
+		{name: "globalnet: a plain cluster overlapping an older direct IPv6 claim is refused", cfg: gn,
+			remotes: []Remote{{ClusterID: "c2", Cluster: dual(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
+				Endpoint: endpoint(0, "242.2.0.0/16", "fd00:10:244:2::/64")}, both("c4", 1, "10.4.0.0/16", "fd00:10:244:2::/80")},
+			want:     map[string]string{"c2/C": ok, "c2/E": ok, "c4/C": v1alpha1.ReasonOverlappingCIDR},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("242.2.0.0/16", "fd00:10:244:2::/64")}},
+		{name: "globalnet: an older plain cluster takes the IPv6 space, the globalnet one keeps IPv4", cfg: gn,
+			remotes: []Remote{both("c4", 0, "10.4.0.0/16", "fd00:10:244:2::/80"), {ClusterID: "c2", Cluster: dual(1, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
+				Endpoint: endpoint(1, "242.2.0.0/16", "fd00:10:244:2::/64")}},
+			want:     map[string]string{"c2/C": ok, "c2/E": ok, "c4/C": ok, "c4/E": ok},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("242.2.0.0/16"), "c4": pfxs("10.4.0.0/16", "fd00:10:244:2::/80")}},
+		{name: "globalnet: an endpoint of IPv6 subnets only, all left out, is refused", cfg: gn,
+			remotes: []Remote{both("c4", 0, "10.4.0.0/16", "fd00:10:244:2::/80"), {ClusterID: "c2", Cluster: dual(1, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
+				Endpoint: endpoint(1, "fd00:10:244:2::/64")}},
+			want: map[string]string{"c2/C": ok, "c2/E": v1alpha1.ReasonOverlappingCIDR, "c4/C": ok}},
 		{name: "globalnet and plain clusters overlap: oldest wins", cfg: base,
 			remotes: []Remote{{ClusterID: "c2", Cluster: global(0, "242.2.0.0/16"), Endpoint: endpoint(0, "242.2.0.0/16")}, both("c3", 1, "242.2.0.0/24")},
 			want:    map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": v1alpha1.ReasonOverlappingCIDR}},
@@ -337,4 +383,10 @@ func TestWithDefaults(t *testing.T) {
 	if within(c.VIPRange, c.Supernet) || c.VIPRange.Overlaps(c.Supernet) {
 		t.Fatal("default VIP range inside the supernet")
 	}
+}
+
+// withLocal is cfg with more local CIDRs.
+func withLocal(cfg Config, cidrs ...string) Config {
+	cfg.LocalCIDRs = append(slices.Clone(cfg.LocalCIDRs), pfxs(cidrs...)...)
+	return cfg
 }

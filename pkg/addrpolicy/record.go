@@ -130,13 +130,18 @@ type Claim struct {
 //     configured differently, is not trusted blindly), and every address the importer sends traffic to lies
 //     inside one of them. Those addresses follow pkg/mcs.SourceFromRecord
 //     for an import of the record's own type (an export that lost the
-//     type conflict serves nothing): a ClusterSetIP record is reached at
-//     its ClusterIPs, a Headless one at its backend addresses — or, when
-//     the record carries global addresses (RecordHasGlobalAddresses), at
-//     its ports' global IPs, resp. its backends' global IPs, only. The
-//     other addresses are the remote's own business (pod IPs behind a
-//     ClusterIP, host-network backends, addresses hidden by globalnet)
-//     and may overlap anybody's; they pass rule 3 only.
+//     type conflict serves nothing), per IP family (ReachedThroughGlobal):
+//     a ClusterSetIP record is reached at its ClusterIPs, a Headless one
+//     at its backend addresses — except that an address of a family the
+//     record carries global addresses of is reached at its ports' global
+//     IPs, resp. its backends' global IPs, only (globalnet translates
+//     IPv4, so under globalnet IPv4 goes to global IP:port and IPv6
+//     directly). An address of a family no subnet of claim has (Decide
+//     left the cluster's IPv6 CIDRs out, or its gateway announces none)
+//     is not reached: importers leave it out (Reaches), it refuses
+//     nothing. The other addresses are the remote's own business (pod
+//     IPs behind a ClusterIP, host-network backends, addresses hidden by
+//     globalnet) and may overlap anybody's; they pass rule 3 only.
 //
 // cfg is the same Config as Decide's; its Claims, when set, are checked
 // against the claim's subnets like a remote's CIDRs in Decide.
@@ -148,16 +153,20 @@ func CheckRecord(cfg Config, r *v1alpha1.ServiceExportRecordSpec, claim Claim) e
 	if err := checkRecordFields(r, claim.ClusterID); err != nil {
 		return err
 	}
-	global := RecordHasGlobalAddresses(r)
 	headless := r.Type == mcsv1beta1.Headless
 	type addr struct {
 		what string
 		a    netip.Addr
-		// reached: the importer sends traffic to it.
+		// reached: the importer sends traffic to it (when its family
+		// is in the claim).
 		reached bool
 	}
 	var addrs []addr
-	parse := func(what, s string, reached bool, family string) error {
+	// parse checks the address s; forType: the import of the record's
+	// type sends traffic to this kind of address; own: a ClusterIP or
+	// backend address (not a global one), reached unless its family goes
+	// through global addresses.
+	parse := func(what, s string, forType, own bool, family string) error {
 		a, err := netip.ParseAddr(s)
 		switch {
 		case err != nil:
@@ -169,28 +178,29 @@ func CheckRecord(cfg Config, r *v1alpha1.ServiceExportRecordSpec, claim Claim) e
 		case family == string(corev1.IPv4Protocol) && !a.Is4(), family == string(corev1.IPv6Protocol) && !a.Is6():
 			return refuseRecord(RecordInvalidAddress, "%s %s is not an %s address", what, a, family)
 		}
+		reached := forType && (!own || !ReachedThroughGlobal(r, a))
 		addrs = append(addrs, addr{what, a, reached})
 		return nil
 	}
 	for _, s := range r.ClusterIPs {
-		if err := parse("clusterIP", s, !global && !headless, ""); err != nil {
+		if err := parse("clusterIP", s, !headless, true, ""); err != nil {
 			return err
 		}
 	}
 	for _, p := range r.Ports {
 		if p.Global != nil {
-			if err := parse(fmt.Sprintf("port %q global IP", p.Name), p.Global.IP, !headless, ""); err != nil {
+			if err := parse(fmt.Sprintf("port %q global IP", p.Name), p.Global.IP, !headless, false, ""); err != nil {
 				return err
 			}
 		}
 	}
 	for _, g := range r.Endpoints {
 		for _, b := range g.Backends {
-			if err := parse("backend", b.Address, !global && headless, g.AddressType); err != nil {
+			if err := parse("backend", b.Address, headless, true, g.AddressType); err != nil {
 				return err
 			}
 			if b.GlobalIP != "" {
-				if err := parse("backend "+b.Address+" global IP", b.GlobalIP, headless, ""); err != nil {
+				if err := parse("backend "+b.Address+" global IP", b.GlobalIP, headless, false, ""); err != nil {
 					return err
 				}
 			}
@@ -213,10 +223,10 @@ func CheckRecord(cfg Config, r *v1alpha1.ServiceExportRecordSpec, claim Claim) e
 		}
 	}
 	for _, x := range addrs {
-		if x.reached && !Contains(claim.Subnets, x.a) {
+		if x.reached && Reaches(claim.Subnets, x.a) && !Contains(claim.Subnets, x.a) {
 			hint := ""
-			if !global {
-				hint = " (the record carries no global address)"
+			if !ReachedThroughGlobal(r, x.a) {
+				hint = " (the record carries no global address of its family)"
 			}
 			return refuseRecord(RecordOutsideClaim, "%s %s is outside the subnets cluster %q is reached through %s%s",
 				x.what, x.a, claim.ClusterID, prefixList(claim.Subnets), hint)
@@ -225,20 +235,51 @@ func CheckRecord(cfg Config, r *v1alpha1.ServiceExportRecordSpec, claim Claim) e
 	return nil
 }
 
-// RecordHasGlobalAddresses reports whether a record carries globalnet
-// addresses (a port's global pair or a backend's global IP): its cluster
-// runs globalnet, and importers reach it through them only.
-func RecordHasGlobalAddresses(r *v1alpha1.ServiceExportRecordSpec) bool {
+// ReachedThroughGlobal reports whether importers reach r's own address a
+// (a ClusterIP or a backend address) through r's global addresses rather
+// than at a itself: when r carries a global address (a port's global
+// pair, a backend's global IP) of a's IP family. It is the one per-family
+// address rule of export records. Globalnet allocates from an IPv4
+// supernet and translates IPv4 only, so under globalnet an IPv4 address
+// is reached at its global IP(:port) — the clusters' IPv4 CIDRs may
+// overlap — and an IPv6 address directly, through the tunnel: the
+// clusters' IPv6 CIDRs must be unique in the ClusterSet, which Decide
+// checks (a cluster whose IPv6 CIDRs overlap has them left out, and then
+// Reaches says its IPv6 addresses are not reached). Without globalnet
+// every address is reached directly.
+func ReachedThroughGlobal(r *v1alpha1.ServiceExportRecordSpec, a netip.Addr) bool {
+	same := func(s string) bool {
+		g, err := netip.ParseAddr(s)
+		return err == nil && g.Unmap().Is4() == a.Unmap().Is4()
+	}
 	for _, p := range r.Ports {
-		if p.Global != nil {
+		if p.Global != nil && same(p.Global.IP) {
 			return true
 		}
 	}
 	for _, g := range r.Endpoints {
 		for _, b := range g.Backends {
-			if b.GlobalIP != "" {
+			if b.GlobalIP != "" && same(b.GlobalIP) {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// Reaches reports whether the tunnel to a cluster, reaching subnets
+// (Claim.Subnets, a Valid Endpoint's spec.subnets), carries a's IP family
+// at all: a family without a subnet (a cluster whose IPv6 CIDRs Decide
+// left out, a gateway announcing none) is not reached, and importers
+// leave its addresses out of the import instead of sending traffic to
+// them with no route. An address of a carried family is reached only
+// inside the subnets (Contains; CheckRecord refuses a record that names
+// one outside).
+func Reaches(subnets []netip.Prefix, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range subnets {
+		if p.Addr().Is4() == a.Is4() {
+			return true
 		}
 	}
 	return false

@@ -17,7 +17,8 @@ import (
 // separated by spaces; tunnel on or off) and checks that it does not
 // panic, decides the same twice, refuses with a typed reason, and that
 // whatever it accepts is safe to program: every address an importer
-// sends traffic to lies inside the claim (with a tunnel), no address of
+// sends traffic to lies inside the claim (with a tunnel; per family, and
+// only for the families the claim carries), no address of
 // the record is reserved or in the VIP range, every port is in 1–65535,
 // and the sizes are bounded. The seed corpus is
 // testdata/fuzz/FuzzCheckRecord (run by every go test).
@@ -70,13 +71,16 @@ func checkAccepted(t *testing.T, cfg Config, r *v1alpha1.ServiceExportRecordSpec
 		t.Fatalf("accepted an oversized record or another cluster's: %d ports, %d backends", len(r.Ports), backends)
 	}
 	var all, reached []string
-	global := false
+	// global: the families (IPv4 = true) the record carries global
+	// addresses of; those of its own addresses are reached through them.
+	global := map[bool]bool{}
+	family := func(s string) bool { a, _ := netip.ParseAddr(s); return a.Is4() }
 	for _, p := range r.Ports {
 		if p.Port < 1 || p.Port > 65535 {
 			t.Fatalf("accepted port %d", p.Port)
 		}
 		if p.Global != nil {
-			global = true
+			global[family(p.Global.IP)] = true
 			if p.Global.Port < 1 || p.Global.Port > 65535 {
 				t.Fatalf("accepted global port %d", p.Global.Port)
 			}
@@ -87,35 +91,34 @@ func checkAccepted(t *testing.T, cfg Config, r *v1alpha1.ServiceExportRecordSpec
 		for _, b := range g.Backends {
 			all = append(all, b.Address)
 			if b.GlobalIP != "" {
-				global = true
+				global[family(b.GlobalIP)] = true
 				all = append(all, b.GlobalIP)
 			}
 		}
 	}
 	all = append(all, r.ClusterIPs...)
-	switch {
-	case r.Type == mcsv1beta1.Headless && global:
+	if r.Type == mcsv1beta1.Headless {
 		for _, g := range r.Endpoints {
 			for _, b := range g.Backends {
-				if b.GlobalIP != "" {
+				switch {
+				case !global[family(b.Address)]:
+					reached = append(reached, b.Address)
+				case b.GlobalIP != "":
 					reached = append(reached, b.GlobalIP)
 				}
 			}
 		}
-	case r.Type == mcsv1beta1.Headless:
-		for _, g := range r.Endpoints {
-			for _, b := range g.Backends {
-				reached = append(reached, b.Address)
-			}
-		}
-	case global:
+	} else {
 		for _, p := range r.Ports {
 			if p.Global != nil {
 				reached = append(reached, p.Global.IP)
 			}
 		}
-	default:
-		reached = r.ClusterIPs
+		for _, s := range r.ClusterIPs {
+			if !global[family(s)] {
+				reached = append(reached, s)
+			}
+		}
 	}
 	for _, s := range all {
 		a, err := netip.ParseAddr(s)
@@ -126,8 +129,15 @@ func checkAccepted(t *testing.T, cfg Config, r *v1alpha1.ServiceExportRecordSpec
 	if !claim.Tunnel {
 		return
 	}
+	carried := map[bool]bool{}
+	for _, p := range claim.Subnets {
+		carried[p.Addr().Is4()] = true
+	}
 	for _, s := range reached {
 		a := netip.MustParseAddr(s)
+		if !carried[a.Is4()] {
+			continue // a family the tunnel does not carry: importers drop it
+		}
 		if !Contains(claim.Subnets, a) {
 			t.Fatalf("accepted %s outside the claim %v", a, claim.Subnets)
 		}

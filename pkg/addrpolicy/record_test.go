@@ -218,3 +218,45 @@ func TestRecordSubnetsFromDecide(t *testing.T) {
 		t.Errorf("c3 claiming the node network: %+v", ds[1].Endpoint)
 	}
 }
+
+// TestCheckRecordPerFamily: under globalnet an IPv4 address is reached
+// through the global IP:port, an IPv6 one directly — inside the claim's
+// IPv6 subnets, or, when the claim has none, not at all (no refusal).
+func TestCheckRecordPerFamily(t *testing.T) {
+	cfg := Config{LocalCIDRs: prefixes("10.244.0.0/16", "10.96.0.0/16", "fd00:10:244:1::/64", "fd00:10:96:1::/112")}
+	dual := func() *v1alpha1.ServiceExportRecordSpec {
+		r := globalRecord()
+		r.ClusterIPs = append(r.ClusterIPs, "fd00:10:96:2::a")
+		r.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		return r
+	}
+	dualClaim := Claim{ClusterID: "c2", Tunnel: true, Subnets: prefixes("242.0.2.0/24", "fd00:10:96:2::/112", "fd00:10:244:2::/64")}
+	r := dual()
+	if !ReachedThroughGlobal(r, netip.MustParseAddr("10.96.0.10")) || ReachedThroughGlobal(r, netip.MustParseAddr("fd00:10:96:2::a")) {
+		t.Fatal("want IPv4 through the global pair, IPv6 directly")
+	}
+	if ReachedThroughGlobal(goodRecord(), netip.MustParseAddr("10.92.0.10")) {
+		t.Fatal("a record without global addresses is reached directly")
+	}
+	for _, tc := range []struct {
+		name  string
+		claim Claim
+		want  RecordReason // "" accepted
+	}{
+		{"IPv6 ClusterIP inside the claim's IPv6 subnets", dualClaim, ""},
+		{"claim without IPv6: the IPv6 ClusterIP is not reached, no refusal", globalClaim, ""},
+		{"IPv6 ClusterIP outside the claim's IPv6 subnets", Claim{ClusterID: "c2", Tunnel: true, Subnets: prefixes("242.0.2.0/24", "fd00:10:244:2::/64")}, RecordOutsideClaim},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckRecord(cfg, dual(), tc.claim)
+			var re *RecordError
+			if tc.want == "" && err != nil || tc.want != "" && (!errors.As(err, &re) || re.Reason != tc.want) {
+				t.Fatalf("CheckRecord = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if !Reaches(dualClaim.Subnets, netip.MustParseAddr("fd00::1")) || Reaches(globalClaim.Subnets, netip.MustParseAddr("fd00::1")) ||
+		!Reaches(globalClaim.Subnets, netip.MustParseAddr("::ffff:10.0.0.1")) {
+		t.Fatal("Reaches: a family is carried when the subnets hold one prefix of it")
+	}
+}

@@ -99,6 +99,8 @@ never duplicates anything.`,
 	f.BoolVar(&cfg.NoInstall, "no-install", false, "do not install Causeway: print the causewayctl deploy-broker and join commands that install it as a user does")
 	f.BoolVar(&cfg.NoGlobalnet, "no-globalnet", false, "run the gateways without globalnet (c1 and c2 overlap: only the older of the two is then reachable from c3)")
 	f.StringVar(&cfg.IPFamily, "ip-family", lab.IPFamilyIPv4, "ipv4, or dual for dual-stack clusters (IPv6 pod and service CIDRs fd00:10:244:<i>::/64 and fd00:10:96:<i>::/112 besides the IPv4 ones)")
+	f.StringVar(&cfg.Runtime, "runtime", lab.RuntimeLab, "what runs the nodes' pods: lab (the lab kubelet: pods as processes of the local binaries) or containerd (a real kubelet and containerd per node: pods as containers of Causeway's image, `make image`)")
+	f.StringVar(&cfg.ContainerdDir, "containerd-bin", lab.DefaultContainerdDir(), "directory with containerd, containerd-shim-runc-v2 and ctr, for --runtime containerd (hack/k8s-binaries.sh)")
 	f.StringVar(&cfg.Cable, "cable", lab.DefaultCable, "the gateways' cable driver: wireguard (embedded wireguard-go), ipsec (strongSwan charon, userspace ESP) or vxlan (unencrypted)")
 	return cmd
 }
@@ -122,7 +124,11 @@ func printTryThis(cmd *cobra.Command, st *lab.State) error {
 	fmt.Fprintf(out, "  %s lab status\n", self)
 	fmt.Fprintf(out, "  %s lab kubectl c1 -- get pods -A -o wide\n", self)
 	fmt.Fprintf(out, "  %s lab kubectl c1 -- -n causeway-system get ds,deploy,pods   # Causeway, installed by its Helm chart\n", self)
-	if st.Demo {
+	if st.Demo && st.RuntimeName() == lab.RuntimeContainerd {
+		// No curl in Causeway's image, no CoreDNS in a containerd lab.
+		fmt.Fprintf(out, "  ip=$(%s lab kubectl c1 -- get svc -n demo whereami -o jsonpath='{.spec.clusterIP}')\n", self)
+		fmt.Fprintf(out, "  %s lab kubectl c1 -- exec -n demo client -- bash -c \"exec 3<>/dev/tcp/$ip/80; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3\"\n", self)
+	} else if st.Demo {
 		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s whereami.demo.svc.cluster.local\n", self)
 		fmt.Fprintf(out, "  %s lab exec c1/demo/client -- curl -s $(%s lab kubectl c1 -- get svc -n demo whereami -o jsonpath='{.spec.clusterIP}')\n", self, self)
 	}

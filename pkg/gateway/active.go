@@ -166,13 +166,21 @@ func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 	e.log.Info("no longer the active gateway")
 }
 
-// announced are the subnets this cluster is reached through: its global
-// CIDR under globalnet, else its pod and service CIDRs.
+// announced are the subnets this cluster is reached through: for IPv4 its
+// global CIDR under globalnet, else its IPv4 pod and service CIDRs; its
+// IPv6 pod and service CIDRs as they are (globalnet translates IPv4 only),
+// when the cable carries IPv6 (Config.carriesIPv6).
 func (e *Engine) announced(t *activeTerm) []netip.Prefix {
+	var out []netip.Prefix
 	if t.global != nil {
-		return []netip.Prefix{t.global.CIDR}
+		out = append(out, t.global.CIDR)
 	}
-	return e.cfg.subnets()
+	for _, p := range e.cfg.subnets() {
+		if p.Addr().Is4() && t.global == nil || p.Addr().Is6() && e.cfg.carriesIPv6() {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // healthIP is the health-check address: the global CIDR's under
@@ -226,7 +234,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	step := func(name string) { t.steps = append(t.steps, name, time.Since(start).Round(time.Millisecond)) }
 
 	if !t.forwarding {
-		if err := enableForwarding(e.cfg.Netns); err != nil {
+		if err := enableForwarding(e.cfg.Netns, slices.ContainsFunc(e.announced(t), func(p netip.Prefix) bool { return p.Addr().Is6() })); err != nil {
 			return err
 		}
 		t.forwarding = true

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -241,6 +242,31 @@ func TestComputeGlobalnet(t *testing.T) {
 		!slices.Equal(d.Connections[0].Subnets, []netip.Prefix{netip.MustParsePrefix("242.3.0.0/16")}) {
 		t.Fatalf("connections = %+v, want c3 through its global CIDR", d.Connections)
 	}
+	// Dual-stack globalnet remotes: IPv6 pod and service CIDRs go into the
+	// tunnel as they are (addrpolicy rule 6); c4's overlap c3's older ones
+	// and are left out, its global CIDR stays.
+	dual := func(id string, age int, pods6, svcs6 string) Remote {
+		r := globalRemote(id, age, "242."+id[1:]+".0.0/16", "242."+id[1:]+".0.0/16")
+		r.Cluster.PodCIDRs = append(r.Cluster.PodCIDRs, pods6)
+		r.Cluster.ServiceCIDRs = append(r.Cluster.ServiceCIDRs, svcs6)
+		r.Endpoint.Subnets = append(r.Endpoint.Subnets, pods6, svcs6)
+		return r
+	}
+	d = Compute(lg, []Remote{dual("c3", 0, "fd00:10:244:3::/64", "fd00:10:96:3::/112"), dual("c4", 1, "fd00:10:244:3::/64", "fd00:10:96:4::/112")})
+	want := map[string][]netip.Prefix{
+		"c3": {netip.MustParsePrefix("242.3.0.0/16"), netip.MustParsePrefix("fd00:10:96:3::/112"), netip.MustParsePrefix("fd00:10:244:3::/64")},
+		"c4": {netip.MustParsePrefix("242.4.0.0/16")},
+	}
+	for _, c := range d.Connections {
+		if !slices.Equal(c.Subnets, want[c.ClusterID]) {
+			t.Errorf("%s routed %v, want %v", c.ClusterID, c.Subnets, want[c.ClusterID])
+		}
+		delete(want, c.ClusterID)
+	}
+	if st := find(t, d, "c4"); len(want) > 0 || !st.Endpoint.Valid || !strings.Contains(st.Endpoint.Message, "IPv6 subnets [fd00:10:96:4::/112 fd00:10:244:3::/64] left out") {
+		t.Errorf("connections missing %v; c4's endpoint %+v", want, st.Endpoint)
+	}
+
 	// Without claims (globalnet off ClusterSet-wide) the claim is not
 	// checked, but the local global CIDR is still this cluster's.
 	lg.GlobalClaims = nil

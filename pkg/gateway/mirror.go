@@ -16,12 +16,21 @@ import (
 
 // mirror makes the local namespace hold exactly the broker's Clusters and
 // Endpoints (own cluster included), each with its Valid condition. A
-// refusal that is new or changed also gets a Warning Event on the mirrored
-// object. Errors for one object do not stop the others.
+// remote's Valid Endpoint is mirrored with the subnets the policy accepted
+// as its spec.subnets (those the cable routes: a globalnet cluster's IPv6
+// subnets left out by addrpolicy rule 6 are not among them), so the route
+// agents and the MCS controller, which follow the mirror, reach exactly
+// what the tunnel carries. A refusal that is new or changed also gets a
+// Warning Event on the mirrored object. Errors for one object do not stop
+// the others.
 func (e *Engine) mirror(ctx context.Context, remotes []Remote, d Desired) error {
 	verdicts := map[string]ClusterState{}
 	for _, c := range d.Clusters {
 		verdicts[c.ClusterID] = c
+	}
+	routed := map[string][]string{}
+	for _, c := range d.Connections {
+		routed[c.ClusterID] = prefixStrings(c.Subnets)
 	}
 	ns := e.cfg.Namespace
 	var errs []error
@@ -37,7 +46,11 @@ func (e *Engine) mirror(ctx context.Context, remotes []Remote, d Desired) error 
 		if r.Endpoint != nil && st.Endpoint != nil {
 			wantEp[r.ClusterID] = true
 			cond := st.Endpoint.Condition(0)
-			changed, err := upsert(ctx, e.local, endpointKind, ns, r.ClusterID, *r.Endpoint, &cond)
+			spec := *r.Endpoint
+			if subs, ok := routed[r.ClusterID]; ok {
+				spec.Subnets = subs
+			}
+			changed, err := upsert(ctx, e.local, endpointKind, ns, r.ClusterID, spec, &cond)
 			if err != nil {
 				errs = append(errs, err)
 			} else if changed {

@@ -14,11 +14,16 @@ import (
 	"github.com/causeway-net/causeway/pkg/nodenet"
 )
 
-// enableForwarding sets net.ipv4.ip_forward=1 in the gateway's namespace
-// (/proc/sys/net follows the opening thread's namespace).
-func enableForwarding(nsPath string) error {
+// enableForwarding sets net.ipv4.ip_forward=1 in the gateway's namespace,
+// and net.ipv6.conf.all.forwarding=1 too when ipv6 (the tunnel carries
+// IPv6 subnets).
+func enableForwarding(nsPath string, ipv6 bool) error {
+	want := []nodenet.Sysctl{{Path: "net/ipv4/ip_forward", Value: "1"}}
+	if ipv6 {
+		want = append(want, nodenet.Sysctl{Path: "net/ipv6/conf/all/forwarding", Value: "1"})
+	}
 	return netnsx.Do(nsPath, func() error {
-		_, err := nodenet.SyncSysctls([]nodenet.Sysctl{{Path: "net/ipv4/ip_forward", Value: "1"}})
+		_, err := nodenet.SyncSysctls(want)
 		return err
 	})
 }

@@ -9,7 +9,7 @@ import (
 
 var errNotLinux = errors.New("the gateway needs Linux")
 
-func enableForwarding(string) error                     { return errNotLinux }
+func enableForwarding(string, bool) error               { return errNotLinux }
 func ensureHealthAddr(string, string, netip.Addr) error { return errNotLinux }
 
 func linkExists(string, string) (bool, error) { return false, errNotLinux }

@@ -14,7 +14,10 @@ import (
 // Rules is the active gateway's desired translation: every GlobalIngress
 // that is not released becomes ingress pairs (global IP:port ↔
 // ClusterIP:port) or 1:1 pod addresses, traffic to the remote clusters'
-// subnets is SNATed to the layout's egress IPs. It is pure.
+// IPv4 subnets is SNATed to the layout's egress IPs. It is pure. Remote
+// IPv6 subnets (a dual-stack cluster's, reached directly:
+// addrpolicy.ReachedThroughGlobal) are left out: the table is of family
+// ip, so IPv6 traffic passes it untranslated.
 //
 // Each object is taken whole or not at all. Left out, and explained in
 // skipped, are objects whose addresses do not fit the layout (not this
@@ -26,7 +29,7 @@ import (
 func Rules(layout nat.Layout, ingresses []v1alpha1.GlobalIngress, remote []netip.Prefix) (cfg nat.Config, skipped []string) {
 	cfg = nat.Config{
 		LocalGlobal: []netip.Prefix{layout.CIDR},
-		Remote:      slices.Clone(remote),
+		Remote:      slices.DeleteFunc(slices.Clone(remote), func(p netip.Prefix) bool { return !p.Addr().Is4() }),
 		Egress:      slices.Clone(layout.Egress),
 	}
 	objs := make([]*v1alpha1.GlobalIngress, 0, len(ingresses))

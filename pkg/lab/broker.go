@@ -51,7 +51,7 @@ func (s *State) announce(ctx context.Context, bc client.Client, cluster string) 
 	obj := &v1alpha1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace(cluster), Name: cluster},
 		Spec: v1alpha1.ClusterSpec{ClusterID: cluster,
-			PodCIDRs: []string{c.PodCIDR.String()}, ServiceCIDRs: []string{c.ServiceCIDR.String()}},
+			PodCIDRs: prefixStrings(c.PodCIDRs()), ServiceCIDRs: prefixStrings(c.ServiceCIDRs())},
 	}
 	if err := bc.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("announce cluster %s in the broker: %w", cluster, err)

@@ -3,6 +3,8 @@ package lab
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/internal/imagebuild"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/lab/apps"
 )
@@ -37,7 +40,7 @@ func (s *State) DemoObjects(cluster string) []client.Object {
 		&corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: DemoNamespace, Name: "client", Labels: map[string]string{"app": "client"}},
 			Spec: corev1.PodSpec{
-				Containers:                    []corev1.Container{{Name: "client", Image: apps.ImageClient}},
+				Containers:                    []corev1.Container{s.demoContainer("client", apps.ImageClient, cluster)},
 				TerminationGracePeriodSeconds: ptr.To[int64](1),
 			},
 		},
@@ -63,6 +66,15 @@ func (s *State) DemoObjects(cluster string) []client.Object {
 	if c, _ := s.Topology.Cluster(cluster); c.DualStack() {
 		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
 	}
+	whereami := s.demoContainer("whereami", apps.ImageWhereami, cluster)
+	whereami.Ports = []corev1.ContainerPort{
+		{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
+		{Name: "udp-echo", ContainerPort: 8080, Protocol: corev1.ProtocolUDP},
+	}
+	whereami.ReadinessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+		PeriodSeconds: 1,
+	}
 	return append(objs,
 		&appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Namespace: DemoNamespace, Name: "whereami"},
@@ -73,24 +85,35 @@ func (s *State) DemoObjects(cluster string) []client.Object {
 					ObjectMeta: metav1.ObjectMeta{Labels: labels},
 					Spec: corev1.PodSpec{
 						TerminationGracePeriodSeconds: ptr.To[int64](2),
-						Containers: []corev1.Container{{
-							Name:  "whereami",
-							Image: apps.ImageWhereami,
-							Ports: []corev1.ContainerPort{
-								{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
-								{Name: "udp-echo", ContainerPort: 8080, Protocol: corev1.ProtocolUDP},
-							},
-							ReadinessProbe: &corev1.Probe{
-								ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
-								PeriodSeconds: 1,
-							},
-						}},
+						Containers:                    []corev1.Container{whereami},
 					},
 				},
 			},
 		},
 		svc,
 	)
+}
+
+// demoContainer is a demo container of a built-in lab image: the image
+// alone for the lab kubelet, which knows its program; with
+// RuntimeContainerd Causeway's image running the same program
+// (`causewayctl lab app <name>`), the Pod's names from the downward API.
+func (s *State) demoContainer(name, image, cluster string) corev1.Container {
+	if !s.containerd() {
+		return corev1.Container{Name: name, Image: image}
+	}
+	cmd := []string{imagebuild.BinDir + "/causewayctl", "lab", "app", name}
+	var env []corev1.EnvVar
+	if image == apps.ImageWhereami {
+		cmd = append(cmd, "--port=8080", "--cluster="+cluster,
+			"--namespace=$(POD_NAMESPACE)", "--pod=$(POD_NAME)", "--node=$(NODE_NAME)", "--pod-ip=$(POD_IP)")
+		for k, path := range map[string]string{"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name",
+			"NODE_NAME": "spec.nodeName", "POD_IP": "status.podIP"} {
+			env = append(env, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}})
+		}
+		slices.SortFunc(env, func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return corev1.Container{Name: name, Image: s.causewayImage(), Command: cmd, Env: env}
 }
 
 // deploy creates the system (CoreDNS) and demo objects that are missing. Pods are refused

@@ -9,12 +9,15 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/lab/apps"
+	"github.com/causeway-net/causeway/pkg/lab/kubelet"
+	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
 // ImageCoreDNS is the lab image that runs the CoreDNS binary built by
@@ -104,7 +107,8 @@ const CausewayNamespace = "causeway-system"
 
 // SystemObjects are what every lab cluster runs besides the demo: the
 // causeway-system namespace (not with --no-install: join makes it) and
-// CoreDNS (host network, one replica) behind the kube-dns Service.
+// CoreDNS (host network, one replica) behind the kube-dns Service (not
+// with RuntimeContainerd: no image of it).
 func (s *State) SystemObjects(cluster string) []client.Object {
 	c, _ := s.Topology.Cluster(cluster)
 	labels := map[string]string{"k8s-app": "kube-dns"}
@@ -150,10 +154,34 @@ func (s *State) SystemObjects(cluster string) []client.Object {
 			},
 		},
 	}
+	if s.containerd() { // no CoreDNS image
+		objs = []client.Object{s.kubernetesEndpoints(c)}
+	}
 	if s.NoInstall {
 		return objs
 	}
 	return append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: CausewayNamespace}}}, objs...)
+}
+
+// kubernetesEndpoints is the EndpointSlice of the `kubernetes` Service
+// in a containerd lab: a real kubelet gives pods its ClusterIP as
+// KUBERNETES_SERVICE_HOST, and the API servers run without an endpoint
+// reconciler (they listen on the root namespace's loopback), so the lab
+// names the API server forwarders of the cluster's nodes (port 6443 of
+// every node address; link-local netlab.APIAddress is refused in an
+// EndpointSlice).
+func (s *State) kubernetesEndpoints(c netlab.Cluster) *discoveryv1.EndpointSlice {
+	eps := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "kubernetes", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "lab.causeway.dev"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To[int32](kubelet.APIServerPort),
+			Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for _, n := range c.Nodes {
+		eps.Endpoints = append(eps.Endpoints, discoveryv1.Endpoint{Addresses: []string{n.Address.Addr().String()}})
+	}
+	return eps
 }
 
 // resolvConf writes (and returns the path of) the resolv.conf of pods in

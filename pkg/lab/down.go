@@ -17,8 +17,9 @@ import (
 // It returns an error when anything is left behind.
 func Down(dir, prefix string, out io.Writer) error {
 	p := &progress{out: out, start: time.Now()}
+	var hostChanges *HostChanges
 	if st, err := Load(dir); err == nil {
-		prefix = st.Prefix
+		prefix, hostChanges = st.Prefix, st.HostChanges
 		if pid, ok := st.supervisorRunning(); ok {
 			if err := controlplane.StopPIDFile(st.supervisorPID(), 30*time.Second); err != nil {
 				return fmt.Errorf("stop the supervisor: %w", err)
@@ -39,6 +40,14 @@ func Down(dir, prefix string, out io.Writer) error {
 	}
 	if err := unmountBPFFS(filepath.Join(dir, "bpffs")); err != nil {
 		return err
+	}
+	// Only once nothing of the lab runs: the real kubelets' sysctls and
+	// mount points.
+	if err := restoreHost(hostChanges); err != nil {
+		return err
+	}
+	if hostChanges != nil {
+		p.say("host restored: sysctls %v, %d mount points removed", hostChanges.Sysctls, len(hostChanges.Created))
 	}
 	if _, err := os.Stat(filepath.Join(dir, "lab.json")); err == nil {
 		if err := os.RemoveAll(dir); err != nil {

@@ -15,12 +15,14 @@ import (
 	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/install"
 	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/lab/crinode"
 	"github.com/causeway-net/causeway/pkg/lab/kubelet"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
 // ChartValues are the values the lab installs the Helm chart with in
-// cluster c, over the chart's defaults: the cluster's ID and CIDRs, the
+// cluster c, over the chart's defaults: the cluster's ID and CIDRs (both
+// families in a dual-stack cluster, as join discovers them), the
 // lab's cable and globalnet setting, and for the gateways a tunnel
 // device name unique on the machine (every lab node shares one kernel,
 // and wireguard-go's UAPI sockets are machine-wide: <prefix><cluster>
@@ -37,15 +39,20 @@ func (s *State) ChartValues(c netlab.Cluster) map[string]any {
 		gwArgs = append(gwArgs, "--health-check-ip="+firstHost(c.Nodes[0].PodCIDR).String())
 	}
 	cable := map[string]any{"driver": s.CableDriver()}
-	return map[string]any{
+	values := map[string]any{
 		"clusterID":    c.Name,
-		"podCIDRs":     []any{c.PodCIDR.String()},
-		"serviceCIDRs": []any{c.ServiceCIDR.String()},
+		"podCIDRs":     prefixValues(c.PodCIDRs()),
+		"serviceCIDRs": prefixValues(c.ServiceCIDRs()),
 		"namespace":    map[string]any{"create": true},
 		"cable":        cable,
 		"globalnet":    map[string]any{"enabled": s.Globalnet},
 		"gateway":      map[string]any{"extraArgs": gwArgs},
 	}
+	if s.containerd() { // Causeway's image as the nodes imported it; the hybrid layout's cgroup v2
+		values["image"] = map[string]any{"tag": s.ImageTag}
+		values["routeAgent"] = map[string]any{"cgroupHostPath": crinode.CgroupV2Mount}
+	}
+	return values
 }
 
 // renderChart renders the chart with the lab's values of a cluster.
@@ -145,4 +152,21 @@ func firstHost(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next() }
 // node address to the broker's API server.
 func brokerServer() string {
 	return "https://" + netip.AddrPortFrom(netlab.APIAddress, kubelet.BrokerPort).String()
+}
+
+// prefixValues are ps as a chart list value.
+func prefixValues(ps []netip.Prefix) []any {
+	out := make([]any, len(ps))
+	for i, s := range prefixStrings(ps) {
+		out[i] = s
+	}
+	return out
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
 }

@@ -15,8 +15,9 @@ import (
 	"github.com/causeway-net/causeway/pkg/lab/kubelet"
 )
 
-// RunKubelet runs the lab kubelet of one node (the hidden
-// `causewayctl lab kubelet`, a unit of the supervisor) until ctx ends.
+// RunKubelet runs one node (the hidden `causewayctl lab kubelet`, a unit
+// of the supervisor) until ctx ends: the lab kubelet, or in a lab of
+// RuntimeContainerd the node's containerd and real kubelet.
 func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 	st, err := Load(dir)
 	if err != nil {
@@ -38,10 +39,6 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 	if err != nil {
 		return err
 	}
-	kc, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
 	apiserver, err := APIServerHostPort(cp)
 	if err != nil {
 		return err
@@ -58,12 +55,6 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 	if err != nil {
 		return err
 	}
-	labels := map[string]string{}
-	// Without the lab's install, `causewayctl join --gateway-node`
-	// labels the gateways (and uninstall removes the label).
-	if n.Gateway() && !st.NoInstall {
-		labels[v1alpha1.LabelGatewayNode] = "true"
-	}
 	ips := []net.IP{n.Address.Addr().AsSlice()}
 	if n.Gateway() {
 		ips = append(ips, n.WANAddress.Addr().AsSlice())
@@ -72,9 +63,29 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 	if err != nil {
 		return err
 	}
+	// The kubelet of the cluster's first node serves the API server's
+	// egress, through which it reaches every kubelet API.
 	var egress string
 	if n.Name == c.Nodes[0].Name {
 		egress = cp.EgressSocket()
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node)
+	if st.containerd() {
+		return st.runContainerdNode(ctx, nodeContext{
+			cluster: c, node: n, cp: cp, admin: rc, host: h, cert: cert, key: key,
+			forwards: kubelet.Forwards{Host: h, NodeNS: h.Names().Node(cluster, node), APIServer: apiserver, Broker: broker,
+				EgressSocket: egress, Log: log},
+		})
+	}
+	kc, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	labels := map[string]string{}
+	// Without the lab's install, `causewayctl join --gateway-node`
+	// labels the gateways (and uninstall removes the label).
+	if n.Gateway() && !st.NoInstall {
+		labels[v1alpha1.LabelGatewayNode] = "true"
 	}
 	reg := apps.NewRegistry(st.Self)
 	st.registerCoreDNS(reg, cluster)
@@ -103,7 +114,7 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 			"/sys/fs/bpf":       st.NodeBPFFS(cluster, node),
 		},
 		StateDir: st.NodeStateDir(cluster, node),
-		Log:      slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "lab-kubelet", "cluster", cluster, "node", node),
+		Log:      log,
 	})
 	if err != nil {
 		return err

@@ -69,6 +69,13 @@ type Config struct {
 	// IPFamily is ipv4 (default) or dual: dual-stack clusters, cluster c
 	// with the IPv6 pod and service CIDRs netlab.IPv6CIDRs(c).
 	IPFamily string
+	// Runtime is what runs the nodes' pods: RuntimeLab (default, the lab
+	// kubelet) or RuntimeContainerd (a real kubelet and containerd per
+	// node, running Causeway's image).
+	Runtime string
+	// ContainerdDir holds containerd, containerd-shim-runc-v2 and ctr
+	// (RuntimeContainerd).
+	ContainerdDir string
 }
 
 // IP families `lab up --ip-family` takes.
@@ -103,6 +110,13 @@ type State struct {
 	// the user joins the clusters with causewayctl (JoinCommands).
 	NoInstall bool              `json:"noInstall,omitempty"`
 	Versions  map[string]string `json:"versions"`
+	// Runtime is RuntimeLab (or empty, labs from before the choice) or
+	// RuntimeContainerd, whose nodes run containerd from ContainerdDir,
+	// Causeway's image tagged ImageTag, and changed HostChanges.
+	Runtime       string       `json:"runtime,omitempty"`
+	ContainerdDir string       `json:"containerdDir,omitempty"`
+	ImageTag      string       `json:"imageTag,omitempty"`
+	HostChanges   *HostChanges `json:"hostChanges,omitempty"`
 }
 
 // Topology turns the config into the lab's description: c1 and c2 share
@@ -244,6 +258,11 @@ func (s *State) ControlPlaneConfig(name string) (controlplane.Config, error) {
 	}
 	cfg.ServiceCIDR = c.ServiceCIDR.String()
 	cfg.ClusterCIDR = c.PodCIDR.String()
+	if s.containerd() {
+		// A real kubelet gives pods the `kubernetes` Service's address
+		// (KubernetesEndpoints): the certificate must name it.
+		cfg.ServingIPs = append(cfg.ServingIPs, c.ServiceCIDR.Addr().Next().AsSlice())
+	}
 	if c.DualStack() {
 		// Dual-stack API server: Services get an IPv4 and an IPv6
 		// ClusterIP (ipFamilyPolicy PreferDualStack or RequireDualStack).

@@ -53,11 +53,15 @@ func (s *State) Units(h *netlab.Host) ([]Unit, error) {
 		for _, n := range c.Nodes {
 			nodeName := s.NodeName(c.Name, n.Name)
 			logDir := filepath.Join(s.LogDir(), c.Name, n.Name)
-			units = append(units, processUnit(h, c.Name+"/"+n.Name+"/kubelet", netlab.Process{
-				Path:    s.Self,
-				Args:    []string{"lab", "kubelet", "--dir", s.Dir, "--cluster", c.Name, "--node", n.Name},
-				LogPath: filepath.Join(logDir, "kubelet.log"),
-			}))
+			if s.containerd() {
+				units = append(units, s.containerdUnit(h, c.Name, n.Name))
+			} else {
+				units = append(units, processUnit(h, c.Name+"/"+n.Name+"/kubelet", netlab.Process{
+					Path:    s.Self,
+					Args:    []string{"lab", "kubelet", "--dir", s.Dir, "--cluster", c.Name, "--node", n.Name},
+					LogPath: filepath.Join(logDir, "kubelet.log"),
+				}))
+			}
 			kubeconfig, err := cp.KubeconfigAt("kube-proxy-"+n.Name, NodeAPIServer, "system:kube-proxy", nil)
 			if err != nil {
 				return nil, err

@@ -51,20 +51,46 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if !slices.Contains(cables, cfg.Cable) {
 		return nil, fmt.Errorf("--cable %q: want wireguard, ipsec or vxlan", cfg.Cable)
 	}
+	switch cfg.Runtime {
+	case "", RuntimeLab:
+		cfg.Runtime = ""
+	case RuntimeContainerd:
+		if cfg.IPFamily == IPFamilyDual {
+			return nil, fmt.Errorf("--runtime containerd: IPv4 clusters only (the nodes' CNI network is IPv4)")
+		}
+	default:
+		return nil, fmt.Errorf("--runtime %q: want %s or %s", cfg.Runtime, RuntimeLab, RuntimeContainerd)
+	}
 	st := &State{Dir: cfg.Dir, Prefix: cfg.Prefix, BinDir: cfg.BinDir, Self: cfg.Self, Topology: top, Demo: !cfg.NoDemo,
-		Cable: cfg.Cable, Globalnet: !cfg.NoGlobalnet, NoInstall: cfg.NoInstall,
+		Cable: cfg.Cable, Globalnet: !cfg.NoGlobalnet, NoInstall: cfg.NoInstall, Runtime: cfg.Runtime,
 		Versions: map[string]string{"kubernetes": controlplane.KubernetesVersion, "etcd": controlplane.EtcdVersion}}
+	if st.containerd() {
+		st.ContainerdDir = cfg.ContainerdDir
+		st.Versions["containerd"] = ContainerdVersion
+	}
 	if missing := st.MissingDaemons(); len(missing) > 0 {
 		return nil, fmt.Errorf("no %s next to %s: the lab's kubelets run the chart's Pods with the binaries there (`make build` puts every binary in bin/)",
 			strings.Join(missing, ", "), st.Self)
 	}
-	if old, err := Load(cfg.Dir); err == nil {
-		if !reflect.DeepEqual(old.Topology, st.Topology) || old.CableDriver() != st.CableDriver() || old.Globalnet != st.Globalnet || old.NoInstall != st.NoInstall {
+	old, err := Load(cfg.Dir)
+	if err == nil {
+		if !reflect.DeepEqual(old.Topology, st.Topology) || old.CableDriver() != st.CableDriver() || old.Globalnet != st.Globalnet ||
+			old.NoInstall != st.NoInstall || old.RuntimeName() != st.RuntimeName() {
 			return nil, fmt.Errorf("a lab of another shape is up in %s: run `causewayctl lab down` first", cfg.Dir)
 		}
 		p.say("lab already up in %s: checking and repairing", cfg.Dir)
-	} else if !errors.Is(err, ErrNoLab) {
+	} else if errors.Is(err, ErrNoLab) {
+		old = nil
+	} else {
 		return nil, err
+	}
+	if st.containerd() {
+		// Before lab.json: what the host had is recorded before the
+		// first kubelet changes it, and `lab down` finds the record.
+		if err := st.prepareContainerd(old); err != nil {
+			return nil, err
+		}
+		p.say("containerd runtime: images of %s written to %s", st.causewayImage(), st.labImagesTarball())
 	}
 	if err := st.save(); err != nil {
 		return nil, err
@@ -134,7 +160,9 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 	if err := st.deploy(ctx, clients); err != nil {
 		return nil, err
 	}
-	if st.NoInstall {
+	if st.containerd() {
+		p.say("no CoreDNS with --runtime containerd")
+	} else if st.NoInstall {
 		// Its clusterset.local zone watches ServiceImports: it syncs,
 		// and is Ready, once join has installed the MCS API's CRDs.
 		p.say("CoreDNS deployed: Ready once join installs the MCS API's CRDs")

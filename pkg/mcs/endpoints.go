@@ -114,23 +114,27 @@ func RecordEndpointsFromSlices(in []discoveryv1.EndpointSlice) []causewayv1alpha
 //   - Headless: every backend at its pod IP with its target ports and
 //     hostname (per-pod DNS names), conditions as in the exporting cluster.
 //
-// Globalnet: a REMOTE record that carries global addresses is always
-// reached through them (a cluster allocates them only when it runs
-// globalnet, and then its own addresses may overlap ours): ClusterSetIP is
-// one backend at the global IP, each port at its global port (a port
-// without a global pair is not served by it); headless is each backend at
-// its globalIP with its target ports, and a backend without one (not ready
-// when the exporter allocated) is left out. The importing cluster's own
-// record always uses its ClusterIP and pod IPs. Addresses that do not
-// parse, or carry an IPv6 zone, are dropped. Whether a remote address is
-// reachable at all is Reachable's business, whether a remote may name it
-// addrpolicy.CheckRecord's.
+// Globalnet, per IP family (addrpolicy.ReachedThroughGlobal, the one
+// rule): a REMOTE record's addresses of a family it carries global
+// addresses of are always reached through them (a cluster allocates them
+// only when it runs globalnet, and then its own IPv4 addresses may overlap
+// ours): ClusterSetIP is one backend at the global IP, each port at its
+// global port (a port without a global pair is not served by it);
+// headless is each backend at its globalIP with its target ports, and a
+// backend without one (not ready when the exporter allocated) is left
+// out. Globalnet's addresses are IPv4, so a dual-stack Service's IPv6
+// ClusterIP and IPv6 backends are reached directly, through the tunnel
+// (the clusters' IPv6 CIDRs are unique: addrpolicy.Decide). The importing
+// cluster's own record always uses its ClusterIPs and pod IPs. Addresses
+// that do not parse, or carry an IPv6 zone, are dropped. Whether a remote
+// address is reachable at all is Reachable's business, whether a remote
+// may name it addrpolicy.CheckRecord's.
 //
 // It maps every port the record has; importers use MergeResult.Source,
 // which keeps only the import ports the export serves.
 func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, local bool) SourceEndpoints {
 	src := SourceEndpoints{ClusterID: r.ClusterID}
-	global := !local && HasGlobalAddresses(r)
+	viaGlobal := func(a netip.Addr) bool { return !local && addrpolicy.ReachedThroughGlobal(&r, a) }
 	if importType == mcsv1beta1.Headless {
 		for _, g := range r.Endpoints {
 			ports := make(map[string]int32, len(g.Ports))
@@ -138,13 +142,10 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 				ports[p.Name] = p.Port
 			}
 			for _, b := range g.Backends {
-				a := b.Address
-				if global {
-					if a = b.GlobalIP; a == "" {
-						continue
-					}
+				addr, err := parseRecordAddr(b.Address)
+				if err == nil && viaGlobal(addr) {
+					addr, err = parseRecordAddr(b.GlobalIP)
 				}
-				addr, err := parseRecordAddr(a)
 				if err != nil {
 					continue
 				}
@@ -159,7 +160,7 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 	src.ReadyEndpoints = int(r.ReadyEndpoints)
 	serving := r.ServingEndpoints > 0
 	ready := src.ReadyEndpoints > 0
-	if global {
+	if !local {
 		// One backend per global IP (the allocator puts every port of a
 		// Service on one IP, so this is one backend).
 		byIP := map[netip.Addr]map[string]int32{}
@@ -181,7 +182,6 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 		for _, addr := range order {
 			src.Backends = append(src.Backends, Backend{Address: addr, Ports: byIP[addr], Ready: ready, Serving: serving || ready})
 		}
-		return src
 	}
 	ports := make(map[string]int32, len(r.Ports))
 	for _, p := range r.Ports {
@@ -189,7 +189,7 @@ func SourceFromRecord(r ExportRecord, importType mcsv1beta1.ServiceImportType, l
 	}
 	for _, ip := range r.ClusterIPs {
 		addr, err := parseRecordAddr(ip)
-		if err != nil {
+		if err != nil || viaGlobal(addr) {
 			continue
 		}
 		src.Backends = append(src.Backends, Backend{Address: addr, Ports: ports, Ready: ready, Serving: serving || ready})
@@ -294,14 +294,20 @@ func (r Reach) Claim(clusterID string) addrpolicy.Claim {
 	return addrpolicy.Claim{ClusterID: clusterID, Tunnel: r.Tunnel, Subnets: r.Subnets}
 }
 
-// Reachable returns src unchanged when reach has a tunnel; without one,
-// with every backend set not ready, not serving — an unreachable endpoint
-// is never advertised as ready — and a message naming the cluster ("" when
-// reachable or src has no backends). r is the record src came from. An
-// accepted record (addrpolicy.CheckRecord with reach.Claim) names only
-// addresses inside the tunnel's subnets.
+// Reachable returns src when reach has a tunnel, without the backends of
+// an IP family the tunnel carries no subnet of (addrpolicy.Reaches: the
+// cluster's IPv6 CIDRs left out by its verdict, or not announced); without
+// a tunnel, with every backend set not ready, not serving — an unreachable
+// endpoint is never advertised as ready — and a message naming the cluster
+// ("" when reachable or src has no backends). r is the record src came
+// from. An accepted record (addrpolicy.CheckRecord with reach.Claim) names
+// only addresses inside the tunnel's subnets.
 func Reachable(src SourceEndpoints, r ExportRecord, reach Reach) (SourceEndpoints, string) {
-	if reach.Tunnel || len(src.Backends) == 0 {
+	if reach.Tunnel {
+		src.Backends = slices.DeleteFunc(src.Backends, func(b Backend) bool { return !addrpolicy.Reaches(reach.Subnets, b.Address) })
+		return src, ""
+	}
+	if len(src.Backends) == 0 {
 		return src, ""
 	}
 	for i := range src.Backends {

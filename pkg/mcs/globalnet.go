@@ -10,7 +10,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/nat"
 )
 
@@ -278,9 +277,3 @@ func SetGlobalAddresses(r *ExportRecord, spec GlobalIngressSpec) {
 		}
 	}
 }
-
-// HasGlobalAddresses reports whether the record carries globalnet
-// addresses (its cluster runs globalnet and the Service is allocated):
-// addrpolicy.RecordHasGlobalAddresses, the rule CheckRecord places a
-// remote record's addresses by.
-func HasGlobalAddresses(r ExportRecord) bool { return addrpolicy.RecordHasGlobalAddresses(&r) }

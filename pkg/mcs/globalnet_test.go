@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,6 +42,25 @@ func globalRecord(headless bool) ExportRecord {
 	}
 	return r
 }
+
+// dualRecord is globalRecord of a dual-stack Service: an IPv6 ClusterIP
+// and one ready IPv6 backend besides.
+func dualRecord(headless bool) ExportRecord {
+	r := globalRecord(headless)
+	r.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	if !headless {
+		r.ClusterIPs = append(r.ClusterIPs, "fd00:10:96:2::10")
+	}
+	r.Endpoints = append(r.Endpoints, causewayv1alpha1.RecordEndpoints{AddressType: "IPv6",
+		Ports:    r.Endpoints[0].Ports,
+		Backends: []causewayv1alpha1.RecordBackend{{Address: "fd00:10:244:2::5", Hostname: "a", Ready: true, Serving: true}}})
+	return r
+}
+
+// dualTunnel is what a dual-stack globalnet cluster's Endpoint announces:
+// its global CIDR and its IPv6 pod and service CIDRs.
+var dualTunnel = []netip.Prefix{netip.MustParsePrefix("242.0.2.0/24"),
+	netip.MustParsePrefix("fd00:10:244:2::/64"), netip.MustParsePrefix("fd00:10:96:2::/112")}
 
 func withGlobals(r ExportRecord) ExportRecord {
 	SetGlobalAddresses(&r, GlobalIngressSpec{IP: "242.0.2.2",
@@ -86,7 +106,7 @@ func TestSourceFromRecordGlobalnet(t *testing.T) {
 			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(flat), want: "10.96.0.10 map[grpc:9090 http:80] true/true"},
 		{name: "remote without globals outside the subnets: refused", rec: globalRecord(false),
 			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(global),
-			refused: "AddressOutsideClaim: clusterIP 10.96.0.10 is outside the subnets cluster \"c2\" is reached through [242.0.2.0/24] (the record carries no global address)"},
+			refused: "AddressOutsideClaim: clusterIP 10.96.0.10 is outside the subnets cluster \"c2\" is reached through [242.0.2.0/24] (the record carries no global address of its family)"},
 		{name: "no tunnel: not ready even with globals", rec: withGlobals(globalRecord(false)),
 			typ: mcsv1beta1.ClusterSetIP, reach: Reach{NoTunnel: "its gateway endpoint is not valid"},
 			want: "242.0.2.2 map[grpc:1025 http:1024] false/false", wantWhy: "no tunnel to cluster c2: its gateway endpoint is not valid"},
@@ -98,6 +118,21 @@ func TestSourceFromRecordGlobalnet(t *testing.T) {
 			typ: mcsv1beta1.Headless, want: "10.244.0.5 map[grpc:9000 http:8080] true/true; 10.244.0.6 map[grpc:9000 http:8080] false/false"},
 		{name: "remote headless without globals over a global tunnel: refused", rec: globalRecord(true),
 			typ: mcsv1beta1.Headless, reach: tunnel(global), refused: "backend 10.244.0.5 is outside"},
+		// Dual-stack under globalnet: IPv4 through the global IP:port,
+		// IPv6 directly (addrpolicy.ReachedThroughGlobal).
+		{name: "dual-stack ClusterSetIP with globals: global IPv4 pair and the IPv6 ClusterIP", rec: withGlobals(dualRecord(false)),
+			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(dualTunnel),
+			want: "242.0.2.2 map[grpc:1025 http:1024] true/true; fd00:10:96:2::10 map[grpc:9090 http:80] true/true"},
+		{name: "dual-stack ClusterSetIP over a tunnel without IPv6: the IPv6 ClusterIP left out", rec: withGlobals(dualRecord(false)),
+			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(global), want: "242.0.2.2 map[grpc:1025 http:1024] true/true"},
+		{name: "dual-stack IPv6 ClusterIP outside the tunnel's IPv6 subnets: refused", rec: withGlobals(dualRecord(false)),
+			typ: mcsv1beta1.ClusterSetIP, reach: tunnel(append(slices.Clone(global), netip.MustParsePrefix("fd00:10:244:2::/64"))),
+			refused: "clusterIP fd00:10:96:2::10 is outside"},
+		{name: "local dual-stack ClusterSetIP keeps both ClusterIPs", rec: withGlobals(dualRecord(false)), local: true,
+			typ: mcsv1beta1.ClusterSetIP, want: "10.96.0.10 map[grpc:9090 http:80] true/true; fd00:10:96:2::10 map[grpc:9090 http:80] true/true"},
+		{name: "dual-stack headless with globals: IPv4 pods at their global IP, IPv6 pods directly", rec: withGlobals(dualRecord(true)),
+			typ: mcsv1beta1.Headless, reach: tunnel(dualTunnel),
+			want: "242.0.2.252 map[grpc:9000 http:8080] true/true; fd00:10:244:2::5 map[grpc:9000 http:8080] true/true"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			Aggregate(&tc.rec) // as the exporter publishes it

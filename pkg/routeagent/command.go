@@ -169,12 +169,14 @@ func validate(f *flags) error {
 }
 
 func newDataplane(f *flags, rt *daemon.Runtime) (*Linux, error) {
-	ipt := ExecIPTables{}
+	ipt, ipt6 := ExecIPTables{}, ExecIPTables{SaveBin: "ip6tables-save", RestoreBin: "ip6tables-restore"}
 	if f.iptablesBackend != "" {
 		ipt.SaveBin = "iptables-" + f.iptablesBackend + "-save"
 		ipt.RestoreBin = "iptables-" + f.iptablesBackend + "-restore"
+		ipt6.SaveBin = "ip6tables-" + f.iptablesBackend + "-save"
+		ipt6.RestoreBin = "ip6tables-" + f.iptablesBackend + "-restore"
 	}
-	cfg := LinuxConfig{Device: f.device, Table: f.table, IPTables: ipt}
+	cfg := LinuxConfig{Device: f.device, Table: f.table, IPTables: ipt, IP6Tables: ipt6}
 	if rt != nil {
 		cfg.Logger = rt.Log
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,6 +77,12 @@ func newTestbed(t *testing.T) *testbed {
 // left behind.
 func labHost(tb testing.TB, prefix string, nodes int) (*netlab.Host, netlab.Cluster) {
 	tb.Helper()
+	return labHostOf(tb, prefix, netlab.ClusterSpec{Name: "c1", Index: 1, Nodes: nodes})
+}
+
+// labHostOf is labHost of cluster spec.
+func labHostOf(tb testing.TB, prefix string, spec netlab.ClusterSpec) (*netlab.Host, netlab.Cluster) {
+	tb.Helper()
 	var b [3]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		tb.Fatal(err)
@@ -93,7 +100,7 @@ func labHost(tb testing.TB, prefix string, nodes int) (*netlab.Host, netlab.Clus
 			tb.Errorf("left behind after teardown: %v %v", left, err)
 		}
 	})
-	c, err := netlab.NewCluster(netlab.ClusterSpec{Name: "c1", Index: 1, Nodes: nodes})
+	c, err := netlab.NewCluster(spec)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -135,7 +142,15 @@ func (tb *testbed) startRemote(t *testing.T, node string) {
 	if err != nil {
 		t.Fatalf("remote subnet in %s: %v", node, err)
 	}
-	ln, err := tb.h.Listen(ns, "tcp", netip.AddrPortFrom(remoteIP, 7000).String())
+	tb.serveRemote(t, node, netip.AddrPortFrom(remoteIP, 7000))
+}
+
+// serveRemote serves on addr in node's namespace one line per connection,
+// "<node> mss=<MSS the client's SYN announced, as the server sees it>",
+// then echoes until the client closes.
+func (tb *testbed) serveRemote(t *testing.T, node string, addr netip.AddrPort) {
+	t.Helper()
+	ln, err := tb.h.Listen(tb.nodeNS(node), "tcp", addr.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,5 +545,83 @@ func TestDataplaneKeepsRemoteSourceThroughClusterIP(t *testing.T) {
 	out = tb.sh(t, ns, "iptables-save -t nat")
 	if strings.Contains(out, "CAUSEWAY") || !strings.Contains(out, "-j KUBE-POSTROUTING") {
 		t.Fatalf("nat after cleanup:\n%s", out)
+	}
+}
+
+// TestDataplaneIPv6RemoteSubnet: a dual-stack cluster (n0 the active
+// gateway, n1 a worker with a dual-stack pod) and a remote cluster's IPv6
+// subnet (a dual-stack globalnet cluster's, reached directly) behind n0.
+// The worker routes it over the IPv4 overlay via n0's link-local overlay
+// address, ip6tables clamps the SYN's MSS for IPv6 (min(overlay, tunnel)
+// - 60), the IPv4 remote keeps working beside it, and Cleanup removes
+// the IPv6 route, neighbour and ip6tables chains too.
+func TestDataplaneIPv6RemoteSubnet(t *testing.T) {
+	requireRoot(t)
+	pod6, svc6 := netlab.IPv6CIDRs(1)
+	h, c := labHostOf(t, "ra6", netlab.ClusterSpec{Name: "c1", Index: 1, Nodes: 2, PodCIDR6: pod6, ServiceCIDR6: svc6})
+	n1, _ := c.Node("n1")
+	pod := netlab.Pod{Cluster: "c1", Node: "n1", Namespace: "default", Name: "client", IP: netip.MustParseAddr("10.244.1.2")}
+	pod.IP6 = n1.PodIP6(pod.IP)
+	if err := h.EnsurePod(pod); err != nil {
+		t.Fatalf("pod: %v", err)
+	}
+	tb := &testbed{h: h, cluster: c, pod: pod}
+	remote6 := netip.MustParseAddr("fd00:10:245:3::1")
+	tb.sh(t, tb.nodeNS("n0"), "ip -6 addr add "+remote6.String()+"/128 dev lo nodad")
+	tb.startRemote(t, "n0")
+	tb.serveRemote(t, "n0", netip.AddrPortFrom(remote6, 7000))
+	dial6 := func() (string, error) {
+		var line string
+		err := h.Do(h.Names().PodOf(pod), func() error {
+			c, err := (&net.Dialer{Timeout: 3 * time.Second}).Dial("tcp6", netip.AddrPortFrom(remote6, 7000).String())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			line, err = bufio.NewReader(c).ReadString('\n')
+			return err
+		})
+		return strings.TrimSpace(line), err
+	}
+	if _, err := dial6(); err == nil {
+		t.Fatal("IPv6 remote subnet reachable before any route was programmed")
+	}
+
+	desired := func(node string) DesiredState {
+		return Compute(Inputs{NodeName: node, NodeIP: tb.nodeIP(node), Gateway: &Gateway{Hostname: "n0", NodeIP: tb.nodeIP("n0")},
+			Remotes: []Remote{{ClusterID: "c3", Subnets: []netip.Prefix{remoteSubnet, netip.MustParsePrefix("fd00:10:245:3::/64")}}},
+			Params:  Params{LocalCIDRs: slices.Concat(c.PodCIDRs(), c.ServiceCIDRs())}})
+	}
+	gw, worker := tb.dataplane(t, "n0"), tb.dataplane(t, "n1")
+	set(t, gw, desired("n0"))
+	set(t, worker, desired("n1"))
+	// IPv6: min(overlay 1450, tunnel 1420) - 60 = 1360, less the 12-byte
+	// timestamp option; unclamped the pod's eth0 would announce 1440.
+	if greeting, err := dial6(); err != nil || greeting != "n0 mss=1348" {
+		t.Fatalf("pod -> [%s] via gateway n0: greeting %q, err %v; want \"n0 mss=1348\"", remote6, greeting, err)
+	}
+	if greeting, err := tb.dialRemote(t); err != nil || !strings.HasPrefix(greeting, "n0 ") {
+		t.Fatalf("pod -> %s beside IPv6: greeting %q, err %v", remoteIP, greeting, err)
+	}
+	routes := strings.TrimSpace(tb.sh(t, tb.nodeNS("n1"), "ip -6 route show table all proto 148"))
+	if want := "fd00:10:245:3::/64 via " + OverlayAddr6(tb.nodeIP("n0")).String() + " dev vx-causeway metric 100 onlink pref medium"; !strings.Contains(routes, want) {
+		t.Fatalf("IPv6 routes on the worker:\n%s\nwant one %q", routes, want)
+	}
+	if rep := set(t, worker, desired("n1")); len(rep.Changes) != 0 || rep.OutsideFlush {
+		t.Fatalf("equal Set changed %v (outside flush %v)", rep.Changes, rep.OutsideFlush)
+	}
+
+	for n, dp := range map[string]*Linux{"n0": gw, "n1": worker} {
+		if err := dp.Cleanup(context.Background()); err != nil {
+			t.Fatalf("cleanup %s: %v", n, err)
+		}
+		ns := tb.nodeNS(n)
+		if out := tb.sh(t, ns, "ip -6 route show table all proto 148; ip -6 neigh show nud permanent"); strings.TrimSpace(out) != "" {
+			t.Errorf("%s: IPv6 routes or neighbours left:\n%s", n, out)
+		}
+		if out := tb.sh(t, ns, "ip6tables-save"); strings.Contains(out, "CAUSEWAY") {
+			t.Errorf("%s: ip6tables chains left:\n%s", n, out)
+		}
 	}
 }

@@ -9,11 +9,12 @@ import (
 
 // LinuxConfig configures the Linux dataplane (unused elsewhere).
 type LinuxConfig struct {
-	Netns    string
-	Device   string
-	Table    int
-	IPTables any
-	Logger   any
+	Netns     string
+	Device    string
+	Table     int
+	IPTables  any
+	IP6Tables any
+	Logger    any
 }
 
 // Linux is unavailable on this OS.

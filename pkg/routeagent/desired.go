@@ -61,6 +61,18 @@ func OverlayAddr(a netip.Addr) netip.Addr {
 	return netip.AddrFrom4([4]byte{overlayFirstOctet, b[1], b[2], b[3]})
 }
 
+// OverlayAddr6 is the IPv6 next hop of the node with IPv4 node address
+// a on the overlay: the link-local address the kernel derives from
+// OverlayMAC(a) (modified EUI-64: fe80::cb:<a>ff:fe<b>:<c><d> in hex
+// for a.b.c.d), so it is also the address the node's device answers on. IPv6
+// routes to remote subnets point at it, with a permanent neighbour entry
+// for OverlayMAC(a) (no neighbour discovery across the overlay).
+func OverlayAddr6(a netip.Addr) netip.Addr {
+	m := OverlayMAC(a)
+	return netip.AddrFrom16([16]byte{0: 0xfe, 1: 0x80,
+		8: m[0] ^ 0x02, 9: m[1], 10: m[2], 11: 0xff, 12: 0xfe, 13: m[3], 14: m[4], 15: m[5]})
+}
+
 // OverlayMAC is the MAC address of the overlay device of the node with
 // IPv4 node address a: locally administered 02:cb followed by a.
 func OverlayMAC(a netip.Addr) net.HardwareAddr {
@@ -157,7 +169,10 @@ type Overlay struct {
 type Peer struct {
 	NodeIP  netip.Addr
 	Address netip.Addr
-	MAC     net.HardwareAddr
+	// Address6 is its IPv6 next hop (OverlayAddr6), with a neighbour
+	// entry of its own; invalid when no remote subnet is IPv6.
+	Address6 netip.Addr
+	MAC      net.HardwareAddr
 }
 
 // Route is one route the agent owns. An invalid Via makes it an
@@ -215,6 +230,9 @@ type DesiredState struct {
 	// Routes sorted by destination.
 	Routes []Route
 	Rules  Rules
+	// Rules6 are the same chains for the IPv6 remote subnets, applied
+	// with ip6tables; empty (no chains) when there are none.
+	Rules6 Rules
 	// Sysctls, including loose reverse-path filtering on the overlay
 	// device (packets enter it with sources routed elsewhere).
 	Sysctls []Sysctl
@@ -238,23 +256,28 @@ func (d DesiredState) String() string {
 		fmt.Fprintf(&b, "overlay %s vni %d port %d mtu %d local %s addr %s mac %s\n",
 			o.Device, o.VNI, o.Port, o.MTU, o.LocalIP, o.Address, o.MAC)
 		if p := o.Peer; p != nil {
-			fmt.Fprintf(&b, "peer %s addr %s mac %s\n", p.NodeIP, p.Address, p.MAC)
+			fmt.Fprintf(&b, "peer %s addr %s addr6 %s mac %s\n", p.NodeIP, p.Address, p.Address6, p.MAC)
 		}
 	}
 	fmt.Fprintf(&b, "table %d\n", d.RouteTable)
 	for _, r := range d.Routes {
 		fmt.Fprintf(&b, "route %s\n", r)
 	}
-	for _, t := range sortedKeys(d.Rules.Chains) {
-		for _, c := range sortedKeys(d.Rules.Chains[t]) {
-			fmt.Fprintf(&b, "chain %s %s\n", t, c)
-			for _, r := range d.Rules.Chains[t][c] {
-				fmt.Fprintf(&b, "  %s\n", r)
+	for _, f := range []struct {
+		name  string
+		rules Rules
+	}{{"iptables", d.Rules}, {"ip6tables", d.Rules6}} {
+		for _, t := range sortedKeys(f.rules.Chains) {
+			for _, c := range sortedKeys(f.rules.Chains[t]) {
+				fmt.Fprintf(&b, "%s chain %s %s\n", f.name, t, c)
+				for _, r := range f.rules.Chains[t][c] {
+					fmt.Fprintf(&b, "  %s\n", r)
+				}
 			}
 		}
-	}
-	for _, j := range d.Rules.Jumps {
-		fmt.Fprintf(&b, "jump %s %s -> %s insert=%v\n", j.Table, j.From, j.To, j.Insert)
+		for _, j := range f.rules.Jumps {
+			fmt.Fprintf(&b, "%s jump %s %s -> %s insert=%v\n", f.name, j.Table, j.From, j.To, j.Insert)
+		}
 	}
 	for _, s := range d.Sysctls {
 		fmt.Fprintf(&b, "sysctl %s=%s\n", s.Path, s.Value)
@@ -289,17 +312,34 @@ func sortedKeys[V any](m map[string]V) []string {
 //     meets the route, and connect() fails at once with EHOSTUNREACH
 //     instead of leaving by the default route and hanging.
 //   - Every node clamps the MSS of TCP SYNs to and from remote subnets to
-//     min(overlay MTU, tunnel MTU) - 40, accepts forwarded traffic to
-//     and from them, and exempts traffic from them from source NAT.
+//     min(overlay MTU, tunnel MTU) - 40 (IPv6: - 60, its header is 20
+//     bytes longer), accepts forwarded traffic to and from them, and
+//     exempts traffic from them from source NAT — iptables for the IPv4
+//     subnets, ip6tables for the IPv6 ones.
+//   - IPv6 remote subnets (a dual-stack cluster's, reached directly) are
+//     routed like IPv4 ones over the same IPv4 overlay, via the gateway's
+//     link-local OverlayAddr6; IPv6 forwarding is turned on with them.
 func Compute(in Inputs) DesiredState {
 	p := in.Params.withDefaults()
 	d := DesiredState{RouteTable: p.Table, Routes: []Route{{Dst: p.VIPRange}}}
 	if p.VIPRangeIPv6.IsValid() {
 		d.Routes = append(d.Routes, Route{Dst: p.VIPRangeIPv6})
 	}
-	subnets, skipped := usableSubnets(in.Remotes, p.LocalCIDRs, p.VIPRange)
+	subnets, skipped := usableSubnets(in.Remotes, p.LocalCIDRs, p.VIPRange, p.VIPRangeIPv6)
 	d.Skipped = skipped
-	d.Rules = renderRules(subnets, min(p.OverlayMTU, p.TunnelMTU)-40)
+	var subnets4, subnets6 []netip.Prefix
+	for _, s := range subnets {
+		if s.Addr().Is4() {
+			subnets4 = append(subnets4, s)
+		} else {
+			subnets6 = append(subnets6, s)
+		}
+	}
+	mtu := min(p.OverlayMTU, p.TunnelMTU)
+	d.Rules = renderRules(subnets4, mtu-40)
+	if len(subnets6) > 0 {
+		d.Rules6 = renderRules(subnets6, mtu-60)
+	}
 	if !in.NodeIP.Is4() {
 		d.Skipped = append(d.Skipped, fmt.Sprintf("node address %v is not IPv4: no overlay, no routes", in.NodeIP))
 		return d
@@ -311,6 +351,9 @@ func Compute(in Inputs) DesiredState {
 	d.Sysctls = []Sysctl{
 		{Path: "net/ipv4/conf/" + p.Device + "/rp_filter", Value: "2"},
 		{Path: "net/ipv4/ip_forward", Value: "1"},
+	}
+	if len(subnets6) > 0 {
+		d.Sysctls = append(d.Sysctls, Sysctl{Path: "net/ipv6/conf/all/forwarding", Value: "1"})
 	}
 	gw := in.Gateway
 	isGateway := gw != nil && (gw.Hostname == in.NodeName || gw.NodeIP == in.NodeIP)
@@ -328,9 +371,16 @@ func Compute(in Inputs) DesiredState {
 			d.Routes = append(d.Routes, Route{Dst: s})
 		}
 	default:
-		d.Overlay.Peer = &Peer{NodeIP: gw.NodeIP, Address: OverlayAddr(gw.NodeIP), MAC: OverlayMAC(gw.NodeIP)}
-		for _, s := range subnets {
-			d.Routes = append(d.Routes, Route{Dst: s, Via: d.Overlay.Peer.Address})
+		peer := &Peer{NodeIP: gw.NodeIP, Address: OverlayAddr(gw.NodeIP), MAC: OverlayMAC(gw.NodeIP)}
+		if len(subnets6) > 0 {
+			peer.Address6 = OverlayAddr6(gw.NodeIP)
+		}
+		d.Overlay.Peer = peer
+		for _, s := range subnets4 {
+			d.Routes = append(d.Routes, Route{Dst: s, Via: peer.Address})
+		}
+		for _, s := range subnets6 {
+			d.Routes = append(d.Routes, Route{Dst: s, Via: peer.Address6})
 		}
 		d.LooseUplinkRPFilter = len(subnets) > 0
 	}
@@ -338,30 +388,32 @@ func Compute(in Inputs) DesiredState {
 	return d
 }
 
-// usableSubnets returns the sorted, deduplicated IPv4 remote subnets to
+// usableSubnets returns the sorted, deduplicated remote subnets to
 // route. Which subnets of which cluster are accepted is pkg/addrpolicy's
 // decision, published by the gateway as Valid=True on the Endpoints these
 // remotes come from; the agent does not re-arbitrate it (two remotes with
 // overlapping subnets are both routed: every remote subnet goes to the
 // same active gateway, whose tunnels carry what the policy accepted). It
 // keeps only safety checks of its own, for what it programs on the node:
-// an IPv4, canonical, non-default CIDR that never overlaps a local CIDR
-// (routing one would take the local pods or services off this node) nor
-// the VIP range (routed unreachable here).
-func usableSubnets(remotes []Remote, local []netip.Prefix, vipRange netip.Prefix) ([]netip.Prefix, []string) {
+// a valid (not IPv4-mapped), canonical, non-default CIDR that never
+// overlaps a local CIDR (routing one would take the local pods or services
+// off this node) nor a VIP range (routed unreachable here).
+func usableSubnets(remotes []Remote, local []netip.Prefix, vipRange, vipRange6 netip.Prefix) ([]netip.Prefix, []string) {
 	var out []netip.Prefix
 	var notes []string
 	for _, r := range remotes {
 		for _, s := range r.Subnets {
 			switch {
-			case !s.IsValid() || !s.Addr().Is4():
-				notes = append(notes, fmt.Sprintf("%s: %v is not an IPv4 CIDR", r.ClusterID, s))
+			case !s.IsValid() || s.Addr().Is4In6():
+				notes = append(notes, fmt.Sprintf("%s: %v is not an IPv4 or IPv6 CIDR", r.ClusterID, s))
 			case s.Masked() != s || s.Bits() == 0:
 				notes = append(notes, fmt.Sprintf("%s: %s is not a canonical, non-default CIDR", r.ClusterID, s))
 			case slices.ContainsFunc(local, s.Overlaps):
 				notes = append(notes, fmt.Sprintf("%s: %s overlaps a local CIDR", r.ClusterID, s))
 			case s.Overlaps(vipRange):
 				notes = append(notes, fmt.Sprintf("%s: %s overlaps the VIP range %s", r.ClusterID, s, vipRange))
+			case vipRange6.IsValid() && s.Overlaps(vipRange6):
+				notes = append(notes, fmt.Sprintf("%s: %s overlaps the IPv6 VIP range %s", r.ClusterID, s, vipRange6))
 			default:
 				out = append(out, s)
 			}

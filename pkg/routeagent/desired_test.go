@@ -64,12 +64,33 @@ func TestComputeStates(t *testing.T) {
 		},
 		"bad remote subnets are skipped, others kept": {
 			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Params: Params{LocalCIDRs: local}, Remotes: []Remote{
-				{ClusterID: "bad", Subnets: []netip.Prefix{pfx("0.0.0.0/0"), pfx("10.244.5.0/24"), pfx("10.9.1.1/16"), pfx("fd00::/64"), {}}},
+				{ClusterID: "bad", Subnets: []netip.Prefix{pfx("0.0.0.0/0"), pfx("10.244.5.0/24"), pfx("10.9.1.1/16"), pfx("::ffff:10.0.0.0/104"), pfx("::/0"), {}}},
 				c4,
 			}},
 			wantPeer:   nodeG0,
 			wantRoutes: []string{"10.246.0.0/16 via 241.18.1.10", "unreachable 243.0.0.0/12"},
-			wantSkip:   []string{"0.0.0.0/0", "10.244.5.0/24 overlaps a local", "10.9.1.1/16", "fd00::/64", "invalid Prefix"},
+			wantSkip:   []string{"0.0.0.0/0", "10.244.5.0/24 overlaps a local", "10.9.1.1/16", "::ffff:10.0.0.0/104", "::/0", "invalid Prefix"},
+			wantLoose:  true,
+		},
+		// IPv6 remote subnets (a dual-stack globalnet cluster's, reached
+		// directly) go over the same IPv4 overlay, via the gateway's
+		// link-local overlay address.
+		"IPv6 remote subnets via the gateway's link-local overlay address": {
+			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Remotes: []Remote{
+				{ClusterID: "c4", Subnets: []netip.Prefix{pfx("242.0.4.0/24"), pfx("fd00:10:244:4::/64"), pfx("fd00:10:96:4::/112")}}},
+				Params: Params{LocalCIDRs: append(slices.Clone(local), pfx("fd00:10:244:1::/64")), VIPRangeIPv6: pfx(addrpolicy.DefaultVIPRangeIPv6)}},
+			wantPeer: nodeG0,
+			wantRoutes: []string{"242.0.4.0/24 via 241.18.1.10", "unreachable 243.0.0.0/12", "fd00:10:96:4::/112 via fe80::cb:acff:fe12:10a",
+				"fd00:10:244:4::/64 via fe80::cb:acff:fe12:10a", "unreachable fd63:6175:7365::/108"},
+			wantLoose: true,
+		},
+		"IPv6 remote subnets overlapping a local CIDR or the IPv6 VIP range are skipped": {
+			in: Inputs{NodeName: "n2", NodeIP: nodeW, Gateway: g0, Remotes: []Remote{c4,
+				{ClusterID: "c6", Subnets: []netip.Prefix{pfx("fd00:10:244:1::/80"), pfx("fd63:6175:7365::/112")}}},
+				Params: Params{LocalCIDRs: append(slices.Clone(local), pfx("fd00:10:244:1::/64")), VIPRangeIPv6: pfx(addrpolicy.DefaultVIPRangeIPv6)}},
+			wantPeer:   nodeG0,
+			wantRoutes: []string{"10.246.0.0/16 via 241.18.1.10", "unreachable 243.0.0.0/12", "unreachable fd63:6175:7365::/108"},
+			wantSkip:   []string{"c6: fd00:10:244:1::/80 overlaps a local CIDR", "c6: fd63:6175:7365::/112 overlaps the IPv6 VIP range"},
 			wantLoose:  true,
 		},
 		// Arbitration is pkg/addrpolicy's, in the gateway: what is Valid is
@@ -156,10 +177,21 @@ func TestComputeStates(t *testing.T) {
 			}
 			// Rules cover exactly the routed (or unreachable) subnets.
 			var ruleSubnets []string
-			for _, r := range d.Rules.Chains["filter"][ChainForward] {
+			for _, r := range slices.Concat(d.Rules.Chains["filter"][ChainForward], d.Rules6.Chains["filter"][ChainForward]) {
 				if strings.HasPrefix(r, "-d ") {
 					ruleSubnets = append(ruleSubnets, strings.Fields(r)[1])
 				}
+			}
+			for _, r := range d.Rules6.Chains["filter"][ChainForward] {
+				if !strings.Contains(r, ":") {
+					t.Errorf("ip6tables rule for an IPv4 subnet: %q", r)
+				}
+			}
+			if p := d.Overlay; p != nil && p.Peer != nil && p.Peer.Address6.IsValid() != (len(d.Rules6.Chains) > 0) {
+				t.Errorf("peer's IPv6 next hop %v with IPv6 rules %v", p.Peer.Address6, d.Rules6.Chains)
+			}
+			if ipv6 := slices.Contains(d.Sysctls, Sysctl{Path: "net/ipv6/conf/all/forwarding", Value: "1"}); d.Overlay != nil && ipv6 != (len(d.Rules6.Chains) > 0) {
+				t.Errorf("IPv6 forwarding %v with IPv6 rules %v", ipv6, d.Rules6.Chains)
 			}
 			// Rules cover the remote subnets, not the VIP ranges.
 			params := tc.in.Params.withDefaults()
@@ -188,15 +220,20 @@ func TestComputeMSS(t *testing.T) {
 		{1450, 1450, 1410}, // VXLAN cable
 		{1400, 1450, 1360}, // small node network
 	} {
-		d := Compute(Inputs{NodeName: "n2", NodeIP: nodeW, Remotes: []Remote{c4},
+		d := Compute(Inputs{NodeName: "n2", NodeIP: nodeW, Remotes: []Remote{c4, {ClusterID: "c6", Subnets: []netip.Prefix{pfx("fd00:10:244:6::/64")}}},
 			Params: Params{OverlayMTU: tc.overlay, TunnelMTU: tc.tunnel}})
-		rules := d.Rules.Chains["mangle"][ChainMSS]
-		if len(rules) != 2 {
-			t.Fatalf("mss rules %q", rules)
-		}
-		for _, r := range rules {
-			if !strings.HasSuffix(r, " --set-mss "+strconv.Itoa(tc.want)) || !strings.Contains(r, "--mss "+strconv.Itoa(tc.want+1)+":65535") {
-				t.Errorf("overlay %d tunnel %d: rule %q, want set-mss %d only above it", tc.overlay, tc.tunnel, r, tc.want)
+		// IPv6's header is 20 bytes longer: its MSS 20 smaller.
+		for _, f := range []struct {
+			rules []string
+			want  int
+		}{{d.Rules.Chains["mangle"][ChainMSS], tc.want}, {d.Rules6.Chains["mangle"][ChainMSS], tc.want - 20}} {
+			if len(f.rules) != 2 {
+				t.Fatalf("mss rules %q", f.rules)
+			}
+			for _, r := range f.rules {
+				if !strings.HasSuffix(r, " --set-mss "+strconv.Itoa(f.want)) || !strings.Contains(r, "--mss "+strconv.Itoa(f.want+1)+":65535") {
+					t.Errorf("overlay %d tunnel %d: rule %q, want set-mss %d only above it", tc.overlay, tc.tunnel, r, f.want)
+				}
 			}
 		}
 	}

@@ -22,13 +22,12 @@ import (
 // that answers over IPv6 inside its cluster; exported from c1, whereami's
 // ServiceImport has one VIP per family, AAAA of its clusterset name is
 // the IPv6 VIP, and from c3 a dual-stack socket's connect to
-// [::ffff:<IPv4 VIP>] answers from c1.
-//
-// Not covered, because it does not work yet: a connect to [<IPv6 VIP>]
-// from another cluster. Under globalnet c1's export record yields only
-// its global IPv4 backend, so c3's import has no IPv6 EndpointSlice (the
-// IPv6 VIP is routed unreachable and fails at once), and the gateways
-// and route agents carry no IPv6 subnets between clusters.
+// [::ffff:<IPv4 VIP>] answers from c1 (through c1's global IP:port) and a
+// connect to [<IPv6 VIP>] answers from c1 too, reached directly at its
+// IPv6 ClusterIP through the WireGuard tunnel, the backend seeing c3's
+// IPv6 pod address (no NAT on IPv6). Exported from c2 as well (its IPv4
+// CIDRs are c1's, its IPv6 ones its own), [<IPv6 VIP>] is answered by
+// both.
 func TestLabDualStack(t *testing.T) {
 	l := StartLab(t, "--ip-family", "dual", "--nodes", "1")
 	ctx := context.Background()
@@ -90,4 +89,32 @@ func TestLabDualStack(t *testing.T) {
 			t.Errorf("%s from c3 answered from %q, want c1", url, id.Cluster)
 		}
 	}
+	url6 := "http://[" + vip6 + "]"
+	client6 := netip.MustParseAddr(client3.Status.PodIPs[1].IP)
+	for _, id := range l.curlWhereami("c3/demo/client", url6, nil, 100) {
+		if id.Cluster != "c1" {
+			t.Errorf("%s from c3 answered from %q, want c1", url6, id.Cluster)
+		}
+		if ap, err := netip.ParseAddrPort(id.Client); err != nil || ap.Addr() != client6 {
+			t.Errorf("%s from c3: c1's backend saw client %q, want c3's pod address %s", url6, id.Client, client6)
+		}
+	}
+
+	if out, err := l.causewayctl("export", "demo/whereami", "--cluster", "c2"); err != nil {
+		t.Fatalf("export from c2: %v\n%s", err, out)
+	}
+	clusters := map[string]int{}
+	var errs []string
+	for i := 0; i < 150 && (clusters["c1"] == 0 || clusters["c2"] == 0); i++ {
+		id, err := l.whereami("c3/demo/client", url6)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		clusters[id.Cluster]++
+	}
+	if clusters["c1"] == 0 || clusters["c2"] == 0 || len(clusters) != 2 {
+		t.Errorf("%s from c3 with c1 and c2 exporting: answers by cluster %v, want both and no other; errors %v", url6, clusters, errs)
+	}
+	t.Logf("%s from c3, c1 and c2 exporting: answers by cluster %v, %d errors before", url6, clusters, len(errs))
 }

@@ -196,25 +196,11 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	defer bg.Wait()
 	defer cancel()
 
-	for port, target := range map[int]string{APIServerPort: k.cfg.APIServerForward, BrokerPort: k.cfg.BrokerForward} {
-		if target == "" {
-			continue
-		}
-		ln, err := k.cfg.Host.Listen(k.nodeNS, "tcp", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
-		if err != nil {
-			return fmt.Errorf("kubelet: forwarder on port %d: %w", port, err)
-		}
-		bg.Go(func() {
-			var d net.Dialer
-			err := netlab.Forward(ctx, ln, func(ctx context.Context) (net.Conn, error) {
-				return d.DialContext(ctx, "tcp", target)
-			}, k.log)
-			if err != nil {
-				k.log.Error("forwarder stopped", "port", port, "to", target, "err", err)
-			}
-		})
+	fw := Forwards{Host: k.cfg.Host, NodeNS: k.nodeNS, APIServer: k.cfg.APIServerForward, Broker: k.cfg.BrokerForward,
+		EgressSocket: k.cfg.EgressSocket, Log: k.log}
+	if err := fw.Serve(ctx, &bg); err != nil {
+		return fmt.Errorf("kubelet: %w", err)
 	}
-
 	if k.cfg.Serving != nil {
 		bg.Go(func() {
 			if err := k.serveAPI(ctx); err != nil {
@@ -222,20 +208,6 @@ func (k *Kubelet) Run(ctx context.Context) error {
 			}
 		})
 	}
-	if k.cfg.EgressSocket != "" {
-		ln, err := listenUnix(k.cfg.EgressSocket)
-		if err != nil {
-			return fmt.Errorf("kubelet: API server egress: %w", err)
-		}
-		bg.Go(func() {
-			if err := netlab.ForwardConnect(ctx, ln, func(ctx context.Context, addr string) (net.Conn, error) {
-				return k.dialFromNode(ctx, "tcp", addr)
-			}, k.log); err != nil {
-				k.log.Error("API server egress stopped", "socket", k.cfg.EgressSocket, "err", err)
-			}
-		})
-	}
-
 	k.events = record.NewBroadcaster(record.WithContext(ctx))
 	k.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.cfg.Client.CoreV1().Events("")})
 	defer k.events.Shutdown()
@@ -451,33 +423,7 @@ func (k *Kubelet) dialFromNode(ctx context.Context, network, addr string) (net.C
 
 // dialIn connects from inside a namespace.
 func (k *Kubelet) dialIn(ctx context.Context, netns, network, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := k.cfg.Host.Do(netns, func() error {
-		var d net.Dialer
-		var err error
-		c, err = d.DialContext(ctx, network, addr)
-		return err
-	})
-	return c, err
-}
-
-// listenUnix listens on a Unix socket at path (owner only), replacing a
-// socket left by an earlier process.
-func listenUnix(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		if err := os.Remove(path); err != nil {
-			return nil, err
-		}
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
+	return dialIn(ctx, k.cfg.Host, netns, network, addr)
 }
 
 func memTotal() int64 {

@@ -142,6 +142,15 @@ func FindCgroup2Mount(mountinfo string) string {
 
 // findMount returns the mount point of the first mount of fstype.
 func findMount(mountinfo, fstype string) string {
+	if m := findMounts(mountinfo, fstype); len(m) > 0 {
+		return m[0]
+	}
+	return ""
+}
+
+// findMounts returns the mount points of every file system of fstype.
+func findMounts(mountinfo, fstype string) []string {
+	var out []string
 	for _, line := range strings.Split(mountinfo, "\n") {
 		pre, post, ok := strings.Cut(line, " - ")
 		if !ok {
@@ -152,9 +161,9 @@ func findMount(mountinfo, fstype string) string {
 		if len(pf) < 5 || len(qf) < 1 || qf[0] != fstype {
 			continue
 		}
-		return unescapeMountinfo(pf[4])
+		out = append(out, unescapeMountinfo(pf[4]))
 	}
-	return ""
+	return out
 }
 
 // unescapeMountinfo undoes the octal escapes (\040 for space, …) of

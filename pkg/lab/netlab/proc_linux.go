@@ -36,6 +36,10 @@ type Process struct {
 	// Ctty makes Stdin, a terminal, the controlling terminal of the new
 	// session (needs Setsid), as for an interactive shell.
 	Ctty bool
+	// MountNS starts the program in a mount namespace of its own, every
+	// mount of it private (Go remounts / recursively private): what it
+	// mounts stays there, the host's later mounts do not reach it.
+	MountNS bool
 }
 
 // Start starts p and returns the running command; the caller Waits for it
@@ -51,6 +55,9 @@ func (h *Host) Start(p Process) (*exec.Cmd, error) {
 	cmd.Env = p.Env
 	cmd.Dir = p.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: p.Setsid, Setctty: p.Ctty}
+	if p.MountNS {
+		cmd.SysProcAttr.Unshareflags = unix.CLONE_NEWNS
+	}
 	if p.LogPath != "" {
 		if err := os.MkdirAll(filepath.Dir(p.LogPath), 0o755); err != nil {
 			return nil, fmt.Errorf("start %s: log directory: %w", p.Path, err)

@@ -58,10 +58,9 @@ func (h *Host) Teardown() (Report, error) {
 	var rep Report
 	var errs []error
 
-	clusterDirs, err := readDirNames(h.cgroups.Base(), h.prefix)
+	clusterDirs, err := h.clusterCgroups()
 	errs = append(errs, err)
-	for _, d := range clusterDirs {
-		dir := filepath.Join(h.cgroups.Base(), d)
+	for _, dir := range clusterDirs {
 		pids, _ := cgroupPids(dir)
 		rep.Processes = append(rep.Processes, pids...)
 		dirs, _ := cgroupTree(dir)
@@ -75,6 +74,7 @@ func (h *Host) Teardown() (Report, error) {
 	if err := unix.Rmdir(h.cgroups.Base()); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
 		errs = append(errs, fmt.Errorf("remove %s: %w", h.cgroups.Base(), err))
 	}
+	errs = append(errs, removeV1Bases())
 
 	names, err := h.ListNetns(h.prefix)
 	errs = append(errs, err)
@@ -131,10 +131,9 @@ func (h *Host) Teardown() (Report, error) {
 func (h *Host) Leftovers() (Report, error) {
 	var rep Report
 	var errs []error
-	clusterDirs, err := readDirNames(h.cgroups.Base(), h.prefix)
+	clusterDirs, err := h.clusterCgroups()
 	errs = append(errs, err)
-	for _, d := range clusterDirs {
-		dir := filepath.Join(h.cgroups.Base(), d)
+	for _, dir := range clusterDirs {
 		pids, err := cgroupPids(dir)
 		errs = append(errs, err)
 		rep.Processes = append(rep.Processes, pids...)
@@ -159,6 +158,19 @@ func (h *Host) Leftovers() (Report, error) {
 	sort.Ints(rep.Processes)
 	rep.Processes = compactInts(rep.Processes)
 	return rep, errors.Join(errs...)
+}
+
+// clusterCgroups lists the lab's cluster (and control) directories in
+// the cgroup v2 hierarchy and in every v1 hierarchy (where only a real
+// kubelet's pods live).
+func (h *Host) clusterCgroups() ([]string, error) {
+	names, err := readDirNames(h.cgroups.Base(), h.prefix)
+	var dirs []string
+	for _, n := range names {
+		dirs = append(dirs, filepath.Join(h.cgroups.Base(), n))
+	}
+	v1, v1err := h.v1ClusterDirs()
+	return append(dirs, v1...), errors.Join(err, v1err)
 }
 
 // killNetnsProcesses SIGKILLs every process whose network namespace is the
@@ -273,7 +285,10 @@ func killAndRemoveCgroup(dir string) error {
 func cgroupPopulated(dir string) (bool, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
 	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+		// cgroup v1 (or dir gone): populated while any cgroup.procs
+		// of the subtree lists a process.
+		pids, err := cgroupPids(dir)
+		return len(pids) > 0, err
 	}
 	if err != nil {
 		return false, fmt.Errorf("read %s/cgroup.events: %w", dir, err)

@@ -89,6 +89,20 @@ type Cluster struct {
 // DualStack tells whether the cluster has IPv6 next to IPv4.
 func (c Cluster) DualStack() bool { return c.PodCIDR6.IsValid() }
 
+// PodCIDRs are the cluster's pod CIDRs, IPv4 first (the IPv6 one in a
+// dual-stack cluster).
+func (c Cluster) PodCIDRs() []netip.Prefix { return c.families(c.PodCIDR, c.PodCIDR6) }
+
+// ServiceCIDRs are the cluster's service CIDRs, IPv4 first.
+func (c Cluster) ServiceCIDRs() []netip.Prefix { return c.families(c.ServiceCIDR, c.ServiceCIDR6) }
+
+func (c Cluster) families(v4, v6 netip.Prefix) []netip.Prefix {
+	if c.DualStack() {
+		return []netip.Prefix{v4, v6}
+	}
+	return []netip.Prefix{v4}
+}
+
 // Node is one node of a cluster.
 type Node struct {
 	// Name is a DNS label, unique in its cluster, e.g. "n0".
