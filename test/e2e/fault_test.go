@@ -35,6 +35,14 @@ import (
 // next retransmission (≈ 2 s after the loss, or ≈ 4 s when the path
 // came later than that one). A restart that waited for anything more
 // (another term, the broker) exceeds it.
+//
+// The bounds are the path's: the UDP probe's longest silence is the
+// outage. A TCP stream resumes at its first retransmission after the
+// path is back, and its retransmission timeout doubles with every loss
+// (200 ms, 400 ms, 800 ms, … after the first RTO), so after an outage
+// of d it may stay silent up to about 2d + the first RTO: TCP's own
+// backoff, not the dataplane's (a 3.8 s outage read 6.7 s on TCP). TCP
+// is bounded by tcpSilenceBound.
 const (
 	quietBound    = 2 * time.Second
 	failoverBound = 2 * time.Second
@@ -106,9 +114,9 @@ func TestFaults(t *testing.T) {
 		rows = append(rows, r)
 		t.Logf("%s: longest silence TCP %v, UDP %v (%d of %d lost)", name, r.tcp.Longest.Round(time.Millisecond),
 			r.udp.Longest.Round(time.Millisecond), r.udp.Lost, r.udp.Sent)
-		if r.tcp.Longest >= bound || r.udp.Longest >= bound {
+		if tcpBound := tcpSilenceBound(bound, r.udp.Longest); r.tcp.Longest >= tcpBound || r.udp.Longest >= bound {
 			l.logTimeline(start, time.Now())
-			t.Errorf("%s: longest silence TCP %v, UDP %v; want < %v", name, r.tcp.Longest, r.udp.Longest, bound)
+			t.Errorf("%s: longest silence TCP %v, UDP %v; want UDP < %v, TCP < %v", name, r.tcp.Longest, r.udp.Longest, bound, tcpBound)
 		}
 	}
 	// unchanged waits until the kernel state equals before.
@@ -208,6 +216,14 @@ func TestFaults(t *testing.T) {
 }
 
 // faultRow is one line of TestFaults' table.
+// tcpSilenceBound bounds a TCP stream's longest silence after a fault
+// whose path bound is bound and whose measured outage (the UDP probe's
+// longest silence) is udp: within bound, or within TCP's backoff over
+// that outage (twice it plus a second for the first RTO and the echo).
+func tcpSilenceBound(bound, udp time.Duration) time.Duration {
+	return max(bound, 2*udp+time.Second)
+}
+
 type faultRow struct {
 	name     string
 	tcp, udp gapStats
