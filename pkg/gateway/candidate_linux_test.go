@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -150,13 +148,7 @@ func TestCandidateProbesLateAnswers(t *testing.T) {
 // the holder's answers are still heard after the errors, and the other
 // target is not marked refused.
 func TestCandidateProbesAfterNetworkError(t *testing.T) {
-	requireRoot(t)
-	b := make([]byte, 3)
-	rand.Read(b)
-	ns := "gwp" + hex.EncodeToString(b)
-	run(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	ns := newNetns(t, "gwp")
 	nsPath := "/run/netns/" + ns
 	holder, other := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 	conn, err := listenUDP(nsPath, netip.AddrPortFrom(holder, 0))
