@@ -1,8 +1,12 @@
 package gateway
 
 import (
+	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
+	"os/exec"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,8 +70,13 @@ func TestCandidateProbes(t *testing.T) {
 	}
 }
 
-// A holder whose answers all come late (after the prober counted its
-// echoes lost: a loaded node) is slow, not down: it keeps answering.
+// A holder whose answers come late (after the prober counted its
+// echoes lost: a loaded node) is slow, not down. The responder holds its
+// answers to the first misses echoes and answers no other: the holder is
+// down once they are counted lost, and answering again when the held
+// answers arrive — by late answers alone, every echo still counted lost.
+// The silence is generous (a minute): no check depends on how fast the
+// answers come.
 func TestCandidateProbesLateAnswers(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
 	conn, err := listenUDP("", netip.AddrPortFrom(lo, 0))
@@ -75,7 +84,12 @@ func TestCandidateProbesLateAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	const interval = 20 * time.Millisecond
+	const misses = 3
+	type answer struct {
+		b  []byte
+		to net.Addr
+	}
+	held := make(chan answer, misses)
 	go func() {
 		buf := make([]byte, 1500)
 		for {
@@ -88,23 +102,91 @@ func TestCandidateProbesLateAnswers(t *testing.T) {
 				continue
 			}
 			msg.Type = ipv4.ICMPTypeEchoReply
-			b, _ := msg.Marshal(nil)
-			time.AfterFunc(3*interval, func() { _, _ = conn.WriteTo(b, from) }) // lost after 2 intervals
+			b, err := msg.Marshal(nil)
+			if err != nil {
+				continue
+			}
+			select {
+			case held <- answer{b, from}: // the first misses echoes
+			default:
+			}
 		}
 	}()
 	port := netip.MustParseAddrPort(conn.LocalAddr().String()).Port()
-	h := &holderProbe{misses: 3, silence: 3 * interval}
-	p, err := newUDPProber("", lo, port, interval, slog.New(slog.DiscardHandler), h.result)
+	h := &holderProbe{misses: misses, silence: time.Minute}
+	p, err := newUDPProber("", lo, port, 20*time.Millisecond, slog.New(slog.DiscardHandler), h.result)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	h.p = p
 	h.watch("a", lo)
-	within(t, "a's echoes lost in a row", func() bool { return p.Stats()["a"].LostInARow >= 3 })
-	for end := time.Now().Add(20 * interval); time.Now().Before(end); time.Sleep(interval / 2) {
-		if h.down("a") || !h.answering("a") {
-			t.Fatalf("a answering late: down %v, answering %v (%+v)", h.down("a"), h.answering("a"), p.Stats()["a"])
+	// Echoes expire oldest first: these are the held ones.
+	within(t, "a's first echoes lost", func() bool { return p.Stats()["a"].LostInARow >= misses })
+	if !h.down("a") || h.answering("a") {
+		t.Fatalf("a silent: down %v, answering %v, want down (%+v)", h.down("a"), h.answering("a"), p.Stats()["a"])
+	}
+	for range misses {
+		a := <-held
+		if _, err := conn.WriteTo(a.b, a.to); err != nil {
+			t.Fatal(err)
 		}
 	}
+	within(t, "a's late answers heard", func() bool { return !p.Stats()["a"].LastReply.IsZero() })
+	s := p.Stats()["a"]
+	if s.Lost != s.Sent || s.LostInARow < misses {
+		t.Fatalf("an answer counted in time (%+v), want late ones only", s)
+	}
+	if h.down("a") || !h.answering("a") {
+		t.Errorf("a answering late: down %v, answering %v, want answering (%+v)", h.down("a"), h.answering("a"), s)
+	}
+}
+
+// An ICMP error other than port unreachable (here host unreachable: an
+// nftables reject in the test's namespace, for a second target) reaches
+// the prober socket as a read error (IP_RECVERR). The receiver reads on:
+// the holder's answers are still heard after the errors, and the other
+// target is not marked refused.
+func TestCandidateProbesAfterNetworkError(t *testing.T) {
+	ns := newNetns(t, "gwp")
+	nsPath := "/run/netns/" + ns
+	holder, other := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	conn, err := listenUDP(nsPath, netip.AddrPortFrom(holder, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	go serveEchoes(conn, func() bool { return true })
+	port := netip.MustParseAddrPort(conn.LocalAddr().String()).Port()
+	run(t, "ip", "netns", "exec", ns, "nft", "add table ip t")
+	run(t, "ip", "netns", "exec", ns, "nft", "add chain ip t out { type filter hook output priority 0 ; }")
+	run(t, "ip", "netns", "exec", ns, "nft", fmt.Sprintf("add rule ip t out ip daddr %s udp dport %d counter reject with icmp type host-unreachable", other, port))
+	h := &holderProbe{misses: 3}
+	p, err := newUDPProber(nsPath, holder, port, 20*time.Millisecond, slog.New(slog.DiscardHandler), h.result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	h.p = p
+	p.SetTargets(map[string]netip.Addr{"a": holder, "x": other})
+	within(t, "x's echoes rejected", func() bool { return rejected(t, ns) >= 3 })
+	after := time.Now()
+	within(t, "a's answers after the errors", func() bool { return p.Stats()["a"].LastReply.After(after) })
+	if s := p.Stats()["x"]; s.Refused || s.LostInARow == 0 {
+		t.Errorf("x, host unreachable: %+v, want lost, not refused", s)
+	}
+}
+
+// rejected is the packet count of the reject rule in ns's table t.
+func rejected(t *testing.T, ns string) int {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "chain", "ip", "t", "out").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list: %v\n%s", err, out)
+	}
+	var n int
+	if _, err := fmt.Sscanf(string(out[strings.Index(string(out), "packets"):]), "packets %d", &n); err != nil {
+		t.Fatalf("nft counter: %v\n%s", err, out)
+	}
+	return n
 }

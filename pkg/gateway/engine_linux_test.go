@@ -73,6 +73,20 @@ func run(t testing.TB, args ...string) {
 	}
 }
 
+// newNetns creates a namespace named prefix and a random suffix, with lo
+// up, removed when t ends; it returns the name.
+func newNetns(t *testing.T, prefix string) string {
+	t.Helper()
+	requireRoot(t)
+	b := make([]byte, 3)
+	rand.Read(b)
+	ns := prefix + hex.EncodeToString(b)
+	run(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	return ns
+}
+
 // newTopo creates the namespaces (removed when t ends): a WAN bridge, the
 // three gateway namespaces on it, pod namespaces behind gw1a and gw3.
 func newTopo(t *testing.T) *topo {

@@ -91,7 +91,10 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 
 	// 2. a cut off from its API server; after the lease expired, another
 	// candidate takes it (written here as c1-gw-b, with a long duration
-	// so that a, once passive, does not take it back).
+	// so that a, once passive, does not take it back). c1-gw-b writes no
+	// probe IP, as a candidate without candidate probes: a copy of a's
+	// own would have a, once passive, probe its own responder, find the
+	// holder down and take the Lease back after quiet.
 	samples := sampleKernel(t, tp.gw1a, dev, base)
 	t0 := time.Now()
 	proxy.cut()
@@ -102,6 +105,7 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 	taken.Spec.AcquireTime, taken.Spec.RenewTime = &now, &now
 	taken.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
 	taken.Spec.LeaseTransitions = ptr.To(ptr.Deref(taken.Spec.LeaseTransitions, 0) + 1)
+	delete(taken.Annotations, ProbeIPAnnotation)
 	if _, err := env.c1.Kube.CoordinationV1().Leases("causeway-system").Update(ctx, taken, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("write the lease as c1-gw-b: %v", err)
 	}
@@ -154,6 +158,10 @@ func testFailStatic(t *testing.T, env *env, tp *topo, driver string) {
 		return nil
 	})
 	removed := time.Now()
+	// Passive now, a must leave the Lease to c1-gw-b: look after a
+	// takeover by probes would have happened (misses × interval down,
+	// then quiet), not only right after the step-down.
+	time.Sleep(2 * time.Second)
 	if out, _ := exec.Command("ip", "-n", tp.gw1a, "route", "show", "table", "all", "proto", "157").CombinedOutput(); strings.TrimSpace(string(out)) != "" {
 		t.Errorf("routes left after the step-down: %s", out)
 	}

@@ -335,13 +335,15 @@ func TestElector(t *testing.T) {
 
 	// A holder whose probe port is closed (its process gone, its node
 	// up: the kernel refuses the echoes) is taken over at once, without
-	// waiting for quiet.
+	// waiting for quiet. Lease and quiet are an hour: only the refusal
+	// can hand the Lease over within the test, however slow the API
+	// server.
 	t.Run("candidate probes: a holder whose probe port is closed is taken over at once", func(t *testing.T) {
 		ns := "probes-refused"
 		if _, err := kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		const lease, quiet = 30 * time.Second, 5 * time.Second
+		const lease, quiet = time.Hour, time.Hour
 		pa, pb := &fakeProber{}, &fakeProber{}
 		a := startCandidateClients(t, kc, kc, ns, "a", false, lease, testDeadline, testRetry, probed("192.0.2.1", pa, quiet))
 		within(t, "a leading", func() bool { lead, _, _ := a.state(); return lead })
@@ -356,11 +358,7 @@ func TestElector(t *testing.T) {
 		b.el.notify() // the real prober calls onDown with the refusal
 		within(t, "b leading after a's port closed", func() bool { lead, _, _ := b.state(); return lead })
 		_, acquired, _ := b.state()
-		gap := acquired.Sub(lastRenewal)
-		t.Logf("b acquired %v after a's last renewal (quiet %v, lease %v)", gap.Round(time.Millisecond), quiet, lease)
-		if gap >= quiet {
-			t.Errorf("b acquired %v after a's last renewal, want before quiet %v", gap, quiet)
-		}
+		t.Logf("b acquired %v after a's last renewal (quiet %v, lease %v)", acquired.Sub(lastRenewal).Round(time.Millisecond), quiet, lease)
 	})
 
 	// A stalled holder (CPU starvation on a loaded node): for longer than

@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"testing"
 )
@@ -12,12 +9,7 @@ import (
 // TestNodeNetworks: an address on an interface stands for its network, an
 // address on none (a public address behind NAT) for itself.
 func TestNodeNetworks(t *testing.T) {
-	requireRoot(t)
-	b := make([]byte, 3)
-	rand.Read(b)
-	ns := "gwn" + hex.EncodeToString(b)
-	run(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ns := newNetns(t, "gwn")
 	run(t, "ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
 	run(t, "ip", "-n", ns, "addr", "add", "172.20.1.5/24", "dev", "eth0")
 	run(t, "ip", "-n", ns, "addr", "add", "198.18.3.10/15", "dev", "eth0")
