@@ -32,12 +32,7 @@ func TestCandidateProbes(t *testing.T) {
 	port := netip.MustParseAddrPort(conn.LocalAddr().String()).Port()
 	var downs atomic.Int32
 	h := &holderProbe{misses: 3, onDown: func() { downs.Add(1) }}
-	p, err := newUDPProber("", lo, port, 20*time.Millisecond, slog.New(slog.DiscardHandler), h.result)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	h.p = p
+	p := startProber(t, "", lo, port, h)
 	h.watch("a", lo)
 	if h.answering("a") {
 		t.Fatal("a answering before any echo")
@@ -114,12 +109,7 @@ func TestCandidateProbesLateAnswers(t *testing.T) {
 	}()
 	port := netip.MustParseAddrPort(conn.LocalAddr().String()).Port()
 	h := &holderProbe{misses: misses, silence: time.Minute}
-	p, err := newUDPProber("", lo, port, 20*time.Millisecond, slog.New(slog.DiscardHandler), h.result)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	h.p = p
+	p := startProber(t, "", lo, port, h)
 	h.watch("a", lo)
 	// Echoes expire oldest first: these are the held ones.
 	within(t, "a's first echoes lost", func() bool { return p.Stats()["a"].LostInARow >= misses })
@@ -162,12 +152,7 @@ func TestCandidateProbesAfterNetworkError(t *testing.T) {
 	run(t, "ip", "netns", "exec", ns, "nft", "add chain ip t out { type filter hook output priority 0 ; }")
 	run(t, "ip", "netns", "exec", ns, "nft", fmt.Sprintf("add rule ip t out ip daddr %s udp dport %d counter reject with icmp type host-unreachable", other, port))
 	h := &holderProbe{misses: 3}
-	p, err := newUDPProber(nsPath, holder, port, 20*time.Millisecond, slog.New(slog.DiscardHandler), h.result)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	h.p = p
+	p := startProber(t, nsPath, holder, port, h)
 	p.SetTargets(map[string]netip.Addr{"a": holder, "x": other})
 	within(t, "x's echoes rejected", func() bool { return rejected(t, ns) >= 3 })
 	after := time.Now()
@@ -175,6 +160,20 @@ func TestCandidateProbesAfterNetworkError(t *testing.T) {
 	if s := p.Stats()["x"]; s.Refused || s.LostInARow == 0 {
 		t.Errorf("x, host unreachable: %+v, want lost, not refused", s)
 	}
+}
+
+// startProber starts h's prober (echoes every 20 ms from local, in the
+// network namespace nsPath, "" = this one, to port), closed when the
+// test ends.
+func startProber(t *testing.T, nsPath string, local netip.Addr, port uint16, h *holderProbe) *echoProber {
+	t.Helper()
+	p, err := newUDPProber(nsPath, local, port, 20*time.Millisecond, slog.New(slog.DiscardHandler), h.result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	h.p = p
+	return p
 }
 
 // rejected is the packet count of the reject rule in ns's table t.
