@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,7 +35,7 @@ import (
 // honest record is served again.
 func (l *Lab) checkBadRecords(ctx context.Context, vip string) {
 	l.t.Helper()
-	l.scaleMCSController(ctx, "c2", 0)
+	l.scale(ctx, "c2", mcsController, 0)
 	c2 := l.memberClient(ctx, "c2")
 	key := client.ObjectKey{Namespace: broker.Namespace("c2"), Name: mcs.RecordName("demo", "whereami")}
 	honest := &causewayv1alpha1.ServiceExportRecord{}
@@ -91,7 +90,7 @@ func (l *Lab) checkBadRecords(ctx context.Context, vip string) {
 		}
 	}
 
-	l.scaleMCSController(ctx, "c2", 1)
+	l.scale(ctx, "c2", mcsController, 1)
 	waitFor(l.t, "c3's import of whereami from c1 and c2 again", l.sourcesOf(ctx, "c3", "whereami", "c1", "c2"))
 	l.curlClusters("c3/demo/client", "http://"+vip, []string{"c1", "c2"})
 	// The comparison sees what a record changes: c2's honest one adds its
@@ -100,6 +99,9 @@ func (l *Lab) checkBadRecords(ctx context.Context, vip string) {
 		l.t.Errorf("c2's honest record served, yet c1's and c3's VIP maps equal those without it:\n%s", d)
 	}
 }
+
+// mcsController is the chart's MCS controller Deployment.
+var mcsController = client.ObjectKey{Namespace: kube.Namespace, Name: "causeway-mcs-controller"}
 
 // setGlobalIP points every port of a record at ip (its global address).
 func setGlobalIP(r *causewayv1alpha1.ServiceExportRecordSpec, ip string) {
@@ -167,35 +169,6 @@ func (l *Lab) memberClient(ctx context.Context, cluster string) client.Client {
 		l.t.Fatal(err)
 	}
 	return c
-}
-
-// scaleMCSController sets the replicas of cluster's MCS controller and
-// waits until that many of its Pods run (and none terminates).
-func (l *Lab) scaleMCSController(ctx context.Context, cluster string, n int32) {
-	l.t.Helper()
-	c := l.Client(cluster)
-	d := &appsv1.Deployment{}
-	key := client.ObjectKey{Namespace: kube.Namespace, Name: "causeway-mcs-controller"}
-	if err := c.Get(ctx, key, d); err != nil {
-		l.t.Fatal(err)
-	}
-	d.Spec.Replicas = &n
-	if err := c.Update(ctx, d); err != nil {
-		l.t.Fatalf("%s: scale the MCS controller to %d: %v", cluster, n, err)
-	}
-	waitFor(l.t, fmt.Sprintf("%s: %d MCS controller Pods ready", cluster, n), func() error {
-		if err := c.Get(ctx, key, d); err != nil {
-			return err
-		}
-		pods := &corev1.PodList{}
-		if err := c.List(ctx, pods, client.InNamespace(kube.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
-			return err
-		}
-		if len(pods.Items) != int(n) || d.Status.ReadyReplicas != n {
-			return fmt.Errorf("%d Pods, %d ready replicas", len(pods.Items), d.Status.ReadyReplicas)
-		}
-		return nil
-	})
 }
 
 // sourcesOf checks that cluster's ServiceImport demo/name has slices of

@@ -38,7 +38,7 @@ func TestVIPWeightsAffinityConflicts(t *testing.T) {
 	ctx := context.Background()
 
 	for cluster, n := range map[string]int32{"c1": 1, "c2": 3} {
-		l.scaleWhereami(ctx, cluster, n)
+		l.scale(ctx, cluster, client.ObjectKey{Namespace: "demo", Name: "whereami"}, n)
 	}
 	for _, c := range []string{"c1", "c2"} {
 		if out, err := l.causewayctl("export", "demo/whereami", "--cluster", c); err != nil {
@@ -277,22 +277,22 @@ func (l *Lab) checkPortNumberConflict(ctx context.Context) {
 	}
 }
 
-// scaleWhereami sets whereami's replicas in cluster and waits until exactly
-// n pods are ready and none is terminating.
-func (l *Lab) scaleWhereami(ctx context.Context, cluster string, n int32) {
+// scale sets the replicas of cluster's Deployment key and waits until
+// exactly n of its Pods are ready and none is terminating.
+func (l *Lab) scale(ctx context.Context, cluster string, key client.ObjectKey, n int32) {
 	l.t.Helper()
 	c := l.Client(cluster)
 	d := &appsv1.Deployment{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "demo", Name: "whereami"}, d); err != nil {
+	if err := c.Get(ctx, key, d); err != nil {
 		l.t.Fatal(err)
 	}
 	d.Spec.Replicas = &n
 	if err := c.Update(ctx, d); err != nil {
-		l.t.Fatalf("%s: scale whereami to %d: %v", cluster, n, err)
+		l.t.Fatalf("%s: scale %s to %d: %v", cluster, key, n, err)
 	}
-	waitForWithin(l.t, 90*time.Second, fmt.Sprintf("%s: %d ready whereami pods", cluster, n), func() error {
+	waitForWithin(l.t, 90*time.Second, fmt.Sprintf("%s: %d ready %s pods", cluster, n, key), func() error {
 		pods := &corev1.PodList{}
-		if err := c.List(ctx, pods, client.InNamespace("demo"), client.MatchingLabels{"app": "whereami"}); err != nil {
+		if err := c.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
 			return err
 		}
 		ready := 0
