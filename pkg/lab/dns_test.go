@@ -51,28 +51,7 @@ func TestCorefileServesDualStackImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeUDPPort(t)
-	cf := corefileFor(kubeconfig)
-	for old, repl := range map[string]string{
-		".:53 {":                     fmt.Sprintf(".:%d {\n    bind 127.0.0.1", addr.Port()),
-		"    ready 127.0.0.1:8181\n": "",
-	} {
-		if !strings.Contains(cf, old) {
-			t.Fatalf("Corefile has no %q:\n%s", old, cf)
-		}
-		cf = strings.Replace(cf, old, repl, 1)
-	}
-	path := filepath.Join(t.TempDir(), "Corefile")
-	if err := os.WriteFile(path, []byte(cf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(controlplane.DefaultBinDir(), "coredns"), "-conf", path)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start coredns: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
+	addr := startCoreDNS(t, corefileFor(kubeconfig))
 	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr.String())
@@ -99,6 +78,50 @@ func TestCorefileServesDualStackImport(t *testing.T) {
 	}
 	if got, err := lookup("ip6", "single.demo.svc.clusterset.local."); err == nil {
 		t.Errorf("AAAA of the single-stack import: %v, want no address", got)
+	}
+}
+
+// startCoreDNS runs CoreDNS with Corefile cf moved from :53 to a free
+// loopback port, without the readiness endpoint, until the test ends, and
+// returns the address it serves. A port is only free when chosen: CoreDNS
+// binds it for UDP and TCP, and a client socket of another test may take
+// it meanwhile, so a CoreDNS that exits at once is started again on a new
+// port (five tries).
+func startCoreDNS(t *testing.T, cf string) netip.AddrPort {
+	t.Helper()
+	for try := 1; ; try++ {
+		addr := freeUDPPort(t)
+		conf := cf
+		for old, repl := range map[string]string{
+			".:53 {":                     fmt.Sprintf(".:%d {\n    bind 127.0.0.1", addr.Port()),
+			"    ready 127.0.0.1:8181\n": "",
+		} {
+			if !strings.Contains(conf, old) {
+				t.Fatalf("Corefile has no %q:\n%s", old, conf)
+			}
+			conf = strings.Replace(conf, old, repl, 1)
+		}
+		path := filepath.Join(t.TempDir(), "Corefile")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(filepath.Join(controlplane.DefaultBinDir(), "coredns"), "-conf", path)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start coredns: %v", err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			if try == 5 {
+				t.Fatalf("coredns on %s exited: %v", addr, err)
+			}
+			t.Logf("coredns on %s exited (%v); trying another port", addr, err)
+		case <-time.After(3 * time.Second):
+			t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+			return addr
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/internal/rawsock"
 	"github.com/causeway-net/causeway/internal/testserve"
 	"github.com/causeway-net/causeway/pkg/bench"
 )
@@ -184,7 +185,7 @@ func connectLoop(tb testing.TB, tp topo, addr netip.AddrPort, n int) time.Durati
 		}
 		defer unix.Close(fd)
 		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Sec: 3})
-		if err := unix.Connect(fd, sa); err != nil {
+		if err := rawsock.Connect(fd, sa); err != nil {
 			return fmt.Errorf("connect %s: %w", addr, err)
 		}
 		return unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, linger)

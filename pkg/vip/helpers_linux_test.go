@@ -20,6 +20,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/causeway-net/causeway/internal/rawsock"
 	"github.com/causeway-net/causeway/internal/testserve"
 )
 
@@ -361,21 +362,28 @@ func exchange6(kind string, addrs ...string) (string, error) {
 		if kind == "udp" {
 			continue
 		}
-		if err := unix.Connect(fd, sa); err != nil {
+		if err := rawsock.Connect(fd, sa); err != nil {
 			return "", err
 		}
 	}
 	msg := []byte("hello\n")
-	if kind == "udp" {
-		err = unix.Sendto(fd, msg, 0, sa)
-	} else {
-		_, err = unix.Write(fd, msg)
-	}
+	err = rawsock.IgnoringEINTR(func() error {
+		if kind == "udp" {
+			return unix.Sendto(fd, msg, 0, sa)
+		}
+		_, err := unix.Write(fd, msg)
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
 	buf := make([]byte, 512)
-	n, from, err := unix.Recvfrom(fd, buf, 0) // the source goes through recvmsg6
+	var n int
+	var from unix.Sockaddr
+	err = rawsock.IgnoringEINTR(func() (err error) {
+		n, from, err = unix.Recvfrom(fd, buf, 0) // the source goes through recvmsg6
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
@@ -473,7 +481,7 @@ func dialUDP6(addr string) (net.Conn, error) {
 	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
 		return nil, err
 	}
-	if err := unix.Connect(fd, &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16()}); err != nil {
+	if err := rawsock.Connect(fd, &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16()}); err != nil {
 		return nil, err
 	}
 	return net.FileConn(f)
@@ -518,7 +526,7 @@ func benchConnect(tcp bool, addr string, n int) (time.Duration, error) {
 		defer unix.Close(fd)
 		start := time.Now()
 		for range n {
-			if err := unix.Connect(fd, sa); err != nil {
+			if err := rawsock.Connect(fd, sa); err != nil {
 				return 0, err
 			}
 		}
@@ -531,7 +539,7 @@ func benchConnect(tcp bool, addr string, n int) (time.Duration, error) {
 		if err != nil {
 			return 0, err
 		}
-		if err := unix.Connect(fd, sa); err != nil {
+		if err := rawsock.Connect(fd, sa); err != nil {
 			unix.Close(fd)
 			return 0, err
 		}
