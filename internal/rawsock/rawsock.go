@@ -9,7 +9,8 @@ import "golang.org/x/sys/unix"
 // Go runtime preempts threads with signals, and on a socket with a send
 // timeout the kernel does not restart connect(2) but goes on connecting in
 // the background. Connect then waits (2 s at most) until the socket is
-// writable and returns the socket's error.
+// writable and returns the socket's error, or EINPROGRESS when the wait
+// ends first, as connect(2) does when its send timeout ends.
 func Connect(fd int, sa unix.Sockaddr) error {
 	if err := unix.Connect(fd, sa); err != unix.EINTR {
 		return err
@@ -20,7 +21,7 @@ func Connect(fd int, sa unix.Sockaddr) error {
 		return err
 	}
 	if n == 0 {
-		return unix.ETIMEDOUT
+		return unix.EINPROGRESS
 	}
 	errno, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
 	if err != nil {
