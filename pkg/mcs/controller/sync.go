@@ -99,15 +99,9 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		st.global = g
 		return st, err
 	}
-	svc := &corev1.Service{}
-	switch err := c.local.Get(ctx, key, svc); {
-	case apierrors.IsNotFound(err):
-		svc = nil
-	case err != nil:
-		return st, fmt.Errorf("get Service: %w", err)
-	}
-	if svc != nil && svc.DeletionTimestamp != nil {
-		svc = nil
+	var svc *corev1.Service
+	if v, ok := c.serviceCache.Get(key); ok {
+		svc = v.service(key)
 	}
 	spec, invalid := mcs.NewExportRecord(c.cfg.ClusterID, se, svc)
 	if invalid != nil {
@@ -117,10 +111,7 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		st.global = g
 		return st, err
 	}
-	local, err := c.sliceIndex.localSlices(key)
-	if err != nil {
-		return st, fmt.Errorf("list local EndpointSlices: %w", err)
-	}
+	local := localSlices(c.sliceCache.Group(key.String()))
 	spec.Endpoints = mcs.RecordEndpointsFromSlices(local)
 	// Globalnet: the record carries the Service's global addresses once
 	// they are allocated; none while the pool is exhausted or the cluster
@@ -445,11 +436,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	}
 	c.eventRefused(ctx, key, si, refused)
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
-	have, err := c.sliceIndex.importedSlices(key)
-	if err != nil {
-		return &m, fmt.Errorf("list EndpointSlices: %w", err)
-	}
-	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(rendered, have)); err != nil {
+	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(rendered, importedSlices(c.sliceCache.Group(key.String())))); err != nil {
 		return &m, err
 	}
 	c.setImported(key, len(rendered))
@@ -585,11 +572,7 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 // VIP.
 func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
-	have, err := c.sliceIndex.importedSlices(key)
-	if err != nil {
-		return fmt.Errorf("list EndpointSlices: %w", err)
-	}
-	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, have)); err != nil {
+	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, importedSlices(c.sliceCache.Group(key.String())))); err != nil {
 		errs = append(errs, err)
 	}
 	si := &mcsv1beta1.ServiceImport{}
