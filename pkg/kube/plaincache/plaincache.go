@@ -246,3 +246,14 @@ func (r *reflectorStore[T]) Resync() error { return nil }
 
 // Transformer slims the objects the reflector holds during a list.
 func (r *reflectorStore[T]) Transformer() cache.TransformFunc { return r.s.cfg.Transform }
+
+// Keys returns the keys of the cached values, in no particular order.
+func (s *Store[T]) Keys() []types.NamespacedName {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]types.NamespacedName, 0, len(s.items))
+	for k := range s.items {
+		out = append(out, k)
+	}
+	return out
+}

@@ -39,7 +39,6 @@ import (
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/kube"
-	"github.com/causeway-net/causeway/pkg/kube/plaincache"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
@@ -162,10 +161,9 @@ type Controller struct {
 
 	// recordIndex indexes the broker's ServiceExportRecords (see setup).
 	recordIndex *index
-	// serviceCache and sliceCache cache the cluster's Services and
-	// EndpointSlices (localcache.go).
-	serviceCache *plaincache.Store[cachedService]
-	sliceCache   *plaincache.Store[cachedSlice]
+	// stores cache the cluster's Services, EndpointSlices,
+	// ServiceExports and ServiceImports (localcache.go).
+	stores localStores
 
 	mu sync.Mutex
 	// services is what the controller remembers of each Service between
@@ -243,16 +241,15 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	resync := cfg.ResyncPeriod
 	// Each type is cached once (one informer shared by the watches and
 	// the client's reads), through a transform keeping what is read;
-	// Services and EndpointSlices are cached as plain values instead
-	// (localcache.go), and the client never reads them.
+	// Services, EndpointSlices, ServiceExports and ServiceImports are
+	// cached as plain values instead (localcache.go), and the client never
+	// reads them.
 	slim := newSlimmer(broker.Namespace(cfg.ClusterID))
 	localCache := cache.Options{
 		SyncPeriod:       &resync,
 		DefaultTransform: stripManagedFields,
 		ByObject: map[client.Object]cache.ByObject{
-			&mcsv1beta1.ServiceExport{}: {Transform: slim.serviceExport},
-			&mcsv1beta1.ServiceImport{}: {Transform: slim.serviceImport},
-			&corev1.Namespace{}:         {Transform: slim.namespace},
+			&corev1.Namespace{}: {Transform: slim.namespace},
 			// The gateway's mirrors, in Causeway's namespace only.
 			&causewayv1alpha1.Cluster{}:  {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
 			&causewayv1alpha1.Endpoint{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
@@ -276,10 +273,11 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	renew := 10 * time.Second
 	retry := 2 * time.Second
 	mgr, err := manager.New(local, manager.Options{
-		Scheme:                        scheme,
-		Logger:                        logr.FromSlogHandler(cfg.Log.Handler()),
-		Cache:                         localCache,
-		Client:                        client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}}}},
+		Scheme: scheme,
+		Logger: logr.FromSlogHandler(cfg.Log.Handler()),
+		Cache:  localCache,
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{
+			&corev1.Service{}, &discoveryv1.EndpointSlice{}, &mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{}}}},
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                cfg.LeaderElection,
@@ -326,7 +324,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			waiting: map[types.NamespacedName]bool{},
 		},
 	}
-	if c.serviceCache, c.sliceCache, err = newLocalStores(local, slim); err != nil {
+	if c.stores, err = newLocalStores(local, scheme, slim); err != nil {
 		return nil, err
 	}
 	if cfg.BrokerTokenLifetime > 0 {
@@ -411,9 +409,6 @@ func (c *Controller) setup() error {
 	}); err != nil {
 		return fmt.Errorf("index VIP allocations: %w", err)
 	}
-	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
-	})
 	record := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
 		if !ok {
@@ -471,12 +466,10 @@ func (c *Controller) setup() error {
 	err = builder.ControllerManagedBy(c.mgr).
 		Named("mcs").
 		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
-		Watches(&mcsv1beta1.ServiceExport{}, byName).
-		Watches(&mcsv1beta1.ServiceImport{}, byName).
-		WatchesRawSource(storeSource[cachedService]{store: c.serviceCache, requests: func(key types.NamespacedName, _ *cachedService) []reconcile.Request {
-			return []reconcile.Request{{NamespacedName: key}}
-		}}).
-		WatchesRawSource(storeSource[cachedSlice]{store: c.sliceCache, requests: func(key types.NamespacedName, v *cachedSlice) []reconcile.Request {
+		WatchesRawSource(storeSource[cachedExport]{store: c.stores.exports, requests: byKey[cachedExport]}).
+		WatchesRawSource(storeSource[cachedService]{store: c.stores.services, requests: byKey[cachedService]}).
+		WatchesRawSource(storeSource[cachedImport]{store: c.stores.imports, requests: byKey[cachedImport]}).
+		WatchesRawSource(storeSource[cachedSlice]{store: c.stores.slices, requests: func(key types.NamespacedName, v *cachedSlice) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: key.Namespace, Name: v.service}}}
 		}}).
 		Watches(&causewayv1alpha1.GlobalIngress{}, globalIngress).

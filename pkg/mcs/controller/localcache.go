@@ -10,10 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -170,32 +172,61 @@ func importedSlices(group []plaincache.Item[cachedSlice]) []mcs.ExistingSlice {
 	return out
 }
 
-// newLocalStores returns the plain caches of the cluster's Services and
-// EndpointSlices, read through a clientset of local speaking protobuf.
-func newLocalStores(local *rest.Config, t *slimmer) (*plaincache.Store[cachedService], *plaincache.Store[cachedSlice], error) {
+// localStores are the plain caches of the cluster's objects (see
+// localcache.go's cached types).
+type localStores struct {
+	services *plaincache.Store[cachedService]
+	slices   *plaincache.Store[cachedSlice]
+	exports  *plaincache.Store[cachedExport]
+	imports  *plaincache.Store[cachedImport]
+}
+
+// newLocalStores returns the plain caches of the local cluster: Services
+// and EndpointSlices read through a clientset speaking protobuf, the MCS
+// objects through a client of scheme.
+func newLocalStores(local *rest.Config, scheme *runtime.Scheme, t *slimmer) (localStores, error) {
 	cfg := rest.CopyConfig(local)
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("local clientset: %w", err)
+		return localStores{}, fmt.Errorf("local clientset: %w", err)
 	}
-	services := plaincache.New(plaincache.Config[cachedService]{
-		Name:      "services",
-		ListWatch: cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "services", metav1.NamespaceAll, fields.Everything()),
-		Example:   &corev1.Service{},
-		Transform: t.service,
-		Convert:   t.cachedService,
-	})
-	slices := plaincache.New(plaincache.Config[cachedSlice]{
-		Name:      "endpointslices",
-		ListWatch: cache.NewListWatchFromClient(cs.DiscoveryV1().RESTClient(), "endpointslices", metav1.NamespaceAll, fields.Everything()),
-		Example:   &discoveryv1.EndpointSlice{},
-		Transform: t.endpointSlice,
-		Convert:   t.cachedSlice,
-		Groups:    sliceGroup,
-	})
-	return services, slices, nil
+	wc, err := client.NewWithWatch(local, client.Options{Scheme: scheme})
+	if err != nil {
+		return localStores{}, fmt.Errorf("local client: %w", err)
+	}
+	return localStores{
+		services: plaincache.New(plaincache.Config[cachedService]{
+			Name:      "services",
+			ListWatch: cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "services", metav1.NamespaceAll, fields.Everything()),
+			Example:   &corev1.Service{},
+			Transform: t.service,
+			Convert:   t.cachedService,
+		}),
+		slices: plaincache.New(plaincache.Config[cachedSlice]{
+			Name:      "endpointslices",
+			ListWatch: cache.NewListWatchFromClient(cs.DiscoveryV1().RESTClient(), "endpointslices", metav1.NamespaceAll, fields.Everything()),
+			Example:   &discoveryv1.EndpointSlice{},
+			Transform: t.endpointSlice,
+			Convert:   t.cachedSlice,
+			Groups:    sliceGroup,
+		}),
+		exports: plaincache.New(plaincache.Config[cachedExport]{
+			Name:      "serviceexports",
+			ListWatch: typedListWatch(wc, func() *mcsv1beta1.ServiceExportList { return &mcsv1beta1.ServiceExportList{} }),
+			Example:   &mcsv1beta1.ServiceExport{},
+			Transform: t.serviceExport,
+			Convert:   t.cachedExport,
+		}),
+		imports: plaincache.New(plaincache.Config[cachedImport]{
+			Name:      "serviceimports",
+			ListWatch: typedListWatch(wc, func() *mcsv1beta1.ServiceImportList { return &mcsv1beta1.ServiceImportList{} }),
+			Example:   &mcsv1beta1.ServiceImport{},
+			Transform: t.serviceImport,
+			Convert:   t.cachedImport,
+		}),
+	}, nil
 }
 
 // storeSource feeds a plain cache's changes to the controller's queue: it
@@ -219,4 +250,106 @@ func (s storeSource[T]) Start(ctx context.Context, q workqueue.TypedRateLimiting
 	return nil
 }
 
+// byKey is the request of a store's own key.
+func byKey[T any](key types.NamespacedName, _ *T) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: key}}
+}
+
 func (s storeSource[T]) WaitForSync(ctx context.Context) error { return s.store.WaitForSync(ctx) }
+
+// cachedExport is what the controller keeps of a ServiceExport: what the
+// record takes from it (its age, exported labels and annotations) and its
+// status, which the controller patches. One being deleted is not kept.
+type cachedExport struct {
+	uid                                 types.UID
+	resourceVersion                     string
+	generation                          int64
+	created                             metav1.Time
+	exportedLabels, exportedAnnotations map[string]string
+	conditions                          []metav1.Condition
+}
+
+func (t *slimmer) cachedExport(obj any) (cachedExport, bool) {
+	se, ok := obj.(*mcsv1beta1.ServiceExport)
+	if !ok || se.DeletionTimestamp != nil {
+		return cachedExport{}, false
+	}
+	kube.InternConditions(se.Status.Conditions)
+	return cachedExport{uid: se.UID, resourceVersion: se.ResourceVersion, generation: se.Generation, created: se.CreationTimestamp,
+		exportedLabels: se.Spec.ExportedLabels, exportedAnnotations: se.Spec.ExportedAnnotations, conditions: se.Status.Conditions}, true
+}
+
+// export returns the ServiceExport of key as the controller reads it. It
+// shares maps and slices with the cache: copy before modifying.
+func (v cachedExport) export(key types.NamespacedName) *mcsv1beta1.ServiceExport {
+	return &mcsv1beta1.ServiceExport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: v.uid, ResourceVersion: v.resourceVersion,
+			Generation: v.generation, CreationTimestamp: v.created},
+		Spec:   mcsv1beta1.ServiceExportSpec{ExportedLabels: v.exportedLabels, ExportedAnnotations: v.exportedAnnotations},
+		Status: mcsv1beta1.ServiceExportStatus{Conditions: v.conditions},
+	}
+}
+
+// cachedImport is what the controller keeps of a ServiceImport it wrote:
+// its identity, labels and annotations, status, and the content hash of
+// its spec (mcs.ContentHash), which is compared with the desired one.
+type cachedImport struct {
+	uid                 types.UID
+	resourceVersion     string
+	generation          int64
+	labels, annotations map[string]string
+	// finalizers and ownerReferences are kept for the updates, which
+	// replace the whole object; normally there are none.
+	finalizers      []string
+	ownerReferences []metav1.OwnerReference
+	specHash        string
+	status          mcsv1beta1.ServiceImportStatus
+}
+
+func (t *slimmer) cachedImport(obj any) (cachedImport, bool) {
+	si, ok := obj.(*mcsv1beta1.ServiceImport)
+	if !ok {
+		return cachedImport{}, false
+	}
+	// Listed objects come through slimmer.serviceImport (the spec replaced
+	// by its hash), watched ones as they are.
+	hash := contentHash(&si.ObjectMeta)
+	if !compacted(&si.ObjectMeta) {
+		hash = mcs.ContentHash(si.Spec)
+		kube.InternMeta(&si.ObjectMeta)
+		for i := range si.Status.Clusters {
+			si.Status.Clusters[i].Cluster = kube.Intern(si.Status.Clusters[i].Cluster)
+		}
+		kube.InternConditions(si.Status.Conditions)
+	}
+	return cachedImport{uid: si.UID, resourceVersion: si.ResourceVersion, generation: si.Generation,
+		labels: si.Labels, annotations: si.Annotations, finalizers: si.Finalizers, ownerReferences: si.OwnerReferences,
+		specHash: hash, status: si.Status}, true
+}
+
+// serviceImport returns the ServiceImport of key without its spec (see
+// specHash). It shares maps and slices with the cache: copy before
+// modifying.
+func (v cachedImport) serviceImport(key types.NamespacedName) *mcsv1beta1.ServiceImport {
+	return &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: v.uid, ResourceVersion: v.resourceVersion,
+			Generation: v.generation, Labels: v.labels, Annotations: v.annotations, Finalizers: v.finalizers,
+			OwnerReferences: v.ownerReferences},
+		Status: v.status,
+	}
+}
+
+// typedListWatch lists and watches one resource through a
+// controller-runtime client (the resource's Go types come from its
+// scheme).
+func typedListWatch[L client.ObjectList](c client.WithWatch, newList func() L) cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			l := newList()
+			return l, c.List(ctx, l, &client.ListOptions{Raw: &opts})
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, newList(), &client.ListOptions{Raw: &opts})
+		},
+	}
+}

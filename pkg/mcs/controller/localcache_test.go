@@ -143,3 +143,62 @@ func TestCachedSliceKeepsWhatIsRead(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedExportAndImport: the plain values of a ServiceExport and of a
+// ServiceImport, watched or listed (slim or compact), give back what the
+// controller reads of them; a ServiceExport being deleted is not kept.
+func TestCachedExportAndImport(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	meta := fullMeta("ns", "web", map[string]string{"exported": "yes"})
+	meta.DeletionTimestamp = nil
+	se := &mcsv1beta1.ServiceExport{ObjectMeta: meta,
+		Spec:   mcsv1beta1.ServiceExportSpec{ExportedLabels: map[string]string{"x": "y"}, ExportedAnnotations: map[string]string{"a": "b"}},
+		Status: mcsv1beta1.ServiceExportStatus{Conditions: []metav1.Condition{{Type: "Valid", Status: "True", Reason: "Valid"}}}}
+	slimSE, err := newSlimmer("cluster-c1").serviceExport(se.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, obj := range map[string]any{"watched": se.DeepCopy(), "listed": slimSE} {
+		v, ok := newSlimmer("cluster-c1").cachedExport(obj)
+		if !ok {
+			t.Fatalf("%s ServiceExport not kept", name)
+		}
+		got := v.export(key)
+		if !equality.Semantic.DeepEqual(got.Spec, se.Spec) || !equality.Semantic.DeepEqual(got.Status, se.Status) ||
+			got.UID != se.UID || got.Generation != se.Generation || got.ResourceVersion != se.ResourceVersion ||
+			!got.CreationTimestamp.Equal(&se.CreationTimestamp) || got.Name != "web" || got.Namespace != "ns" {
+			t.Errorf("%s ServiceExport read back as %+v, want the spec, status and identity of %+v", name, got, se)
+		}
+	}
+	deleting := se.DeepCopy()
+	deleting.DeletionTimestamp = ptr(metav1.Now())
+	if _, ok := newSlimmer("cluster-c1").cachedExport(deleting); ok {
+		t.Error("a ServiceExport being deleted is kept")
+	}
+
+	si := &mcsv1beta1.ServiceImport{ObjectMeta: meta,
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{"241.0.0.1"},
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
+		Status: mcsv1beta1.ServiceImportStatus{Clusters: []mcsv1beta1.ClusterStatus{{Cluster: "c1"}},
+			Conditions: []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Ready", Message: "imported"}}}}
+	compactSI, err := newSlimmer("cluster-c1").serviceImport(si.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, obj := range map[string]any{"watched": si.DeepCopy(), "listed": compactSI} {
+		v, ok := newSlimmer("cluster-c1").cachedImport(obj)
+		if !ok {
+			t.Fatalf("%s ServiceImport not kept", name)
+		}
+		if v.specHash != mcs.ContentHash(si.Spec) {
+			t.Errorf("%s ServiceImport spec hash %q, want %q", name, v.specHash, mcs.ContentHash(si.Spec))
+		}
+		got := v.serviceImport(key)
+		if !equality.Semantic.DeepEqual(got.Status, si.Status) || !equality.Semantic.DeepEqual(got.Labels, si.Labels) ||
+			!equality.Semantic.DeepEqual(got.Annotations, si.Annotations) || !equality.Semantic.DeepEqual(got.OwnerReferences, si.OwnerReferences) ||
+			!equality.Semantic.DeepEqual(got.Finalizers, si.Finalizers) || got.UID != si.UID || got.Generation != si.Generation ||
+			got.ResourceVersion != si.ResourceVersion || got.GenerateName != "" {
+			t.Errorf("%s ServiceImport read back as %+v, want the status and metadata of %+v", name, got, si)
+		}
+	}
+}
