@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"unique"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -52,15 +53,16 @@ type Store[T any] struct {
 	cfg    Config[T]
 	synced chan struct{}
 
-	mu     sync.RWMutex
-	items  map[types.NamespacedName]T
-	groups map[string][]types.NamespacedName
+	mu         sync.RWMutex
+	items      map[types.NamespacedName]T
+	groups     map[string][]types.NamespacedName
+	namespaces map[string]int // values per namespace
 }
 
 // New returns an empty store of the resource cfg describes.
 func New[T any](cfg Config[T]) *Store[T] {
 	return &Store[T]{cfg: cfg, synced: make(chan struct{}), items: map[types.NamespacedName]T{},
-		groups: map[string][]types.NamespacedName{}}
+		groups: map[string][]types.NamespacedName{}, namespaces: map[string]int{}}
 }
 
 // Run lists and watches the resource until ctx ends. After each change of
@@ -103,6 +105,18 @@ func (s *Store[T]) Group(g string) []Item[T] {
 	return out
 }
 
+// Namespaces returns the namespaces holding cached values, in no
+// particular order.
+func (s *Store[T]) Namespaces() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.namespaces))
+	for ns := range s.namespaces {
+		out = append(out, ns)
+	}
+	return out
+}
+
 // Len returns the number of cached values.
 func (s *Store[T]) Len() int {
 	s.mu.RLock()
@@ -122,12 +136,16 @@ func (s *Store[T]) setLocked(key types.NamespacedName, v *T) change[T] {
 	if o, ok := s.items[key]; ok {
 		old = &o
 		s.ungroupLocked(key, o)
+		if s.namespaces[key.Namespace]--; s.namespaces[key.Namespace] == 0 {
+			delete(s.namespaces, key.Namespace)
+		}
 	}
 	if v == nil {
 		delete(s.items, key)
 		return change[T]{key: key, old: old}
 	}
 	s.items[key] = *v
+	s.namespaces[key.Namespace]++
 	if s.cfg.Groups != nil {
 		for _, g := range s.cfg.Groups(key, *v) {
 			s.groups[g] = append(s.groups[g], key)
@@ -163,7 +181,8 @@ func (r *reflectorStore[T]) entry(obj any) (types.NamespacedName, *T, error) {
 	if err != nil {
 		return types.NamespacedName{}, nil, fmt.Errorf("%s cache: %w", r.s.cfg.Name, err)
 	}
-	key := types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}
+	// Namespaces repeat across objects: one copy of each.
+	key := types.NamespacedName{Namespace: unique.Make(m.GetNamespace()).Value(), Name: m.GetName()}
 	if v, ok := r.s.cfg.Convert(obj); ok {
 		return key, &v, nil
 	}

@@ -113,4 +113,10 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 	if n := s.Len(); n != 1 {
 		t.Errorf("Len = %d, want 1 (x)", n)
 	}
+	if ns := s.Namespaces(); !slices.Equal(ns, []string{"default"}) {
+		t.Errorf("Namespaces = %q, want [default]", ns)
+	}
+	if keys := s.Keys(); len(keys) != 1 || keys[0].Name != "x" {
+		t.Errorf("Keys = %v, want x only", keys)
+	}
 }

@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -96,52 +95,6 @@ type Config struct {
 	BrokerTokenLifetime time.Duration
 }
 
-// Cache index names.
-const (
-	indexRecordPart      = "causeway.recordPart" // records other than heads (parts) by "<ns>/<name>" of the Service
-	indexRecordNamespace = "causeway.serviceNS"  // records by Service namespace
-	indexVIPService      = "causeway.vipService"
-)
-
-// index looks objects up through indexes added to an informer.
-type index struct{ indexer toolscache.Indexer }
-
-func newIndex(ctx context.Context, c cache.Cache, obj client.Object, indexers toolscache.Indexers) (*index, error) {
-	inf, err := c.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
-	if err != nil {
-		return nil, err
-	}
-	if err := inf.AddIndexers(indexers); err != nil {
-		return nil, err
-	}
-	si, ok := inf.(toolscache.SharedIndexInformer)
-	if !ok {
-		return nil, fmt.Errorf("informer %T has no indexer", inf)
-	}
-	return &index{indexer: si.GetIndexer()}, nil
-}
-
-// list returns the cached objects under value in the named index. They
-// are the cache's own: callers must copy before modifying.
-func (x *index) list(name, value string) ([]any, error) {
-	return x.indexer.ByIndex(name, value)
-}
-
-// get returns the cached object of key ("<namespace>/<name>"), nil when
-// none. It is the cache's own: callers must copy before modifying.
-func (x *index) get(key string) (any, error) {
-	obj, ok, err := x.indexer.GetByKey(key)
-	if !ok {
-		return nil, err
-	}
-	return obj, err
-}
-
-// namespaces returns the namespaces holding cached objects.
-func (x *index) namespaces() []string {
-	return x.indexer.ListIndexFuncValues(toolscache.NamespaceIndex)
-}
-
 // Controller is one cluster's MCS controller.
 type Controller struct {
 	cfg     Config
@@ -159,11 +112,11 @@ type Controller struct {
 	metrics  *metrics
 	trigger  chan event.GenericEvent
 
-	// recordIndex indexes the broker's ServiceExportRecords (see setup).
-	recordIndex *index
 	// stores cache the cluster's Services, EndpointSlices,
-	// ServiceExports and ServiceImports (localcache.go).
-	stores localStores
+	// ServiceExports and ServiceImports (localcache.go), brokerStores the
+	// broker's records and VIP allocations (brokercache.go).
+	stores       localStores
+	brokerStores brokerStores
 
 	mu sync.Mutex
 	// services is what the controller remembers of each Service between
@@ -255,14 +208,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			&causewayv1alpha1.Endpoint{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
 		},
 	}
-	brokerCache := cache.Options{
-		SyncPeriod:       &resync,
-		DefaultTransform: stripManagedFields,
-		ByObject: map[client.Object]cache.ByObject{
-			&causewayv1alpha1.ServiceExportRecord{}: {Transform: slim.record},
-			&causewayv1alpha1.VIPAllocation{}:       {Transform: slim.vipAllocation},
-		},
-	}
+	brokerCache := cache.Options{SyncPeriod: &resync, DefaultTransform: stripManagedFields}
 
 	// Leader election with client-go's usual timings: a short renew
 	// deadline lost leadership (and exited) while the API server was
@@ -295,6 +241,8 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	bc, err := cluster.New(brokerCfg, func(o *cluster.Options) {
 		o.Scheme = scheme
 		o.Cache = brokerCache
+		o.Client = client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{
+			&causewayv1alpha1.ServiceExportRecord{}, &causewayv1alpha1.VIPAllocation{}}}}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker client: %w", err)
@@ -327,14 +275,16 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	if c.stores, err = newLocalStores(local, scheme, slim); err != nil {
 		return nil, err
 	}
+	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim); err != nil {
+		return nil, err
+	}
 	if cfg.BrokerTokenLifetime > 0 {
 		if err := mgr.Add(c.tokenRotator(brokerCfg)); err != nil {
 			return nil, err
 		}
 	}
 	if c.alloc, err = mcs.NewFamilyVIPAllocator(cfg.VIPRange, cfg.VIPRangeIPv6,
-		&indexedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), c: c.bclient, live: c.breader,
-			release: mcs.NewBrokerVIPStore(liveReads{Client: c.bclient, live: c.breader}, cfg.ClusterID)}); err != nil {
+		cachedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), vips: c.brokerStores}); err != nil {
 		return nil, err
 	}
 	if err := c.setup(); err != nil {
@@ -372,43 +322,6 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) ownNamespace() string { return broker.Namespace(c.cfg.ClusterID) }
 
 func (c *Controller) setup() error {
-	ctx := context.Background()
-	// Records are looked up through indexes of their informer (a label
-	// selector would scan every record of the namespace on each sync).
-	// They are plain informer indexes, one key per object, rather
-	// than the cache's field indexes, which store every key twice (with
-	// and without the object's namespace): at 10 000 Services the index
-	// sets were the largest item of the heap after the objects themselves.
-	// A record's head is found by its name in each cluster's namespace
-	// (recordHeads), so only the other objects (parts of split records,
-	// whose names carry a revision) are indexed by Service.
-	bcache := c.broker.GetCache()
-	var err error
-	c.recordIndex, err = newIndex(ctx, bcache, &causewayv1alpha1.ServiceExportRecord{}, toolscache.Indexers{
-		indexRecordPart: func(o any) ([]string, error) {
-			r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
-			if !ok || r.Name == mcs.RecordName(r.Spec.ServiceNamespace, r.Spec.ServiceName) {
-				return nil, nil
-			}
-			return []string{r.Spec.ServiceNamespace + "/" + r.Spec.ServiceName}, nil
-		},
-		indexRecordNamespace: func(o any) ([]string, error) {
-			r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
-			if !ok {
-				return nil, nil
-			}
-			return []string{r.Spec.ServiceNamespace}, nil
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("index records: %w", err)
-	}
-	if err := bcache.IndexField(ctx, &causewayv1alpha1.VIPAllocation{}, indexVIPService, func(o client.Object) []string {
-		a := o.(*causewayv1alpha1.VIPAllocation)
-		return []string{a.Spec.ServiceNamespace + "/" + a.Spec.ServiceName}
-	}); err != nil {
-		return fmt.Errorf("index VIP allocations: %w", err)
-	}
 	record := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
 		if !ok {
@@ -416,27 +329,26 @@ func (c *Controller) setup() error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: r.Spec.ServiceNamespace, Name: r.Spec.ServiceName}}}
 	})
-	// An allocation event concerns its Service, and any Service waiting for
-	// a free address (the range was exhausted).
-	vip := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		a := o.(*causewayv1alpha1.VIPAllocation)
-		out := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName}}}
+	// A record concerns its Service.
+	recordService := func(_ types.NamespacedName, v *cachedRecord) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: v.service}}
+	}
+	// An allocation concerns its Service, and any Service waiting for a
+	// free address (the range was exhausted).
+	vipService := func(_ types.NamespacedName, v *cachedVIP) []reconcile.Request {
+		out := []reconcile.Request{{NamespacedName: v.service}}
 		c.mu.Lock()
 		for k := range c.waitingVIP {
 			out = append(out, reconcile.Request{NamespacedName: k})
 		}
 		c.mu.Unlock()
 		return out
-	})
-	namespace := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		recs, err := c.recordIndex.list(indexRecordNamespace, o.GetName())
-		if err != nil {
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(recs))
-		for _, r := range recs {
-			r := r.(*causewayv1alpha1.ServiceExportRecord)
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.Spec.ServiceNamespace, Name: r.Spec.ServiceName}})
+	}
+	// A new Namespace concerns the Services in it that the broker knows.
+	namespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		var out []reconcile.Request
+		for _, key := range c.brokerStores.recordsOf("", o.GetName()) {
+			out = append(out, reconcile.Request{NamespacedName: key})
 		}
 		return out
 	})
@@ -463,7 +375,7 @@ func (c *Controller) setup() error {
 	}
 	mirror := handler.EnqueueRequestsFromMapFunc(c.onMirror)
 
-	err = builder.ControllerManagedBy(c.mgr).
+	err := builder.ControllerManagedBy(c.mgr).
 		Named("mcs").
 		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
 		WatchesRawSource(storeSource[cachedExport]{store: c.stores.exports, requests: byKey[cachedExport]}).
@@ -481,8 +393,8 @@ func (c *Controller) setup() error {
 			UpdateFunc: func(event.UpdateEvent) bool { return false },
 			DeleteFunc: func(event.DeleteEvent) bool { return false },
 		})).
-		WatchesRawSource(source.Kind(c.broker.GetCache(), client.Object(&causewayv1alpha1.ServiceExportRecord{}), record)).
-		WatchesRawSource(source.Kind(c.broker.GetCache(), client.Object(&causewayv1alpha1.VIPAllocation{}), vip)).
+		WatchesRawSource(storeSource[cachedRecord]{store: c.brokerStores.records, requests: recordService}).
+		WatchesRawSource(storeSource[cachedVIP]{store: c.brokerStores.vips, requests: vipService}).
 		WatchesRawSource(source.Channel(c.trigger, record)).
 		Complete(reconcile.Func(c.reconcile))
 	if err != nil {
@@ -511,66 +423,27 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 
 func ptrTo[T any](v T) *T { return &v }
 
-// indexedVIPStore finds a Service's allocations through a cache index
-// instead of a label scan, asks the API server who holds an address
-// when a claim finds it taken but the cache does not know the holder yet
-// (another cluster allocated it for the same Service a moment ago), and
-// releases through release, whose reads go to the API server: the cache
-// keeps no labels, and the owner label decides whether an allocation is
-// this cluster's to release.
-type indexedVIPStore struct {
+// cachedVIPStore is the broker's VIP store (mcs.BrokerVIPStore, whose
+// client reads VIPAllocations from the broker API server, not a cache)
+// answering AllocatedTo and Holder from the plain cache of allocations:
+// the allocator asks them for every candidate address and on every sync.
+// Claim and Release stay with the API server: when a claim meets an
+// existing object, the API server says who holds it (another cluster may
+// have allocated it for the same Service a moment ago, before the cache
+// saw it), and the owner label, which the cache does not keep, decides
+// whether an allocation is this cluster's to release.
+type cachedVIPStore struct {
 	*mcs.BrokerVIPStore
-	c       client.Client
-	live    client.Reader
-	release *mcs.BrokerVIPStore
+	vips brokerStores
 }
 
-func (s *indexedVIPStore) Release(ctx context.Context, addr netip.Addr, svc types.NamespacedName) error {
-	return s.release.Release(ctx, addr, svc)
+func (s cachedVIPStore) AllocatedTo(_ context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
+	return s.vips.vipsOf(svc), nil
 }
 
-// liveReads is a client whose reads go to the API server (live) and its
-// writes through Client.
-type liveReads struct {
-	client.Client
-	live client.Reader
-}
-
-func (l liveReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	return l.live.Get(ctx, key, obj, opts...)
-}
-
-func (l liveReads) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	return l.live.List(ctx, list, opts...)
-}
-
-func (s *indexedVIPStore) Claim(ctx context.Context, addr netip.Addr, svc types.NamespacedName) (types.NamespacedName, error) {
-	holder, err := s.BrokerVIPStore.Claim(ctx, addr, svc)
-	if err == nil || !errors.Is(err, mcs.ErrVIPTaken) || holder != (types.NamespacedName{}) {
-		return holder, err
-	}
-	var a causewayv1alpha1.VIPAllocation
-	if gerr := s.live.Get(ctx, types.NamespacedName{Name: mcs.VIPObjectName(addr)}, &a); gerr != nil {
-		return holder, err
-	}
-	return types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName}, err
-}
-
-func (s *indexedVIPStore) AllocatedTo(ctx context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
-	var list causewayv1alpha1.VIPAllocationList
-	if err := s.c.List(ctx, &list, client.MatchingFields{indexVIPService: svc.String()}); err != nil {
-		return nil, fmt.Errorf("list VIP allocations: %w", err)
-	}
-	var out []netip.Addr
-	for _, a := range list.Items {
-		if a.DeletionTimestamp != nil {
-			continue
-		}
-		if addr, err := mcs.ParseVIPObjectName(a.Name); err == nil {
-			out = append(out, addr)
-		}
-	}
-	return out, nil
+func (s cachedVIPStore) Holder(_ context.Context, addr netip.Addr) (types.NamespacedName, bool, error) {
+	v, ok := s.vips.vips.Get(types.NamespacedName{Name: mcs.VIPObjectName(addr)})
+	return v.service, ok, nil
 }
 
 // runLiveness renews this cluster's liveness Lease and re-evaluates the
@@ -645,14 +518,10 @@ func (c *Controller) runLiveness(ctx context.Context) error {
 
 // requeueCluster queues every Service the cluster exports.
 func (c *Controller) requeueCluster(ctx context.Context, id string) {
-	var list causewayv1alpha1.ServiceExportRecordList
-	if err := c.bclient.List(ctx, &list, client.InNamespace(broker.Namespace(id))); err != nil {
-		c.log.Warn("list records of cluster", "peer", id, "err", err)
-		return
-	}
-	for i := range list.Items {
+	for _, key := range c.brokerStores.recordsOf(broker.Namespace(id), "") {
 		select {
-		case c.trigger <- event.GenericEvent{Object: &list.Items[i]}:
+		case c.trigger <- event.GenericEvent{Object: &causewayv1alpha1.ServiceExportRecord{
+			Spec: causewayv1alpha1.ServiceExportRecordSpec{ServiceNamespace: key.Namespace, ServiceName: key.Name}}}:
 		case <-ctx.Done():
 			return
 		}

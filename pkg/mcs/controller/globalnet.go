@@ -361,12 +361,8 @@ func (c *Controller) onMirror(ctx context.Context, o client.Object) []reconcile.
 		}
 		return out
 	}
-	var recs causewayv1alpha1.ServiceExportRecordList
-	if err := c.bclient.List(ctx, &recs, client.InNamespace(broker.Namespace(id))); err != nil {
-		return nil
-	}
-	for _, r := range recs.Items {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.Spec.ServiceNamespace, Name: r.Spec.ServiceName}})
+	for _, key := range c.brokerStores.recordsOf(broker.Namespace(id), "") {
+		out = append(out, reconcile.Request{NamespacedName: key})
 	}
 	return out
 }

@@ -24,6 +24,7 @@ import (
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/kube/plaincache"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
@@ -63,23 +64,14 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	}
 	st.export = se
 	recKey := types.NamespacedName{Namespace: c.ownNamespace(), Name: mcs.RecordName(key.Namespace, key.Name)}
-	have := &causewayv1alpha1.ServiceExportRecord{}
-	switch err := c.bclient.Get(ctx, recKey, have); {
-	case apierrors.IsNotFound(err):
-		have = nil
-	case err != nil:
-		return st, fmt.Errorf("get own record: %w", err)
-	}
-	own, err := c.ownRecordObjects(key)
-	if err != nil {
-		return st, err
-	}
+	have, published := c.brokerStores.records.Get(recKey)
+	own := c.ownRecordParts(key)
 	// The head goes first, so importers stop using the set before its
 	// parts go.
 	withdraw := func() {
 		c.setExported(key, false)
-		if have != nil {
-			if err := c.bclient.Delete(ctx, have, client.Preconditions{UID: &have.UID}); err != nil && !apierrors.IsNotFound(err) {
+		if published {
+			if err := c.bclient.Delete(ctx, have.object(recKey), client.Preconditions{UID: &have.uid}); err != nil && !apierrors.IsNotFound(err) {
 				st.writeErr = fmt.Errorf("delete record %s: %w", recKey, err)
 				return
 			}
@@ -110,6 +102,7 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	// Globalnet: the record carries the Service's global addresses once
 	// they are allocated; none while the pool is exhausted or the cluster
 	// has no global CIDR.
+	var err error
 	if st.global, err = c.syncGlobal(ctx, key, se, svc, local); err != nil {
 		return st, err
 	}
@@ -130,7 +123,7 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		return st, nil
 	}
 	switch {
-	case have == nil:
+	case !published:
 		obj := &causewayv1alpha1.ServiceExportRecord{
 			ObjectMeta: metav1.ObjectMeta{Namespace: recKey.Namespace, Name: recKey.Name},
 			Spec:       head,
@@ -146,10 +139,9 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 			return st, nil
 		}
 		c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "create").Inc()
-		have = obj
-	case contentHash(&have.ObjectMeta) != mcs.ContentHash(head):
-		upd := have.DeepCopy()
-		fromCache(&upd.ObjectMeta)
+		have.created = obj.CreationTimestamp
+	case have.hash != mcs.ContentHash(head):
+		upd := have.object(recKey)
 		upd.Spec = head
 		if err := c.bclient.Update(ctx, upd); err != nil {
 			st.writeErr = fmt.Errorf("update record %s: %w", recKey, err)
@@ -162,74 +154,57 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		return st, nil
 	}
 	// Merged as every importer merges it: aged by the broker.
-	st.record.ExportCreationTimestamp = have.CreationTimestamp
+	st.record.ExportCreationTimestamp = have.created
 	st.published = true
 	c.setExported(key, true)
 	return st, nil
 }
 
-// ownRecordObjects returns this cluster's record parts of key in the
-// broker cache (not the head), by name. They are the cache's own.
-func (c *Controller) ownRecordObjects(key types.NamespacedName) (map[string]*causewayv1alpha1.ServiceExportRecord, error) {
-	list, err := c.recordIndex.list(indexRecordPart, key.String())
-	if err != nil {
-		return nil, fmt.Errorf("list own records: %w", err)
-	}
-	out := map[string]*causewayv1alpha1.ServiceExportRecord{}
-	for _, o := range list {
-		if r, ok := o.(*causewayv1alpha1.ServiceExportRecord); ok && r.Namespace == c.ownNamespace() {
-			out[r.Name] = r
+// ownRecordParts returns this cluster's record parts of key in the
+// broker cache (not the head), by name.
+func (c *Controller) ownRecordParts(key types.NamespacedName) map[string]cachedRecord {
+	out := map[string]cachedRecord{}
+	for _, it := range c.brokerStores.records.Group(key.String()) {
+		if it.Key.Namespace == c.ownNamespace() {
+			out[it.Key.Name] = it.Value
 		}
 	}
-	return out, nil
+	return out
 }
 
-// recordHeads returns the head of key's record in each cluster namespace
-// of the broker cache (namespaces of other objects are skipped), and the
-// other objects of key (the parts of split records). They are the cache's
-// own.
-func (c *Controller) recordHeads(key types.NamespacedName) (heads, parts []*causewayv1alpha1.ServiceExportRecord, err error) {
+// recordHeads returns the object named like the head of key's record in
+// each cluster namespace of the broker cache (namespaces of other objects
+// are skipped), and the other objects of key (the parts of split
+// records).
+func (c *Controller) recordHeads(key types.NamespacedName) (heads, parts []plaincache.Item[cachedRecord]) {
 	name := mcs.RecordName(key.Namespace, key.Name)
-	for _, ns := range c.recordIndex.namespaces() {
+	for _, ns := range c.brokerStores.records.Namespaces() {
 		if _, ok := broker.ClusterIDFromNamespace(ns); !ok {
 			continue
 		}
-		o, err := c.recordIndex.get(ns + "/" + name)
-		if err != nil {
-			return nil, nil, fmt.Errorf("get record %s/%s: %w", ns, name, err)
-		}
-		if r, ok := o.(*causewayv1alpha1.ServiceExportRecord); ok {
-			heads = append(heads, r)
+		k := types.NamespacedName{Namespace: ns, Name: name}
+		if v, ok := c.brokerStores.records.Get(k); ok {
+			heads = append(heads, plaincache.Item[cachedRecord]{Key: k, Value: v})
 		}
 	}
-	list, err := c.recordIndex.list(indexRecordPart, key.String())
-	if err != nil {
-		return nil, nil, fmt.Errorf("list record parts: %w", err)
-	}
-	for _, o := range list {
-		if r, ok := o.(*causewayv1alpha1.ServiceExportRecord); ok {
-			parts = append(parts, r)
-		}
-	}
-	return heads, parts, nil
+	return heads, c.brokerStores.records.Group(key.String())
 }
 
 // writeRecordParts creates or updates the parts of a split record (none
 // when it is one object). A part's name carries its revision, so an
 // existing one differs only when edited by hand.
-func (c *Controller) writeRecordParts(ctx context.Context, parts []mcs.ExportRecord, own map[string]*causewayv1alpha1.ServiceExportRecord) error {
+func (c *Controller) writeRecordParts(ctx context.Context, parts []mcs.ExportRecord, own map[string]cachedRecord) error {
 	for _, p := range parts {
 		name := mcs.RecordPartName(p.ServiceNamespace, p.ServiceName, p.Part.Revision, int(p.Part.Index))
-		switch have := own[name]; {
-		case have == nil:
+		switch have, ok := own[name]; {
+		case !ok:
 			obj := &causewayv1alpha1.ServiceExportRecord{ObjectMeta: metav1.ObjectMeta{Namespace: c.ownNamespace(), Name: name}, Spec: p}
 			if err := c.bclient.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("create record part %s: %w", name, err)
 			}
 			c.metrics.apiWrites.WithLabelValues("ServiceExportRecord", "create").Inc()
-		case contentHash(&have.ObjectMeta) != mcs.ContentHash(p):
-			upd := have.DeepCopy()
-			fromCache(&upd.ObjectMeta)
+		case have.hash != mcs.ContentHash(p):
+			upd := have.object(types.NamespacedName{Namespace: c.ownNamespace(), Name: name})
 			upd.Spec = p
 			if err := c.bclient.Update(ctx, upd); err != nil {
 				return fmt.Errorf("update record part %s: %w", name, err)
@@ -241,7 +216,7 @@ func (c *Controller) writeRecordParts(ctx context.Context, parts []mcs.ExportRec
 }
 
 // deleteRecordParts deletes the parts in own that are not in keep.
-func (c *Controller) deleteRecordParts(ctx context.Context, own map[string]*causewayv1alpha1.ServiceExportRecord, keep []mcs.ExportRecord) error {
+func (c *Controller) deleteRecordParts(ctx context.Context, own map[string]cachedRecord, keep []mcs.ExportRecord) error {
 	kept := map[string]bool{}
 	for _, p := range keep {
 		kept[mcs.RecordPartName(p.ServiceNamespace, p.ServiceName, p.Part.Revision, int(p.Part.Index))] = true
@@ -251,7 +226,8 @@ func (c *Controller) deleteRecordParts(ctx context.Context, own map[string]*caus
 		if kept[name] {
 			continue
 		}
-		if err := c.bclient.Delete(ctx, r.DeepCopy(), client.Preconditions{UID: &r.UID}); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.bclient.Delete(ctx, r.object(types.NamespacedName{Namespace: c.ownNamespace(), Name: name}),
+			client.Preconditions{UID: &r.uid}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete record part %s: %w", name, err))
 			continue
 		}
@@ -281,30 +257,26 @@ func (r refusal) String() string { return "cluster " + r.clusterID + ": " + r.er
 // deleted by hand, and the exporter writes it again); a dead cluster's is
 // left out, its backends are withdrawn anyway.
 func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, []refusal, error) {
-	headList, partList, err := c.recordHeads(key)
-	if err != nil {
-		return nil, nil, err
-	}
+	headList, partList := c.recordHeads(key)
 	// A remote cluster's objects, in its own namespace, of the Service it
 	// names.
-	remote := func(r *causewayv1alpha1.ServiceExportRecord) (string, bool) {
-		id, ok := broker.ClusterIDFromNamespace(r.Namespace)
-		return id, ok && id == r.Spec.ClusterID && id != c.cfg.ClusterID && r.DeletionTimestamp == nil &&
-			r.Spec.ServiceNamespace == key.Namespace && r.Spec.ServiceName == key.Name
+	remote := func(r plaincache.Item[cachedRecord]) (string, bool) {
+		id, ok := broker.ClusterIDFromNamespace(r.Key.Namespace)
+		return id, ok && r.Value.spec != nil && id == r.Value.spec.ClusterID && id != c.cfg.ClusterID && r.Value.service == key
 	}
-	heads := map[string]*causewayv1alpha1.ServiceExportRecord{} // cluster -> head
-	objects := map[string]map[string]mcs.ExportRecord{}         // cluster -> object name -> spec
+	heads := map[string]cachedRecord{}                  // cluster -> head
+	objects := map[string]map[string]mcs.ExportRecord{} // cluster -> object name -> spec
 	for _, r := range headList {
 		if id, ok := remote(r); ok {
-			heads[id] = r
+			heads[id] = r.Value
 		}
 	}
 	for _, r := range partList {
-		if id, ok := remote(r); ok && r.Spec.Part != nil {
+		if id, ok := remote(r); ok && r.Value.spec.Part != nil {
 			if objects[id] == nil {
 				objects[id] = map[string]mcs.ExportRecord{}
 			}
-			objects[id][r.Name] = r.Spec
+			objects[id][r.Key.Name] = *r.Value.spec
 		}
 	}
 	var out []mcs.ExportRecord
@@ -312,7 +284,7 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 	var errs []error
 	var pol *addrpolicy.Config
 	for _, id := range slices.Sorted(maps.Keys(heads)) {
-		spec, err := mcs.JoinRecord(heads[id].Spec, objects[id])
+		spec, err := mcs.JoinRecord(*heads[id].spec, objects[id])
 		if err != nil {
 			if c.live.alive(id) {
 				errs = append(errs, err)
@@ -327,7 +299,7 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 			refused = append(refused, refusal{id, re})
 			continue
 		}
-		out = append(out, brokerAged(heads[id], spec))
+		out = append(out, brokerAged(heads[id].created, spec))
 	}
 	if len(errs) > 0 {
 		return nil, nil, errors.Join(errs...)
@@ -345,9 +317,9 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 // to the distant past to win every conflict; the broker's it cannot
 // choose, only renew by deleting and recreating the record, which makes
 // it younger).
-func brokerAged(head *causewayv1alpha1.ServiceExportRecord, spec mcs.ExportRecord) mcs.ExportRecord {
+func brokerAged(created metav1.Time, spec mcs.ExportRecord) mcs.ExportRecord {
 	spec = *spec.DeepCopy()
-	spec.ExportCreationTimestamp = head.CreationTimestamp
+	spec.ExportCreationTimestamp = created
 	return spec
 }
 
@@ -455,11 +427,8 @@ func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedNam
 	st := c.services[key]
 	c.mu.Unlock()
 	if known := st.vips; st.hasVIPs && sameFamilies(known, mcs.VIPFamilies(families)) {
-		var held causewayv1alpha1.VIPAllocationList
-		err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()})
-		if err == nil && len(held.Items) == len(known) && slices.IndexFunc(held.Items, func(a causewayv1alpha1.VIPAllocation) bool {
-			return a.DeletionTimestamp != nil || !slices.ContainsFunc(known, func(v netip.Addr) bool { return mcs.VIPObjectName(v) == a.Name })
-		}) < 0 {
+		held := c.brokerStores.vipsOf(key)
+		if len(held) == len(known) && !slices.ContainsFunc(held, func(a netip.Addr) bool { return !slices.Contains(known, a) }) {
 			return known, nil
 		}
 	}
@@ -581,11 +550,7 @@ func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName)
 	c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = nil, false })
 	delete(c.waitingVIP, key)
 	c.mu.Unlock()
-	var held causewayv1alpha1.VIPAllocationList
-	if err := c.bclient.List(ctx, &held, client.MatchingFields{indexVIPService: key.String()}); err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	if !hadVIP && len(held.Items) == 0 {
+	if !hadVIP && len(c.brokerStores.vipsOf(key)) == 0 {
 		return errors.Join(errs...)
 	}
 	// The cache may lag behind a new export elsewhere: ask the API server.

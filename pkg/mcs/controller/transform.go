@@ -284,7 +284,7 @@ func (t *slimmer) record(in any) (any, error) {
 // vipAllocation keeps a VIPAllocation's identity and spec (the Service
 // holding the address), not its labels: the Service is read from the
 // spec, and a release reads the owner label from the API server
-// (indexedVIPStore.Release).
+// (cachedVIPStore: Release reads the API server).
 func (t *slimmer) vipAllocation(in any) (any, error) {
 	a, ok := in.(*causewayv1alpha1.VIPAllocation)
 	if !ok {

@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/kube/plaincache"
+	"github.com/causeway-net/causeway/pkg/mcs"
+)
+
+// The broker's ServiceExportRecords and VIPAllocations, one of each per
+// exported Service and cluster, are cached as plain values (package
+// plaincache) too.
+
+// cachedRecord is what the controller keeps of a broker
+// ServiceExportRecord: its identity, its age (the broker's creation time)
+// and the Service it is about; of another cluster's record the whole spec
+// (it is merged), of this cluster's own the spec's content hash
+// (mcs.ContentHash), compared with the desired one. One being deleted is
+// not kept.
+type cachedRecord struct {
+	uid             types.UID
+	resourceVersion string
+	created         metav1.Time
+	service         types.NamespacedName // spec.serviceNamespace, spec.serviceName
+	part            bool                 // a part of a split record (not named mcs.RecordName)
+	spec            *mcs.ExportRecord    // another cluster's record
+	hash            string               // this cluster's own record
+}
+
+func (t *slimmer) cachedRecord(obj any) (cachedRecord, bool) {
+	r, ok := obj.(*causewayv1alpha1.ServiceExportRecord)
+	if !ok || r.DeletionTimestamp != nil {
+		return cachedRecord{}, false
+	}
+	v := cachedRecord{uid: r.UID, resourceVersion: r.ResourceVersion, created: r.CreationTimestamp,
+		service: types.NamespacedName{Namespace: kube.Intern(r.Spec.ServiceNamespace), Name: r.Spec.ServiceName}}
+	v.part = r.Name != mcs.RecordName(v.service.Namespace, v.service.Name)
+	if r.Namespace != t.ownNamespace {
+		// Listed ones come through slimmer.record, which shares the
+		// spec's repeated strings; watched ones are shared here.
+		if _, err := t.record(r); err != nil {
+			return cachedRecord{}, false
+		}
+		v.spec = &r.Spec
+		return v, true
+	}
+	// Listed own records come compact (slimmer.record), watched ones whole.
+	v.hash = contentHash(&r.ObjectMeta)
+	if !compacted(&r.ObjectMeta) {
+		v.hash = mcs.ContentHash(r.Spec)
+	}
+	return v, true
+}
+
+// object returns the record object of key, for a write: its identity and
+// no spec.
+func (v cachedRecord) object(key types.NamespacedName) *causewayv1alpha1.ServiceExportRecord {
+	return &causewayv1alpha1.ServiceExportRecord{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+		UID: v.uid, ResourceVersion: v.resourceVersion, CreationTimestamp: v.created}}
+}
+
+// recordGroup files the parts of split records under their Service
+// ("<namespace>/<name>"); heads are found by name (recordHeads).
+func recordGroup(_ types.NamespacedName, v cachedRecord) []string {
+	if !v.part {
+		return nil
+	}
+	return []string{v.service.String()}
+}
+
+// cachedVIP is what the controller keeps of a VIPAllocation: the Service
+// holding the address (the object's name). One being deleted is not kept.
+type cachedVIP struct {
+	service types.NamespacedName
+}
+
+func (t *slimmer) cachedVIP(obj any) (cachedVIP, bool) {
+	a, ok := obj.(*causewayv1alpha1.VIPAllocation)
+	if !ok || a.DeletionTimestamp != nil {
+		return cachedVIP{}, false
+	}
+	return cachedVIP{service: types.NamespacedName{Namespace: kube.Intern(a.Spec.ServiceNamespace), Name: a.Spec.ServiceName}}, true
+}
+
+// vipGroup files an allocation under its Service ("<namespace>/<name>").
+func vipGroup(_ types.NamespacedName, v cachedVIP) []string { return []string{v.service.String()} }
+
+// brokerStores are the plain caches of the broker's objects.
+type brokerStores struct {
+	records *plaincache.Store[cachedRecord]
+	vips    *plaincache.Store[cachedVIP]
+}
+
+func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer) (brokerStores, error) {
+	wc, err := client.NewWithWatch(broker, client.Options{Scheme: scheme})
+	if err != nil {
+		return brokerStores{}, fmt.Errorf("broker client: %w", err)
+	}
+	return brokerStores{
+		records: plaincache.New(plaincache.Config[cachedRecord]{
+			Name: "serviceexportrecords",
+			ListWatch: typedListWatch(wc, func() *causewayv1alpha1.ServiceExportRecordList {
+				return &causewayv1alpha1.ServiceExportRecordList{}
+			}),
+			Example:   &causewayv1alpha1.ServiceExportRecord{},
+			Transform: t.record,
+			Convert:   t.cachedRecord,
+			Groups:    recordGroup,
+		}),
+		vips: plaincache.New(plaincache.Config[cachedVIP]{
+			Name:      "vipallocations",
+			ListWatch: typedListWatch(wc, func() *causewayv1alpha1.VIPAllocationList { return &causewayv1alpha1.VIPAllocationList{} }),
+			Example:   &causewayv1alpha1.VIPAllocation{},
+			Transform: t.vipAllocation,
+			Convert:   t.cachedVIP,
+			Groups:    vipGroup,
+		}),
+	}, nil
+}
+
+// recordsOf returns the cached records in broker namespace ns, or of
+// Services in Service namespace svcNS (either may be empty: any). It
+// scans every record: for the rare events that concern many Services.
+func (b brokerStores) recordsOf(ns, svcNS string) []types.NamespacedName {
+	var out []types.NamespacedName
+	for _, key := range b.records.Keys() {
+		if v, ok := b.records.Get(key); ok && (ns == "" || key.Namespace == ns) && (svcNS == "" || v.service.Namespace == svcNS) {
+			out = append(out, v.service)
+		}
+	}
+	slices.SortFunc(out, func(a, b types.NamespacedName) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	return slices.Compact(out)
+}
+
+// vipsOf returns the addresses allocated to svc in the broker cache.
+func (b brokerStores) vipsOf(svc types.NamespacedName) []netip.Addr {
+	var out []netip.Addr
+	for _, it := range b.vips.Group(svc.String()) {
+		if addr, err := mcs.ParseVIPObjectName(it.Key.Name); err == nil {
+			out = append(out, addr)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}

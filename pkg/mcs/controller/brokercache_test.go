@@ -1,0 +1,85 @@
+package controller
+
+import (
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/mcs"
+)
+
+// TestCachedRecord: another cluster's record keeps its whole spec, this
+// cluster's own its spec's hash, both their identity, age and Service,
+// whether watched (whole) or listed (through slimmer.record); a part is
+// filed under its Service and a head is not; a record being deleted is
+// not kept.
+func TestCachedRecord(t *testing.T) {
+	spec := mcs.ExportRecord{ClusterID: "c2", ServiceNamespace: "ns", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP,
+		Ports: []causewayv1alpha1.RecordPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, ClusterIPs: []string{"10.96.0.10"}}
+	for _, tc := range []struct {
+		ns, name string
+		own      bool
+		part     bool
+	}{
+		{"cluster-c2", "ns.web", false, false},
+		{"cluster-c1", "ns.web", true, false},
+		{"cluster-c1", "ns.web-abcdef0123-1", true, true},
+	} {
+		meta := fullMeta(tc.ns, tc.name, nil)
+		meta.DeletionTimestamp = nil
+		rec := &causewayv1alpha1.ServiceExportRecord{ObjectMeta: meta, Spec: *spec.DeepCopy()}
+		listed, err := newSlimmer("cluster-c1").record(rec.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for how, obj := range map[string]any{"watched": rec.DeepCopy(), "listed": listed} {
+			v, ok := newSlimmer("cluster-c1").cachedRecord(obj)
+			if !ok {
+				t.Fatalf("%s %s/%s not kept", how, tc.ns, tc.name)
+			}
+			if v.uid != meta.UID || v.resourceVersion != meta.ResourceVersion || !v.created.Equal(&meta.CreationTimestamp) ||
+				v.service != (types.NamespacedName{Namespace: "ns", Name: "web"}) || v.part != tc.part {
+				t.Errorf("%s %s/%s: identity %+v", how, tc.ns, tc.name, v)
+			}
+			switch {
+			case tc.own && (v.spec != nil || v.hash != mcs.ContentHash(spec)):
+				t.Errorf("%s own record %s/%s: spec %+v, hash %q; want no spec and hash %q", how, tc.ns, tc.name, v.spec, v.hash, mcs.ContentHash(spec))
+			case !tc.own && (v.spec == nil || !equality.Semantic.DeepEqual(*v.spec, spec) || v.hash != ""):
+				t.Errorf("%s remote record %s/%s: spec %+v, hash %q; want the whole spec", how, tc.ns, tc.name, v.spec, v.hash)
+			}
+			groups := recordGroup(types.NamespacedName{Namespace: tc.ns, Name: tc.name}, v)
+			if tc.part != (len(groups) == 1 && groups[0] == "ns/web") || !tc.part && len(groups) != 0 {
+				t.Errorf("%s %s/%s in groups %q", how, tc.ns, tc.name, groups)
+			}
+		}
+	}
+	deleting := &causewayv1alpha1.ServiceExportRecord{ObjectMeta: fullMeta("cluster-c2", "ns.web", nil), Spec: spec}
+	if _, ok := newSlimmer("cluster-c1").cachedRecord(deleting); ok {
+		t.Error("a record being deleted is kept")
+	}
+}
+
+// TestCachedVIP: an allocation keeps its Service and is filed under it;
+// one being deleted is not kept.
+func TestCachedVIP(t *testing.T) {
+	addr := netip.MustParseAddr("243.0.0.7")
+	a := &causewayv1alpha1.VIPAllocation{ObjectMeta: metav1.ObjectMeta{Name: mcs.VIPObjectName(addr), UID: "u"},
+		Spec: causewayv1alpha1.VIPAllocationSpec{ServiceNamespace: "ns", ServiceName: "web"}}
+	v, ok := newSlimmer("cluster-c1").cachedVIP(a)
+	if !ok || v.service != (types.NamespacedName{Namespace: "ns", Name: "web"}) {
+		t.Fatalf("allocation kept as %+v %v, want ns/web", v, ok)
+	}
+	if g := vipGroup(types.NamespacedName{Name: a.Name}, v); len(g) != 1 || g[0] != "ns/web" {
+		t.Errorf("allocation in groups %q, want [ns/web]", g)
+	}
+	a.DeletionTimestamp = ptr(metav1.Now())
+	if _, ok := newSlimmer("cluster-c1").cachedVIP(a); ok {
+		t.Error("an allocation being deleted is kept")
+	}
+}
