@@ -229,8 +229,8 @@ func checkDesired(t *testing.T, loc Local, remotes []Remote, d Desired) {
 	// What the gateway hands to the driver passes the driver's checks.
 	// (pkg/cable/wireguard, vxlan and ipsec call Validate with these).
 	req := cable.Requirements{
-		PublicKey: loc.CableDriver == string(v1alpha1.CableWireGuard) || loc.CableDriver == string(v1alpha1.CableIPsec),
-		IPv4Only:  loc.CableDriver == string(v1alpha1.CableVXLAN),
+		PublicKey:    loc.CableDriver == string(v1alpha1.CableWireGuard) || loc.CableDriver == string(v1alpha1.CableIPsec),
+		IPv4Endpoint: loc.CableDriver == string(v1alpha1.CableVXLAN),
 	}
 	if _, err := cable.Validate(d.Connections, req); err != nil {
 		t.Fatalf("the cable driver refuses the connections: %v", err)
