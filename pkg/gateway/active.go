@@ -176,7 +176,7 @@ func (e *Engine) announced(t *activeTerm) []netip.Prefix {
 		out = append(out, t.global.CIDR)
 	}
 	for _, p := range e.cfg.subnets() {
-		if p.Addr().Is4() && t.global == nil || p.Addr().Is6() {
+		if p.Addr().Is6() || t.global == nil {
 			out = append(out, p)
 		}
 	}

@@ -192,7 +192,8 @@ func owned(mac net.HardwareAddr) bool {
 
 // Connections implements cable.Driver. VXLAN has no handshake: a
 // connection is reported connected when its FDB entry and its routes
-// (via the next hop of each subnet's family) are all programmed. Byte counters are not kept per remote (-1).
+// (via the next hop of each subnet's family) are all programmed. Byte
+// counters are not kept per remote (-1).
 func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
