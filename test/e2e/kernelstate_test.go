@@ -30,6 +30,10 @@ var (
 	ifIndex     = regexp.MustCompile(`^\d+: `)
 	volatile    = regexp.MustCompile(` (link-netnsid \d+|expires \S+|valid_lft \S+ preferred_lft \S+)`)
 	bpfID       = regexp.MustCompile(`"id":\d+,?`)
+	// netfilterTool names the commands the daemons (and kube-proxy) run
+	// and wait for: one caught running is not state (comm is cut at 15
+	// bytes: ip6tables-resto, xtables-nft-mul).
+	netfilterTool = regexp.MustCompile(`^(ip6?tables|xtables|nft$|ip$)`)
 )
 
 // kernelState lists the kernel state of every node of the lab.
@@ -114,7 +118,8 @@ func (ks kernelState) add(key, out string, keep func(string) bool) {
 }
 
 // cgroupProcesses lists "<cgroup below dir> <process name>" for every
-// process in dir and below.
+// process in dir and below, except netfilter and ip commands running at
+// the moment (netfilterTool).
 func cgroupProcesses(dir string) ([]string, error) {
 	var out []string
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
@@ -128,8 +133,8 @@ func cgroupProcesses(dir string) ([]string, error) {
 		rel, _ := filepath.Rel(dir, path)
 		for _, pid := range strings.Fields(string(b)) {
 			comm, err := os.ReadFile(filepath.Join("/proc", pid, "comm"))
-			if err == nil {
-				out = append(out, rel+" "+strings.TrimSpace(string(comm)))
+			if name := strings.TrimSpace(string(comm)); err == nil && !netfilterTool.MatchString(name) {
+				out = append(out, rel+" "+name)
 			}
 		}
 		return nil

@@ -101,7 +101,6 @@ const (
 	indexRecordPart      = "causeway.recordPart" // records other than heads (parts) by "<ns>/<name>" of the Service
 	indexRecordNamespace = "causeway.serviceNS"  // records by Service namespace
 	indexVIPService      = "causeway.vipService"
-	indexSlice           = "causeway.slice" // a Service's own and multi-cluster EndpointSlices by "<ns>/<name>"
 )
 
 // index looks objects up through indexes added to an informer.
@@ -143,42 +142,6 @@ func (x *index) namespaces() []string {
 	return x.indexer.ListIndexFuncValues(toolscache.NamespaceIndex)
 }
 
-// localSlices returns copies of key's Service's own EndpointSlices (label
-// discoveryv1.LabelServiceName).
-func (x *index) localSlices(key types.NamespacedName) ([]discoveryv1.EndpointSlice, error) {
-	objs, err := x.list(indexSlice, key.String())
-	if err != nil {
-		return nil, err
-	}
-	out := make([]discoveryv1.EndpointSlice, 0, len(objs))
-	for _, o := range objs {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Labels[discoveryv1.LabelServiceName] == key.Name &&
-			s.Labels[discoveryv1.LabelManagedBy] != mcs.ManagedBy {
-			out = append(out, *s.DeepCopy())
-		}
-	}
-	return out, nil
-}
-
-// importedSlices returns the multi-cluster EndpointSlices of key written
-// here (label mcsv1beta1.LabelServiceName, managed by mcs.ManagedBy), as
-// mcs.PlanEndpointSlices takes them: the cache keeps their content hash.
-func (x *index) importedSlices(key types.NamespacedName) ([]mcs.ExistingSlice, error) {
-	objs, err := x.list(indexSlice, key.String())
-	if err != nil {
-		return nil, err
-	}
-	var out []mcs.ExistingSlice
-	for _, o := range objs {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Labels[mcsv1beta1.LabelServiceName] == key.Name &&
-			s.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
-			out = append(out, mcs.ExistingSlice{Namespace: s.Namespace, Name: s.Name, ResourceVersion: s.ResourceVersion,
-				Hash: contentHash(&s.ObjectMeta)})
-		}
-	}
-	return out, nil
-}
-
 // Controller is one cluster's MCS controller.
 type Controller struct {
 	cfg     Config
@@ -196,9 +159,11 @@ type Controller struct {
 	metrics  *metrics
 	trigger  chan event.GenericEvent
 
-	// recordIndex indexes the broker's ServiceExportRecords, sliceIndex the
-	// local EndpointSlices (see setup).
-	recordIndex, sliceIndex *index
+	// recordIndex indexes the broker's ServiceExportRecords (see setup).
+	recordIndex *index
+	// stores cache the cluster's Services, EndpointSlices,
+	// ServiceExports and ServiceImports (localcache.go).
+	stores localStores
 
 	mu sync.Mutex
 	// services is what the controller remembers of each Service between
@@ -275,17 +240,16 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	scheme := kube.NewScheme()
 	resync := cfg.ResyncPeriod
 	// Each type is cached once (one informer shared by the watches and
-	// the client's reads), through a transform keeping what is read.
+	// the client's reads), through a transform keeping what is read;
+	// Services, EndpointSlices, ServiceExports and ServiceImports are
+	// cached as plain values instead (localcache.go), and the client never
+	// reads them.
 	slim := newSlimmer(broker.Namespace(cfg.ClusterID))
 	localCache := cache.Options{
 		SyncPeriod:       &resync,
 		DefaultTransform: stripManagedFields,
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Service{}:            {Transform: slim.service},
-			&discoveryv1.EndpointSlice{}: {Transform: slim.endpointSlice},
-			&mcsv1beta1.ServiceExport{}:  {Transform: slim.serviceExport},
-			&mcsv1beta1.ServiceImport{}:  {Transform: slim.serviceImport},
-			&corev1.Namespace{}:          {Transform: slim.namespace},
+			&corev1.Namespace{}: {Transform: slim.namespace},
 			// The gateway's mirrors, in Causeway's namespace only.
 			&causewayv1alpha1.Cluster{}:  {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
 			&causewayv1alpha1.Endpoint{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
@@ -309,9 +273,11 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	renew := 10 * time.Second
 	retry := 2 * time.Second
 	mgr, err := manager.New(local, manager.Options{
-		Scheme:                        scheme,
-		Logger:                        logr.FromSlogHandler(cfg.Log.Handler()),
-		Cache:                         localCache,
+		Scheme: scheme,
+		Logger: logr.FromSlogHandler(cfg.Log.Handler()),
+		Cache:  localCache,
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{
+			&corev1.Service{}, &discoveryv1.EndpointSlice{}, &mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{}}}},
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                cfg.LeaderElection,
@@ -357,6 +323,9 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			held:    map[types.NamespacedName]mcs.GlobalIngressSpec{},
 			waiting: map[types.NamespacedName]bool{},
 		},
+	}
+	if c.stores, err = newLocalStores(local, scheme, slim); err != nil {
+		return nil, err
 	}
 	if cfg.BrokerTokenLifetime > 0 {
 		if err := mgr.Add(c.tokenRotator(brokerCfg)); err != nil {
@@ -404,9 +373,9 @@ func (c *Controller) ownNamespace() string { return broker.Namespace(c.cfg.Clust
 
 func (c *Controller) setup() error {
 	ctx := context.Background()
-	// Records and slices are looked up through indexes of their informers
-	// (a label selector would scan every slice of the namespace on each
-	// sync). They are plain informer indexes, one key per object, rather
+	// Records are looked up through indexes of their informer (a label
+	// selector would scan every record of the namespace on each sync).
+	// They are plain informer indexes, one key per object, rather
 	// than the cache's field indexes, which store every key twice (with
 	// and without the object's namespace): at 10 000 Services the index
 	// sets were the largest item of the heap after the objects themselves.
@@ -440,36 +409,6 @@ func (c *Controller) setup() error {
 	}); err != nil {
 		return fmt.Errorf("index VIP allocations: %w", err)
 	}
-	// A slice is indexed under "<namespace>/<service>" by the label of its
-	// kind: kubernetes.io/service-name (the Service's own slices) or
-	// multicluster.kubernetes.io/service-name (imported slices). One index
-	// for both: an exporting and importing cluster holds one index set per
-	// Service instead of two; readers pick the kind by its label.
-	c.sliceIndex, err = newIndex(ctx, c.mgr.GetCache(), &discoveryv1.EndpointSlice{}, toolscache.Indexers{
-		indexSlice: func(o any) ([]string, error) {
-			s, ok := o.(*discoveryv1.EndpointSlice)
-			if !ok {
-				return nil, nil
-			}
-			own, imported := s.Labels[discoveryv1.LabelServiceName], s.Labels[mcsv1beta1.LabelServiceName]
-			switch {
-			case own != "" && imported != "" && own != imported:
-				return []string{s.Namespace + "/" + own, s.Namespace + "/" + imported}, nil
-			case own != "":
-				return []string{s.Namespace + "/" + own}, nil
-			case imported != "":
-				return []string{s.Namespace + "/" + imported}, nil
-			}
-			return nil, nil
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("index EndpointSlices: %w", err)
-	}
-
-	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
-	})
 	record := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		r, ok := o.(*causewayv1alpha1.ServiceExportRecord)
 		if !ok {
@@ -488,16 +427,6 @@ func (c *Controller) setup() error {
 		}
 		c.mu.Unlock()
 		return out
-	})
-	slice := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		l := o.GetLabels()
-		if n := l[discoveryv1.LabelServiceName]; n != "" {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: n}}}
-		}
-		if n := l[mcsv1beta1.LabelServiceName]; n != "" && l[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: n}}}
-		}
-		return nil
 	})
 	namespace := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		recs, err := c.recordIndex.list(indexRecordNamespace, o.GetName())
@@ -537,10 +466,12 @@ func (c *Controller) setup() error {
 	err = builder.ControllerManagedBy(c.mgr).
 		Named("mcs").
 		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
-		Watches(&mcsv1beta1.ServiceExport{}, byName).
-		Watches(&corev1.Service{}, byName).
-		Watches(&mcsv1beta1.ServiceImport{}, byName).
-		Watches(&discoveryv1.EndpointSlice{}, slice).
+		WatchesRawSource(storeSource[cachedExport]{store: c.stores.exports, requests: byKey[cachedExport]}).
+		WatchesRawSource(storeSource[cachedService]{store: c.stores.services, requests: byKey[cachedService]}).
+		WatchesRawSource(storeSource[cachedImport]{store: c.stores.imports, requests: byKey[cachedImport]}).
+		WatchesRawSource(storeSource[cachedSlice]{store: c.stores.slices, requests: func(key types.NamespacedName, v *cachedSlice) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: key.Namespace, Name: v.service}}}
+		}}).
 		Watches(&causewayv1alpha1.GlobalIngress{}, globalIngress).
 		// A Cluster's status (the gateway's verdict) says nothing here;
 		// its spec (CIDRs) does. An Endpoint's Valid condition does.

@@ -350,11 +350,8 @@ func (c *Controller) onMirror(ctx context.Context, o client.Object) []reconcile.
 		if _, ok := o.(*causewayv1alpha1.Cluster); !ok {
 			return nil
 		}
-		var exports mcsv1beta1.ServiceExportList
-		if err := c.local.List(ctx, &exports); err == nil {
-			for _, se := range exports.Items {
-				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&se)})
-			}
+		for _, key := range c.stores.exports.Keys() {
+			out = append(out, reconcile.Request{NamespacedName: key})
 		}
 		var gis causewayv1alpha1.GlobalIngressList
 		if err := c.local.List(ctx, &gis); err == nil {

@@ -57,15 +57,9 @@ func (c *Controller) sync(ctx context.Context, key types.NamespacedName) (time.D
 // syncExport publishes (or withdraws) this cluster's record of key.
 func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (exportState, error) {
 	var st exportState
-	se := &mcsv1beta1.ServiceExport{}
-	switch err := c.local.Get(ctx, key, se); {
-	case apierrors.IsNotFound(err):
-		se = nil
-	case err != nil:
-		return st, fmt.Errorf("get ServiceExport: %w", err)
-	}
-	if se != nil && se.DeletionTimestamp != nil {
-		se = nil
+	var se *mcsv1beta1.ServiceExport
+	if v, ok := c.stores.exports.Get(key); ok {
+		se = v.export(key)
 	}
 	st.export = se
 	recKey := types.NamespacedName{Namespace: c.ownNamespace(), Name: mcs.RecordName(key.Namespace, key.Name)}
@@ -99,15 +93,9 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		st.global = g
 		return st, err
 	}
-	svc := &corev1.Service{}
-	switch err := c.local.Get(ctx, key, svc); {
-	case apierrors.IsNotFound(err):
-		svc = nil
-	case err != nil:
-		return st, fmt.Errorf("get Service: %w", err)
-	}
-	if svc != nil && svc.DeletionTimestamp != nil {
-		svc = nil
+	var svc *corev1.Service
+	if v, ok := c.stores.services.Get(key); ok {
+		svc = v.service(key)
 	}
 	spec, invalid := mcs.NewExportRecord(c.cfg.ClusterID, se, svc)
 	if invalid != nil {
@@ -117,10 +105,7 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 		st.global = g
 		return st, err
 	}
-	local, err := c.sliceIndex.localSlices(key)
-	if err != nil {
-		return st, fmt.Errorf("list local EndpointSlices: %w", err)
-	}
+	local := localSlices(c.stores.slices.Group(key.String()))
 	spec.Endpoints = mcs.RecordEndpointsFromSlices(local)
 	// Globalnet: the record carries the Service's global addresses once
 	// they are allocated; none while the pool is exhausted or the cluster
@@ -445,11 +430,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	}
 	c.eventRefused(ctx, key, si, refused)
 	rendered := mcs.RenderEndpointSlices(mcs.RenderInput{Import: si, LocalClusterID: c.cfg.ClusterID, Sources: sources})
-	have, err := c.sliceIndex.importedSlices(key)
-	if err != nil {
-		return &m, fmt.Errorf("list EndpointSlices: %w", err)
-	}
-	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(rendered, have)); err != nil {
+	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(rendered, importedSlices(c.stores.slices.Group(key.String())))); err != nil {
 		return &m, err
 	}
 	c.setImported(key, len(rendered))
@@ -507,21 +488,19 @@ func sameFamilies(vips []netip.Addr, families []corev1.IPFamily) bool {
 }
 
 func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.ServiceImport, conds ...metav1.Condition) (*mcsv1beta1.ServiceImport, error) {
-	have := &mcsv1beta1.ServiceImport{}
-	err := c.local.Get(ctx, client.ObjectKeyFromObject(want), have)
+	key := client.ObjectKeyFromObject(want)
+	cached, ok := c.stores.imports.Get(key)
+	var have *mcsv1beta1.ServiceImport
 	switch {
-	case apierrors.IsNotFound(err):
+	case !ok:
 		have = want.DeepCopy()
 		have.Status = mcsv1beta1.ServiceImportStatus{}
 		if err := c.local.Create(ctx, have); err != nil {
 			return nil, fmt.Errorf("create ServiceImport: %w", err)
 		}
 		c.metrics.apiWrites.WithLabelValues("ServiceImport", "create").Inc()
-	case err != nil:
-		return nil, fmt.Errorf("get ServiceImport: %w", err)
-	case contentHash(&have.ObjectMeta) != mcs.ContentHash(want.Spec) || !mapsEqual(have.Labels, want.Labels) || !mapsEqual(have.Annotations, want.Annotations):
-		upd := have.DeepCopy()
-		fromCache(&upd.ObjectMeta)
+	case cached.specHash != mcs.ContentHash(want.Spec) || !mapsEqual(cached.labels, want.Labels) || !mapsEqual(cached.annotations, want.Annotations):
+		upd := cached.serviceImport(key)
 		upd.Spec, upd.Labels, upd.Annotations = want.Spec, want.Labels, want.Annotations
 		if err := c.local.Update(ctx, upd); err != nil {
 			return nil, fmt.Errorf("update ServiceImport: %w", err)
@@ -530,7 +509,7 @@ func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.Se
 		have = upd
 	default:
 		// Unchanged: the cache keeps the spec's hash, the spec is want's.
-		fromCache(&have.ObjectMeta)
+		have = cached.serviceImport(key)
 		have.Spec = *want.Spec.DeepCopy()
 	}
 	status := *have.Status.DeepCopy()
@@ -585,20 +564,11 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 // VIP.
 func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
-	have, err := c.sliceIndex.importedSlices(key)
-	if err != nil {
-		return fmt.Errorf("list EndpointSlices: %w", err)
-	}
-	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, have)); err != nil {
+	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, importedSlices(c.stores.slices.Group(key.String())))); err != nil {
 		errs = append(errs, err)
 	}
-	si := &mcsv1beta1.ServiceImport{}
-	switch err := c.local.Get(ctx, key, si); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		errs = append(errs, fmt.Errorf("get ServiceImport: %w", err))
-	default:
-		if err := c.local.Delete(ctx, si); err != nil && !apierrors.IsNotFound(err) {
+	if cached, ok := c.stores.imports.Get(key); ok {
+		if err := c.local.Delete(ctx, cached.serviceImport(key)); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete ServiceImport: %w", err))
 		} else {
 			c.metrics.apiWrites.WithLabelValues("ServiceImport", "delete").Inc()

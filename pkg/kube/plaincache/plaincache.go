@@ -1,0 +1,259 @@
+// Package plaincache caches one Kubernetes resource as plain Go values.
+//
+// A client-go Reflector lists and watches the resource; each object it
+// decodes is converted to the value its reader needs and then dropped.
+// Next to an informer's cache, nothing keeps the decoded objects, their
+// keys twice or a namespace index: a Store holds one map of values by
+// namespace and name and, when asked for, one index of keys by group.
+// Readers get the values themselves: they share their slices with the
+// store and must not modify them.
+package plaincache
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Config describes the cached resource and what is kept of each object.
+type Config[T any] struct {
+	// Name names the store's reflector in client-go's logs.
+	Name string
+	// ListWatch lists and watches the resource.
+	ListWatch cache.ListerWatcher
+	// Example is an object of the resource's Go type.
+	Example runtime.Object
+	// Transform, if set, slims the decoded objects the reflector holds
+	// while it receives the initial list (before Convert sees them).
+	Transform cache.TransformFunc
+	// Convert returns the value kept for obj; ok false keeps none, as if
+	// the object did not exist.
+	Convert func(obj any) (v T, ok bool)
+	// Groups, if set, names the groups a value belongs to: Group lists the
+	// values of one group.
+	Groups func(key types.NamespacedName, v T) []string
+}
+
+// Item is one cached value and the key of its object.
+type Item[T any] struct {
+	Key   types.NamespacedName
+	Value T
+}
+
+// Store is the cache of one resource. Its zero value is not usable: make
+// one with New and fill it with Run.
+type Store[T any] struct {
+	cfg    Config[T]
+	synced chan struct{}
+
+	mu     sync.RWMutex
+	items  map[types.NamespacedName]T
+	groups map[string][]types.NamespacedName
+}
+
+// New returns an empty store of the resource cfg describes.
+func New[T any](cfg Config[T]) *Store[T] {
+	return &Store[T]{cfg: cfg, synced: make(chan struct{}), items: map[types.NamespacedName]T{},
+		groups: map[string][]types.NamespacedName{}}
+}
+
+// Run lists and watches the resource until ctx ends. After each change of
+// a key's value it calls onChange (old or new nil when the key had or has
+// no value), outside the store's lock; the initial list reports every
+// object as new, and a relist every object again.
+func (s *Store[T]) Run(ctx context.Context, onChange func(key types.NamespacedName, old, new *T)) {
+	r := cache.NewReflectorWithOptions(s.cfg.ListWatch, s.cfg.Example, &reflectorStore[T]{s: s, onChange: onChange},
+		cache.ReflectorOptions{Name: s.cfg.Name})
+	r.RunWithContext(ctx)
+}
+
+// WaitForSync waits until the store holds the initial list, or ctx ends.
+func (s *Store[T]) WaitForSync(ctx context.Context) error {
+	select {
+	case <-s.synced:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s cache never synced: %w", s.cfg.Name, ctx.Err())
+	}
+}
+
+// Get returns the value of key.
+func (s *Store[T]) Get(key types.NamespacedName) (T, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	v, ok := s.items[key]
+	return v, ok
+}
+
+// Group returns the values in group g, in no particular order.
+func (s *Store[T]) Group(g string) []Item[T] {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	keys := s.groups[g]
+	out := make([]Item[T], 0, len(keys))
+	for _, k := range keys {
+		out = append(out, Item[T]{Key: k, Value: s.items[k]})
+	}
+	return out
+}
+
+// Len returns the number of cached values.
+func (s *Store[T]) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.items)
+}
+
+// change is one key's change, reported after the lock is released.
+type change[T any] struct {
+	key      types.NamespacedName
+	old, new *T
+}
+
+// setLocked stores v (nil: none) under key and returns the change.
+func (s *Store[T]) setLocked(key types.NamespacedName, v *T) change[T] {
+	var old *T
+	if o, ok := s.items[key]; ok {
+		old = &o
+		s.ungroupLocked(key, o)
+	}
+	if v == nil {
+		delete(s.items, key)
+		return change[T]{key: key, old: old}
+	}
+	s.items[key] = *v
+	if s.cfg.Groups != nil {
+		for _, g := range s.cfg.Groups(key, *v) {
+			s.groups[g] = append(s.groups[g], key)
+		}
+	}
+	return change[T]{key: key, old: old, new: v}
+}
+
+func (s *Store[T]) ungroupLocked(key types.NamespacedName, v T) {
+	if s.cfg.Groups == nil {
+		return
+	}
+	for _, g := range s.cfg.Groups(key, v) {
+		keys := slices.DeleteFunc(s.groups[g], func(k types.NamespacedName) bool { return k == key })
+		if len(keys) == 0 {
+			delete(s.groups, g)
+		} else {
+			s.groups[g] = keys
+		}
+	}
+}
+
+// reflectorStore is what the reflector writes to: it converts each
+// object and reports the changes.
+type reflectorStore[T any] struct {
+	s        *Store[T]
+	onChange func(key types.NamespacedName, old, new *T)
+}
+
+// entry converts obj into its key and value (nil: none kept).
+func (r *reflectorStore[T]) entry(obj any) (types.NamespacedName, *T, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return types.NamespacedName{}, nil, fmt.Errorf("%s cache: %w", r.s.cfg.Name, err)
+	}
+	key := types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}
+	if v, ok := r.s.cfg.Convert(obj); ok {
+		return key, &v, nil
+	}
+	return key, nil, nil
+}
+
+func (r *reflectorStore[T]) report(cs ...change[T]) {
+	for _, c := range cs {
+		if c.old != nil || c.new != nil {
+			r.onChange(c.key, c.old, c.new)
+		}
+	}
+}
+
+func (r *reflectorStore[T]) Add(obj any) error { return r.Update(obj) }
+
+func (r *reflectorStore[T]) Update(obj any) error {
+	key, v, err := r.entry(obj)
+	if err != nil {
+		return err
+	}
+	r.s.mu.Lock()
+	c := r.s.setLocked(key, v)
+	r.s.mu.Unlock()
+	r.report(c)
+	return nil
+}
+
+func (r *reflectorStore[T]) Delete(obj any) error {
+	key, _, err := r.entry(obj)
+	if err != nil {
+		return err
+	}
+	r.s.mu.Lock()
+	c := r.s.setLocked(key, nil)
+	r.s.mu.Unlock()
+	r.report(c)
+	return nil
+}
+
+// Replace puts the store in the state of a full list: keys not in it are
+// removed.
+func (r *reflectorStore[T]) Replace(list []any, _ string) error {
+	type kv struct {
+		key types.NamespacedName
+		v   *T
+	}
+	entries := make([]kv, 0, len(list))
+	listed := make(map[types.NamespacedName]bool, len(list))
+	for _, obj := range list {
+		key, v, err := r.entry(obj)
+		if err != nil {
+			return err
+		}
+		entries = append(entries, kv{key, v})
+		listed[key] = true
+	}
+	r.s.mu.Lock()
+	var cs []change[T]
+	for key := range r.s.items {
+		if !listed[key] {
+			cs = append(cs, r.s.setLocked(key, nil))
+		}
+	}
+	for _, e := range entries {
+		cs = append(cs, r.s.setLocked(e.key, e.v))
+	}
+	r.s.mu.Unlock()
+	select {
+	case <-r.s.synced:
+	default:
+		close(r.s.synced)
+	}
+	r.report(cs...)
+	return nil
+}
+
+// Resync does nothing: the store's readers resync from their own timers.
+func (r *reflectorStore[T]) Resync() error { return nil }
+
+// Transformer slims the objects the reflector holds during a list.
+func (r *reflectorStore[T]) Transformer() cache.TransformFunc { return r.s.cfg.Transform }
+
+// Keys returns the keys of the cached values, in no particular order.
+func (s *Store[T]) Keys() []types.NamespacedName {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]types.NamespacedName, 0, len(s.items))
+	for k := range s.items {
+		out = append(out, k)
+	}
+	return out
+}
