@@ -12,7 +12,7 @@ import (
 
 // parseValidateSpec reads the FuzzValidate input, one directive per line:
 //
-//	R [key] [v4]                          the Requirements (PublicKey, IPv4Only)
+//	R [key] [v4]                          the Requirements (PublicKey, IPv4Endpoint)
 //	C <id> <addr:port> <key> <subnet>...  one connection
 //
 // An id "-" is the empty cluster ID, a key "-" the zero key (anything
@@ -30,7 +30,7 @@ func parseValidateSpec(spec string) ([]Connection, Requirements) {
 		switch {
 		case f[0] == "R":
 			req.PublicKey = slices.Contains(f[1:], "key")
-			req.IPv4Only = slices.Contains(f[1:], "v4")
+			req.IPv4Endpoint = slices.Contains(f[1:], "v4")
 		case f[0] == "C" && len(f) >= 4:
 			c := Connection{ClusterID: f[1]}
 			if c.ClusterID == "-" {
@@ -53,13 +53,15 @@ func parseValidateSpec(spec string) ([]Connection, Requirements) {
 
 // FuzzValidate checks, for any connections, that Validate does not panic,
 // that what it returns is what its doc promises (sorted by unique,
-// non-empty cluster ID; a usable endpoint and, when required, a key;
-// canonical, sorted, deduplicated subnets, none a default route, none in
-// two returned connections, IPv4 only when required; exactly the subnets
+// non-empty cluster ID; a usable endpoint and, when required, a key and
+// an IPv4 endpoint; canonical, sorted, deduplicated subnets, none a
+// default route, none in two returned connections; exactly the subnets
 // asked for), that every connection is either returned or reported in a
-// *ValidationError, and that the outcome does not depend on the order of
-// the input. The seed corpus is in testdata/fuzz/FuzzValidate (run by a
-// plain go test).
+// *ValidationError, that IPv4Endpoint concerns the endpoint alone (a
+// connection with an IPv4 endpoint that passes without it passes with
+// it, IPv6 subnets included), and that the outcome does not depend on
+// the order of the input. The seed corpus is in
+// testdata/fuzz/FuzzValidate (run by a plain go test).
 func FuzzValidate(f *testing.F) {
 	f.Add("R key\nC c2 198.18.0.2:4500 k 10.2.0.0/16 10.2.0.0/16\nC c3 198.18.0.3:4500 k 10.2.0.0/16\n")
 	f.Fuzz(func(t *testing.T, spec string) {
@@ -70,6 +72,14 @@ func FuzzValidate(f *testing.F) {
 			t.Fatalf("Validate modified its input")
 		}
 		checkValidated(t, in, req, got, err)
+		loose := req
+		loose.IPv4Endpoint = false
+		wide, _ := Validate(in, loose)
+		for _, c := range wide {
+			if c.Endpoint.Addr().Is4() && !slices.ContainsFunc(got, func(g Connection) bool { return reflect.DeepEqual(g, c) }) {
+				t.Fatalf("%q passes without IPv4Endpoint but not with it: %v", c.ClusterID, c)
+			}
+		}
 		wantRejected := rejectedIDs(t, err)
 		rng := rand.New(rand.NewPCG(uint64(len(spec)), 3))
 		for range 4 {
@@ -141,14 +151,14 @@ func checkValidated(t *testing.T, in []Connection, req Requirements, got []Conne
 		if req.PublicKey && c.PublicKey.IsZero() {
 			t.Fatalf("%q: no key", c.ClusterID)
 		}
-		if req.IPv4Only && !a.Is4() {
+		if req.IPv4Endpoint && !a.Is4() {
 			t.Fatalf("%q: IPv6 endpoint %s", c.ClusterID, c.Endpoint)
 		}
 		if len(c.Subnets) == 0 {
 			t.Fatalf("%q: no subnets", c.ClusterID)
 		}
 		for j, p := range c.Subnets {
-			if !p.IsValid() || p != p.Masked() || p.Bits() == 0 || req.IPv4Only && !p.Addr().Is4() {
+			if !p.IsValid() || p != p.Masked() || p.Bits() == 0 {
 				t.Fatalf("%q: bad subnet %s", c.ClusterID, p)
 			}
 			if j > 0 && comparePrefix(c.Subnets[j-1], p) >= 0 {

@@ -22,8 +22,9 @@ func (e *ValidationError) Error() string {
 type Requirements struct {
 	// PublicKey requires a non-zero public key.
 	PublicKey bool
-	// IPv4Only rejects IPv6 endpoints and subnets.
-	IPv4Only bool
+	// IPv4Endpoint rejects IPv6 endpoints (VXLAN: the outer packets are
+	// IPv4). Subnets of both families are accepted by every driver.
+	IPv4Endpoint bool
 }
 
 // Validate splits conns into the connections that can be programmed and
@@ -68,7 +69,7 @@ func Validate(conns []Connection, req Requirements) ([]Connection, error) {
 		case req.PublicKey && c.PublicKey.IsZero():
 			reject(c.ClusterID, "missing public key")
 			continue
-		case req.IPv4Only && !c.Endpoint.Addr().Is4():
+		case req.IPv4Endpoint && !c.Endpoint.Addr().Is4():
 			reject(c.ClusterID, "IPv6 endpoint %s not supported", c.Endpoint)
 			continue
 		case len(c.Subnets) == 0:
@@ -85,8 +86,6 @@ func Validate(conns []Connection, req Requirements) ([]Connection, error) {
 				bad = append(bad, fmt.Sprintf("non-canonical subnet %s", p))
 			case p.Bits() == 0:
 				bad = append(bad, fmt.Sprintf("default route %s", p))
-			case req.IPv4Only && !p.Addr().Is4():
-				bad = append(bad, fmt.Sprintf("IPv6 subnet %s not supported", p))
 			default:
 				subnets = append(subnets, p)
 			}

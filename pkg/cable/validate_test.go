@@ -39,7 +39,9 @@ func TestValidate(t *testing.T) {
 		{"port 0", []Connection{good("c2", "198.18.0.2:0", "10.2.0.0/16")}, Requirements{}, nil, []string{"c2"}},
 		{"unspecified endpoint", []Connection{good("c2", "0.0.0.0:1", "10.2.0.0/16")}, Requirements{}, nil, []string{"c2"}},
 		{"duplicate id", []Connection{good("c2", "198.18.0.2:1", "10.2.0.0/16"), good("c2", "198.18.0.3:1", "10.3.0.0/16")}, Requirements{}, nil, []string{"c2", "c2"}},
-		{"ipv6 when v4 only", []Connection{good("c2", "[2001:db8::1]:1", "10.2.0.0/16"), good("c3", "198.18.0.3:1", "fd00::/64")}, Requirements{IPv4Only: true}, nil, []string{"c2", "c3"}},
+		// An IPv4 endpoint carries subnets of both families.
+		{"ipv6 endpoint when ipv4 endpoint required", []Connection{good("c2", "[2001:db8::1]:1", "10.2.0.0/16"), good("c3", "198.18.0.3:1", "10.3.0.0/16", "fd00::/64")}, Requirements{IPv4Endpoint: true}, []string{"c3"}, []string{"c2"}},
+		{"ipv6 endpoint allowed", []Connection{good("c2", "[2001:db8::1]:1", "10.2.0.0/16", "fd00:2::/64")}, Requirements{}, []string{"c2"}, nil},
 		{"no subnets", []Connection{good("c2", "198.18.0.2:1")}, Requirements{}, nil, []string{"c2"}},
 	}
 	for _, tt := range tests {

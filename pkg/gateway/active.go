@@ -168,15 +168,15 @@ func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 
 // announced are the subnets this cluster is reached through: for IPv4 its
 // global CIDR under globalnet, else its IPv4 pod and service CIDRs; its
-// IPv6 pod and service CIDRs as they are (globalnet translates IPv4 only),
-// when the cable carries IPv6 (Config.carriesIPv6).
+// IPv6 pod and service CIDRs as they are (globalnet translates IPv4 only;
+// every cable driver carries IPv6 subnets over an IPv4 WAN).
 func (e *Engine) announced(t *activeTerm) []netip.Prefix {
 	var out []netip.Prefix
 	if t.global != nil {
 		out = append(out, t.global.CIDR)
 	}
 	for _, p := range e.cfg.subnets() {
-		if p.Addr().Is4() && t.global == nil || p.Addr().Is6() && e.cfg.carriesIPv6() {
+		if p.Addr().Is6() || t.global == nil {
 			out = append(out, p)
 		}
 	}

@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
+	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 func TestConfigIPsec(t *testing.T) {
@@ -28,5 +30,34 @@ func TestConfigIPsec(t *testing.T) {
 	cfg.CableDriver = "wireguard"
 	if got := cfg.device(); got != "cw-gw" {
 		t.Errorf("wireguard device %q, want the --tunnel-device", got)
+	}
+}
+
+// A dual-stack cluster announces its IPv6 pod and service CIDRs with
+// every cable driver (each carries IPv6 subnets over the IPv4 WAN), and
+// under globalnet the global CIDR in place of its IPv4 ones only.
+func TestAnnouncedDualStack(t *testing.T) {
+	pfx := func(ss ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, s := range ss {
+			out = append(out, netip.MustParsePrefix(s))
+		}
+		return out
+	}
+	for _, driver := range []string{"wireguard", "vxlan", "ipsec"} {
+		e := &Engine{cfg: Config{CableDriver: driver,
+			PodCIDRs:     pfx("10.244.0.0/16", "fd00:10:244:1::/64"),
+			ServiceCIDRs: pfx("10.96.0.0/16", "fd00:10:96:1::/112")}}
+		for name, tt := range map[string]struct {
+			term *activeTerm
+			want []netip.Prefix
+		}{
+			"plain":     {&activeTerm{}, pfx("10.244.0.0/16", "fd00:10:244:1::/64", "10.96.0.0/16", "fd00:10:96:1::/112")},
+			"globalnet": {&activeTerm{global: &nat.Layout{CIDR: netip.MustParsePrefix("242.0.1.0/24")}}, pfx("242.0.1.0/24", "fd00:10:244:1::/64", "fd00:10:96:1::/112")},
+		} {
+			if got := e.announced(tt.term); !slices.Equal(got, tt.want) {
+				t.Errorf("%s, %s: announced %v, want %v", driver, name, got, tt.want)
+			}
+		}
 	}
 }

@@ -235,16 +235,6 @@ func checkEndpoint(local Local, id string, e *v1alpha1.EndpointSpec) (Verdict, c
 	if local.CableDriver == string(v1alpha1.CableVXLAN) && !ip.Is4() {
 		return bad(v1alpha1.ReasonInvalidAddress, "vxlan needs an IPv4 publicIP, got %s", ip)
 	}
-	if local.CableDriver == string(v1alpha1.CableVXLAN) {
-		// The vxlan driver programs IPv4 only (cable.Requirements.IPv4Only):
-		// an IPv6 subnet accepted here would leave a Valid Endpoint that no
-		// tunnel serves.
-		for _, s := range e.Subnets {
-			if p, err := netip.ParsePrefix(s); err == nil && !p.Addr().Is4() {
-				return bad(v1alpha1.ReasonInvalidCIDR, "vxlan carries IPv4 only, subnet %s is IPv6", s)
-			}
-		}
-	}
 	var key cable.Key
 	if local.CableDriver == string(v1alpha1.CableWireGuard) || local.CableDriver == string(v1alpha1.CableIPsec) {
 		// WireGuard's key, or the X25519 key ipsec derives the pair's

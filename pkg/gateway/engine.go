@@ -183,11 +183,6 @@ func (c Config) validate() error {
 
 func (c Config) subnets() []netip.Prefix { return slices.Concat(c.PodCIDRs, c.ServiceCIDRs) }
 
-// carriesIPv6 reports whether the tunnel carries the cluster's IPv6 pod
-// and service CIDRs: with the WireGuard cable only (VXLAN programs IPv4
-// only; IPsec's IPv6 traffic selectors through charon's TUN are untested).
-func (c Config) carriesIPv6() bool { return c.CableDriver == string(v1alpha1.CableWireGuard) }
-
 // device is the tunnel device the driver creates: TunnelDevice, except for
 // ipsec, whose device is charon's TUN (one per namespace).
 func (c Config) device() string {

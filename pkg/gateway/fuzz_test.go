@@ -229,28 +229,38 @@ func checkDesired(t *testing.T, loc Local, remotes []Remote, d Desired) {
 	// What the gateway hands to the driver passes the driver's checks.
 	// (pkg/cable/wireguard, vxlan and ipsec call Validate with these).
 	req := cable.Requirements{
-		PublicKey: loc.CableDriver == string(v1alpha1.CableWireGuard) || loc.CableDriver == string(v1alpha1.CableIPsec),
-		IPv4Only:  loc.CableDriver == string(v1alpha1.CableVXLAN),
+		PublicKey:    loc.CableDriver == string(v1alpha1.CableWireGuard) || loc.CableDriver == string(v1alpha1.CableIPsec),
+		IPv4Endpoint: loc.CableDriver == string(v1alpha1.CableVXLAN),
 	}
 	if _, err := cable.Validate(d.Connections, req); err != nil {
 		t.Fatalf("the cable driver refuses the connections: %v", err)
 	}
 }
 
-// Found by FuzzCompute (seed vxlan_globalnet): with vxlan, an Endpoint
-// announcing an IPv6 subnet was Valid, but the vxlan driver
-// (cable.Requirements.IPv4Only) refuses the connection, so the Endpoint
-// said Valid while no tunnel served it.
-func TestComputeVXLANRefusesIPv6Subnets(t *testing.T) {
+// With vxlan, a remote's IPv6 subnets are carried beside its IPv4 ones
+// (the driver routes them over the IPv4 underlay); only its publicIP
+// must be IPv4 (cable.Requirements.IPv4Endpoint). Seed vxlan_globalnet
+// found the time the gateway said Valid for an IPv6 subnet the driver
+// then refused; now both accept it.
+func TestComputeVXLANCarriesIPv6Subnets(t *testing.T) {
 	lv := local
 	lv.CableDriver, lv.Port = "vxlan", 4789
 	e := ep("c3", "198.18.3.10", 4789, "", "10.245.0.0/16", "fd00:3::/64")
 	e.CableDriver = "vxlan"
-	d := Compute(lv, []Remote{remote("c3", 0, nil, e)})
-	if st := find(t, d, "c3"); st.Endpoint.Valid || st.Endpoint.Reason != v1alpha1.ReasonInvalidCIDR {
+	v6 := ep("c4", "2001:db8::4", 4789, "", "10.246.0.0/16")
+	v6.CableDriver = "vxlan"
+	d := Compute(lv, []Remote{remote("c3", 0, nil, e), remote("c4", 1, nil, v6)})
+	if st := find(t, d, "c3"); !st.Endpoint.Valid {
 		t.Fatalf("vxlan with an IPv6 subnet: %+v", st.Endpoint)
 	}
-	if len(d.Connections) != 0 {
-		t.Fatalf("connections = %+v, want none", d.Connections)
+	if st := find(t, d, "c4"); st.Endpoint.Valid || st.Endpoint.Reason != v1alpha1.ReasonInvalidAddress {
+		t.Fatalf("vxlan with an IPv6 publicIP: %+v", st.Endpoint)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.245.0.0/16"), netip.MustParsePrefix("fd00:3::/64")}
+	if len(d.Connections) != 1 || d.Connections[0].ClusterID != "c3" || !cable.SamePrefixes(d.Connections[0].Subnets, want) {
+		t.Fatalf("connections = %+v, want c3 with %v", d.Connections, want)
+	}
+	if _, err := cable.Validate(d.Connections, cable.Requirements{IPv4Endpoint: true}); err != nil {
+		t.Fatalf("the vxlan driver refuses what the gateway hands it: %v", err)
 	}
 }

@@ -9,6 +9,9 @@
 //     (AddNeighbours, PruneNeighbours);
 //   - sysctls (ReadSysctl, SyncSysctls).
 //
+// LinkLocal is the IPv6 link-local address the kernel derives from a MAC:
+// the overlays' IPv6 next hop.
+//
 // Every call takes the complete desired set, re-reads the kernel and
 // changes only what differs, so an equal call changes nothing and a later
 // call repairs whatever was changed behind its back. State that is not

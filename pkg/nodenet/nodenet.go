@@ -51,6 +51,17 @@ func (r Route) String() string {
 	return s
 }
 
+// LinkLocal is the IPv6 link-local address the kernel derives from the
+// 48-bit MAC of a device (modified EUI-64, RFC 4291 appendix A: the
+// universal/local bit of the first octet flipped, ff:fe in the middle):
+// fe80::ca:c6ff:fe12:1 for 02:ca:c6:12:00:01. Overlays route IPv6
+// via the remote device's LinkLocal with a permanent neighbour entry for
+// its MAC, so no neighbour discovery crosses them.
+func LinkLocal(mac net.HardwareAddr) netip.Addr {
+	return netip.AddrFrom16([16]byte{0: 0xfe, 1: 0x80,
+		8: mac[0] ^ 0x02, 9: mac[1], 10: mac[2], 11: 0xff, 12: 0xfe, 13: mac[3], 14: mac[4], 15: mac[5]})
+}
+
 // VXLAN is a desired VXLAN device (always with learning off: the FDB is
 // static).
 type VXLAN struct {

@@ -529,3 +529,38 @@ func TestSyncSysctls(t *testing.T) {
 		return nil
 	})
 }
+
+// LinkLocal is the address the kernel itself gives a device with that
+// MAC (so an overlay's IPv6 next hop is an address its peer's device
+// holds).
+func TestLinkLocalIsTheKernels(t *testing.T) {
+	ns := newNS(t)
+	for i, mac := range []net.HardwareAddr{
+		{0x02, 0xca, 0xc6, 0x12, 0x00, 0x01},
+		{0x02, 0xcb, 172, 18, 1, 10},
+		{0x00, 0x16, 0x3e, 0xff, 0xfe, 0x00},
+	} {
+		name := fmt.Sprintf("ll%d", i)
+		ns.ip(t, "link", "add", name, "address", mac.String(), "type", "veth", "peer", "name", name+"p")
+		ns.ip(t, "link", "set", name+"p", "up")
+		ns.ip(t, "link", "set", name, "up")
+		l, err := ns.h.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs, err := ns.h.AddrList(l, netlink.FAMILY_V6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var have []string
+		for _, a := range addrs {
+			have = append(have, a.IP.String())
+		}
+		if want := LinkLocal(mac); !slices.Contains(have, want.String()) {
+			t.Errorf("%s (%s): kernel addresses %v, LinkLocal %s", name, mac, have, want)
+		}
+	}
+	if got := LinkLocal(net.HardwareAddr{0x02, 0xca, 0xc6, 0x12, 0x00, 0x01}).String(); got != "fe80::ca:c6ff:fe12:1" {
+		t.Errorf("LinkLocal(02:ca:c6:12:00:01) = %s, as documented: fe80::ca:c6ff:fe12:1", got)
+	}
+}

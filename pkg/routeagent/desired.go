@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/nodenet"
 )
 
 // The node contract: numbers and names this package owns on a node (see
@@ -63,15 +64,11 @@ func OverlayAddr(a netip.Addr) netip.Addr {
 
 // OverlayAddr6 is the IPv6 next hop of the node with IPv4 node address
 // a on the overlay: the link-local address the kernel derives from
-// OverlayMAC(a) (modified EUI-64: fe80::cb:<a>ff:fe<b>:<c><d> in hex
+// OverlayMAC(a) (nodenet.LinkLocal: fe80::cb:<a>ff:fe<b>:<c><d> in hex
 // for a.b.c.d), so it is also the address the node's device answers on. IPv6
 // routes to remote subnets point at it, with a permanent neighbour entry
 // for OverlayMAC(a) (no neighbour discovery across the overlay).
-func OverlayAddr6(a netip.Addr) netip.Addr {
-	m := OverlayMAC(a)
-	return netip.AddrFrom16([16]byte{0: 0xfe, 1: 0x80,
-		8: m[0] ^ 0x02, 9: m[1], 10: m[2], 11: 0xff, 12: 0xfe, 13: m[3], 14: m[4], 15: m[5]})
-}
+func OverlayAddr6(a netip.Addr) netip.Addr { return nodenet.LinkLocal(OverlayMAC(a)) }
 
 // OverlayMAC is the MAC address of the overlay device of the node with
 // IPv4 node address a: locally administered 02:cb followed by a.

@@ -24,12 +24,14 @@ import (
 // the IPv6 VIP, and from c3 a dual-stack socket's connect to
 // [::ffff:<IPv4 VIP>] answers from c1 (through c1's global IP:port) and a
 // connect to [<IPv6 VIP>] answers from c1 too, reached directly at its
-// IPv6 ClusterIP through the WireGuard tunnel, the backend seeing c3's
-// IPv6 pod address (no NAT on IPv6). Exported from c2 as well (its IPv4
-// CIDRs are c1's, its IPv6 ones its own), [<IPv6 VIP>] is answered by
-// both.
+// IPv6 ClusterIP through the tunnel, the backend seeing c3's IPv6 pod
+// address (no NAT on IPv6). Exported from c2 as well (its IPv4 CIDRs are
+// c1's, its IPv6 ones its own), [<IPv6 VIP>] is answered by both.
+//
+// The tunnel is WireGuard; CAUSEWAY_E2E_CABLE=vxlan|ipsec runs it over
+// another cable driver (cableArgs).
 func TestLabDualStack(t *testing.T) {
-	l := StartLab(t, "--ip-family", "dual", "--nodes", "1")
+	l := StartLab(t, append([]string{"--ip-family", "dual", "--nodes", "1"}, cableArgs()...)...)
 	ctx := context.Background()
 
 	pod6, _ := netlab.IPv6CIDRs(3)

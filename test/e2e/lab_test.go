@@ -168,6 +168,16 @@ func keys(m map[string]apps.Identity) []string {
 	return out
 }
 
+// cableArgs are the `lab up` flags for CAUSEWAY_E2E_CABLE=vxlan|ipsec,
+// which runs TestLab and TestLabDualStack over another cable driver
+// (unset: none, the default WireGuard).
+func cableArgs() []string {
+	if c := os.Getenv("CAUSEWAY_E2E_CABLE"); c != "" {
+		return []string{"--cable", c}
+	}
+	return nil
+}
+
 // TestLab brings the default lab up and checks what issue 3 promises:
 // nodes and pods become Ready, a pod reaches a ClusterIP Service of its
 // cluster by IP and by name and gets answers from both replicas, a
@@ -175,11 +185,7 @@ func keys(m map[string]apps.Identity) []string {
 //
 // CAUSEWAY_E2E_CABLE=vxlan|ipsec runs it over another cable driver.
 func TestLab(t *testing.T) {
-	var args []string
-	if c := os.Getenv("CAUSEWAY_E2E_CABLE"); c != "" {
-		args = append(args, "--cable", c)
-	}
-	l := StartLab(t, args...)
+	l := StartLab(t, cableArgs()...)
 	ctx := context.Background()
 
 	for _, cluster := range []string{"c1", "c2", "c3"} {
@@ -266,7 +272,7 @@ func TestLab(t *testing.T) {
 
 	// A second up repairs or reports; it never duplicates.
 	before := podCount(t, l, "c1")
-	if out, err := l.run(append([]string{"lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()}, args...)...); err != nil || !strings.Contains(out, "already up") {
+	if out, err := l.run(append([]string{"lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()}, cableArgs()...)...); err != nil || !strings.Contains(out, "already up") {
 		t.Errorf("second lab up: %v\n%s", err, out)
 	}
 	if after := podCount(t, l, "c1"); after != before {

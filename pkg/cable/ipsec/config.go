@@ -211,9 +211,19 @@ func (p Peer) Fingerprint(localID string) string {
 	return fmt.Sprintf("%x", h.Sum(nil)[:16])
 }
 
-// LastAddr is the last address of p (its broadcast address for IPv4).
-func LastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
+// SourceAddr is the address the driver gives charon's TUN for a local
+// traffic selector p that no address of the namespace lies in (see
+// ensureSourceAddrs): one Kubernetes never allocates to a pod or a
+// ClusterIP. For IPv4 the last address of p (its broadcast address); for
+// IPv6 the first (the subnet-router anycast address: the ClusterIP
+// allocator and host-local IPAM skip it, while IPv6 has no broadcast
+// address and the last one is an ordinary ClusterIP).
+func SourceAddr(p netip.Prefix) netip.Addr {
+	p = p.Masked()
+	if p.Addr().Is6() {
+		return p.Addr()
+	}
+	b := p.Addr().AsSlice()
 	for i := p.Bits(); i < len(b)*8; i++ {
 		b[i/8] |= 0x80 >> (i % 8)
 	}

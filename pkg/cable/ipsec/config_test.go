@@ -190,10 +190,11 @@ func TestParseSA(t *testing.T) {
 	}
 }
 
-func TestLastAddr(t *testing.T) {
-	for in, want := range map[string]string{"10.97.0.0/16": "10.97.255.255", "10.1.2.0/23": "10.1.3.255", "10.0.0.7/32": "10.0.0.7", "fd00::/120": "fd00::ff"} {
-		if got := LastAddr(netip.MustParsePrefix(in)); got.String() != want {
-			t.Errorf("LastAddr(%s) = %s, want %s", in, got, want)
+func TestSourceAddr(t *testing.T) {
+	for in, want := range map[string]string{"10.97.0.0/16": "10.97.255.255", "10.1.2.0/23": "10.1.3.255", "10.0.0.7/32": "10.0.0.7",
+		"fd00:10:96::/112": "fd00:10:96::", "fd00::/120": "fd00::", "fd00:1::/64": "fd00:1::"} {
+		if got := SourceAddr(netip.MustParsePrefix(in)); got.String() != want {
+			t.Errorf("SourceAddr(%s) = %s, want %s", in, got, want)
 		}
 	}
 }

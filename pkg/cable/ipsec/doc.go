@@ -6,8 +6,9 @@
 // local private key, kept in the state directory, and the remote's
 // published public key),
 // tunnel-mode CHILD_SAs whose traffic selectors are the local subnets and
-// the peer's validated subnets. ESP is done by charon's kernel-libipsec
-// plugin (userspace ESP over a TUN device) so that it works on kernels
-// without ESP; the driver renames that TUN to LocalEndpoint.Interface and
-// owns the routes to the remote subnets through it.
+// the peer's validated subnets, IPv4 and IPv6 alike. ESP is done by
+// charon's kernel-libipsec plugin (userspace ESP over a TUN device) so
+// that it works on kernels without ESP; the driver owns the routes to the
+// remote subnets through that TUN (TUNName: kernel-libipsec's name, it
+// cannot be renamed, so LocalEndpoint.Interface is not used).
 package ipsec

@@ -154,10 +154,10 @@ func (d *Driver) ensureTUN() error {
 // ensureSourceAddrs gives every local traffic selector an address of the
 // namespace inside it: kernel-libipsec installs a route with such a
 // source for each outbound policy and fails the CHILD_SA when it finds
-// none (e.g. for the service CIDR, which no interface holds). A selector
-// without one gets its last address (the broadcast address of the CIDR,
-// which Kubernetes never allocates to a pod or a ClusterIP) as a /32
-// noprefixroute on the TUN, which goes away with the TUN.
+// none (e.g. for the service CIDR, which no interface holds), in either
+// family. A selector without one gets SourceAddr (an address Kubernetes
+// never allocates to a pod or a ClusterIP) as a host (/32, /128)
+// noprefixroute address on the TUN, which goes away with the TUN.
 func (d *Driver) ensureSourceAddrs() error {
 	addrs, err := d.h.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
@@ -170,13 +170,13 @@ func (d *Driver) ensureSourceAddrs() error {
 		}) {
 			continue
 		}
-		last := LastAddr(ts)
-		a := &netlink.Addr{IPNet: &net.IPNet{IP: last.AsSlice(), Mask: net.CIDRMask(last.BitLen(), last.BitLen())},
+		src := SourceAddr(ts)
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: src.AsSlice(), Mask: net.CIDRMask(src.BitLen(), src.BitLen())},
 			Flags: unix.IFA_F_NOPREFIXROUTE}
 		if err := d.h.AddrAdd(d.link, a); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("add source address %s for %s to %s: %w", last, ts, TUNName, err)
+			return fmt.Errorf("add source address %s for %s to %s: %w", src, ts, TUNName, err)
 		}
-		d.log.Info("source address for a local traffic selector", "subnet", ts, "addr", last, "dev", TUNName)
+		d.log.Info("source address for a local traffic selector", "subnet", ts, "addr", src, "dev", TUNName)
 	}
 	return nil
 }

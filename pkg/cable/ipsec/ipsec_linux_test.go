@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -265,5 +266,116 @@ func TestIPsecCharonCrash(t *testing.T) {
 	}
 	if out := cabletest.Run(t, "ip", "-n", tp.GwA, "rule"); strings.Contains(out, "0xca5e") {
 		t.Errorf("stale charon rule left after cleanup: %q", out)
+	}
+}
+
+// TestIPsecIPv6Subnets: IPv6 subnets cross the IPsec cable over the
+// IPv4 IKE_SA (cabletest.RunIPv6Suite): the CHILD_SA's traffic
+// selectors mix both families, the driver routes them through charon's
+// TUN, kernel-libipsec's own IPv6 routes sit in CharonTable behind the
+// IPv6 rule that never matches; after Cleanup no charon and no rule or
+// CharonTable route of either family.
+func TestIPsecIPv6Subnets(t *testing.T) {
+	requireCharon(t)
+	var drivers []*Driver
+	var tp *cabletest.Topo
+	cabletest.RunIPv6Suite(t, testPort, func(t testing.TB, topo *cabletest.Topo, side, stateDir string) cable.Driver {
+		tp = topo
+		d := newTest(t, topo, side, stateDir)
+		drivers = append(drivers, d)
+		return d
+	}, cabletest.IPv6Checks{
+		Up: func(t *testing.T, tp *cabletest.Topo, routes string) {
+			for _, p := range []netip.Prefix{cabletest.SubnetB, cabletest.SubnetB6} {
+				if !strings.Contains(routes, p.String()+" dev "+TUNName) {
+					t.Fatalf("gateway A's routes:\n%s\nwant %s dev %s", routes, p, TUNName)
+				}
+			}
+			if r := cabletest.Run(t, "ip", "-n", tp.GwA, "-6", "route", "show", "table", strconv.Itoa(CharonTable)); !strings.Contains(r, cabletest.SubnetB6.String()) {
+				t.Errorf("kernel-libipsec's IPv6 route not in table %d: %q", CharonTable, r)
+			}
+			if rules := cabletest.Run(t, "ip", "-n", tp.GwA, "-6", "rule"); !strings.Contains(rules, "fwmark 0xca5e0157 lookup 51806") {
+				t.Errorf("charon's IPv6 rule not restricted to its mark: %q", rules)
+			}
+			for _, what := range []string{"policy", "state"} {
+				if out := xfrm(t, tp.GwA, what); out != "" {
+					t.Errorf("kernel xfrm %s with userspace ESP: %q", what, out)
+				}
+			}
+		},
+	})
+	if t.Failed() {
+		return
+	}
+	for _, d := range drivers {
+		if charonPID(d.files) != 0 || unix.Kill(d.Pid(), 0) == nil {
+			t.Errorf("charon %d still running after cleanup", d.Pid())
+		}
+	}
+	for _, ns := range []string{tp.GwA, tp.GwB} {
+		for _, fam := range []string{"-4", "-6"} {
+			if out := cabletest.Run(t, "ip", "-n", ns, fam, "rule"); strings.Contains(out, "0xca5e") {
+				t.Errorf("charon's rule left in %s: %q", ns, out)
+			}
+			if out := strings.TrimSpace(cabletest.Run(t, "ip", "-n", ns, fam, "route", "show", "table", strconv.Itoa(CharonTable))); out != "" {
+				t.Errorf("routes of table %d left in %s: %q", CharonTable, ns, out)
+			}
+		}
+	}
+}
+
+// Local traffic selectors no address of the namespace lies in (service
+// CIDRs), of either family, get SourceAddr on charon's TUN — without it
+// kernel-libipsec fails the CHILD_SA ("error installing route with
+// policy", seen for IPv6 as for IPv4) — and the CHILD_SA with them
+// installs: pods cross over both families. A selector the namespace
+// already holds an address of (the pod subnets) gets none.
+func TestIPsecSourceAddrs(t *testing.T) {
+	requireCharon(t)
+	tp := cabletest.New(t)
+	tp.AddIPv6(t)
+	svc := map[string][]netip.Prefix{
+		"a": {netip.MustParsePrefix("10.96.1.0/24"), netip.MustParsePrefix("fd00:96:1::/112")},
+		"b": {netip.MustParsePrefix("10.96.2.0/24"), netip.MustParsePrefix("fd00:96:2::/112")},
+	}
+	pod6 := map[string]netip.Prefix{"a": cabletest.SubnetA6, "b": cabletest.SubnetB6}
+	ds := map[string]*Driver{}
+	for _, side := range []string{"a", "b"} {
+		l := tp.Local(side, testPort, t.TempDir())
+		l.Subnets = append(l.Subnets, svc[side]...)
+		d, err := newDriver(context.Background(), l)
+		if err != nil {
+			t.Fatalf("new ipsec %s: %v", side, err)
+		}
+		t.Cleanup(func() { d.Cleanup(context.Background()) })
+		ds[side] = d
+	}
+	for side, peer := range map[string]string{"a": "b", "b": "a"} {
+		c := cabletest.ConnTo(peer, testPort, ds[peer].PublicKey())
+		c.Subnets = slices.Concat(c.Subnets, []netip.Prefix{pod6[peer]}, svc[peer])
+		if err := ds[side].Set(context.Background(), []cable.Connection{c}); err != nil {
+			t.Fatalf("set %s: %v", side, err)
+		}
+	}
+	for _, s := range []struct {
+		ns   string
+		addr netip.Addr
+	}{{tp.PodA, cabletest.PodA}, {tp.PodB, cabletest.PodB}, {tp.PodB, cabletest.PodB6}} {
+		cabletest.EchoServer(t, s.ns, netip.AddrPortFrom(s.addr, cabletest.EchoPort))
+	}
+	to := netip.AddrPortFrom(cabletest.PodB6, cabletest.EchoPort)
+	if err := cabletest.Eventually(20*time.Second, func() error { return cabletest.DialEcho(tp.PodA, to, "over ipv6", 2*time.Second) }); err != nil {
+		t.Fatalf("pod a -> %s: %v", to, err)
+	}
+	cabletest.WaitTraffic(t, tp)
+	cabletest.WaitConnected(t, ds["a"], ds["b"])
+	addrs := cabletest.Run(t, "ip", "-n", tp.GwA, "addr", "show", "dev", TUNName)
+	for _, want := range []string{"inet 10.96.1.255/32 ", "inet6 fd00:96:1::/128 "} {
+		if !strings.Contains(addrs, want) {
+			t.Errorf("%s of gateway a has no source address %s:\n%s", TUNName, want, addrs)
+		}
+	}
+	if strings.Contains(addrs, cabletest.SubnetA6.Addr().String()+"/128") || strings.Contains(addrs, "10.1.0.255") {
+		t.Errorf("%s of gateway a got a source address for a pod subnet pod0 holds an address of:\n%s", TUNName, addrs)
 	}
 }

@@ -88,12 +88,29 @@ func MACFor(a netip.Addr) net.HardwareAddr {
 	return net.HardwareAddr{0x02, 0xca, b[0], b[1], b[2], b[3]}
 }
 
-// NextHopFor is the on-link next hop used for the gateway with WAN address
-// a: 240.b.c.d from a.b.c.d. It exists only as a static neighbour entry
-// on the local device (never assigned to any interface).
+// NextHopFor is the on-link IPv4 next hop used for the gateway with WAN
+// address a: 240.b.c.d from a.b.c.d. It exists only as a static neighbour
+// entry on the local device (never assigned to any interface).
 func NextHopFor(a netip.Addr) netip.Addr {
 	b := a.As4()
 	return netip.AddrFrom4([4]byte{240, b[1], b[2], b[3]})
+}
+
+// NextHop6For is the on-link IPv6 next hop used for the gateway with WAN
+// address a: the link-local address the kernel derives from MACFor(a)
+// (nodenet.LinkLocal: fe80::ca:<a>ff:fe<b>:<c><d> in hex for a.b.c.d),
+// which that gateway's device holds. Like NextHopFor it is reached
+// through a static neighbour entry (no neighbour discovery across the
+// tunnel); unlike it, it is unique for every IPv4 address.
+func NextHop6For(a netip.Addr) netip.Addr { return nodenet.LinkLocal(MACFor(a)) }
+
+// nextHop is the next hop towards subnet p of the gateway with WAN
+// address a: of p's family.
+func nextHop(a netip.Addr, p netip.Prefix) netip.Addr {
+	if p.Addr().Is6() {
+		return NextHop6For(a)
+	}
+	return NextHopFor(a)
 }
 
 func (d *Driver) ensureLink() error {
@@ -119,7 +136,7 @@ func (d *Driver) PublicKey() cable.Key { return cable.Key{} }
 
 // Set implements cable.Driver.
 func (d *Driver) Set(ctx context.Context, conns []cable.Connection) error {
-	valid, verr := cable.Validate(conns, cable.Requirements{IPv4Only: true})
+	valid, verr := cable.Validate(conns, cable.Requirements{IPv4Endpoint: true})
 	var portErrs []error
 	valid = slices.DeleteFunc(valid, func(c cable.Connection) bool {
 		if c.Endpoint.Port() != d.local.Port {
@@ -147,11 +164,14 @@ func (d *Driver) apply(conns []cable.Connection) error {
 	var want []nodenet.Route
 	for _, c := range conns {
 		remote := c.Endpoint.Addr()
-		mac, nh := MACFor(remote), NextHopFor(remote)
+		mac := MACFor(remote)
 		peers.FDB = append(peers.FDB, nodenet.FDB{MAC: mac, Dst: remote})
-		peers.Neigh = append(peers.Neigh, nodenet.Neigh{IP: nh, MAC: mac})
+		peers.Neigh = append(peers.Neigh, nodenet.Neigh{IP: NextHopFor(remote), MAC: mac})
+		if slices.ContainsFunc(c.Subnets, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+			peers.Neigh = append(peers.Neigh, nodenet.Neigh{IP: NextHop6For(remote), MAC: mac})
+		}
 		for _, p := range c.Subnets {
-			want = append(want, nodenet.Route{Dst: p, Via: nh, Link: idx})
+			want = append(want, nodenet.Route{Dst: p, Via: nextHop(remote, p), Link: idx})
 		}
 	}
 	// Routes first on removal paths would leave packets without a next
@@ -171,8 +191,9 @@ func owned(mac net.HardwareAddr) bool {
 }
 
 // Connections implements cable.Driver. VXLAN has no handshake: a
-// connection is reported connected when its FDB entry, neighbour and
-// routes are all programmed. Byte counters are not kept per remote (-1).
+// connection is reported connected when its FDB entry and its routes
+// (via the next hop of each subnet's family) are all programmed. Byte
+// counters are not kept per remote (-1).
 func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -203,7 +224,7 @@ func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 	for _, c := range d.conns {
 		ok := haveFDB[c.Endpoint.Addr().String()]
 		for _, p := range c.Subnets {
-			ok = ok && haveRoute[p] == NextHopFor(c.Endpoint.Addr())
+			ok = ok && haveRoute[p] == nextHop(c.Endpoint.Addr(), p)
 		}
 		out = append(out, cable.Status{ClusterID: c.ClusterID, Endpoint: c.Endpoint, Subnets: c.Subnets,
 			Connected: ok, RxBytes: -1, TxBytes: -1})

@@ -20,13 +20,17 @@ const EchoPort = 7777
 // driver for the same device (a restart).
 type Factory func(t testing.TB, tp *Topo, side, stateDir string) cable.Driver
 
-// Local returns the LocalEndpoint of a side of tp.
+// Local returns the LocalEndpoint of a side of tp (with the side's IPv6
+// subnet among the Subnets when tp is dual-stack).
 func (tp *Topo) Local(side string, port uint16, stateDir string) cable.LocalEndpoint {
 	l := cable.LocalEndpoint{ClusterID: side, Interface: tp.IfName(side), Port: port, StateDir: stateDir}
 	if side == "a" {
 		l.Address, l.Netns, l.Subnets = WANA, Path(tp.GwA), []netip.Prefix{SubnetA}
 	} else {
 		l.Address, l.Netns, l.Subnets = WANB, Path(tp.GwB), []netip.Prefix{SubnetB}
+	}
+	if tp.IPv6 {
+		l.Subnets = append(l.Subnets, map[string]netip.Prefix{"a": SubnetA6, "b": SubnetB6}[side])
 	}
 	return l
 }
@@ -67,6 +71,28 @@ func WaitTraffic(t testing.TB, tp *Topo) {
 	}
 }
 
+// WaitConnected waits until each driver reports exactly one connection,
+// connected. Status may lag traffic for a moment (IPsec: both sides
+// initiate and a duplicate IKE_SA is replaced), so it waits to settle.
+func WaitConnected(t testing.TB, drivers ...cable.Driver) {
+	t.Helper()
+	for i, d := range drivers {
+		err := Eventually(20*time.Second, func() error {
+			st, err := d.Connections(context.Background())
+			if err != nil {
+				return err
+			}
+			if len(st) != 1 || !st[0].Connected {
+				return fmt.Errorf("%+v, want one connected", st)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("connections of driver %d: %v", i, err)
+		}
+	}
+}
+
 // OwnedRoutes lists the routes with the cable protocol in namespace ns.
 func OwnedRoutes(t testing.TB, ns string) string {
 	t.Helper()
@@ -97,23 +123,7 @@ func RunSuite(t *testing.T, port uint16, newDriver Factory) {
 	t.Run("up", func(t *testing.T) {
 		Connect(t, a, b, port)
 		WaitTraffic(t, tp)
-		// Status may lag traffic for a moment (IPsec: both sides initiate
-		// and a duplicate IKE_SA is replaced), so wait for it to settle.
-		for name, d := range map[string]cable.Driver{"a": a, "b": b} {
-			err := Eventually(20*time.Second, func() error {
-				st, err := d.Connections(ctx)
-				if err != nil {
-					return err
-				}
-				if len(st) != 1 || !st[0].Connected {
-					return fmt.Errorf("%+v, want one connected", st)
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatalf("connections %s: %v", name, err)
-			}
-		}
+		WaitConnected(t, a, b)
 		if r := OwnedRoutes(t, tp.GwA); !strings.Contains(r, SubnetB.String()) || strings.Contains(r, SubnetA.String()) {
 			t.Fatalf("routes of A: %q, want only %s", r, SubnetB)
 		}

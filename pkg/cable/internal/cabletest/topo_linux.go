@@ -1,8 +1,9 @@
 // Package cabletest builds the privileged test topology for cable drivers:
 // two gateway namespaces joined by a veth "WAN" (198.18.0.1/24 and
 // 198.18.0.2/24), each with a pod namespace behind it (10.1.0.2 behind
-// gateway A, 10.2.0.2 behind gateway B). Everything lives in namespaces
-// it creates and removes; the root namespace is never touched.
+// gateway A, 10.2.0.2 behind gateway B; with AddIPv6 also fd00:1::2 and
+// fd00:2::2). Everything lives in namespaces it creates and removes; the
+// root namespace is never touched.
 package cabletest
 
 import (
@@ -31,6 +32,11 @@ var (
 	SubnetB = netip.MustParsePrefix("10.2.0.0/24")
 	PodA    = netip.MustParseAddr("10.1.0.2")
 	PodB    = netip.MustParseAddr("10.2.0.2")
+	// The IPv6 subnets and pods of a dual-stack topology (AddIPv6).
+	SubnetA6 = netip.MustParsePrefix("fd00:1::/64")
+	SubnetB6 = netip.MustParsePrefix("fd00:2::/64")
+	PodA6    = netip.MustParseAddr("fd00:1::2")
+	PodB6    = netip.MustParseAddr("fd00:2::2")
 )
 
 // RequireRoot skips t unless running as root.
@@ -45,6 +51,9 @@ func RequireRoot(t testing.TB) {
 type Topo struct {
 	ID                   string
 	GwA, GwB, PodA, PodB string
+	// IPv6 is set by AddIPv6: the pods are dual-stack and Local lists
+	// the IPv6 subnets too.
+	IPv6 bool
 }
 
 // Path returns the bind-mount path of namespace name.
@@ -85,6 +94,25 @@ func New(t testing.TB) *Topo {
 	Run(t, "ip", "-n", tp.GwA, "link", "set", "wan0", "up")
 	Run(t, "ip", "-n", tp.GwB, "link", "set", "wan0", "up")
 	return tp
+}
+
+// AddIPv6 makes tp dual-stack behind the IPv4 WAN: pod A fd00:1::2/64
+// behind gateway A's fd00:1::1, pod B fd00:2::2/64 behind fd00:2::1
+// (default routes via them), IPv6 forwarding on in both gateways.
+func (tp *Topo) AddIPv6(t testing.TB) {
+	t.Helper()
+	for _, p := range []struct {
+		gw, pod string
+		pfx     netip.Prefix
+		addr    netip.Addr
+	}{{tp.GwA, tp.PodA, SubnetA6, PodA6}, {tp.GwB, tp.PodB, SubnetB6, PodB6}} {
+		gwAddr := p.pfx.Addr().Next().String()
+		Run(t, "ip", "-n", p.gw, "addr", "add", gwAddr+"/64", "dev", "pod0", "nodad")
+		Run(t, "ip", "-n", p.pod, "addr", "add", p.addr.String()+"/64", "dev", "eth0", "nodad")
+		Run(t, "ip", "-n", p.pod, "-6", "route", "add", "default", "via", gwAddr)
+		Run(t, "ip", "netns", "exec", p.gw, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+	}
+	tp.IPv6 = true
 }
 
 // Run runs a command and fails t on error.
