@@ -56,11 +56,7 @@ func (t *slimmer) cachedRecord(obj any) (cachedRecord, bool) {
 		v.spec = &r.Spec
 		return v, true
 	}
-	// Listed own records come compact (slimmer.record), watched ones whole.
-	v.hash = contentHash(&r.ObjectMeta)
-	if !compacted(&r.ObjectMeta) {
-		v.hash = mcs.ContentHash(r.Spec)
-	}
+	v.hash = mcs.ContentHash(r.Spec)
 	return v, true
 }
 

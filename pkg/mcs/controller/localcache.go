@@ -116,16 +116,12 @@ func (t *slimmer) cachedSlice(obj any) (cachedSlice, bool) {
 		return cachedSlice{}, false
 	}
 	// The reflector passes the objects of a list through
-	// slimmer.endpointSlice first (compact or slim copies), those of a
-	// watch as they are: both give the same value.
+	// slimmer.endpointSlice first, those of a watch as they are: both give
+	// the same value.
 	own, imported := s.Labels[discoveryv1.LabelServiceName], s.Labels[mcsv1beta1.LabelServiceName]
 	switch {
 	case s.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy && imported != "":
-		hash := contentHash(&s.ObjectMeta)
-		if !compacted(&s.ObjectMeta) {
-			hash = mcs.SliceHash(s)
-		}
-		return cachedSlice{service: imported, imported: true, resourceVersion: s.ResourceVersion, hash: hash}, true
+		return cachedSlice{service: imported, imported: true, resourceVersion: s.ResourceVersion, hash: mcs.SliceHash(s)}, true
 	case s.Labels[discoveryv1.LabelManagedBy] != mcs.ManagedBy && own != "":
 		v := cachedSlice{service: own, addressType: discoveryv1.AddressType(kube.Intern(string(s.AddressType))), ports: s.Ports}
 		if len(s.Endpoints) > 0 {
@@ -223,7 +219,7 @@ func newLocalStores(local *rest.Config, scheme *runtime.Scheme, t *slimmer) (loc
 			Name:      "serviceimports",
 			ListWatch: typedListWatch(wc, func() *mcsv1beta1.ServiceImportList { return &mcsv1beta1.ServiceImportList{} }),
 			Example:   &mcsv1beta1.ServiceImport{},
-			Transform: t.serviceImport,
+			Transform: stripManagedFields,
 			Convert:   t.cachedImport,
 		}),
 	}, nil
@@ -311,20 +307,14 @@ func (t *slimmer) cachedImport(obj any) (cachedImport, bool) {
 	if !ok {
 		return cachedImport{}, false
 	}
-	// Listed objects come through slimmer.serviceImport (the spec replaced
-	// by its hash), watched ones as they are.
-	hash := contentHash(&si.ObjectMeta)
-	if !compacted(&si.ObjectMeta) {
-		hash = mcs.ContentHash(si.Spec)
-		kube.InternMeta(&si.ObjectMeta)
-		for i := range si.Status.Clusters {
-			si.Status.Clusters[i].Cluster = kube.Intern(si.Status.Clusters[i].Cluster)
-		}
-		kube.InternConditions(si.Status.Conditions)
+	kube.InternMeta(&si.ObjectMeta)
+	for i := range si.Status.Clusters {
+		si.Status.Clusters[i].Cluster = kube.Intern(si.Status.Clusters[i].Cluster)
 	}
+	kube.InternConditions(si.Status.Conditions)
 	return cachedImport{uid: si.UID, resourceVersion: si.ResourceVersion, generation: si.Generation,
 		labels: si.Labels, annotations: si.Annotations, finalizers: si.Finalizers, ownerReferences: si.OwnerReferences,
-		specHash: hash, status: si.Status}, true
+		specHash: mcs.ContentHash(si.Spec), status: si.Status}, true
 }
 
 // serviceImport returns the ServiceImport of key without its spec (see

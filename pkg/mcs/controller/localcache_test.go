@@ -72,8 +72,8 @@ func TestCachedServiceKeepsWhatIsRead(t *testing.T) {
 
 // TestCachedSliceKeepsWhatIsRead: a Service's own slice keeps what its
 // record and globalnet read, a multi-cluster slice of this controller its
-// resource version and content hash, whether watched or listed (slim or
-// compact); slices of neither kind are not kept.
+// resource version and content hash, whether watched or listed (through
+// slimmer.endpointSlice); slices of neither kind are not kept.
 func TestCachedSliceKeepsWhatIsRead(t *testing.T) {
 	key := types.NamespacedName{Namespace: "ns", Name: "web"}
 	own := &discoveryv1.EndpointSlice{
@@ -145,7 +145,7 @@ func TestCachedSliceKeepsWhatIsRead(t *testing.T) {
 }
 
 // TestCachedExportAndImport: the plain values of a ServiceExport and of a
-// ServiceImport, watched or listed (slim or compact), give back what the
+// ServiceImport, watched or listed (through the list transforms), give back what the
 // controller reads of them; a ServiceExport being deleted is not kept.
 func TestCachedExportAndImport(t *testing.T) {
 	key := types.NamespacedName{Namespace: "ns", Name: "web"}
@@ -181,11 +181,11 @@ func TestCachedExportAndImport(t *testing.T) {
 			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 		Status: mcsv1beta1.ServiceImportStatus{Clusters: []mcsv1beta1.ClusterStatus{{Cluster: "c1"}},
 			Conditions: []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Ready", Message: "imported"}}}}
-	compactSI, err := newSlimmer("cluster-c1").serviceImport(si.DeepCopy())
+	listedSI, err := stripManagedFields(si.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, obj := range map[string]any{"watched": si.DeepCopy(), "listed": compactSI} {
+	for name, obj := range map[string]any{"watched": si.DeepCopy(), "listed": listedSI} {
 		v, ok := newSlimmer("cluster-c1").cachedImport(obj)
 		if !ok {
 			t.Fatalf("%s ServiceImport not kept", name)

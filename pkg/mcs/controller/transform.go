@@ -12,22 +12,14 @@ import (
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
-// The informer caches hold every Service, EndpointSlice, ServiceExport and
-// Namespace of the cluster, most of which are never exported. The
-// transforms below keep of each object only what the controller reads, so
-// that the caches cost a fraction of the objects' full size.
-//
-// The objects the controller writes itself (its multi-cluster
-// EndpointSlices, ServiceImports, its own broker records) are compared
-// with the desired ones and otherwise only named: their cached copies keep
-// the metadata and, instead of the content the controller sets, its hash
-// (mcs.ContentHash; mcs.SliceHash for slices). The hash is held in the
-// cached copy's GenerateName, a field the controller never sets on these
-// objects (it creates them by name); contentHash reads it, and a write
-// starting from a cached copy clears it (fromCache). Like every transform
-// these are idempotent: client-go may pass an object already in the cache
-// through them again (measured: at an informer's start), and a compact copy
-// (one with a hash) is returned as it is.
+// The controller caches most objects as plain values (localcache.go,
+// brokercache.go); a reflector holds the objects of its initial list
+// until the list is complete, and the transforms below keep of each only
+// what the plain value is made of, so that a cluster's full list does not
+// sit in memory at once. The remaining informers (Namespaces and the
+// objects of which there are few) go through them too. Like every
+// transform they are idempotent: client-go may pass an object through
+// again.
 
 // slimmer holds the transforms; strings that repeat across objects
 // (namespaces, label keys, condition texts) are shared (kube.Intern).
@@ -44,19 +36,6 @@ func newSlimmer(ownNamespace string) *slimmer {
 	yes, no := true, false
 	return &slimmer{ownNamespace: ownNamespace, yes: &yes, no: &no}
 }
-
-// withHash sets the content hash of a compact cached copy.
-func withHash(m *metav1.ObjectMeta, hash string) { m.GenerateName = hash }
-
-// contentHash is the content hash of a compact cached copy (withHash).
-func contentHash(m *metav1.ObjectMeta) string { return m.GenerateName }
-
-// compacted tells whether an object is already a compact cached copy.
-func compacted(m *metav1.ObjectMeta) bool { return m.GenerateName != "" }
-
-// fromCache clears the content hash of a copy of a compact cached object
-// that is going to be written.
-func fromCache(m *metav1.ObjectMeta) { m.GenerateName = "" }
 
 // boolPtr returns the shared pointer for *p.
 func (t *slimmer) boolPtr(p *bool) *bool {
@@ -152,29 +131,19 @@ func (t *slimmer) service(in any) (any, error) {
 	return out, nil
 }
 
-// endpointSlice keeps of this controller's own multi-cluster slices their
-// metadata, the labels the indexes and watches read and their hash
-// (mcs.SliceHash), and of the cluster's other slices what
-// mcs.RecordEndpointsFromSlices and the indexes read: the service-name and
-// managed-by labels, the address type, ports, and each endpoint's
-// addresses, conditions, hostname, node name and zone.
+// endpointSlice keeps this controller's own multi-cluster slices whole
+// but for managed fields (their hash, mcs.SliceHash, is taken of what the
+// controller sets), and of the cluster's other slices what
+// mcs.RecordEndpointsFromSlices reads: the service-name and managed-by
+// labels, the address type, ports, and each endpoint's addresses,
+// conditions, hostname, node name and zone.
 func (t *slimmer) endpointSlice(in any) (any, error) {
 	s, ok := in.(*discoveryv1.EndpointSlice)
 	if !ok {
 		return stripManagedFields(in)
 	}
 	if s.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
-		if compacted(&s.ObjectMeta) {
-			return s, nil
-		}
-		out := &discoveryv1.EndpointSlice{
-			TypeMeta: s.TypeMeta,
-			ObjectMeta: readMeta(s.ObjectMeta, discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy,
-				mcsv1beta1.LabelServiceName),
-		}
-		kube.InternMeta(&out.ObjectMeta, sharedValues...)
-		withHash(&out.ObjectMeta, mcs.SliceHash(s))
-		return out, nil
+		return stripManagedFields(s)
 	}
 	out := &discoveryv1.EndpointSlice{
 		TypeMeta: s.TypeMeta,
@@ -218,51 +187,17 @@ func (t *slimmer) serviceExport(in any) (any, error) {
 	return se, nil
 }
 
-// serviceImport keeps a ServiceImport's metadata and status (the
-// controller sets its conditions, whose transition times it keeps) and, of
-// its spec, the hash (mcs.ContentHash).
-func (t *slimmer) serviceImport(in any) (any, error) {
-	si, ok := in.(*mcsv1beta1.ServiceImport)
-	if !ok {
-		return stripManagedFields(in)
-	}
-	if compacted(&si.ObjectMeta) {
-		return si, nil
-	}
-	si.ManagedFields = nil
-	kube.InternTypeMeta(&si.TypeMeta)
-	kube.InternMeta(&si.ObjectMeta)
-	withHash(&si.ObjectMeta, mcs.ContentHash(si.Spec))
-	si.Spec = mcsv1beta1.ServiceImportSpec{}
-	for i := range si.Status.Clusters {
-		si.Status.Clusters[i].Cluster = kube.Intern(si.Status.Clusters[i].Cluster)
-	}
-	kube.InternConditions(si.Status.Conditions)
-	return si, nil
-}
-
-// record keeps a remote cluster's broker ServiceExportRecord whole (it is
-// merged) and shares its repeated strings; of this cluster's own records
-// it keeps the metadata, the spec's identity (cluster, Service, part) and
-// the spec's hash (mcs.ContentHash).
+// record keeps a broker ServiceExportRecord whole but for managed fields
+// (a remote one is merged, the hash of an own one is taken of its spec)
+// and shares its repeated strings.
 func (t *slimmer) record(in any) (any, error) {
 	r, ok := in.(*causewayv1alpha1.ServiceExportRecord)
 	if !ok {
 		return stripManagedFields(in)
 	}
-	own := r.Namespace == t.ownNamespace
-	if own && compacted(&r.ObjectMeta) {
-		return r, nil
-	}
 	r.ManagedFields = nil
 	kube.InternTypeMeta(&r.TypeMeta)
 	kube.InternMeta(&r.ObjectMeta)
-	if own {
-		withHash(&r.ObjectMeta, mcs.ContentHash(r.Spec))
-		r.Spec = causewayv1alpha1.ServiceExportRecordSpec{ClusterID: kube.Intern(r.Spec.ClusterID),
-			ServiceNamespace: kube.Intern(r.Spec.ServiceNamespace), ServiceName: r.Spec.ServiceName, Part: r.Spec.Part}
-		return r, nil
-	}
 	r.Spec.ClusterID = kube.Intern(r.Spec.ClusterID)
 	r.Spec.ServiceNamespace = kube.Intern(r.Spec.ServiceNamespace)
 	r.Spec.Type = mcsv1beta1.ServiceImportType(kube.Intern(string(r.Spec.Type)))
