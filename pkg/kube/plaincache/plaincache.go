@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -39,6 +40,9 @@ type Config[T any] struct {
 	// Groups, if set, names the groups a value belongs to: Group lists the
 	// values of one group.
 	Groups func(key types.NamespacedName, v T) []string
+	// ResyncPeriod, if set, is how often every value is reported again,
+	// unchanged (old and new equal), as informers resync.
+	ResyncPeriod time.Duration
 }
 
 // Item is one cached value and the key of its object.
@@ -71,7 +75,7 @@ func New[T any](cfg Config[T]) *Store[T] {
 // object as new, and a relist every object again.
 func (s *Store[T]) Run(ctx context.Context, onChange func(key types.NamespacedName, old, new *T)) {
 	r := cache.NewReflectorWithOptions(s.cfg.ListWatch, s.cfg.Example, &reflectorStore[T]{s: s, onChange: onChange},
-		cache.ReflectorOptions{Name: s.cfg.Name})
+		cache.ReflectorOptions{Name: s.cfg.Name, ResyncPeriod: s.cfg.ResyncPeriod})
 	r.RunWithContext(ctx)
 }
 
@@ -260,8 +264,17 @@ func (r *reflectorStore[T]) Replace(list []any, _ string) error {
 	return nil
 }
 
-// Resync does nothing: the store's readers resync from their own timers.
-func (r *reflectorStore[T]) Resync() error { return nil }
+// Resync reports every value again (Config.ResyncPeriod).
+func (r *reflectorStore[T]) Resync() error {
+	r.s.mu.RLock()
+	cs := make([]change[T], 0, len(r.s.items))
+	for key, v := range r.s.items {
+		cs = append(cs, change[T]{key: key, old: &v, new: &v})
+	}
+	r.s.mu.RUnlock()
+	r.report(cs...)
+	return nil
+}
 
 // Transformer slims the objects the reflector holds during a list.
 func (r *reflectorStore[T]) Transformer() cache.TransformFunc { return r.s.cfg.Transform }

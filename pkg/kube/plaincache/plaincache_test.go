@@ -56,7 +56,8 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 			cm := obj.(*corev1.ConfigMap)
 			return value{v: cm.Data["v"], group: cm.Labels["g"]}, cm.Labels["skip"] != "yes"
 		},
-		Groups: func(_ types.NamespacedName, v value) []string { return []string{v.group} },
+		Groups:       func(_ types.NamespacedName, v value) []string { return []string{v.group} },
+		ResyncPeriod: time.Second,
 	})
 	var mu sync.Mutex
 	var changes []string
@@ -66,9 +67,14 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 		}
 		return p.v
 	}
+	resynced := map[string]bool{}
 	go s.Run(ctx, func(key types.NamespacedName, old, new *value) {
 		mu.Lock()
 		defer mu.Unlock()
+		if old != nil && new != nil && *old == *new {
+			resynced[key.Name] = true // a resync: reported apart
+			return
+		}
 		changes = append(changes, fmt.Sprintf("%s %s→%s", key.Name, show(old), show(new)))
 	})
 	syncCtx, cancelSync := context.WithTimeout(ctx, time.Minute)
@@ -118,5 +124,19 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 	}
 	if keys := s.Keys(); len(keys) != 1 || keys[0].Name != "x" {
 		t.Errorf("Keys = %v, want x only", keys)
+	}
+	// Every second every value is reported again, unchanged.
+	deadline = time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		x := resynced["x"]
+		mu.Unlock()
+		if x {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("x never resynced")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -99,7 +100,10 @@ type brokerStores struct {
 	vips    *plaincache.Store[cachedVIP]
 }
 
-func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer) (brokerStores, error) {
+// newBrokerStores returns the plain caches of the broker; records are
+// reported again every resync period (they name every Service exported
+// anywhere).
+func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer, resync time.Duration) (brokerStores, error) {
 	wc, err := client.NewWithWatch(broker, client.Options{Scheme: scheme})
 	if err != nil {
 		return brokerStores{}, fmt.Errorf("broker client: %w", err)
@@ -110,10 +114,11 @@ func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer) (b
 			ListWatch: typedListWatch(wc, func() *causewayv1alpha1.ServiceExportRecordList {
 				return &causewayv1alpha1.ServiceExportRecordList{}
 			}),
-			Example:   &causewayv1alpha1.ServiceExportRecord{},
-			Transform: t.record,
-			Convert:   t.cachedRecord,
-			Groups:    recordGroup,
+			Example:      &causewayv1alpha1.ServiceExportRecord{},
+			Transform:    t.record,
+			Convert:      t.cachedRecord,
+			Groups:       recordGroup,
+			ResyncPeriod: resync,
 		}),
 		vips: plaincache.New(plaincache.Config[cachedVIP]{
 			Name:      "vipallocations",

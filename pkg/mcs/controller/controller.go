@@ -272,10 +272,10 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			waiting: map[types.NamespacedName]bool{},
 		},
 	}
-	if c.stores, err = newLocalStores(local, scheme, slim); err != nil {
+	if c.stores, err = newLocalStores(local, scheme, slim, resync); err != nil {
 		return nil, err
 	}
-	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim); err != nil {
+	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim, resync); err != nil {
 		return nil, err
 	}
 	if cfg.BrokerTokenLifetime > 0 {
