@@ -136,7 +136,7 @@ type Controller struct {
 }
 
 // Local rights of the controller (make generate turns these into the
-// chart's templates/rbac). Everything it reads goes through the manager's cache
+// chart's templates/rbac). Everything it reads goes through its caches
 // (list and watch only); its writes are the ServiceImports and
 // EndpointSlices it owns and the status of ServiceExports. Leader
 // election takes a Lease and records Events in Causeway's namespace;
