@@ -124,16 +124,8 @@ func (t *slimmer) cachedSlice(obj any) (cachedSlice, bool) {
 	case s.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy && imported != "":
 		return cachedSlice{service: imported, imported: true, resourceVersion: s.ResourceVersion, hash: mcs.SliceHash(s)}, true
 	case s.Labels[discoveryv1.LabelManagedBy] != mcs.ManagedBy && own != "":
-		v := cachedSlice{service: own, addressType: discoveryv1.AddressType(kube.Intern(string(s.AddressType))), ports: s.Ports}
-		if len(s.Endpoints) > 0 {
-			v.endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
-			for i, e := range s.Endpoints {
-				v.endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions,
-					Hostname: e.Hostname, NodeName: e.NodeName, Zone: e.Zone}
-				t.endpoint(&v.endpoints[i])
-			}
-		}
-		return v, true
+		return cachedSlice{service: own, addressType: discoveryv1.AddressType(kube.Intern(string(s.AddressType))), ports: s.Ports,
+			endpoints: t.endpoints(s.Endpoints)}, true
 	}
 	return cachedSlice{}, false
 }

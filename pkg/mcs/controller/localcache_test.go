@@ -25,20 +25,7 @@ func TestCachedServiceKeepsWhatIsRead(t *testing.T) {
 	meta := fullMeta("ns", "web", map[string]string{"app": "web"})
 	meta.DeletionTimestamp = nil
 	for _, spec := range []corev1.ServiceSpec{
-		{
-			Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10", "fd00::10"},
-			IPFamilies:      []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-			SessionAffinity: corev1.ServiceAffinityClientIP,
-			SessionAffinityConfig: &corev1.SessionAffinityConfig{
-				ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}},
-			InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyLocal),
-			TrafficDistribution:   ptr("PreferClose"),
-			Selector:              map[string]string{"app": "web"},
-			Ports: []corev1.ServicePort{
-				{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, AppProtocol: ptr("http"), TargetPort: intOrString(8080), NodePort: 30080},
-				{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
-			},
-		},
+		richServiceSpec(),
 		{ClusterIP: "10.96.0.11", Ports: []corev1.ServicePort{{Name: "sql", Port: 5432}}}, // no ClusterIPs
 		{ClusterIP: corev1.ClusterIPNone, ClusterIPs: []string{corev1.ClusterIPNone}, Ports: []corev1.ServicePort{{Name: "sql", Port: 5432}}},
 		{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"},

@@ -153,15 +153,23 @@ func (t *slimmer) endpointSlice(in any) (any, error) {
 		Ports:       s.Ports,
 	}
 	kube.InternMeta(&out.ObjectMeta, sharedValues...)
-	if len(s.Endpoints) > 0 {
-		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
-		for i, e := range s.Endpoints {
-			out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions,
-				Hostname: e.Hostname, NodeName: e.NodeName, Zone: e.Zone}
-			t.endpoint(&out.Endpoints[i])
-		}
-	}
+	out.Endpoints = t.endpoints(s.Endpoints)
 	return out, nil
+}
+
+// endpoints returns copies of eps with what mcs reads of an endpoint:
+// addresses, conditions, hostname, node name and zone.
+func (t *slimmer) endpoints(eps []discoveryv1.Endpoint) []discoveryv1.Endpoint {
+	if len(eps) == 0 {
+		return nil
+	}
+	out := make([]discoveryv1.Endpoint, len(eps))
+	for i, e := range eps {
+		out[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions,
+			Hostname: e.Hostname, NodeName: e.NodeName, Zone: e.Zone}
+		t.endpoint(&out[i])
+	}
+	return out
 }
 
 // endpoint shares the condition pointers and node and zone names.

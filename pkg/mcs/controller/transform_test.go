@@ -33,27 +33,33 @@ func fullMeta(ns, name string, labels map[string]string) metav1.ObjectMeta {
 	}
 }
 
+// richServiceSpec is a dual-stack Service spec with every field the
+// export record reads set, and some it does not read.
+func richServiceSpec() corev1.ServiceSpec {
+	return corev1.ServiceSpec{
+		Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10", "fd00::10"},
+		IPFamilies:      []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+		SessionAffinity: corev1.ServiceAffinityClientIP,
+		SessionAffinityConfig: &corev1.SessionAffinityConfig{
+			ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}},
+		InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyLocal),
+		TrafficDistribution:   ptr("PreferClose"),
+		Selector:              map[string]string{"app": "web"},
+		Ports: []corev1.ServicePort{
+			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, AppProtocol: ptr("http"), TargetPort: intOrString(8080), NodePort: 30080},
+			{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
+		},
+	}
+}
+
 func TestSlimServiceKeepsTheExportRecord(t *testing.T) {
 	export := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web",
 		CreationTimestamp: metav1.NewTime(time.Unix(1700000000, 0))}}
 	for _, svc := range []*corev1.Service{
 		{
 			ObjectMeta: fullMeta("ns", "web", map[string]string{"app": "web"}),
-			Spec: corev1.ServiceSpec{
-				Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10", "fd00::10"},
-				IPFamilies:      []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-				SessionAffinity: corev1.ServiceAffinityClientIP,
-				SessionAffinityConfig: &corev1.SessionAffinityConfig{
-					ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}},
-				InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyLocal),
-				TrafficDistribution:   ptr("PreferClose"),
-				Selector:              map[string]string{"app": "web"},
-				Ports: []corev1.ServicePort{
-					{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, AppProtocol: ptr("http"), TargetPort: intOrString(8080), NodePort: 30080},
-					{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
-				},
-			},
-			Status: corev1.ServiceStatus{Conditions: []metav1.Condition{{Type: "x", Status: "True"}}},
+			Spec:       richServiceSpec(),
+			Status:     corev1.ServiceStatus{Conditions: []metav1.Condition{{Type: "x", Status: "True"}}},
 		},
 		{ObjectMeta: fullMeta("ns", "web", nil), Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone,
 			Ports: []corev1.ServicePort{{Name: "sql", Port: 5432}}}},
