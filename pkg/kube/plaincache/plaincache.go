@@ -58,21 +58,22 @@ type Store[T any] struct {
 	synced chan struct{}
 
 	mu         sync.RWMutex
-	items      map[types.NamespacedName]T
+	items      map[types.NamespacedName]*T // values are never modified, only replaced
 	groups     map[string][]types.NamespacedName
 	namespaces map[string]int // values per namespace
 }
 
 // New returns an empty store of the resource cfg describes.
 func New[T any](cfg Config[T]) *Store[T] {
-	return &Store[T]{cfg: cfg, synced: make(chan struct{}), items: map[types.NamespacedName]T{},
+	return &Store[T]{cfg: cfg, synced: make(chan struct{}), items: map[types.NamespacedName]*T{},
 		groups: map[string][]types.NamespacedName{}, namespaces: map[string]int{}}
 }
 
 // Run lists and watches the resource until ctx ends. After each change of
 // a key's value it calls onChange (old or new nil when the key had or has
 // no value), outside the store's lock; the initial list reports every
-// object as new, and a relist every object again.
+// object as new, and a relist every object again. old and new are the
+// store's own: read only.
 func (s *Store[T]) Run(ctx context.Context, onChange func(key types.NamespacedName, old, new *T)) {
 	r := cache.NewReflectorWithOptions(s.cfg.ListWatch, s.cfg.Example, &reflectorStore[T]{s: s, onChange: onChange},
 		cache.ReflectorOptions{Name: s.cfg.Name, ResyncPeriod: s.cfg.ResyncPeriod})
@@ -93,8 +94,11 @@ func (s *Store[T]) WaitForSync(ctx context.Context) error {
 func (s *Store[T]) Get(key types.NamespacedName) (T, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	v, ok := s.items[key]
-	return v, ok
+	if v, ok := s.items[key]; ok {
+		return *v, true
+	}
+	var zero T
+	return zero, false
 }
 
 // Group returns the values in group g, in no particular order.
@@ -104,7 +108,7 @@ func (s *Store[T]) Group(g string) []Item[T] {
 	keys := s.groups[g]
 	out := make([]Item[T], 0, len(keys))
 	for _, k := range keys {
-		out = append(out, Item[T]{Key: k, Value: s.items[k]})
+		out = append(out, Item[T]{Key: k, Value: *s.items[k]})
 	}
 	return out
 }
@@ -136,10 +140,9 @@ type change[T any] struct {
 
 // setLocked stores v (nil: none) under key and returns the change.
 func (s *Store[T]) setLocked(key types.NamespacedName, v *T) change[T] {
-	var old *T
-	if o, ok := s.items[key]; ok {
-		old = &o
-		s.ungroupLocked(key, o)
+	old := s.items[key]
+	if old != nil {
+		s.ungroupLocked(key, *old)
 		if s.namespaces[key.Namespace]--; s.namespaces[key.Namespace] == 0 {
 			delete(s.namespaces, key.Namespace)
 		}
@@ -148,7 +151,7 @@ func (s *Store[T]) setLocked(key types.NamespacedName, v *T) change[T] {
 		delete(s.items, key)
 		return change[T]{key: key, old: old}
 	}
-	s.items[key] = *v
+	s.items[key] = v
 	s.namespaces[key.Namespace]++
 	if s.cfg.Groups != nil {
 		for _, g := range s.cfg.Groups(key, *v) {
@@ -269,7 +272,7 @@ func (r *reflectorStore[T]) Resync() error {
 	r.s.mu.RLock()
 	cs := make([]change[T], 0, len(r.s.items))
 	for key, v := range r.s.items {
-		cs = append(cs, change[T]{key: key, old: &v, new: &v})
+		cs = append(cs, change[T]{key: key, old: v, new: v})
 	}
 	r.s.mu.RUnlock()
 	r.report(cs...)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -268,8 +269,10 @@ func (t *slimmer) cachedExport(obj any) (cachedExport, bool) {
 		return cachedExport{}, false
 	}
 	kube.InternConditions(se.Status.Conditions)
+	// Cloned: the decoder's slice has room to grow (cap 4 for 3).
 	return cachedExport{uid: se.UID, resourceVersion: se.ResourceVersion, generation: se.Generation, created: se.CreationTimestamp,
-		exportedLabels: se.Spec.ExportedLabels, exportedAnnotations: se.Spec.ExportedAnnotations, conditions: se.Status.Conditions}, true
+		exportedLabels: se.Spec.ExportedLabels, exportedAnnotations: se.Spec.ExportedAnnotations,
+		conditions: slices.Clone(se.Status.Conditions)}, true
 }
 
 // export returns the ServiceExport of key as the controller reads it. It
@@ -309,6 +312,8 @@ func (t *slimmer) cachedImport(obj any) (cachedImport, bool) {
 		si.Status.Clusters[i].Cluster = kube.Intern(si.Status.Clusters[i].Cluster)
 	}
 	kube.InternConditions(si.Status.Conditions)
+	// Cloned: the decoder's slices have room to grow.
+	si.Status.Conditions, si.Status.Clusters = slices.Clone(si.Status.Conditions), slices.Clone(si.Status.Clusters)
 	return cachedImport{uid: si.UID, resourceVersion: si.ResourceVersion, generation: si.Generation,
 		labels: si.Labels, annotations: si.Annotations, finalizers: si.Finalizers, ownerReferences: si.OwnerReferences,
 		specHash: mcs.ContentHash(si.Spec), status: si.Status}, true
