@@ -61,6 +61,8 @@ type Store[T any] struct {
 	items      map[types.NamespacedName]*T // values are never modified, only replaced
 	groups     map[string][]types.NamespacedName
 	namespaces map[string]int // values per namespace
+	// onChange receives the changes (Notify); nil before.
+	onChange func(key types.NamespacedName, old, new *T)
 }
 
 // New returns an empty store of the resource cfg describes.
@@ -69,15 +71,27 @@ func New[T any](cfg Config[T]) *Store[T] {
 		groups: map[string][]types.NamespacedName{}, namespaces: map[string]int{}}
 }
 
-// Run lists and watches the resource until ctx ends. After each change of
-// a key's value it calls onChange (old or new nil when the key had or has
-// no value), outside the store's lock; the initial list reports every
-// object as new, and a relist every object again. old and new are the
-// store's own: read only.
-func (s *Store[T]) Run(ctx context.Context, onChange func(key types.NamespacedName, old, new *T)) {
-	r := cache.NewReflectorWithOptions(s.cfg.ListWatch, s.cfg.Example, &reflectorStore[T]{s: s, onChange: onChange},
+// Run lists and watches the resource until ctx ends.
+func (s *Store[T]) Run(ctx context.Context) {
+	r := cache.NewReflectorWithOptions(s.cfg.ListWatch, s.cfg.Example, &reflectorStore[T]{s: s},
 		cache.ReflectorOptions{Name: s.cfg.Name, ResyncPeriod: s.cfg.ResyncPeriod})
 	r.RunWithContext(ctx)
+}
+
+// Notify reports to onChange every value the store holds, as new, and
+// from then on every change of a key's value (old or new nil when the key
+// had or has no value), outside the store's lock: a list reports every
+// object as new, a relist every object again. old and new are the store's
+// own: read only. A store has one receiver; Notify replaces the last.
+func (s *Store[T]) Notify(onChange func(key types.NamespacedName, old, new *T)) {
+	s.mu.Lock()
+	s.onChange = onChange
+	cs := make([]change[T], 0, len(s.items))
+	for key, v := range s.items {
+		cs = append(cs, change[T]{key: key, new: v})
+	}
+	s.mu.Unlock()
+	report(onChange, cs)
 }
 
 // WaitForSync waits until the store holds the initial list, or ctx ends.
@@ -177,10 +191,7 @@ func (s *Store[T]) ungroupLocked(key types.NamespacedName, v T) {
 
 // reflectorStore is what the reflector writes to: it converts each
 // object and reports the changes.
-type reflectorStore[T any] struct {
-	s        *Store[T]
-	onChange func(key types.NamespacedName, old, new *T)
-}
+type reflectorStore[T any] struct{ s *Store[T] }
 
 // entry converts obj into its key and value (nil: none kept).
 func (r *reflectorStore[T]) entry(obj any) (types.NamespacedName, *T, error) {
@@ -196,10 +207,14 @@ func (r *reflectorStore[T]) entry(obj any) (types.NamespacedName, *T, error) {
 	return key, nil, nil
 }
 
-func (r *reflectorStore[T]) report(cs ...change[T]) {
+// report passes the changes to onChange (none while it is nil).
+func report[T any](onChange func(key types.NamespacedName, old, new *T), cs []change[T]) {
+	if onChange == nil {
+		return
+	}
 	for _, c := range cs {
 		if c.old != nil || c.new != nil {
-			r.onChange(c.key, c.old, c.new)
+			onChange(c.key, c.old, c.new)
 		}
 	}
 }
@@ -212,9 +227,9 @@ func (r *reflectorStore[T]) Update(obj any) error {
 		return err
 	}
 	r.s.mu.Lock()
-	c := r.s.setLocked(key, v)
+	c, onChange := r.s.setLocked(key, v), r.s.onChange
 	r.s.mu.Unlock()
-	r.report(c)
+	report(onChange, []change[T]{c})
 	return nil
 }
 
@@ -224,9 +239,9 @@ func (r *reflectorStore[T]) Delete(obj any) error {
 		return err
 	}
 	r.s.mu.Lock()
-	c := r.s.setLocked(key, nil)
+	c, onChange := r.s.setLocked(key, nil), r.s.onChange
 	r.s.mu.Unlock()
-	r.report(c)
+	report(onChange, []change[T]{c})
 	return nil
 }
 
@@ -257,13 +272,14 @@ func (r *reflectorStore[T]) Replace(list []any, _ string) error {
 	for _, e := range entries {
 		cs = append(cs, r.s.setLocked(e.key, e.v))
 	}
+	onChange := r.s.onChange
 	r.s.mu.Unlock()
 	select {
 	case <-r.s.synced:
 	default:
 		close(r.s.synced)
 	}
-	r.report(cs...)
+	report(onChange, cs)
 	return nil
 }
 
@@ -274,8 +290,9 @@ func (r *reflectorStore[T]) Resync() error {
 	for key, v := range r.s.items {
 		cs = append(cs, change[T]{key: key, old: v, new: v})
 	}
+	onChange := r.s.onChange
 	r.s.mu.RUnlock()
-	r.report(cs...)
+	report(onChange, cs)
 	return nil
 }
 

@@ -25,8 +25,9 @@ type value struct{ v, group string }
 // TestStoreFollowsTheAPI runs a Store of ConfigMaps against a real
 // kube-apiserver: objects that exist before it starts are in it once it
 // has synced, creations, updates and deletions arrive with their old and
-// new values, an object Convert refuses leaves the store, and groups list
-// their members.
+// new values, an object Convert refuses leaves the store, groups list
+// their members, a receiver that comes later is told every value first,
+// and every value is reported again each resync period.
 func TestStoreFollowsTheAPI(t *testing.T) {
 	c := kubetest.Start(t, "plaincache")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -68,7 +69,8 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 		return p.v
 	}
 	resynced := map[string]bool{}
-	go s.Run(ctx, func(key types.NamespacedName, old, new *value) {
+	go s.Run(ctx)
+	s.Notify(func(key types.NamespacedName, old, new *value) {
 		mu.Lock()
 		defer mu.Unlock()
 		if old != nil && new != nil && *old == *new {
@@ -125,6 +127,23 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 	if keys := s.Keys(); len(keys) != 1 || keys[0].Name != "x" {
 		t.Errorf("Keys = %v, want x only", keys)
 	}
+	// A new receiver is told every value first, as new.
+	var replayed []string
+	s.Notify(func(key types.NamespacedName, old, new *value) {
+		mu.Lock()
+		defer mu.Unlock()
+		if old == nil && new != nil {
+			replayed = append(replayed, key.Name+" "+new.v)
+		}
+		if old != nil && new != nil && *old == *new {
+			resynced[key.Name] = true
+		}
+	})
+	mu.Lock()
+	if !slices.Equal(replayed, []string{"x 2"}) {
+		t.Errorf("a new receiver was told %q, want [x 2]", replayed)
+	}
+	mu.Unlock()
 	// Every second every value is reported again, unchanged.
 	deadline = time.Now().Add(time.Minute)
 	for {

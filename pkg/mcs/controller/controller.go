@@ -278,6 +278,10 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim, resync); err != nil {
 		return nil, err
 	}
+	if err := mgr.Add(storeRunner{c.stores.services.Run, c.stores.slices.Run, c.stores.exports.Run, c.stores.imports.Run,
+		c.brokerStores.records.Run, c.brokerStores.vips.Run}); err != nil {
+		return nil, err
+	}
 	if cfg.BrokerTokenLifetime > 0 {
 		if err := mgr.Add(c.tokenRotator(brokerCfg)); err != nil {
 			return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -223,16 +224,31 @@ func newLocalStores(local *rest.Config, scheme *runtime.Scheme, t *slimmer, resy
 	}, nil
 }
 
-// storeSource feeds a plain cache's changes to the controller's queue: it
-// runs the store (from the controller's start, so only while elected) and
-// holds the workers back until the store has synced.
+// storeRunner runs the plain caches from the manager's start, elected or
+// not, so that a standby replica's caches are warm when it takes over.
+type storeRunner []func(context.Context)
+
+func (r storeRunner) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, run := range r {
+		wg.Go(func() { run(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+func (storeRunner) NeedLeaderElection() bool { return false }
+
+// storeSource feeds a plain cache's changes to the controller's queue
+// (from the controller's start, so only while elected: every value first)
+// and holds the workers back until the store has synced.
 type storeSource[T any] struct {
 	store    *plaincache.Store[T]
 	requests func(key types.NamespacedName, v *T) []reconcile.Request
 }
 
-func (s storeSource[T]) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	go s.store.Run(ctx, func(key types.NamespacedName, old, new *T) {
+func (s storeSource[T]) Start(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	s.store.Notify(func(key types.NamespacedName, old, new *T) {
 		for _, v := range []*T{old, new} {
 			if v != nil {
 				for _, r := range s.requests(key, v) {
