@@ -192,11 +192,12 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	}
 	scheme := kube.NewScheme()
 	resync := cfg.ResyncPeriod
-	// Each type is cached once (one informer shared by the watches and
-	// the client's reads), through a transform keeping what is read;
-	// Services, EndpointSlices, ServiceExports and ServiceImports are
-	// cached as plain values instead (localcache.go), and the client never
-	// reads them.
+	// The objects there are many of are cached as plain values
+	// (localcache.go, brokercache.go), and the clients never cache them.
+	// The few others (Namespaces, GlobalIngresses, the gateway's mirrors,
+	// liveness Leases) are in the managers' informer caches, each type
+	// once (one informer shared by the watches and the reads), through a
+	// transform keeping what is read.
 	slim := newSlimmer(broker.Namespace(cfg.ClusterID))
 	localCache := cache.Options{
 		SyncPeriod:       &resync,

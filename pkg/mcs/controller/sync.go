@@ -415,7 +415,7 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 // clustersetVIPs returns the clusterset VIPs of key, one per IP family of its
 // import (mcs.VIPFamilies of families, in that order), allocating them in
 // the broker on first use. VIPs this controller allocated before for the
-// same families are confirmed by one cache index lookup: they must be the
+// same families are confirmed by one lookup in the cache of allocations: they must be the
 // Service's only allocations. When two exist for a family (two clusters
 // allocated at once, before either saw the other's), the allocator keeps
 // the one first in the Service's candidate order and releases the other;
