@@ -231,7 +231,8 @@ func BenchmarkEndpointChange(b *testing.B) {
 // $MCS_BENCH_SERVICES (default 1000) Services exported from c1: time to
 // converge from nothing (records, VIPs, imports and slices in both
 // clusters), time of a full resync after a restart (nothing to change),
-// and each controller's RSS and Go heap in use. Baselines: the time to
+// and each controller's RSS, Go heap in use and CPU time up to
+// convergence. Baselines: the time to
 // write the ServiceExports themselves, and the memory of the same binary
 // idle (started for c1 before any Service exists). With
 // $MCS_BENCH_PROFILE_DIR set, heap profiles of both controllers are saved
@@ -303,8 +304,10 @@ func BenchmarkScale(b *testing.B) {
 	}
 	converge := time.Since(start)
 	mem := map[string]procmem.Memory{}
+	cpu := map[string]float64{} // CPU seconds of each controller up to convergence
 	for _, id := range []string{"c1", "c2"} {
 		mem[id] = procs[id].memory(b)
+		cpu[id], _ = procs[id].metric("process_cpu_seconds_total")
 		if pd := os.Getenv("MCS_BENCH_PROFILE_DIR"); pd != "" {
 			procs[id].saveHeapProfile(b, filepath.Join(pd, fmt.Sprintf("mcs-%s-%d.heap", id, n)))
 		}
@@ -339,6 +342,8 @@ func BenchmarkScale(b *testing.B) {
 	b.ReportMetric(mem["c1"].RSSMiB()/idleMem.RSSMiB(), "c1-RSS/idle")
 	b.ReportMetric(converge.Seconds()/baseline.Seconds(), "converge/baseline")
 	b.ReportMetric(resyncWrites, "resync-writes")
+	b.ReportMetric(cpu["c1"], "c1-CPU-s")
+	b.ReportMetric(cpu["c2"], "c2-CPU-s")
 	b.Logf("%d services exported from c1: writing the ServiceExports %.2fs (baseline); converge in c1+c2 from nothing %.2fs (%.1f× baseline); "+
 		"full resync after restarting c2's controller %.2fs (%.0f writes)",
 		n, baseline.Seconds(), converge.Seconds(), converge.Seconds()/baseline.Seconds(), resync.Seconds(), resyncWrites)

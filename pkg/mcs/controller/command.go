@@ -19,11 +19,12 @@ const MetricsPort = 9534
 
 // GCPercent is the Go GC target (GOGC) of the controller when the GOGC
 // environment variable does not set one. The controller is mostly its
-// informer caches, long-lived objects: with Go's default of 100 the heap
-// grows to twice them before a collection, and the resident set with it;
-// 50 caps the growth at half (measured in BenchmarkScale, see
-// pkg/mcs/README.md: no slower convergence, the sync is API-bound).
-const GCPercent = 50
+// caches, long-lived values: with Go's default of 100 the heap grows to
+// twice them before a collection, and the resident set with it; 25 caps
+// the growth at a quarter (measured in BenchmarkScale, see
+// pkg/mcs/README.md: the sync is API-bound, the collections cost CPU
+// time only).
+const GCPercent = 25
 
 // HealthPort is the MCS controller's default /healthz and /readyz port (all
 // interfaces; metrics stay on loopback).
