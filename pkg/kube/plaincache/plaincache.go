@@ -226,10 +226,7 @@ func (r *reflectorStore[T]) Update(obj any) error {
 	if err != nil {
 		return err
 	}
-	r.s.mu.Lock()
-	c, onChange := r.s.setLocked(key, v), r.s.onChange
-	r.s.mu.Unlock()
-	report(onChange, []change[T]{c})
+	r.set(key, v)
 	return nil
 }
 
@@ -238,39 +235,38 @@ func (r *reflectorStore[T]) Delete(obj any) error {
 	if err != nil {
 		return err
 	}
+	r.set(key, nil)
+	return nil
+}
+
+// set stores v (nil: none) under key and reports the change.
+func (r *reflectorStore[T]) set(key types.NamespacedName, v *T) {
 	r.s.mu.Lock()
-	c, onChange := r.s.setLocked(key, nil), r.s.onChange
+	c, onChange := r.s.setLocked(key, v), r.s.onChange
 	r.s.mu.Unlock()
 	report(onChange, []change[T]{c})
-	return nil
 }
 
 // Replace puts the store in the state of a full list: keys not in it are
 // removed.
 func (r *reflectorStore[T]) Replace(list []any, _ string) error {
-	type kv struct {
-		key types.NamespacedName
-		v   *T
-	}
-	entries := make([]kv, 0, len(list))
-	listed := make(map[types.NamespacedName]bool, len(list))
+	listed := make(map[types.NamespacedName]*T, len(list)) // nil: listed, not kept
 	for _, obj := range list {
 		key, v, err := r.entry(obj)
 		if err != nil {
 			return err
 		}
-		entries = append(entries, kv{key, v})
-		listed[key] = true
+		listed[key] = v
 	}
 	r.s.mu.Lock()
 	var cs []change[T]
 	for key := range r.s.items {
-		if !listed[key] {
+		if _, ok := listed[key]; !ok {
 			cs = append(cs, r.s.setLocked(key, nil))
 		}
 	}
-	for _, e := range entries {
-		cs = append(cs, r.s.setLocked(e.key, e.v))
+	for key, v := range listed {
+		cs = append(cs, r.s.setLocked(key, v))
 	}
 	onChange := r.s.onChange
 	r.s.mu.Unlock()
@@ -299,13 +295,13 @@ func (r *reflectorStore[T]) Resync() error {
 // Transformer slims the objects the reflector holds during a list.
 func (r *reflectorStore[T]) Transformer() cache.TransformFunc { return r.s.cfg.Transform }
 
-// Keys returns the keys of the cached values, in no particular order.
-func (s *Store[T]) Keys() []types.NamespacedName {
+// Items returns every cached value with its key, in no particular order.
+func (s *Store[T]) Items() []Item[T] {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]types.NamespacedName, 0, len(s.items))
-	for k := range s.items {
-		out = append(out, k)
+	out := make([]Item[T], 0, len(s.items))
+	for k, v := range s.items {
+		out = append(out, Item[T]{Key: k, Value: *v})
 	}
 	return out
 }

@@ -124,8 +124,8 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 	if ns := s.Namespaces(); !slices.Equal(ns, []string{"default"}) {
 		t.Errorf("Namespaces = %q, want [default]", ns)
 	}
-	if keys := s.Keys(); len(keys) != 1 || keys[0].Name != "x" {
-		t.Errorf("Keys = %v, want x only", keys)
+	if items := s.Items(); len(items) != 1 || items[0].Key.Name != "x" || items[0].Value.v != "2" {
+		t.Errorf("Items = %+v, want x with v 2 only", items)
 	}
 	// A new receiver is told every value first, as new.
 	var replayed []string

@@ -131,14 +131,15 @@ func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer, re
 	}, nil
 }
 
-// recordsOf returns the cached records in broker namespace ns, or of
-// Services in Service namespace svcNS (either may be empty: any). It
-// scans every record: for the rare events that concern many Services.
+// recordsOf returns the Services of the cached records in broker
+// namespace ns and of Services in namespace svcNS (either may be empty:
+// any), each once. It scans every record: for the rare events that
+// concern many Services.
 func (b brokerStores) recordsOf(ns, svcNS string) []types.NamespacedName {
 	var out []types.NamespacedName
-	for _, key := range b.records.Keys() {
-		if v, ok := b.records.Get(key); ok && (ns == "" || key.Namespace == ns) && (svcNS == "" || v.service.Namespace == svcNS) {
-			out = append(out, v.service)
+	for _, it := range b.records.Items() {
+		if (ns == "" || it.Key.Namespace == ns) && (svcNS == "" || it.Value.service.Namespace == svcNS) {
+			out = append(out, it.Value.service)
 		}
 	}
 	slices.SortFunc(out, func(a, b types.NamespacedName) int {

@@ -350,8 +350,8 @@ func (c *Controller) onMirror(ctx context.Context, o client.Object) []reconcile.
 		if _, ok := o.(*causewayv1alpha1.Cluster); !ok {
 			return nil
 		}
-		for _, key := range c.stores.exports.Keys() {
-			out = append(out, reconcile.Request{NamespacedName: key})
+		for _, it := range c.stores.exports.Items() {
+			out = append(out, reconcile.Request{NamespacedName: it.Key})
 		}
 		var gis causewayv1alpha1.GlobalIngressList
 		if err := c.local.List(ctx, &gis); err == nil {
