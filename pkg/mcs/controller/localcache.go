@@ -174,9 +174,9 @@ type localStores struct {
 
 // newLocalStores returns the plain caches of the local cluster: Services
 // and EndpointSlices read through a clientset speaking protobuf, the MCS
-// objects through a client of scheme.
-// ServiceExports and ServiceImports are reported again every resync
-// period: between them they name every Service exported or imported here.
+// objects through a client of scheme. ServiceExports and ServiceImports
+// are reported again every resync period: between them they name every
+// Service exported or imported here.
 func newLocalStores(local *rest.Config, scheme *runtime.Scheme, t *slimmer, resync time.Duration) (localStores, error) {
 	cfg := rest.CopyConfig(local)
 	cfg.ContentType = runtime.ContentTypeProtobuf
