@@ -28,20 +28,3 @@ func (r *Runtime) WaitForAPIServer(ctx context.Context, check string, cfg *rest.
 		return true, nil
 	})
 }
-
-// IdleUntilStopped is the work of a daemon whose engine has not landed
-// yet: it marks startup done, waits for the local API server and then for
-// the shutdown signal.
-func (r *Runtime) IdleUntilStopped(ctx context.Context, opts *Options) error {
-	cfg, err := opts.RESTConfig()
-	if err != nil {
-		return err
-	}
-	r.SetReady("startup", nil)
-	if err := r.WaitForAPIServer(ctx, "local cluster", cfg); err != nil {
-		return err
-	}
-	r.Log.Warn("engine not implemented yet: serving health and metrics only")
-	<-ctx.Done()
-	return ctx.Err()
-}

@@ -107,7 +107,13 @@ own broker identity and writes it into Secret causeway-broker (key
 			if err != nil {
 				return err
 			}
-			rt.SetReady("startup", nil)
+			// Ready once every cache holds its initial list: a standby
+			// replica too, whose caches run elected or not.
+			go func() {
+				if err := c.WaitForSync(ctx); err == nil {
+					rt.SetReady("startup", nil)
+				}
+			}()
 			return c.Run(ctx)
 		})
 	fs := cmd.Flags()

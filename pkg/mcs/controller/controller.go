@@ -117,6 +117,8 @@ type Controller struct {
 	// broker's records and VIP allocations (brokercache.go).
 	stores       localStores
 	brokerStores brokerStores
+	// runner runs all of them from the manager's start.
+	runner storeRunner
 
 	mu sync.Mutex
 	// services is what the controller remembers of each Service between
@@ -279,8 +281,9 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim, resync); err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(storeRunner{c.stores.services.Run, c.stores.slices.Run, c.stores.exports.Run, c.stores.imports.Run,
-		c.brokerStores.records.Run, c.brokerStores.vips.Run}); err != nil {
+	c.runner = storeRunner{c.stores.services, c.stores.slices, c.stores.exports, c.stores.imports,
+		c.brokerStores.records, c.brokerStores.vips}
+	if err := mgr.Add(c.runner); err != nil {
 		return nil, err
 	}
 	if cfg.BrokerTokenLifetime > 0 {
@@ -322,6 +325,18 @@ func (c *Controller) tokenRotator(brokerCfg *rest.Config) manager.Runnable {
 // Run runs the controller until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	return c.mgr.Start(ctx)
+}
+
+// WaitForSync waits until the caches the controller reads hold their
+// initial lists (Run fills them), or ctx ends.
+func (c *Controller) WaitForSync(ctx context.Context) error {
+	if err := c.runner.waitForSync(ctx); err != nil {
+		return err
+	}
+	if !c.mgr.GetCache().WaitForCacheSync(ctx) {
+		return fmt.Errorf("informer caches never synced: %w", ctx.Err())
+	}
+	return nil
 }
 
 func (c *Controller) ownNamespace() string { return broker.Namespace(c.cfg.ClusterID) }

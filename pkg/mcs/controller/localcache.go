@@ -224,16 +224,32 @@ func newLocalStores(local *rest.Config, scheme *runtime.Scheme, t *slimmer, resy
 	}, nil
 }
 
+// syncedStore is a plain cache as the controller runs and waits for it.
+type syncedStore interface {
+	Run(ctx context.Context)
+	WaitForSync(ctx context.Context) error
+}
+
 // storeRunner runs the plain caches from the manager's start, elected or
 // not, so that a standby replica's caches are warm when it takes over.
-type storeRunner []func(context.Context)
+type storeRunner []syncedStore
 
 func (r storeRunner) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, run := range r {
-		wg.Go(func() { run(ctx) })
+	for _, s := range r {
+		wg.Go(func() { s.Run(ctx) })
 	}
 	wg.Wait()
+	return nil
+}
+
+// waitForSync waits until every store holds its initial list.
+func (r storeRunner) waitForSync(ctx context.Context) error {
+	for _, s := range r {
+		if err := s.WaitForSync(ctx); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
