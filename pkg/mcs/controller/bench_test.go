@@ -265,22 +265,11 @@ func BenchmarkScale(b *testing.B) {
 	createServices(b, e.clusters["c1"].Config, n)
 	b.Logf("creating %d Services and their EndpointSlices in c1 took %.1fs", n, time.Since(setup).Seconds())
 	start := time.Now()
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for i := range work {
-				if err := c1.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("s%d", i)}}); err != nil {
-					b.Error(err)
-				}
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
+	inParallel(8, n, func(i int) {
+		if err := c1.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("s%d", i)}}); err != nil {
+			b.Error(err)
+		}
+	})
 	baseline := time.Since(start)
 
 	procs := map[string]*daemonProc{}
@@ -354,29 +343,40 @@ func createServices(b *testing.B, cfg *rest.Config, n int) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	inParallel(16, n, func(i int) {
+		name := fmt.Sprintf("s%d", i)
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+		if _, err := kc.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			b.Error(err)
+			return
+		}
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name + "-local",
+				Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(int32(8080))}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{fmt.Sprintf("10.244.%d.%d", i/250, i%250+1)},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)}}},
+		}
+		if _, err := kc.DiscoveryV1().EndpointSlices("bench").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+			b.Error(err)
+		}
+	})
+	if b.Failed() {
+		b.FailNow()
+	}
+}
+
+// inParallel calls f(0) … f(n-1) from the given number of goroutines
+// and returns when every call has.
+func inParallel(workers, n int, f func(i int)) {
 	work := make(chan int)
 	var wg sync.WaitGroup
-	for range 16 {
+	for range workers {
 		wg.Go(func() {
 			for i := range work {
-				name := fmt.Sprintf("s%d", i)
-				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
-					Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
-				if _, err := kc.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-					b.Error(err)
-					continue
-				}
-				slice := &discoveryv1.EndpointSlice{
-					ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name + "-local",
-						Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
-					AddressType: discoveryv1.AddressTypeIPv4,
-					Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(int32(8080))}},
-					Endpoints: []discoveryv1.Endpoint{{Addresses: []string{fmt.Sprintf("10.244.%d.%d", i/250, i%250+1)},
-						Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)}}},
-				}
-				if _, err := kc.DiscoveryV1().EndpointSlices("bench").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-					b.Error(err)
-				}
+				f(i)
 			}
 		})
 	}
@@ -385,9 +385,6 @@ func createServices(b *testing.B, cfg *rest.Config, n int) {
 	}
 	close(work)
 	wg.Wait()
-	if b.Failed() {
-		b.FailNow()
-	}
 }
 
 type daemonProc struct {
