@@ -286,7 +286,10 @@ func BenchmarkScale(b *testing.B) {
 	cpu := map[string]float64{} // CPU seconds of each controller up to convergence
 	for _, id := range []string{"c1", "c2"} {
 		mem[id] = procs[id].memory(b)
-		cpu[id], _ = procs[id].metric("process_cpu_seconds_total")
+		var ok bool
+		if cpu[id], ok = procs[id].metric("process_cpu_seconds_total"); !ok {
+			b.Fatalf("%s's controller reports no process_cpu_seconds_total", id)
+		}
 		if pd := os.Getenv("MCS_BENCH_PROFILE_DIR"); pd != "" {
 			procs[id].saveHeapProfile(b, filepath.Join(pd, fmt.Sprintf("mcs-%s-%d.heap", id, n)))
 		}
@@ -344,21 +347,12 @@ func createServices(b *testing.B, cfg *rest.Config, n int) {
 	}
 	ctx := context.Background()
 	inParallel(16, n, func(i int) {
-		name := fmt.Sprintf("s%d", i)
-		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+		svc := serviceObject("bench", fmt.Sprintf("s%d", i), false, map[string]int32{"http": 80})
 		if _, err := kc.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 			b.Error(err)
 			return
 		}
-		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name + "-local",
-				Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(int32(8080))}},
-			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{fmt.Sprintf("10.244.%d.%d", i/250, i%250+1)},
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)}}},
-		}
+		slice := localSliceObject(svc, 8080, pod{ip: fmt.Sprintf("10.244.%d.%d", i/250, i%250+1), ready: true})
 		if _, err := kc.DiscoveryV1().EndpointSlices("bench").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 			b.Error(err)
 		}

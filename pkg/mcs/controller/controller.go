@@ -117,8 +117,6 @@ type Controller struct {
 	// broker's records and VIP allocations (brokercache.go).
 	stores       localStores
 	brokerStores brokerStores
-	// runner runs all of them from the manager's start.
-	runner storeRunner
 
 	mu sync.Mutex
 	// services is what the controller remembers of each Service between
@@ -281,9 +279,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim, resync); err != nil {
 		return nil, err
 	}
-	c.runner = storeRunner{c.stores.services, c.stores.slices, c.stores.exports, c.stores.imports,
-		c.brokerStores.records, c.brokerStores.vips}
-	if err := mgr.Add(c.runner); err != nil {
+	if err := mgr.Add(c.allStores()); err != nil {
 		return nil, err
 	}
 	if cfg.BrokerTokenLifetime > 0 {
@@ -330,13 +326,19 @@ func (c *Controller) Run(ctx context.Context) error {
 // WaitForSync waits until the caches the controller reads hold their
 // initial lists (Run fills them), or ctx ends.
 func (c *Controller) WaitForSync(ctx context.Context) error {
-	if err := c.runner.waitForSync(ctx); err != nil {
+	if err := c.allStores().waitForSync(ctx); err != nil {
 		return err
 	}
 	if !c.mgr.GetCache().WaitForCacheSync(ctx) {
 		return fmt.Errorf("informer caches never synced: %w", ctx.Err())
 	}
 	return nil
+}
+
+// allStores are the plain caches of the cluster and of the broker.
+func (c *Controller) allStores() storeRunner {
+	return storeRunner{c.stores.services, c.stores.slices, c.stores.exports, c.stores.imports,
+		c.brokerStores.records, c.brokerStores.vips}
 }
 
 func (c *Controller) ownNamespace() string { return broker.Namespace(c.cfg.ClusterID) }

@@ -235,6 +235,15 @@ func eventually(t testing.TB, what string, check func() error) {
 // headless) with the given named TCP ports.
 func service(t testing.TB, c client.Client, ns, name string, headless bool, ports map[string]int32) *corev1.Service {
 	t.Helper()
+	svc := serviceObject(ns, name, headless, ports)
+	if err := c.Create(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// serviceObject is the Service that service creates.
+func serviceObject(ns, name string, headless bool, ports map[string]int32) *corev1.Service {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	names := make([]string, 0, len(ports))
 	for n := range ports {
@@ -246,9 +255,6 @@ func service(t testing.TB, c client.Client, ns, name string, headless bool, port
 	}
 	if headless {
 		svc.Spec.ClusterIP = corev1.ClusterIPNone
-	}
-	if err := c.Create(context.Background(), svc); err != nil {
-		t.Fatal(err)
 	}
 	return svc
 }
@@ -263,6 +269,23 @@ type pod struct {
 // controller of kube-controller-manager would.
 func localSlice(t testing.TB, c client.Client, svc *corev1.Service, targetPort int32, pods ...pod) {
 	t.Helper()
+	s := localSliceObject(svc, targetPort, pods...)
+	ctx := context.Background()
+	var have discoveryv1.EndpointSlice
+	if err := c.Get(ctx, client.ObjectKeyFromObject(s), &have); err == nil {
+		s.ResourceVersion = have.ResourceVersion
+		if err := c.Update(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := c.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// localSliceObject is the EndpointSlice that localSlice writes.
+func localSliceObject(svc *corev1.Service, targetPort int32, pods ...pod) *discoveryv1.EndpointSlice {
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name + "-local",
 			Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
@@ -279,18 +302,7 @@ func localSlice(t testing.TB, c client.Client, svc *corev1.Service, targetPort i
 		}
 		s.Endpoints = append(s.Endpoints, ep)
 	}
-	ctx := context.Background()
-	var have discoveryv1.EndpointSlice
-	if err := c.Get(ctx, client.ObjectKeyFromObject(s), &have); err == nil {
-		s.ResourceVersion = have.ResourceVersion
-		if err := c.Update(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if err := c.Create(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	return s
 }
 
 func export(t testing.TB, c client.Client, ns, name string) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 )
 
 // gatedStore is a store whose initial list arrives when synced is closed.
@@ -12,7 +11,14 @@ type gatedStore struct{ synced chan struct{} }
 
 func (gatedStore) Run(ctx context.Context) { <-ctx.Done() }
 
+// WaitForSync returns nil once synced is closed, even when ctx has ended
+// too, so that the test below is deterministic.
 func (s gatedStore) WaitForSync(ctx context.Context) error {
+	select {
+	case <-s.synced:
+		return nil
+	default:
+	}
 	select {
 	case <-s.synced:
 		return nil
@@ -21,27 +27,20 @@ func (s gatedStore) WaitForSync(ctx context.Context) error {
 	}
 }
 
-// TestStoreRunnerWaitsForEveryStore: waitForSync returns only once every
-// store has synced, and with an error when the context ends first.
+// TestStoreRunnerWaitsForEveryStore: waitForSync does not succeed while
+// one store has not synced (it returns the context's error), and does
+// once every store has.
 func TestStoreRunnerWaitsForEveryStore(t *testing.T) {
 	a, b := gatedStore{make(chan struct{})}, gatedStore{make(chan struct{})}
 	r := storeRunner{a, b}
-	done := make(chan error, 1)
-	go func() { done <- r.waitForSync(context.Background()) }()
 	close(a.synced)
-	select {
-	case err := <-done:
-		t.Fatalf("waitForSync returned (%v) with one store of two synced", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(b.synced)
-	if err := <-done; err != nil {
-		t.Fatalf("waitForSync with every store synced: %v", err)
-	}
-
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := (storeRunner{gatedStore{make(chan struct{})}}).waitForSync(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("waitForSync of a store that never syncs, context cancelled: %v, want context.Canceled", err)
+	if err := r.waitForSync(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("waitForSync with one store of two synced, context cancelled: %v, want context.Canceled", err)
+	}
+	close(b.synced)
+	if err := r.waitForSync(ctx); err != nil {
+		t.Fatalf("waitForSync with every store synced: %v", err)
 	}
 }
