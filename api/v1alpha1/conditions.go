@@ -13,6 +13,11 @@ const (
 	// overlaps another CIDR of the same object, or (Endpoint) lies outside
 	// its Cluster's CIDRs; or the object has no CIDRs (pkg/addrpolicy).
 	ReasonInvalidCIDR = "InvalidCIDR"
+	// ReasonCIDRNotAllowed: a CIDR lies outside the address space the
+	// ClusterSet's policy allows members to announce (ClusterSetPolicy
+	// spec.allowedCIDRs), or a pod or service CIDR meets the globalnet
+	// supernet.
+	ReasonCIDRNotAllowed = "CIDRNotAllowed"
 	// ReasonOverlappingCIDR: a CIDR overlaps this cluster's (pod, service
 	// or global), a global CIDR the broker assigned to another cluster, or
 	// an older cluster's.

@@ -19,6 +19,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&VIPAllocation{}, &VIPAllocationList{},
 		&GlobalCIDR{}, &GlobalCIDRList{},
 		&GlobalIngress{}, &GlobalIngressList{},
+		&ClusterSetPolicy{}, &ClusterSetPolicyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

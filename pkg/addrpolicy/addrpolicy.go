@@ -1,5 +1,8 @@
 // Package addrpolicy is the one authority on which subnets of which remote
-// cluster this cluster accepts. It is pure: no I/O, no clock, no logging.
+// cluster this cluster accepts, and the one evaluator of the ClusterSet's
+// policy (Policy, from the broker's v1alpha1.ClusterSetPolicy: allowed
+// address space, VIP ranges, globalnet supernet and block size, quotas).
+// It is pure: no I/O, no clock, no logging.
 //
 // The gateway (pkg/gateway) calls Decide once per sync with what the broker
 // holds and publishes the verdicts as Valid conditions on the mirrored
@@ -16,23 +19,28 @@
 //     spaces, lower case), is not an IPv4-mapped IPv6 prefix, is not the
 //     default route and is at least MinBits4 (IPv4) / MinBits6 (IPv6) long
 //     — a split of the default route (0.0.0.0/1 + 128.0.0.0/1) is as
-//     harmful as the default route itself; it does not overlap the
-//     clusterset VIP range, nor a reserved range unless it lies inside the
-//     globalnet supernet; two CIDRs of one object do not overlap (exact
+//     harmful as the default route itself; it does not overlap a
+//     clusterset VIP range; two CIDRs of one object do not overlap (exact
 //     duplicates are merged); an object announces at least one CIDR.
-//  2. Claims (ReasonUnclaimedGlobalCIDR): with globalnet on (Config.Claims
-//     not nil) every global CIDR a Cluster announces lies inside a global
-//     CIDR the broker holds a claim for in that cluster's name.
-//  3. Local and assigned space (ReasonOverlappingCIDR): no CIDR overlaps
+//  2. Space (ReasonCIDRNotAllowed, ReasonInvalidCIDR): a global CIDR is a
+//     block of exactly the policy's size inside the supernet; every other
+//     CIDR lies inside the policy's allowed space (Policy.Allowed), not
+//     in the supernet and not in a reserved range (DefaultReserved). An
+//     Endpoint's subnet may be either kind.
+//  3. Claims (ReasonUnclaimedGlobalCIDR): with globalnet on (Config.Claims
+//     not nil) every global CIDR a Cluster announces, and every subnet of
+//     an Endpoint inside the supernet, lies inside a global CIDR the
+//     broker holds a claim for in that cluster's name.
+//  4. Local and assigned space (ReasonOverlappingCIDR): no CIDR overlaps
 //     this cluster's pod, service, global or node networks, nor a global
 //     CIDR the broker assigned to another cluster.
-//  4. The Endpoint follows its Cluster: when the Cluster object exists, an
+//  5. The Endpoint follows its Cluster: when the Cluster object exists, an
 //     Endpoint is refused if the Cluster is (ReasonInvalidCluster) and each
 //     of its subnets must lie inside the Cluster's CIDRs
 //     (ReasonInvalidCIDR). Without a Cluster object the Endpoint stands on
 //     its own. An Endpoint's health-check address lies inside its subnets
 //     (ReasonInvalidAddress).
-//  5. Remotes against each other (ReasonOverlappingCIDR): a cluster's claim
+//  6. Remotes against each other (ReasonOverlappingCIDR): a cluster's claim
 //     is its Cluster's CIDRs (its Endpoint's subnets when it has no Cluster
 //     object), aged by the creation time of that object. Claims are
 //     settled oldest first, ties broken by the lower cluster ID: a claim
@@ -43,14 +51,12 @@
 // With globalnet, a Cluster that announces global CIDRs is reached through
 // them for IPv4: they are its CIDRs for every rule above, its Endpoint must
 // announce subnets inside them, and its IPv4 pod and service CIDRs are not
-// looked at (they may overlap anybody's). Global CIDRs need not lie inside
-// the supernet: the broker's claims say who owns what, and outside the
-// supernet a global CIDR meets the reserved ranges like any other CIDR.
+// looked at (they may overlap anybody's).
 //
-//  6. Globalnet is IPv4 only, so a globalnet Cluster's IPv6 pod and
+//  7. Globalnet is IPv4 only, so a globalnet Cluster's IPv6 pod and
 //     service CIDRs are its direct CIDRs: reached as they are, through the
-//     tunnel, they are checked like any CIDR (rules 1 and 3) and settled
-//     against the other remotes (rule 5, with the Cluster's age) as a
+//     tunnel, they are checked like any CIDR (rules 1, 2 and 4) and settled
+//     against the other remotes (rule 6, with the Cluster's age) as a
 //     claim of their own. When they fail, only they are left out: the
 //     Cluster and its Endpoint stay Valid for their global CIDRs, the
 //     verdicts' Subnets lack the IPv6 CIDRs (and the Endpoint's IPv6
@@ -99,12 +105,12 @@ const (
 	// range it is routed unreachable on every node and no remote subnet
 	// may overlap it.
 	DefaultVIPRangeIPv6 = "fd63:6175:7365::/108"
-	// DefaultMinBits4 is the shortest IPv4 prefix accepted: a /8 (10.0.0.0/8
+	// MinBits4 is the shortest IPv4 prefix accepted: a /8 (10.0.0.0/8
 	// is a real cluster CIDR); anything shorter covers several /8s of
 	// other people's space and, split in two /1s, the whole Internet.
-	DefaultMinBits4 = 8
-	// DefaultMinBits6 is the shortest IPv6 prefix accepted: a /16.
-	DefaultMinBits6 = 16
+	MinBits4 = 8
+	// MinBits6 is the shortest IPv6 prefix accepted: a /16.
+	MinBits6 = 16
 )
 
 // DefaultReserved returns the ranges refused as remote subnets by default:
@@ -131,9 +137,10 @@ func DefaultReserved() []netip.Prefix {
 }
 
 // Config is what the policy knows about this cluster and the ClusterSet.
-// Zero values of Reserved, Supernet, VIPRange, VIPRangeIPv6, MinBits4 and MinBits6 pick
-// the defaults above.
 type Config struct {
+	// Policy is the ClusterSet's policy (the allowed space, VIP ranges,
+	// supernet). Zero: DefaultPolicy().
+	Policy Policy
 	// LocalCIDRs are this cluster's pod and service CIDRs.
 	LocalCIDRs []netip.Prefix
 	// NodeCIDRs are this cluster's node and gateway networks (the
@@ -144,48 +151,18 @@ type Config struct {
 	// globalnet is off here.
 	GlobalCIDRs []netip.Prefix
 	// Claims maps a cluster ID to the global CIDRs the broker holds a
-	// claim for in its name (one cluster-scoped object per global CIDR).
-	// nil means globalnet is off ClusterSet-wide and the claim rule is
-	// skipped; an empty, non-nil map means nobody owns a global CIDR, so
-	// any announced global CIDR is refused.
+	// claim for in its name (one cluster-scoped object per global CIDR;
+	// only the claims within the member's quota, see Policy.Quotas).
+	// nil means globalnet is off here and the claim rule is skipped; an
+	// empty, non-nil map means nobody owns a global CIDR, so any
+	// announced global CIDR is refused.
 	Claims map[string][]netip.Prefix
-	// Reserved ranges are refused as remote subnets, except inside
-	// Supernet. nil: DefaultReserved().
-	Reserved []netip.Prefix
-	// Supernet is the globalnet supernet, exempt from Reserved. Zero:
-	// DefaultSupernet.
-	Supernet netip.Prefix
-	// VIPRange is the clusterset VIP range; no remote subnet may overlap
-	// it. Zero: DefaultVIPRange.
-	VIPRange netip.Prefix
-	// VIPRangeIPv6 is the IPv6 clusterset VIP range, refused like
-	// VIPRange. Zero: DefaultVIPRangeIPv6.
-	VIPRangeIPv6 netip.Prefix
-	// MinBits4 and MinBits6 are the shortest prefixes accepted. Zero:
-	// DefaultMinBits4, DefaultMinBits6.
-	MinBits4, MinBits6 int
 }
 
-// WithDefaults returns c with every zero default-able field set to its
-// default.
+// WithDefaults returns c with the default policy when it has none.
 func (c Config) WithDefaults() Config {
-	if c.Reserved == nil {
-		c.Reserved = DefaultReserved()
-	}
-	if !c.Supernet.IsValid() {
-		c.Supernet = netip.MustParsePrefix(DefaultSupernet)
-	}
-	if !c.VIPRange.IsValid() {
-		c.VIPRange = netip.MustParsePrefix(DefaultVIPRange)
-	}
-	if !c.VIPRangeIPv6.IsValid() {
-		c.VIPRangeIPv6 = netip.MustParsePrefix(DefaultVIPRangeIPv6)
-	}
-	if c.MinBits4 == 0 {
-		c.MinBits4 = DefaultMinBits4
-	}
-	if c.MinBits6 == 0 {
-		c.MinBits6 = DefaultMinBits6
+	if c.Policy.IsZero() {
+		c.Policy = DefaultPolicy()
 	}
 	return c
 }

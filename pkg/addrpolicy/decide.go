@@ -151,7 +151,11 @@ func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix)
 	if global {
 		cidrs = c.GlobalCIDRs
 	}
-	subs, v := cfg.parse(cidrs)
+	space := spaceDirect
+	if global {
+		space = spaceGlobal
+	}
+	subs, v := cfg.parse(cidrs, space)
 	if v != nil {
 		return v, nil
 	}
@@ -180,7 +184,7 @@ func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix)
 		return verdict, nil
 	}
 	slices.Sort(direct6) // messages do not depend on the object's order
-	direct, v := cfg.parse(direct6)
+	direct, v := cfg.parse(direct6, spaceDirect)
 	if v == nil {
 		v = cfg.checkSpace(id, direct)
 	}
@@ -251,9 +255,17 @@ func (cfg Config) checkEndpoint(id string, e *Endpoint, cv *Verdict, global bool
 }
 
 func (cfg Config) checkEndpointSubnets(id string, subnets []string, hc netip.Addr, cv *Verdict) *Verdict {
-	subs, v := cfg.parse(subnets)
+	subs, v := cfg.parse(subnets, spaceEither)
 	if v != nil {
 		return v
+	}
+	if cv == nil && cfg.Claims != nil {
+		owned := cfg.Claims[id]
+		for _, p := range subs {
+			if within(p, cfg.Policy.Supernet) && !slices.ContainsFunc(owned, func(q netip.Prefix) bool { return within(p, q) }) {
+				return refuse(v1alpha1.ReasonUnclaimedGlobalCIDR, "subnet %s of the globalnet supernet is not inside a global CIDR claimed by cluster %q in the broker", p, id)
+			}
+		}
 	}
 	if v := cfg.checkSpace(id, subs); v != nil {
 		return v
@@ -275,9 +287,23 @@ func (cfg Config) checkEndpointSubnets(id string, subnets []string, hc netip.Add
 	return accept(subs)
 }
 
-// parse applies the syntax rules and returns the canonical, sorted,
-// deduplicated prefixes, or a refusal.
-func (cfg Config) parse(cidrs []string) ([]netip.Prefix, *Verdict) {
+// space is which part of the address space a CIDR may lie in (rule 2).
+type space int
+
+const (
+	// spaceDirect: a pod or service CIDR, inside the allowed space.
+	spaceDirect space = iota
+	// spaceGlobal: a global CIDR, a block of the supernet of the
+	// policy's size.
+	spaceGlobal
+	// spaceEither: an Endpoint's subnet, inside the supernet or else
+	// inside the allowed space.
+	spaceEither
+)
+
+// parse applies the syntax and space rules (1 and 2) and returns the
+// canonical, sorted, deduplicated prefixes, or a refusal.
+func (cfg Config) parse(cidrs []string, sp space) ([]netip.Prefix, *Verdict) {
 	if len(cidrs) == 0 {
 		return nil, refuse(v1alpha1.ReasonInvalidCIDR, "no CIDRs")
 	}
@@ -289,7 +315,7 @@ func (cfg Config) parse(cidrs []string) ([]netip.Prefix, *Verdict) {
 		if err != nil {
 			return nil, refuse(v1alpha1.ReasonInvalidCIDR, "%q is not a CIDR", truncate(s, 60))
 		}
-		if v := cfg.checkPrefix(s, p); v != nil {
+		if v := cfg.checkPrefix(s, p, sp); v != nil {
 			return nil, v
 		}
 		subs = append(subs, p)
@@ -306,12 +332,13 @@ func (cfg Config) parse(cidrs []string) ([]netip.Prefix, *Verdict) {
 	return subs, nil
 }
 
-// checkPrefix is the syntax and reserved-space rule for one parsed CIDR
-// whose text was s.
-func (cfg Config) checkPrefix(s string, p netip.Prefix) *Verdict {
-	minBits := cfg.MinBits4
+// checkPrefix is the syntax and space rule for one parsed CIDR whose text
+// was s.
+func (cfg Config) checkPrefix(s string, p netip.Prefix, sp space) *Verdict {
+	pol := cfg.Policy
+	minBits := MinBits4
 	if p.Addr().Is6() {
-		minBits = cfg.MinBits6
+		minBits = MinBits6
 	}
 	switch {
 	case p.Addr().Is4In6():
@@ -324,17 +351,24 @@ func (cfg Config) checkPrefix(s string, p netip.Prefix) *Verdict {
 		return refuse(v1alpha1.ReasonInvalidCIDR, "%s is the default route", p)
 	case p.Bits() < minBits:
 		return refuse(v1alpha1.ReasonInvalidCIDR, "%s is shorter than /%d", p, minBits)
-	case p.Overlaps(cfg.VIPRange):
-		return refuse(v1alpha1.ReasonInvalidCIDR, "%s overlaps the clusterset VIP range %s", p, cfg.VIPRange)
-	case p.Overlaps(cfg.VIPRangeIPv6):
-		return refuse(v1alpha1.ReasonInvalidCIDR, "%s overlaps the IPv6 clusterset VIP range %s", p, cfg.VIPRangeIPv6)
-	case within(p, cfg.Supernet):
-		return nil
+	case p.Overlaps(pol.VIPRange):
+		return refuse(v1alpha1.ReasonInvalidCIDR, "%s overlaps the clusterset VIP range %s", p, pol.VIPRange)
+	case p.Overlaps(pol.VIPRangeIPv6):
+		return refuse(v1alpha1.ReasonInvalidCIDR, "%s overlaps the IPv6 clusterset VIP range %s", p, pol.VIPRangeIPv6)
 	}
-	for _, r := range cfg.Reserved {
-		if p.Overlaps(r) {
-			return refuse(v1alpha1.ReasonInvalidCIDR, "%s overlaps the reserved range %s", p, r)
-		}
+	switch {
+	case sp == spaceGlobal && !pol.IsGlobalCIDR(p):
+		return refuse(v1alpha1.ReasonInvalidCIDR, "global CIDR %s is not a /%d of the globalnet supernet %s", p, pol.GlobalCIDRBits, pol.Supernet)
+	case sp != spaceDirect && within(p, pol.Supernet):
+		return nil
+	case p.Overlaps(pol.Supernet):
+		return refuse(v1alpha1.ReasonCIDRNotAllowed, "%s overlaps the globalnet supernet %s", p, pol.Supernet)
+	}
+	if r, ok := reservedOverlap(p); ok {
+		return refuse(v1alpha1.ReasonInvalidCIDR, "%s overlaps the reserved range %s", p, r)
+	}
+	if !pol.allowed(p) {
+		return refuse(v1alpha1.ReasonCIDRNotAllowed, "%s is outside the ClusterSet's allowed space %v", p, pol.Allowed)
 	}
 	return nil
 }

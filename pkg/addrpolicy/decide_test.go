@@ -23,8 +23,19 @@ func pfxs(ss ...string) []netip.Prefix {
 	return out
 }
 
-// base is this cluster: pods 10.244/16, services 10.96/16, globalnet off.
-var base = Config{LocalCIDRs: pfxs("10.244.0.0/16", "10.96.0.0/16")}
+// policy16 is the default policy with /16 global CIDRs, those of the
+// tables below.
+var policy16 = func() Policy {
+	p, err := ParsePolicy(v1alpha1.ClusterSetPolicySpec{Globalnet: v1alpha1.GlobalnetPolicy{CIDRBits: 16}})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+// base is this cluster: pods 10.244/16, services 10.96/16, globalnet off,
+// global CIDRs of /16.
+var base = Config{Policy: policy16, LocalCIDRs: pfxs("10.244.0.0/16", "10.96.0.0/16")}
 
 // cluster is a Cluster object created age minutes after t0.
 func cluster(age int, pods, svcs []string) *Cluster {
@@ -131,8 +142,6 @@ func TestDecide(t *testing.T) {
 		{name: "the /1 halves of the default route", cfg: base, remotes: []Remote{epOnly("c2", 0, "0.0.0.0/1", "128.0.0.0/1")}, want: map[string]string{"c2/E": v1alpha1.ReasonInvalidCIDR}},
 		{name: "a /7 is too short", cfg: base, remotes: []Remote{epOnly("c2", 0, "12.0.0.0/7")}, want: map[string]string{"c2/E": v1alpha1.ReasonInvalidCIDR}},
 		{name: "a /8 is fine", cfg: Config{}, remotes: []Remote{both("c2", 0, "10.0.0.0/8")}, want: map[string]string{"c2/C": ok, "c2/E": ok}},
-		{name: "MinBits4 is an input", cfg: Config{MinBits4: 16}, remotes: []Remote{epOnly("c2", 0, "10.0.0.0/15"), epOnly("c3", 0, "10.4.0.0/16")},
-			want: map[string]string{"c2/E": v1alpha1.ReasonInvalidCIDR, "c3/E": ok}},
 		{name: "host bits", cfg: base, remotes: []Remote{epOnly("c2", 0, "10.2.0.1/16")}, want: map[string]string{"c2/E": v1alpha1.ReasonInvalidCIDR}},
 		{name: "garbage", cfg: base, remotes: []Remote{epOnly("c2", 0, "banana")}, want: map[string]string{"c2/E": v1alpha1.ReasonInvalidCIDR}},
 		{name: "not canonical text", cfg: base, remotes: []Remote{epOnly("c2", 0, " 10.2.0.0/16"), epOnly("c3", 0, "FD00:3::/64")},
@@ -157,17 +166,18 @@ func TestDecide(t *testing.T) {
 		{name: "the IPv6 VIP range is refused", cfg: base,
 			remotes: []Remote{epOnly("c2", 0, "fd63:6175:7365::/112"), epOnly("c3", 0, "fd63:6175::/32"), epOnly("c4", 0, "fd63:6175:7366::/64")},
 			want:    map[string]string{"c2/E": v1alpha1.ReasonInvalidCIDR, "c3/E": v1alpha1.ReasonInvalidCIDR, "c4/E": ok}},
-		{name: "supernet, VIP range and reserved ranges are inputs",
-			cfg: Config{Supernet: netip.MustParsePrefix("241.0.0.0/8"), VIPRange: netip.MustParsePrefix("100.64.0.0/16"), Reserved: pfxs("192.0.2.0/24", "240.0.0.0/4")},
+		{name: "supernet, VIP range and allowed space come from the ClusterSet policy",
+			cfg: Config{Policy: mustPolicy(t, v1alpha1.ClusterSetPolicySpec{AllowedCIDRs: []string{"100.64.0.0/10", "192.0.2.0/24"},
+				VIPRange: "100.64.0.0/16", Globalnet: v1alpha1.GlobalnetPolicy{Supernet: "241.0.0.0/8"}})},
 			remotes: []Remote{epOnly("c2", 0, "241.2.0.0/16"), epOnly("c3", 0, "100.64.3.0/24"), epOnly("c4", 0, "192.0.2.0/25"),
-				epOnly("c5", 0, "242.5.0.0/16"), epOnly("c6", 0, "127.6.0.0/16"), epOnly("c7", 0, "243.0.0.0/16")},
-			want: map[string]string{"c2/E": ok, "c3/E": v1alpha1.ReasonInvalidCIDR, "c4/E": v1alpha1.ReasonInvalidCIDR,
-				"c5/E": v1alpha1.ReasonInvalidCIDR, "c6/E": ok, "c7/E": v1alpha1.ReasonInvalidCIDR}},
+				epOnly("c5", 0, "242.5.0.0/16"), epOnly("c6", 0, "100.65.0.0/16"), epOnly("c7", 0, "243.0.0.0/16"), epOnly("c8", 0, "10.8.0.0/16")},
+			want: map[string]string{"c2/E": ok, "c3/E": v1alpha1.ReasonInvalidCIDR, "c4/E": ok,
+				"c5/E": v1alpha1.ReasonInvalidCIDR, "c6/E": ok, "c7/E": v1alpha1.ReasonInvalidCIDR, "c8/E": v1alpha1.ReasonCIDRNotAllowed}},
 
 		// This cluster's space.
 		{name: "overlaps a local CIDR", cfg: base, remotes: []Remote{both("c2", 0, "10.244.5.0/24"), epOnly("c3", 0, "10.0.0.0/8")},
 			want: map[string]string{"c2/C": v1alpha1.ReasonOverlappingCIDR, "c2/E": v1alpha1.ReasonOverlappingCIDR, "c3/E": v1alpha1.ReasonOverlappingCIDR}},
-		{name: "overlaps the local global CIDR", cfg: gn, remotes: []Remote{epOnly("c4", 0, "242.1.128.0/17"), both("c5", 0, "10.5.0.0/16")},
+		{name: "overlaps the local global CIDR", cfg: Config{Policy: policy16, GlobalCIDRs: pfxs("242.1.0.0/16")}, remotes: []Remote{epOnly("c4", 0, "242.1.128.0/17"), both("c5", 0, "10.5.0.0/16")},
 			want: map[string]string{"c4/E": v1alpha1.ReasonOverlappingCIDR, "c5/C": ok, "c5/E": ok}},
 
 		// The Endpoint follows its Cluster.
@@ -217,9 +227,12 @@ func TestDecide(t *testing.T) {
 				{ClusterID: "c3", Cluster: global(1, "242.3.0.0/16"), Endpoint: endpoint(1, "242.3.0.0/16")}},
 			want:     map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": ok, "c3/E": ok},
 			accepted: map[string][]netip.Prefix{"c2": pfxs("242.2.0.0/16"), "c3": pfxs("242.3.0.0/16")}},
-		{name: "globalnet: a part of a claim is claimed", cfg: gn,
-			remotes: []Remote{{ClusterID: "c2", Cluster: global(0, "242.2.0.0/17"), Endpoint: endpoint(0, "242.2.0.0/24")}},
-			want:    map[string]string{"c2/C": ok, "c2/E": ok}},
+		{name: "globalnet: a part of a claim is no global CIDR, an endpoint may announce one", cfg: gn,
+			remotes: []Remote{clOnly("c2", global(0, "242.2.0.0/17")), {ClusterID: "c3", Cluster: global(0, "242.3.0.0/16"), Endpoint: endpoint(0, "242.3.0.0/24")}},
+			want:    map[string]string{"c2/C": v1alpha1.ReasonInvalidCIDR, "c3/C": ok, "c3/E": ok}},
+		{name: "globalnet: a global CIDR is a block of the policy's size in the supernet", cfg: Config{Claims: map[string][]netip.Prefix{"c2": pfxs("242.0.2.0/24"), "c3": pfxs("242.3.0.0/16"), "c4": pfxs("10.4.0.0/24")}},
+			remotes: []Remote{clOnly("c2", global(0, "242.0.2.0/24")), clOnly("c3", global(0, "242.3.0.0/16")), clOnly("c4", global(0, "10.4.0.0/24"))},
+			want:    map[string]string{"c2/C": ok, "c3/C": v1alpha1.ReasonInvalidCIDR, "c4/C": v1alpha1.ReasonInvalidCIDR}},
 		{name: "globalnet: unclaimed or another's claim", cfg: gn,
 			remotes: []Remote{clOnly("c4", global(0, "242.4.0.0/16")), clOnly("c5", global(0, "242.3.0.0/16")), clOnly("c2", global(0, "242.2.0.0/16", "242.9.0.0/16"))},
 			want: map[string]string{"c4/C": v1alpha1.ReasonUnclaimedGlobalCIDR, "c5/C": v1alpha1.ReasonUnclaimedGlobalCIDR,
@@ -227,14 +240,22 @@ func TestDecide(t *testing.T) {
 		{name: "globalnet off clusterset-wide: claims not checked", cfg: base,
 			remotes: []Remote{{ClusterID: "c4", Cluster: global(0, "242.4.0.0/16"), Endpoint: endpoint(0, "242.4.0.0/16")}},
 			want:    map[string]string{"c4/C": ok, "c4/E": ok}},
-		{name: "globalnet: empty claims refuse every global CIDR", cfg: Config{Claims: map[string][]netip.Prefix{}},
+		{name: "globalnet: empty claims refuse every global CIDR", cfg: Config{Policy: policy16, Claims: map[string][]netip.Prefix{}},
 			remotes: []Remote{clOnly("c4", global(0, "242.4.0.0/16"))}, want: map[string]string{"c4/C": v1alpha1.ReasonUnclaimedGlobalCIDR}},
 		{name: "globalnet: the endpoint must stay inside the global CIDRs", cfg: gn,
 			remotes: []Remote{{ClusterID: "c2", Cluster: global(0, "242.2.0.0/16"), Endpoint: endpoint(0, "10.2.0.0/16")}},
 			want:    map[string]string{"c2/C": ok, "c2/E": v1alpha1.ReasonInvalidCIDR}},
 		{name: "globalnet: a plain cluster may not take another's claim", cfg: gn,
 			remotes: []Remote{both("c9", 0, "242.3.0.0/24"), both("c8", 0, "242.8.0.0/16")},
-			want:    map[string]string{"c9/C": v1alpha1.ReasonOverlappingCIDR, "c9/E": v1alpha1.ReasonOverlappingCIDR, "c8/C": ok, "c8/E": ok}},
+			want:    map[string]string{"c9/C": v1alpha1.ReasonCIDRNotAllowed, "c9/E": v1alpha1.ReasonOverlappingCIDR, "c8/C": v1alpha1.ReasonCIDRNotAllowed, "c8/E": v1alpha1.ReasonInvalidCluster}},
+		{name: "the allowed space bounds pod and service CIDRs", cfg: base,
+			remotes: []Remote{both("c2", 0, "8.0.0.0/8"), both("c3", 0, "198.18.0.0/15"), both("c4", 0, "100.64.0.0/10"), both("c5", 0, "172.16.0.0/12"),
+				{ClusterID: "c6", Cluster: cluster(0, []string{"10.6.0.0/16"}, []string{"11.0.0.0/8"}), Endpoint: endpoint(0, "10.6.0.0/16")}},
+			want: map[string]string{"c2/C": v1alpha1.ReasonCIDRNotAllowed, "c2/E": v1alpha1.ReasonCIDRNotAllowed, "c3/C": v1alpha1.ReasonCIDRNotAllowed,
+				"c4/C": ok, "c5/C": ok, "c6/C": v1alpha1.ReasonCIDRNotAllowed, "c6/E": v1alpha1.ReasonInvalidCluster}},
+		{name: "an endpoint alone is bounded by the allowed space and its claims", cfg: gn,
+			remotes: []Remote{epOnly("c2", 0, "8.0.0.0/8"), epOnly("c3", 0, "242.3.0.0/16"), epOnly("c4", 0, "242.4.0.0/16")},
+			want:    map[string]string{"c2/E": v1alpha1.ReasonCIDRNotAllowed, "c3/E": ok, "c4/E": v1alpha1.ReasonUnclaimedGlobalCIDR}},
 		{name: "globalnet: the VIP range is no global CIDR", cfg: Config{Claims: map[string][]netip.Prefix{"c2": pfxs("243.0.0.0/16")}},
 			remotes: []Remote{clOnly("c2", global(0, "243.0.0.0/16"))}, want: map[string]string{"c2/C": v1alpha1.ReasonInvalidCIDR}},
 		// Globalnet, dual-stack (rule 6): IPv6 reached directly.
@@ -274,9 +295,9 @@ func TestDecide(t *testing.T) {
 			remotes: []Remote{both("c4", 0, "10.4.0.0/16", "fd00:10:244:2::/80"), {ClusterID: "c2", Cluster: dual(1, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
 				Endpoint: endpoint(1, "fd00:10:244:2::/64")}},
 			want: map[string]string{"c2/C": ok, "c2/E": v1alpha1.ReasonOverlappingCIDR, "c4/C": ok}},
-		{name: "globalnet and plain clusters overlap: oldest wins", cfg: base,
+		{name: "a plain cluster may not announce the supernet", cfg: base,
 			remotes: []Remote{{ClusterID: "c2", Cluster: global(0, "242.2.0.0/16"), Endpoint: endpoint(0, "242.2.0.0/16")}, both("c3", 1, "242.2.0.0/24")},
-			want:    map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": v1alpha1.ReasonOverlappingCIDR}},
+			want:    map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": v1alpha1.ReasonCIDRNotAllowed}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := Decide(tc.cfg, tc.remotes)
@@ -325,14 +346,14 @@ func checkInvariants(t *testing.T, cfg Config, ds []Decision) {
 			}
 		}
 		for _, p := range d.Accepted() {
-			if p.Bits() == 0 || p != p.Masked() || p.Overlaps(cfg.VIPRange) || p.Overlaps(cfg.VIPRangeIPv6) {
+			if p.Bits() == 0 || p != p.Masked() || p.Overlaps(cfg.Policy.VIPRange) || p.Overlaps(cfg.Policy.VIPRangeIPv6) {
 				t.Errorf("%s: accepted %s", d.ClusterID, p)
 			}
 			if slices.ContainsFunc(cfg.LocalCIDRs, p.Overlaps) || slices.ContainsFunc(cfg.GlobalCIDRs, p.Overlaps) {
 				t.Errorf("%s: accepted %s overlapping local space", d.ClusterID, p)
 			}
-			if !within(p, cfg.Supernet) && slices.ContainsFunc(cfg.Reserved, p.Overlaps) {
-				t.Errorf("%s: accepted reserved %s", d.ClusterID, p)
+			if !within(p, cfg.Policy.Supernet) && (slices.ContainsFunc(DefaultReserved(), p.Overlaps) || !cfg.Policy.allowed(p)) {
+				t.Errorf("%s: accepted %s, reserved or outside the allowed space", d.ClusterID, p)
 			}
 			for _, o := range ds[i+1:] {
 				for _, q := range o.Accepted() {
@@ -376,13 +397,18 @@ func TestContains(t *testing.T) {
 
 func TestWithDefaults(t *testing.T) {
 	c := Config{}.WithDefaults()
-	if c.Supernet.String() != DefaultSupernet || c.VIPRange.String() != DefaultVIPRange || c.VIPRangeIPv6.String() != DefaultVIPRangeIPv6 || c.MinBits4 != 8 || c.MinBits6 != 16 ||
-		!reflect.DeepEqual(c.Reserved, DefaultReserved()) {
+	if !reflect.DeepEqual(c.Policy, DefaultPolicy()) {
 		t.Fatalf("defaults %+v", c)
 	}
-	if within(c.VIPRange, c.Supernet) || c.VIPRange.Overlaps(c.Supernet) {
-		t.Fatal("default VIP range inside the supernet")
+}
+
+func mustPolicy(t testing.TB, spec v1alpha1.ClusterSetPolicySpec) Policy {
+	t.Helper()
+	p, err := ParsePolicy(spec)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return p
 }
 
 // withLocal is cfg with more local CIDRs.

@@ -67,7 +67,7 @@ const (
 	RecordInvalidAddress RecordReason = "InvalidAddress"
 	// RecordReservedAddress: an address is unspecified, broadcast, in a
 	// reserved range (loopback, link-local, multicast, 0.0.0.0/8, …;
-	// Config.Reserved, the supernet excepted), in the clusterset VIP
+	// DefaultReserved, the supernet excepted), in the clusterset VIP
 	// range.
 	RecordReservedAddress RecordReason = "ReservedAddress"
 	// RecordInvalidClaim: a subnet the cluster is reached through is not
@@ -215,7 +215,7 @@ func CheckRecord(cfg Config, r *v1alpha1.ServiceExportRecordSpec, claim Claim) e
 		return nil
 	}
 	for _, p := range claim.Subnets {
-		if v := cfg.checkPrefix(p.String(), p); v != nil {
+		if v := cfg.checkPrefix(p.String(), p, spaceEither); v != nil {
 			return refuseRecord(RecordInvalidClaim, "cluster %q is reached through %s, which no cluster may claim: %s", claim.ClusterID, p, v.Message)
 		}
 		if v := cfg.checkSpace(claim.ClusterID, []netip.Prefix{p}); v != nil {
@@ -292,16 +292,16 @@ func (cfg Config) checkAddr(what string, a netip.Addr) error {
 	if a.IsUnspecified() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
 		return refuseRecord(RecordReservedAddress, "%s %s is not a unicast address", what, a)
 	}
-	if cfg.VIPRange.Contains(a) {
-		return refuseRecord(RecordReservedAddress, "%s %s is in the clusterset VIP range %s", what, a, cfg.VIPRange)
+	if cfg.Policy.VIPRange.Contains(a) {
+		return refuseRecord(RecordReservedAddress, "%s %s is in the clusterset VIP range %s", what, a, cfg.Policy.VIPRange)
 	}
-	if cfg.VIPRangeIPv6.Contains(a) {
-		return refuseRecord(RecordReservedAddress, "%s %s is in the IPv6 clusterset VIP range %s", what, a, cfg.VIPRangeIPv6)
+	if cfg.Policy.VIPRangeIPv6.Contains(a) {
+		return refuseRecord(RecordReservedAddress, "%s %s is in the IPv6 clusterset VIP range %s", what, a, cfg.Policy.VIPRangeIPv6)
 	}
-	if cfg.Supernet.Contains(a) {
+	if cfg.Policy.Supernet.Contains(a) {
 		return nil
 	}
-	for _, r := range cfg.Reserved {
+	for _, r := range DefaultReserved() {
 		if r.Contains(a) {
 			return refuseRecord(RecordReservedAddress, "%s %s is in the reserved range %s", what, a, r)
 		}

@@ -122,7 +122,7 @@ func checkAccepted(t *testing.T, cfg Config, r *v1alpha1.ServiceExportRecordSpec
 	}
 	for _, s := range all {
 		a, err := netip.ParseAddr(s)
-		if err != nil || a.Zone() != "" || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.IsUnspecified() || cfg.VIPRange.Contains(a) || cfg.VIPRangeIPv6.Contains(a) {
+		if err != nil || a.Zone() != "" || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.IsUnspecified() || cfg.Policy.VIPRange.Contains(a) || cfg.Policy.VIPRangeIPv6.Contains(a) {
 			t.Fatalf("accepted address %q", s)
 		}
 	}

@@ -25,13 +25,11 @@ func clusterValues() map[string]any {
 func tunedValues() map[string]any {
 	return map[string]any{
 		"clusterID": "east-1", "podCIDRs": []any{"10.1.0.0/16", "fd00:1::/56"}, "serviceCIDRs": []any{"10.2.0.0/16"},
-		"namespace":    map[string]any{"create": true},
-		"image":        map[string]any{"repository": "registry.example/causeway", "tag": "v9", "pullPolicy": "Never"},
-		"vipRange":     "100.64.0.0/16",
-		"vipRangeIPv6": "",
-		"cable":        map[string]any{"driver": "ipsec", "mtu": 1300},
-		"globalnet":    map[string]any{"enabled": true, "supernet": "169.254.0.0/16", "cidrBits": 26},
-		"logLevel":     "debug",
+		"namespace": map[string]any{"create": true},
+		"image":     map[string]any{"repository": "registry.example/causeway", "tag": "v9", "pullPolicy": "Never"},
+		"cable":     map[string]any{"driver": "ipsec", "mtu": 1300},
+		"globalnet": map[string]any{"enabled": true},
+		"logLevel":  "debug",
 		"gateway": map[string]any{"nodeSelector": map[string]any{"role": "edge"}, "metricsPort": 19531, "healthPort": 19541,
 			"extraArgs": []any{"--public-ip=203.0.113.7"}},
 		"routeAgent":    map[string]any{"extraArgs": []any{"--iptables-backend=nft"}, "resources": map[string]any{"requests": map[string]any{"cpu": "10m"}}},
@@ -125,7 +123,7 @@ func TestRenderDefaults(t *testing.T) {
 		t.Errorf("image %s, want the chart's appVersion as tag", img)
 	}
 	ra := find(t, objs, "DaemonSet", "causeway-route-agent")
-	for _, a := range []string{"--tunnel-mtu=1420", "--vip-range=243.0.0.0/12", "--vip-range-ipv6=fd63:6175:7365::/108"} {
+	for _, a := range []string{"--tunnel-mtu=1420"} {
 		if !slices.Contains(args(t, ra), a) {
 			t.Errorf("route agent args %v lack %s", args(t, ra), a)
 		}
@@ -142,7 +140,7 @@ func TestRenderTuned(t *testing.T) {
 	gw := find(t, objs, "DaemonSet", "causeway-gateway")
 	ga := args(t, gw)
 	for _, a := range []string{"--cable-driver=ipsec", "--port=500", "--mtu=1300",
-		"--globalnet", "--global-supernet=169.254.0.0/16", "--global-cidr-bits=26", "--metrics-addr=127.0.0.1:19531", "--health-addr=:19541", "--log-level=debug"} {
+		"--globalnet", "--metrics-addr=127.0.0.1:19531", "--health-addr=:19541", "--log-level=debug"} {
 		if !slices.Contains(ga, a) {
 			t.Errorf("gateway args %v lack %s", ga, a)
 		}
@@ -170,7 +168,7 @@ func TestRenderTuned(t *testing.T) {
 		t.Errorf("gateway mounts Secrets %v, want causeway-broker alone", secrets)
 	}
 	ra := find(t, objs, "DaemonSet", "causeway-route-agent")
-	for _, a := range []string{"--tunnel-mtu=1300", "--vip-range=100.64.0.0/16", "--vip-range-ipv6=", "--iptables-backend=nft"} {
+	for _, a := range []string{"--tunnel-mtu=1300", "--iptables-backend=nft"} {
 		if !slices.Contains(args(t, ra), a) {
 			t.Errorf("route agent args %v lack %s", args(t, ra), a)
 		}
@@ -218,8 +216,8 @@ func TestBadValues(t *testing.T) {
 			[]string{"/cable/port"}},
 		{"port out of range", func(v map[string]any) { v["cable"] = map[string]any{"port": 70000} }, []string{"/cable/port", "maximum"}},
 		{"tiny MTU", func(v map[string]any) { v["cable"] = map[string]any{"mtu": 100} }, []string{"/cable/mtu"}},
-		{"IPv6 VIP range", func(v map[string]any) { v["vipRange"] = "fd00::/64" }, []string{"/vipRange"}},
-		{"IPv4 range as the IPv6 VIP range", func(v map[string]any) { v["vipRangeIPv6"] = "243.0.0.0/12" }, []string{"/vipRangeIPv6"}},
+		{"a ClusterSet setting is no chart value", func(v map[string]any) { v["vipRange"] = "100.64.0.0/16" }, []string{"vipRange"}},
+		{"nor is the supernet", func(v map[string]any) { v["globalnet"] = map[string]any{"enabled": true, "supernet": "242.0.0.0/8"} }, []string{"/globalnet", "supernet"}},
 		{"misspelt value", func(v map[string]any) { v["globalnet"] = map[string]any{"enable": true} }, []string{"/globalnet", "enable"}},
 		{"unknown top-level value", func(v map[string]any) { v["clusterId"] = "c1" }, []string{"clusterId"}},
 		{"zero replicas", func(v map[string]any) { v["mcsController"] = map[string]any{"replicas": 0} }, []string{"/mcsController/replicas", "minimum"}},

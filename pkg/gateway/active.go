@@ -20,7 +20,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/globalnet"
 	"github.com/causeway-net/causeway/pkg/nat"
 )
@@ -233,6 +235,12 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	t.steps = t.steps[:0]
 	step := func(name string) { t.steps = append(t.steps, name, time.Since(start).Round(time.Millisecond)) }
 
+	// The ClusterSet's policy bounds every remote (and this cluster's
+	// global CIDR): from the broker cache, like the remotes.
+	pol, err := clusterset.Read(ctx, e.broker)
+	if err != nil {
+		return err
+	}
 	if !t.forwarding {
 		if err := enableForwarding(e.cfg.Netns, slices.ContainsFunc(e.announced(t), func(p netip.Prefix) bool { return p.Addr().Is6() })); err != nil {
 			return err
@@ -244,9 +252,9 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		}
 		t.nodeNets = nets
 	}
-	if e.cfg.Globalnet != nil && t.global == nil {
+	if e.cfg.Globalnet && t.global == nil {
 		// Before the driver: the tunnel carries the global CIDR.
-		cidr, err := globalnet.Claim(ctx, e.broker, e.broker, *e.cfg.Globalnet, e.cfg.ClusterID)
+		cidr, err := globalnet.Claim(ctx, e.broker, e.broker, pol, e.cfg.subnets(), e.cfg.ClusterID)
 		if err != nil {
 			// Nothing is programmed or published without it; the
 			// Gateway object says why (the sync retries with backoff).
@@ -299,14 +307,14 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	// new active gateway without waiting for the broker round trip.
 	ownEP, ownCl := e.localEndpoint(t, t.driver.PublicKey()), e.localCluster(t)
 	remotes = withOwn(remotes, e.cfg.ClusterID, ownEP, ownCl)
-	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), NodeCIDRs: t.nodeNets, CableDriver: e.cfg.CableDriver, Port: e.cfg.Port}
+	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), NodeCIDRs: t.nodeNets, CableDriver: e.cfg.CableDriver, Port: e.cfg.Port, Policy: pol}
 	if t.global != nil {
 		// A remote's global CIDRs must be its own claims in the broker.
-		claims, err := globalnet.Claims(ctx, e.broker)
+		claims, err := globalnet.Claims(ctx, e.broker, pol)
 		if err != nil {
 			return err
 		}
-		local.GlobalCIDRs, local.GlobalClaims, local.Supernet = []netip.Prefix{t.global.CIDR}, claims, e.cfg.Globalnet.Supernet
+		local.GlobalCIDRs, local.GlobalClaims = []netip.Prefix{t.global.CIDR}, claims
 	}
 	d := Compute(local, remotes)
 	var errs []error
@@ -337,7 +345,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	// turns re-pointing every remote gateway. The renewal that makes the
 	// term certain again kicks a sync.
 	if e.leaseFresh() {
-		errs = append(errs, e.publishAndMirror(ctx, remotes, d, ownEP, ownCl, step)...)
+		errs = append(errs, e.publishAndMirror(ctx, pol, remotes, d, ownEP, ownCl, step)...)
 	} else {
 		errs = append(errs, errLeaseNotFresh)
 	}
@@ -375,11 +383,13 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	return errors.Join(errs...)
 }
 
+// +kubebuilder:rbac:groups=causeway.dev,resources=clustersetpolicies,verbs=get;create;update
+
 // publishAndMirror publishes this cluster to its broker namespace (remote
 // gateways wait for the Endpoint) while mirroring into the local cluster
 // (its own Endpoint first: the route agents wait for it). The two talk to
 // different API servers. Both are bounded by apiTimeout.
-func (e *Engine) publishAndMirror(ctx context.Context, remotes []Remote, d Desired, ownEP v1alpha1.EndpointSpec, ownCl v1alpha1.ClusterSpec, step func(string)) []error {
+func (e *Engine) publishAndMirror(ctx context.Context, pol addrpolicy.Policy, remotes []Remote, d Desired, ownEP v1alpha1.EndpointSpec, ownCl v1alpha1.ClusterSpec, step func(string)) []error {
 	actx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	var errs []error
@@ -392,6 +402,11 @@ func (e *Engine) publishAndMirror(ctx context.Context, remotes []Remote, d Desir
 	}()
 	if err := e.mirror(actx, remotes, d); err != nil {
 		errs = append(errs, err)
+	}
+	// The route agents, which have no broker identity, read the
+	// ClusterSet's policy from this mirror.
+	if err := clusterset.Store(actx, e.local, pol); err != nil {
+		errs = append(errs, fmt.Errorf("mirror the ClusterSet policy: %w", err))
 	}
 	step("mirrored")
 	wg.Wait()

@@ -13,18 +13,15 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/daemon"
-	"github.com/causeway-net/causeway/pkg/globalnet"
 )
 
 // MetricsPort is the gateway's default /metrics port (127.0.0.1).
@@ -49,8 +46,6 @@ type flags struct {
 	candidateProbeMisses               int
 	cleanup                            bool
 	globalnet                          bool
-	globalSupernet                     string
-	globalCIDRBits                     int
 }
 
 // NewCommand returns the gateway daemon's command.
@@ -64,7 +59,6 @@ func NewCommand() *cobra.Command {
 		renewDeadline: DefaultRenewDeadline, retryPeriod: DefaultRetryPeriod,
 		candidateProbePort: DefaultCandidateProbePort, candidateProbeInterval: DefaultCandidateProbeInterval,
 		candidateProbeMisses: DefaultCandidateProbeMisses,
-		globalSupernet:       globalnet.DefaultSupernet, globalCIDRBits: globalnet.DefaultCIDRBits,
 	}
 	var cmd *cobra.Command
 	cmd = daemon.Command("gateway",
@@ -138,9 +132,7 @@ object) and exits.`,
 	fs.Uint16Var(&f.candidateProbePort, "candidate-probe-port", f.candidateProbePort, "UDP port on --private-ip where this candidate answers the other candidates' probes, the same on every candidate (0: no probes, a dead active is replaced when its lease expires)")
 	fs.DurationVar(&f.candidateProbeInterval, "candidate-probe-interval", f.candidateProbeInterval, "how often a passive candidate probes the active one")
 	fs.IntVar(&f.candidateProbeMisses, "candidate-probe-misses", f.candidateProbeMisses, "unanswered probes in a row (with no lease renewal seen for as long) after which a passive candidate takes the lease over before it expires, 1 to 10")
-	fs.BoolVar(&f.globalnet, "globalnet", f.globalnet, "reach this cluster only through a global CIDR (for clusters whose pod/service CIDRs overlap another member's)")
-	fs.StringVar(&f.globalSupernet, "global-supernet", f.globalSupernet, "globalnet: clusterset supernet the global CIDRs are claimed from (the same on every cluster)")
-	fs.IntVar(&f.globalCIDRBits, "global-cidr-bits", f.globalCIDRBits, "globalnet: prefix length of one cluster's global CIDR (the same on every cluster)")
+	fs.BoolVar(&f.globalnet, "globalnet", f.globalnet, "reach this cluster only through a global CIDR of the ClusterSet policy's supernet (for clusters whose pod/service CIDRs overlap another member's)")
 	fs.BoolVar(&f.cleanup, "cleanup", false, "remove everything this gateway created and exit")
 	return cmd
 }
@@ -186,14 +178,7 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 	}
 	cfg.PodCIDRs, _ = daemon.ParsePrefixes(opts.PodCIDRs)
 	cfg.ServiceCIDRs, _ = daemon.ParsePrefixes(opts.ServiceCIDRs)
-	if f.globalnet {
-		avoid := slices.Concat(cfg.PodCIDRs, cfg.ServiceCIDRs, []netip.Prefix{netip.MustParsePrefix(addrpolicy.DefaultVIPRange)})
-		plan, err := globalnet.ParsePlan(f.globalSupernet, f.globalCIDRBits, avoid...)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--global-supernet/--global-cidr-bits: %w", err))
-		}
-		cfg.Globalnet = &plan
-	}
+	cfg.Globalnet = f.globalnet
 	var err error
 	if cfg.Local, err = opts.RESTConfig(); err != nil {
 		errs = append(errs, err)

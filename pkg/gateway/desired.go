@@ -45,10 +45,9 @@ type Local struct {
 	// refused (ReasonUnclaimedGlobalCIDR). nil: globalnet is off
 	// ClusterSet-wide and the check is skipped.
 	GlobalClaims map[string][]netip.Prefix
-	// Supernet and VIPRange are the ClusterSet's globalnet supernet and
-	// clusterset VIP range; zero values pick addrpolicy.DefaultSupernet
-	// and addrpolicy.DefaultVIPRange.
-	Supernet, VIPRange netip.Prefix
+	// Policy is the ClusterSet's policy (allowed space, VIP ranges,
+	// supernet); the zero value picks addrpolicy.DefaultPolicy().
+	Policy addrpolicy.Policy
 	// CableDriver is the local driver's name; remotes must speak it.
 	CableDriver string
 	// Port is the local tunnel port (VXLAN requires the same port
@@ -60,7 +59,7 @@ type Local struct {
 func (l Local) policy() addrpolicy.Config {
 	return addrpolicy.Config{
 		LocalCIDRs: l.Subnets, NodeCIDRs: l.NodeCIDRs, GlobalCIDRs: l.GlobalCIDRs, Claims: l.GlobalClaims,
-		Supernet: l.Supernet, VIPRange: l.VIPRange,
+		Policy: l.Policy,
 	}
 }
 

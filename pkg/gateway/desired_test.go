@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/cable"
 )
 
@@ -58,7 +59,7 @@ func TestComputeEndpointValidation(t *testing.T) {
 		"local service cidr":   {ep("c4", "198.18.4.10", 4500, keyB, "10.0.0.0/8"), v1alpha1.ReasonOverlappingCIDR},
 		"other cluster's cidr": {ep("c4", "198.18.4.10", 4500, keyB, "10.245.1.0/24"), v1alpha1.ReasonOverlappingCIDR},
 		"local node network":   {ep("c4", "198.18.4.10", 4500, keyB, "172.18.0.0/16"), v1alpha1.ReasonOverlappingCIDR},
-		"gateway WAN":          {ep("c4", "198.18.4.10", 4500, keyB, "198.19.0.0/16"), v1alpha1.ReasonOverlappingCIDR},
+		"gateway WAN":          {ep("c4", "198.18.4.10", 4500, keyB, "198.19.0.0/16"), v1alpha1.ReasonCIDRNotAllowed}, // and outside the allowed space first
 		"host bits":            {ep("c4", "198.18.4.10", 4500, keyB, "10.246.0.1/16"), v1alpha1.ReasonInvalidCIDR},
 		"default route halves": {ep("c4", "198.18.4.10", 4500, keyB, "0.0.0.0/1", "128.0.0.0/1"), v1alpha1.ReasonInvalidCIDR},
 		"reserved link-local":  {ep("c4", "198.18.4.10", 4500, keyB, "169.254.0.0/16"), v1alpha1.ReasonInvalidCIDR},
@@ -210,6 +211,10 @@ func TestComputeRemoteOverlapOldestWins(t *testing.T) {
 // reached through them only.
 func TestComputeGlobalnet(t *testing.T) {
 	lg := local
+	var err error
+	if lg.Policy, err = addrpolicy.ParsePolicy(v1alpha1.ClusterSetPolicySpec{Globalnet: v1alpha1.GlobalnetPolicy{CIDRBits: 16}}); err != nil {
+		t.Fatal(err)
+	}
 	lg.GlobalCIDRs = []netip.Prefix{netip.MustParsePrefix("242.1.0.0/16")}
 	lg.GlobalClaims = map[string][]netip.Prefix{
 		"c1": {netip.MustParsePrefix("242.1.0.0/16")},
@@ -225,13 +230,13 @@ func TestComputeGlobalnet(t *testing.T) {
 		globalRemote("c3", 0, "242.3.0.0/16", "242.3.0.0/16"),
 		globalRemote("c4", 1, "242.4.0.0/16", "10.4.0.0/16"),  // endpoint outside its global CIDR
 		globalRemote("c5", 2, "242.5.0.0/16", "242.5.0.0/16"), // no claim
-		globalRemote("c6", 3, "242.1.0.0/24", "242.1.0.0/24"), // local global CIDR (and c1's claim)
+		globalRemote("c6", 3, "242.1.0.0/24", "242.1.0.0/24"), // a part of the local global CIDR (and c1's claim)
 	})
 	for id, want := range map[string][2]string{
 		"c3": {v1alpha1.ReasonValid, v1alpha1.ReasonValid},
 		"c4": {v1alpha1.ReasonValid, v1alpha1.ReasonInvalidCIDR},
 		"c5": {v1alpha1.ReasonUnclaimedGlobalCIDR, v1alpha1.ReasonInvalidCluster},
-		"c6": {v1alpha1.ReasonUnclaimedGlobalCIDR, v1alpha1.ReasonOverlappingCIDR}, // the Endpoint's own check first
+		"c6": {v1alpha1.ReasonInvalidCIDR, v1alpha1.ReasonOverlappingCIDR}, // not a /16; the Endpoint's own check first
 	} {
 		st := find(t, d, id)
 		if st.Cluster.Reason != want[0] || st.Endpoint.Reason != want[1] {
@@ -270,7 +275,7 @@ func TestComputeGlobalnet(t *testing.T) {
 	// Without claims (globalnet off ClusterSet-wide) the claim is not
 	// checked, but the local global CIDR is still this cluster's.
 	lg.GlobalClaims = nil
-	d = Compute(lg, []Remote{globalRemote("c5", 2, "242.5.0.0/16", "242.5.0.0/16"), globalRemote("c6", 3, "242.1.0.0/24", "242.1.0.0/24")})
+	d = Compute(lg, []Remote{globalRemote("c5", 2, "242.5.0.0/16", "242.5.0.0/16"), globalRemote("c6", 3, "242.1.0.0/16", "242.1.0.0/16")})
 	if st := find(t, d, "c5"); !st.Cluster.Valid || !st.Endpoint.Valid {
 		t.Errorf("c5 without claims: %+v %+v", st.Cluster, st.Endpoint)
 	}

@@ -24,10 +24,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/cable"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/cable/wireguard"
-	"github.com/causeway-net/causeway/pkg/globalnet"
+	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/nat"
 )
@@ -100,11 +101,12 @@ type Config struct {
 	// written when a connection changes state or every StatusMaxAge.
 	StatusInterval, StatusMaxAge time.Duration
 
-	// Globalnet, when set, makes this cluster reachable only through a
-	// global CIDR of Globalnet's supernet: the active gateway claims it in
-	// the broker, announces it instead of the pod and service CIDRs, and
-	// translates the cluster's GlobalIngress pairs (see pkg/globalnet).
-	Globalnet *globalnet.Plan
+	// Globalnet makes this cluster reachable only through a global CIDR
+	// of the ClusterSet policy's supernet: the active gateway claims it
+	// in the broker, announces it instead of the pod and service CIDRs,
+	// and translates the cluster's GlobalIngress pairs (see
+	// pkg/globalnet).
+	Globalnet bool
 
 	// Local and Broker are the API clients' configurations.
 	Local, Broker *rest.Config
@@ -169,7 +171,7 @@ func (c Config) validate() error {
 	if c.CandidateProbeMisses < 1 || c.CandidateProbeMisses > probeWindow {
 		errs = append(errs, fmt.Errorf("candidate probe misses %d: need 1 to %d", c.CandidateProbeMisses, probeWindow))
 	}
-	if c.Globalnet != nil && c.HealthCheckIP.IsValid() {
+	if c.Globalnet && c.HealthCheckIP.IsValid() {
 		errs = append(errs, errors.New("under globalnet the health-check IP comes from the global CIDR: leave it unset"))
 	}
 	if c.HealthCheckIP.IsValid() && !slices.ContainsFunc(c.subnets(), func(p netip.Prefix) bool { return p.Contains(c.HealthCheckIP) }) {
@@ -253,7 +255,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("broker client: %w", err)
 	}
 	var lc cache.Cache
-	if cfg.Globalnet != nil {
+	if cfg.Globalnet {
 		lc, err = cache.New(cfg.Local, cache.Options{Scheme: scheme, DefaultTransform: cache.TransformStripManagedFields()})
 		if err != nil {
 			return nil, fmt.Errorf("local cache: %w", err)
@@ -311,8 +313,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	watched := []struct {
 		c    cache.Cache
 		objs []client.Object
-	}{{e.bcache, []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}}}}
-	if e.cfg.Globalnet != nil {
+	}{{e.bcache, []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.ClusterSetPolicy{}}}}
+	if e.cfg.Globalnet {
 		watched[0].objs = append(watched[0].objs, &v1alpha1.GlobalCIDR{})
 		watched = append(watched, struct {
 			c    cache.Cache
@@ -445,7 +447,7 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	if e.Role() == v1alpha1.HAStatusActive {
 		return
 	}
-	if e.cfg.Globalnet != nil {
+	if e.cfg.Globalnet {
 		e.dropTranslation(ctx) // a killed active's rules stay in the kernel
 	}
 	if e.cfg.CableDriver == string(v1alpha1.CableWireGuard) {
@@ -482,7 +484,12 @@ func (e *Engine) dropTranslation(ctx context.Context) {
 		e.log.Warn("remove globalnet rules", "err", err)
 		return
 	}
-	n, err := nat.DeleteConntrack(e.cfg.Netns, []netip.Prefix{e.cfg.Globalnet.Supernet})
+	pol, err := clusterset.Read(ctx, e.broker)
+	if err != nil {
+		e.log.Warn("read the ClusterSet policy; removing conntrack entries of the default supernet", "err", err)
+		pol = addrpolicy.DefaultPolicy()
+	}
+	n, err := nat.DeleteConntrack(e.cfg.Netns, []netip.Prefix{pol.Supernet})
 	if err != nil {
 		e.log.Warn("remove conntrack entries of global flows", "err", err)
 	} else if n > 0 {

@@ -1,6 +1,6 @@
 // Package globalnet is the gateway's globalnet half. When clusters share
 // pod and service CIDRs, each one is reached only through a global CIDR of
-// the clusterset supernet: Claim takes this cluster's in the broker
+// the ClusterSet policy's supernet (pkg/addrpolicy.Policy): Claim takes this cluster's in the broker
 // (atomically, one GlobalCIDR object per range), and Rules turns the
 // cluster's GlobalIngress objects (written by the MCS controller) and the
 // remote clusters' subnets into pkg/nat's desired netfilter state, which
@@ -8,6 +8,7 @@
 package globalnet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,17 +24,6 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
-)
-
-// Defaults of the clusterset's global address plan.
-const (
-	// DefaultSupernet is the clusterset supernet global CIDRs come from.
-	// It lies in 240.0.0.0/4 (never routed on the Internet) beside the
-	// clusterset VIP range (243.0.0.0/12) and the route agent's overlay
-	// addresses (241.0.0.0/8).
-	DefaultSupernet = addrpolicy.DefaultSupernet
-	// DefaultCIDRBits is the size of one cluster's global CIDR.
-	DefaultCIDRBits = 24
 )
 
 // ErrSupernetExhausted: every global CIDR of the supernet is claimed.
@@ -53,80 +44,70 @@ func ParseCIDRObjectName(name string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// Plan is the clusterset's global address plan.
-type Plan struct {
-	// Supernet holds every cluster's global CIDR.
-	Supernet netip.Prefix
-	// Bits is the prefix length of one cluster's global CIDR.
-	Bits int
-}
+// blocks is the number of global CIDRs in the policy's supernet.
+func blocks(pol addrpolicy.Policy) uint32 { return 1 << (pol.GlobalCIDRBits - pol.Supernet.Bits()) }
 
-// ParsePlan checks a supernet and a per-cluster size, and that the
-// supernet overlaps none of avoid (the clusterset VIP range, the local
-// pod and service CIDRs).
-func ParsePlan(supernet string, bits int, avoid ...netip.Prefix) (Plan, error) {
-	p, err := netip.ParsePrefix(supernet)
-	if err != nil {
-		return Plan{}, fmt.Errorf("supernet: %w", err)
-	}
-	switch {
-	case !p.Addr().Is4():
-		return Plan{}, fmt.Errorf("supernet %s: only IPv4 is supported", p)
-	case p != p.Masked():
-		return Plan{}, fmt.Errorf("supernet %s has host bits set", p)
-	case bits < p.Bits() || bits > 29:
-		return Plan{}, fmt.Errorf("global CIDR size /%d: must lie between the supernet's /%d and /29", bits, p.Bits())
-	case bits-p.Bits() > 20:
-		return Plan{}, fmt.Errorf("global CIDR size /%d: more than 2^20 ranges in supernet %s", bits, p)
-	}
-	for _, a := range avoid {
-		if a.Overlaps(p) {
-			return Plan{}, fmt.Errorf("supernet %s overlaps %s", p, a)
-		}
-	}
-	return Plan{Supernet: p, Bits: bits}, nil
-}
-
-// size is the number of global CIDRs in the supernet.
-func (pl Plan) size() uint32 { return 1 << (pl.Bits - pl.Supernet.Bits()) }
-
-// block is the i-th global CIDR of the supernet.
-func (pl Plan) block(i uint32) netip.Prefix {
-	b := pl.Supernet.Addr().As4()
+// block is the i-th global CIDR of the policy's supernet.
+func block(pol addrpolicy.Policy, i uint32) netip.Prefix {
+	b := pol.Supernet.Addr().As4()
 	base := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	v := base + i<<(32-pl.Bits)
-	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), pl.Bits)
+	v := base + i<<(32-pol.GlobalCIDRBits)
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), pol.GlobalCIDRBits)
 }
 
-// Claims reads every GlobalCIDR claim of the broker: cluster ID → its
-// global CIDRs, sorted. Objects whose name is not a CIDR are ignored.
-func Claims(ctx context.Context, c client.Reader) (map[string][]netip.Prefix, error) {
+// Claims reads every GlobalCIDR claim of the broker and returns those
+// that count under the ClusterSet's policy: cluster ID → its global CIDRs,
+// sorted. A claim counts when its name is a global CIDR of the policy (a
+// block of exactly its size inside its supernet: the broker's admission
+// refuses other names, and this check stands where admission is missing)
+// and it is among its cluster's Quotas.GlobalCIDRs oldest claims (by
+// creation time, then name): a member's further claims change nothing for
+// anybody.
+func Claims(ctx context.Context, c client.Reader, pol addrpolicy.Policy) (map[string][]netip.Prefix, error) {
 	var list v1alpha1.GlobalCIDRList
 	if err := c.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list GlobalCIDRs: %w", err)
 	}
-	out := map[string][]netip.Prefix{}
+	type claim struct {
+		p       netip.Prefix
+		created time.Time
+	}
+	byCluster := map[string][]claim{}
 	for _, o := range list.Items {
 		p, err := ParseCIDRObjectName(o.Name)
-		if err != nil || o.DeletionTimestamp != nil {
+		if err != nil || o.DeletionTimestamp != nil || !pol.IsGlobalCIDR(p) {
 			continue
 		}
-		out[o.Spec.ClusterID] = append(out[o.Spec.ClusterID], p)
+		byCluster[o.Spec.ClusterID] = append(byCluster[o.Spec.ClusterID], claim{p, o.CreationTimestamp.Time})
 	}
-	for _, ps := range out {
-		slices.SortFunc(ps, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	out := map[string][]netip.Prefix{}
+	for id, cs := range byCluster {
+		slices.SortFunc(cs, func(a, b claim) int {
+			return cmp.Or(a.created.Compare(b.created), addrpolicy.ComparePrefix(a.p, b.p))
+		})
+		for _, c := range cs[:min(len(cs), pol.Quotas.GlobalCIDRs)] {
+			out[id] = append(out[id], c.p)
+		}
+		slices.SortFunc(out[id], addrpolicy.ComparePrefix)
 	}
 	return out, nil
 }
 
 // Claim returns clusterID's global CIDR: the one it already holds in the
-// broker (stable across restarts and gateway failovers), or a free one it
-// claims now by creating its GlobalCIDR. Only the active gateway claims,
-// so a cluster has one claim; should two ever exist (two gateways active
-// at once for a moment), the first in address order is kept and the other
-// released. read may be a cache; writes go to the API server through w.
-func Claim(ctx context.Context, read client.Reader, w client.Writer, plan Plan, clusterID string) (netip.Prefix, error) {
-	claims, err := Claims(ctx, read)
+// broker (stable across restarts and gateway failovers), or a free one of
+// the policy's supernet it claims now by creating its GlobalCIDR. Only the
+// active gateway claims, so a cluster has one claim; should it hold more
+// (two gateways active at once for a moment), the first that counts
+// (Claims) is kept and the others released. The supernet must not overlap
+// avoid (the cluster's own pod and service CIDRs). read may be a cache;
+// writes go to the API server through w.
+func Claim(ctx context.Context, read client.Reader, w client.Writer, pol addrpolicy.Policy, avoid []netip.Prefix, clusterID string) (netip.Prefix, error) {
+	for _, a := range avoid {
+		if a.Overlaps(pol.Supernet) {
+			return netip.Prefix{}, fmt.Errorf("the ClusterSet's globalnet supernet %s overlaps this cluster's %s", pol.Supernet, a)
+		}
+	}
+	claims, err := Claims(ctx, read, pol)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
@@ -138,19 +119,21 @@ func Claim(ctx context.Context, read client.Reader, w client.Writer, plan Plan, 
 		}
 		return own[0], nil
 	}
-	taken := map[netip.Prefix]bool{}
-	for _, ps := range claims {
-		for _, p := range ps {
-			taken[p] = true
-		}
+	var list v1alpha1.GlobalCIDRList
+	if err := read.List(ctx, &list); err != nil {
+		return netip.Prefix{}, fmt.Errorf("list GlobalCIDRs: %w", err)
+	}
+	taken := map[string]bool{}
+	for _, o := range list.Items {
+		taken[o.Name] = true
 	}
 	// First fit: the lowest free range. Two clusters claiming at once
 	// may want the same one; the API server lets one create it and the
 	// other moves on to the next.
-	n := plan.size()
+	n := blocks(pol)
 	for i := range n {
-		p := plan.block(i)
-		if taken[p] {
+		p := block(pol, i)
+		if taken[CIDRObjectName(p)] {
 			continue
 		}
 		obj := &v1alpha1.GlobalCIDR{
@@ -166,18 +149,21 @@ func Claim(ctx context.Context, read client.Reader, w client.Writer, plan Plan, 
 			return netip.Prefix{}, fmt.Errorf("claim global CIDR %s: %w", p, err)
 		}
 	}
-	return netip.Prefix{}, fmt.Errorf("cluster %q: %w (%d ranges of /%d in %s)", clusterID, ErrSupernetExhausted, n, plan.Bits, plan.Supernet)
+	return netip.Prefix{}, fmt.Errorf("cluster %q: %w (%d ranges of /%d in %s)", clusterID, ErrSupernetExhausted, n, pol.GlobalCIDRBits, pol.Supernet)
 }
 
 // Release deletes every GlobalCIDR clusterID holds (the cluster leaves).
 func Release(ctx context.Context, read client.Reader, w client.Writer, clusterID string) error {
-	claims, err := Claims(ctx, read)
-	if err != nil {
-		return err
+	var list v1alpha1.GlobalCIDRList
+	if err := read.List(ctx, &list); err != nil {
+		return fmt.Errorf("list GlobalCIDRs: %w", err)
 	}
-	for _, p := range claims[clusterID] {
-		if err := deleteClaim(ctx, w, p); err != nil {
-			return err
+	for _, o := range list.Items {
+		if o.Spec.ClusterID != clusterID {
+			continue
+		}
+		if err := w.Delete(ctx, &o); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("release global CIDR %s: %w", o.Name, err)
 		}
 	}
 	return nil

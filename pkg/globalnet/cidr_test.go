@@ -7,8 +7,15 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 )
 
 func TestCIDRObjectName(t *testing.T) {
@@ -27,42 +34,70 @@ func TestCIDRObjectName(t *testing.T) {
 	}
 }
 
-func TestParsePlan(t *testing.T) {
-	vip := netip.MustParsePrefix("243.0.0.0/12")
-	if _, err := ParsePlan(DefaultSupernet, DefaultCIDRBits, vip, netip.MustParsePrefix("10.244.0.0/16")); err != nil {
-		t.Fatalf("default plan refused: %v", err)
-	}
-	for _, c := range []struct {
-		supernet string
-		bits     int
-	}{
-		{"243.0.0.0/8", 24},  // overlaps the VIP range
-		{"242.0.0.1/8", 24},  // host bits
-		{"242.0.0.0/8", 7},   // larger than the supernet
-		{"242.0.0.0/8", 31},  // too small to hold a layout
-		{"fd00::/8", 64},     // IPv6
-		{"10.0.0.0/8", 24},   // overlaps the local pod CIDR
-		{"not-a-cidr", 24},   // garbage
-		{"242.0.0.0/4", 28},  // 2^24 ranges
-		{"242.0.0.0/16", 15}, // bits < supernet
-	} {
-		if _, err := ParsePlan(c.supernet, c.bits, vip, netip.MustParsePrefix("10.244.0.0/16")); err == nil {
-			t.Errorf("ParsePlan(%s, /%d) accepted", c.supernet, c.bits)
-		}
-	}
-}
-
-func TestPlanBlocks(t *testing.T) {
-	pl, err := ParsePlan("242.0.0.0/22", 24)
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestBlocks(t *testing.T) {
+	pol := policy(t, "242.0.0.0/22", 24)
 	var got []string
-	for i := range pl.size() {
-		got = append(got, pl.block(i).String())
+	for i := range blocks(pol) {
+		got = append(got, block(pol, i).String())
 	}
 	if fmt.Sprint(got) != "[242.0.0.0/24 242.0.1.0/24 242.0.2.0/24 242.0.3.0/24]" {
 		t.Fatalf("blocks = %v", got)
+	}
+}
+
+func policy(t *testing.T, supernet string, bits int32) addrpolicy.Policy {
+	t.Helper()
+	p, err := addrpolicy.ParsePolicy(v1alpha1.ClusterSetPolicySpec{Globalnet: v1alpha1.GlobalnetPolicy{Supernet: supernet, CIDRBits: bits}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestClaimsCount: only claims of the policy's size inside its supernet
+// count, and of each member only its oldest Quotas.GlobalCIDRs ones; a
+// supernet overlapping the cluster's own CIDRs is refused.
+func TestClaimsCount(t *testing.T) {
+	broker := kubetest.Start(t, "broker")
+	ctx := context.Background()
+	pol := policy(t, "242.0.0.0/16", 24)
+	mk := func(name, owner string) {
+		t.Helper()
+		obj := &v1alpha1.GlobalCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.GlobalCIDRSpec{ClusterID: owner}}
+		if err := broker.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond) // creation timestamps have whole seconds
+	}
+	mk("242.0.5.0-24", "c1")
+	mk("242.0.1.0-24", "c1") // c1's second: over its quota of one
+	mk("0.0.0.0-1", "c2")    // not a block of the supernet
+	mk("242.0.0.0-16", "c2") // the whole supernet
+	mk("242.0.2.0-25", "c2") // the wrong size
+	mk("243.0.0.0-24", "c2") // outside the supernet
+	mk("242.0.3.0-24", "c3")
+	claims, err := Claims(ctx, broker.Client, pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "map[c1:[242.0.5.0/24] c3:[242.0.3.0/24]]"; fmt.Sprint(claims) != want {
+		t.Fatalf("Claims = %v, want %s", claims, want)
+	}
+	// c1's Claim keeps the claim that counts and releases the other.
+	got, err := Claim(ctx, broker.Client, broker.Client, pol, nil, "c1")
+	if err != nil || got != netip.MustParsePrefix("242.0.5.0/24") {
+		t.Fatalf("Claim(c1) = %v, %v", got, err)
+	}
+	if err := broker.Client.Get(ctx, client.ObjectKey{Name: "242.0.1.0-24"}, &v1alpha1.GlobalCIDR{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("c1's extra claim not released: %v", err)
+	}
+	// A new member skips every taken name, counting or not.
+	got, err = Claim(ctx, broker.Client, broker.Client, pol, nil, "c4")
+	if err != nil || got != netip.MustParsePrefix("242.0.0.0/24") {
+		t.Fatalf("Claim(c4) = %v, %v", got, err)
+	}
+	if _, err := Claim(ctx, broker.Client, broker.Client, pol, []netip.Prefix{netip.MustParsePrefix("242.0.128.0/17")}, "c5"); err == nil {
+		t.Fatal("a supernet overlapping the cluster's own CIDRs was accepted")
 	}
 }
 
@@ -73,10 +108,7 @@ func TestPlanBlocks(t *testing.T) {
 func TestClaimRace(t *testing.T) {
 	broker := kubetest.Start(t, "broker")
 	ctx := context.Background()
-	pl, err := ParsePlan("242.1.0.0/22", 24) // four ranges
-	if err != nil {
-		t.Fatal(err)
-	}
+	pl := policy(t, "242.1.0.0/22", 24) // four ranges
 	const clusters = 6
 	got := make([]netip.Prefix, clusters)
 	errs := make([]error, clusters)
@@ -87,7 +119,7 @@ func TestClaimRace(t *testing.T) {
 			<-start
 			// Six clusters, four ranges: several start their
 			// search at the same range.
-			got[i], errs[i] = Claim(ctx, broker.Client, broker.Client, pl, fmt.Sprintf("c%d", i))
+			got[i], errs[i] = Claim(ctx, broker.Client, broker.Client, pl, nil, fmt.Sprintf("c%d", i))
 		})
 	}
 	close(start)
@@ -110,7 +142,7 @@ func TestClaimRace(t *testing.T) {
 	if len(owner) != 4 || exhausted != 2 {
 		t.Fatalf("%d ranges claimed, %d exhausted; want 4 and 2", len(owner), exhausted)
 	}
-	claims, err := Claims(ctx, broker.Client)
+	claims, err := Claims(ctx, broker.Client, pl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +151,7 @@ func TestClaimRace(t *testing.T) {
 		if len(claims[id]) != 1 || claims[id][0] != p {
 			t.Errorf("broker claims of %s = %v, want [%s]", id, claims[id], p)
 		}
-		again, err := Claim(ctx, broker.Client, broker.Client, pl, id)
+		again, err := Claim(ctx, broker.Client, broker.Client, pl, nil, id)
 		if err != nil || again != p {
 			t.Errorf("second Claim for %s = %v, %v; want %s", id, again, err, p)
 		}
@@ -134,7 +166,7 @@ func TestClaimRace(t *testing.T) {
 	if err := Release(ctx, broker.Client, broker.Client, fmt.Sprintf("c%d", leaving)); err != nil {
 		t.Fatal(err)
 	}
-	next, err := Claim(ctx, broker.Client, broker.Client, pl, "late")
+	next, err := Claim(ctx, broker.Client, broker.Client, pl, nil, "late")
 	if err != nil || next != freed {
 		t.Fatalf("Claim after release = %v, %v; want %s", next, err, freed)
 	}

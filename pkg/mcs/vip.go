@@ -34,18 +34,6 @@ const DefaultVIPRangeIPv6 = addrpolicy.DefaultVIPRangeIPv6
 // maxCandidateBits caps the candidate space of huge (IPv6) ranges.
 const maxCandidateBits = 48
 
-// reservedRanges may never hold VIPs.
-var reservedRanges = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("255.255.255.255/32"),
-	netip.MustParsePrefix("::/127"),
-	netip.MustParsePrefix("fe80::/10"),
-	netip.MustParsePrefix("ff00::/8"),
-}
-
 // ErrVIPRangeExhausted is matched (errors.Is) by every *VIPExhaustedError.
 var ErrVIPRangeExhausted = errors.New("clusterset VIP range exhausted")
 
@@ -70,8 +58,8 @@ type VIPRange struct {
 }
 
 // ParseVIPRange parses a CIDR such as DefaultVIPRange. It must be in
-// canonical form (no host bits), hold at least one usable address and not
-// touch loopback, link-local, multicast or the unspecified address.
+// canonical form (no host bits), hold at least one usable address and lie
+// in no reserved range but the former class E (addrpolicy.CheckVIPRange).
 func ParseVIPRange(s string) (VIPRange, error) {
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
@@ -80,10 +68,8 @@ func ParseVIPRange(s string) (VIPRange, error) {
 	if p.Masked() != p {
 		return VIPRange{}, fmt.Errorf("VIP range %s has host bits set (want %s)", p, p.Masked())
 	}
-	for _, r := range reservedRanges {
-		if r.Overlaps(p) {
-			return VIPRange{}, fmt.Errorf("VIP range %s overlaps reserved %s", p, r)
-		}
+	if err := addrpolicy.CheckVIPRange(p); err != nil {
+		return VIPRange{}, err
 	}
 	hostBits := p.Addr().BitLen() - p.Bits()
 	if hostBits > maxCandidateBits {

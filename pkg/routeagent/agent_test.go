@@ -309,8 +309,7 @@ type staticLister []v1alpha1.Endpoint
 func (s staticLister) ListEndpoints(context.Context) ([]v1alpha1.Endpoint, error) { return s, nil }
 
 func TestValidateFlags(t *testing.T) {
-	good := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU, nodeIP: "172.18.1.11",
-		vipRange: "243.0.0.0/12"}
+	good := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU, nodeIP: "172.18.1.11"}
 	if err := validate(&good); err != nil {
 		t.Fatalf("good flags refused: %v", err)
 	}
@@ -318,18 +317,14 @@ func TestValidateFlags(t *testing.T) {
 		mutate func(*flags)
 		want   string
 	}{
-		"vni":                 {func(f *flags) { f.vni = 1 << 24 }, "--vxlan-vni"},
-		"port":                {func(f *flags) { f.port = 0 }, "--vxlan-port"},
-		"device":              {func(f *flags) { f.device = "a-very-long-device-name" }, "--vxlan-device"},
-		"mtu":                 {func(f *flags) { f.overlayMTU = 100 }, "--overlay-mtu"},
-		"table":               {func(f *flags) { f.table = 255 }, "--route-table"},
-		"backend":             {func(f *flags) { f.iptablesBackend = "ebtables" }, "--iptables-backend"},
-		"node ip":             {func(f *flags) { f.nodeIP = "fd00::1" }, "--node-ip"},
-		"node ip2":            {func(f *flags) { f.nodeIP = "banana" }, "--node-ip"},
-		"vip range":           {func(f *flags) { f.vipRange = "243.0.0.0" }, "--vip-range"},
-		"vip range host bits": {func(f *flags) { f.vipRange = "243.0.0.1/12" }, "--vip-range"},
-		"vip range loopback":  {func(f *flags) { f.vipRange = "127.0.0.0/8" }, "--vip-range"},
-		"vip range IPv6":      {func(f *flags) { f.vipRange = "fd00:243::/64" }, "--vip-range"},
+		"vni":      {func(f *flags) { f.vni = 1 << 24 }, "--vxlan-vni"},
+		"port":     {func(f *flags) { f.port = 0 }, "--vxlan-port"},
+		"device":   {func(f *flags) { f.device = "a-very-long-device-name" }, "--vxlan-device"},
+		"mtu":      {func(f *flags) { f.overlayMTU = 100 }, "--overlay-mtu"},
+		"table":    {func(f *flags) { f.table = 255 }, "--route-table"},
+		"backend":  {func(f *flags) { f.iptablesBackend = "ebtables" }, "--iptables-backend"},
+		"node ip":  {func(f *flags) { f.nodeIP = "fd00::1" }, "--node-ip"},
+		"node ip2": {func(f *flags) { f.nodeIP = "banana" }, "--node-ip"},
 	} {
 		f := good
 		tc.mutate(&f)

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -23,10 +24,11 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/daemon"
-	"github.com/causeway-net/causeway/pkg/mcs"
+	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/vip"
 )
 
@@ -53,8 +55,6 @@ type flags struct {
 	dryRun            bool
 	vip               bool
 	vipPinDir         string
-	vipRange          string
-	vipRange6         string
 }
 
 // pinDir is where the VIP datapath's maps and links are pinned.
@@ -69,16 +69,17 @@ func (f *flags) pinDir() string {
 func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	f := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU,
-		minInterval: 100 * time.Millisecond, fullInterval: 30 * time.Second, vipRange: addrpolicy.DefaultVIPRange,
-		vipRange6: addrpolicy.DefaultVIPRangeIPv6}
+		minInterval: 100 * time.Millisecond, fullInterval: 30 * time.Second}
 	cmd := daemon.Command("route-agent",
 		"Causeway route agent: routes to remote clusters and the clusterset VIP datapath",
 		`The route agent runs on every node (hostNetwork). It routes remote
 cluster CIDRs to the active gateway over a VXLAN overlay to the gateway
 node, clamps the TCP MSS of traffic to and from remote clusters, follows
 gateway failover, and loads the eBPF programs that translate clusterset
-VIPs to backends at connect() time. --cleanup removes everything it owns
-on the node and exits.`,
+VIPs to backends at connect() time. The clusterset VIP ranges come from
+the ClusterSet's policy as the active gateway mirrors it into the cluster
+(ClusterSetPolicy "clusterset"): the agent waits for it, and restarts when
+it changes. --cleanup removes everything it owns on the node and exits.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
 			return run(ctx, rt, &opts, &f)
 		})
@@ -98,8 +99,6 @@ on the node and exits.`,
 	fs.BoolVar(&f.cleanup, "cleanup", false, "remove every device, route and chain the route agent owns on this node, then exit")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "compute and log the desired state without programming the node")
 	fs.BoolVar(&f.vip, "vip", true, "load the eBPF clusterset VIP datapath and keep it equal to the ServiceImports and EndpointSlices")
-	fs.StringVar(&f.vipRange, "vip-range", f.vipRange, "clusterset VIP range (IPv4, the MCS controllers' --vip-range), routed unreachable on every node so an unknown VIP fails at once")
-	fs.StringVar(&f.vipRange6, "vip-range-ipv6", f.vipRange6, `IPv6 clusterset VIP range (the MCS controllers' --vip-range-ipv6), routed unreachable on every node like --vip-range; "" routes none (nodes without IPv6)`)
 	fs.StringVar(&f.vipPinDir, "vip-pin-dir", "", "bpffs directory of the VIP datapath's pinned maps and links (default <bpffs>/causeway/vip)")
 
 	// --cleanup needs no cluster identity and no API server.
@@ -148,18 +147,6 @@ func validate(f *flags) error {
 	default:
 		errs = append(errs, fmt.Errorf("--iptables-backend %q: must be empty, nft or legacy", f.iptablesBackend))
 	}
-	if r, err := mcs.ParseVIPRange(f.vipRange); err != nil {
-		errs = append(errs, fmt.Errorf("--vip-range: %w", err))
-	} else if !r.Prefix().Addr().Is4() {
-		errs = append(errs, fmt.Errorf("--vip-range %s: must be IPv4", f.vipRange))
-	}
-	if f.vipRange6 != "" {
-		if r, err := mcs.ParseVIPRange(f.vipRange6); err != nil {
-			errs = append(errs, fmt.Errorf("--vip-range-ipv6: %w", err))
-		} else if !r.IsIPv6() {
-			errs = append(errs, fmt.Errorf("--vip-range-ipv6 %s: must be IPv6", f.vipRange6))
-		}
-	}
 	if f.nodeIP != "" {
 		if ip, err := netip.ParseAddr(f.nodeIP); err != nil || !ip.Is4() {
 			errs = append(errs, fmt.Errorf("--node-ip %q: must be an IPv4 address", f.nodeIP))
@@ -184,6 +171,7 @@ func newDataplane(f *flags, rt *daemon.Runtime) (*Linux, error) {
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+// +kubebuilder:rbac:groups=causeway.dev,resources=clustersetpolicies,verbs=get
 
 func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags) error {
 	if err := validate(f); err != nil {
@@ -210,10 +198,20 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 	if err != nil {
 		return err
 	}
+	// The clusterset VIP ranges: the ClusterSet's policy as the gateway
+	// mirrored it here; a change restarts the agent (below).
+	reader, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		return fmt.Errorf("local client: %w", err)
+	}
+	policy, err := clusterset.Wait(ctx, clusterset.ReadMirror, reader, 2*time.Second, func(err error) { rt.SetReady("clusterset-policy", err) })
+	if err != nil {
+		return err
+	}
 	params := Params{Device: f.device, VNI: f.vni, Port: f.port, OverlayMTU: f.overlayMTU, TunnelMTU: f.tunnelMTU,
-		Table: f.table, LocalCIDRs: local, VIPRange: netip.MustParsePrefix(f.vipRange)}
-	if f.vipRange6 != "" {
-		params.VIPRangeIPv6 = netip.MustParsePrefix(f.vipRange6)
+		Table: f.table, LocalCIDRs: local, VIPRange: policy.VIPRange}
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err == nil {
+		params.VIPRangeIPv6 = policy.VIPRangeIPv6 // not on nodes without IPv6
 	}
 	var dp Dataplane
 	if f.dryRun {
@@ -298,6 +296,20 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		}
 		go vipRunner.Run(ctx)
 	}
-	runner.Run(ctx)
-	return ctx.Err()
+	policyErr := make(chan error, 1)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		policyErr <- clusterset.Watch(runCtx, clusterset.ReadMirror, reader, policy, PolicyCheckInterval, rt.Log)
+		cancel()
+	}()
+	runner.Run(runCtx)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return <-policyErr
 }
+
+// PolicyCheckInterval is how often the agent reads the mirrored ClusterSet
+// policy to notice a change.
+const PolicyCheckInterval = 30 * time.Second

@@ -18,6 +18,8 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
@@ -33,6 +35,10 @@ func TestDaemonProcessInLabNodes(t *testing.T) {
 	t.Cleanup(cancel)
 	cl := kc.Client
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "causeway-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The ClusterSet policy as the gateway mirrors it: the agent waits for it.
+	if err := clusterset.Store(ctx, cl, addrpolicy.DefaultPolicy()); err != nil {
 		t.Fatal(err)
 	}
 	localEP := endpoint("c1", "n0", tb.nodeIP("n0").String(), "10.244.0.0/16", "10.96.0.0/16")

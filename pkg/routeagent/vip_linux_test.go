@@ -23,6 +23,7 @@ import (
 
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/lab/netlab"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -44,6 +45,10 @@ func TestRouteAgentProgramsDualStackVIPs(t *testing.T) {
 		if err := kc.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The ClusterSet policy as the gateway mirrors it: the agent waits for it.
+	if err := clusterset.Store(ctx, kc.Client, addrpolicy.DefaultPolicy()); err != nil {
+		t.Fatal(err)
 	}
 	vip4, vip6 := netip.MustParseAddr("243.0.0.10"), netip.MustParseAddr("fd63:6175:7365::10")
 	be4, be6 := netip.MustParseAddr("10.200.0.1"), netip.MustParseAddr("fd00:200::1")

@@ -8,10 +8,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/broker"
+	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/daemon"
-	"github.com/causeway-net/causeway/pkg/mcs"
+	"github.com/causeway-net/causeway/pkg/kube"
 )
 
 // MetricsPort is the MCS controller's default /metrics port (127.0.0.1).
@@ -26,6 +29,10 @@ const MetricsPort = 9534
 // time only).
 const GCPercent = 25
 
+// PolicyCheckInterval is how often the controller reads the ClusterSet
+// policy in the broker to notice a change.
+const PolicyCheckInterval = 30 * time.Second
+
 // HealthPort is the MCS controller's default /healthz and /readyz port (all
 // interfaces; metrics stay on loopback).
 const HealthPort = 9544
@@ -34,8 +41,6 @@ const HealthPort = 9544
 func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	var (
-		vipRange    = mcs.DefaultVIPRange
-		vipRange6   = mcs.DefaultVIPRangeIPv6
 		deadAfter   = DefaultDeadClusterTimeout
 		liveness    = DefaultLivenessDuration
 		resync      = DefaultResyncPeriod
@@ -53,23 +58,15 @@ the Lease causeway-mcs-controller in --namespace). It publishes every
 ServiceExport of the cluster to the broker, merges all clusters' exports
 (KEP-1645), allocates clusterset VIPs in the broker and writes the
 ServiceImports and multi-cluster EndpointSlices of the ClusterSet here. It
-renews the cluster's liveness Lease in the broker and withdraws the
+takes the clusterset VIP ranges and the per-member quotas from the broker's
+ClusterSetPolicy (and restarts when it changes). It renews the cluster's
+liveness Lease in the broker and withdraws the
 endpoints of clusters that stop renewing theirs. With
 --broker-token-lifetime it keeps the broker token short-lived: at start
 and then every half lifetime, it requests a fresh token for the cluster's
 own broker identity and writes it into Secret causeway-broker (key
 "token"), which every daemon reads through the mounted file.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
-			r, err := mcs.ParseVIPRange(vipRange)
-			if err != nil {
-				return fmt.Errorf("--vip-range: %w", err)
-			}
-			var r6 mcs.VIPRange
-			if vipRange6 != "" {
-				if r6, err = mcs.ParseVIPRange(vipRange6); err != nil {
-					return fmt.Errorf("--vip-range-ipv6: %w", err)
-				}
-			}
 			if _, set := os.LookupEnv("GOGC"); !set {
 				debug.SetGCPercent(GCPercent)
 			}
@@ -88,11 +85,21 @@ own broker identity and writes it into Secret causeway-broker (key
 			if err := rt.WaitForAPIServer(ctx, "local cluster", local); err != nil {
 				return err
 			}
+			// The ClusterSet's policy (VIP ranges, quotas) comes from
+			// the broker, and a change of it restarts the controller.
+			brokerReader, err := client.New(brk, client.Options{Scheme: kube.NewScheme()})
+			if err != nil {
+				return fmt.Errorf("broker client: %w", err)
+			}
+			policy, err := clusterset.Wait(ctx, clusterset.Read, brokerReader, 2*time.Second, func(err error) { rt.SetReady("clusterset-policy", err) })
+			if err != nil {
+				return err
+			}
+			rt.Log.Info("ClusterSet policy", "vipRange", policy.VIPRange, "vipRangeIPv6", policy.VIPRangeIPv6, "quotas", policy.Quotas)
 			c, err := New(local, brk, Config{
 				ClusterID:           opts.ClusterID,
 				Namespace:           opts.Namespace,
-				VIPRange:            r,
-				VIPRangeIPv6:        r6,
+				Policy:              policy,
 				DeadClusterTimeout:  deadAfter,
 				LivenessDuration:    liveness,
 				ResyncPeriod:        resync,
@@ -114,11 +121,12 @@ own broker identity and writes it into Secret causeway-broker (key
 					rt.SetReady("startup", nil)
 				}
 			}()
-			return c.Run(ctx)
+			g, gctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return c.Run(gctx) })
+			g.Go(func() error { return clusterset.Watch(gctx, clusterset.Read, brokerReader, policy, PolicyCheckInterval, rt.Log) })
+			return g.Wait()
 		})
 	fs := cmd.Flags()
-	fs.StringVar(&vipRange, "vip-range", vipRange, "clusterset VIP range, IPv4 (the same in every cluster)")
-	fs.StringVar(&vipRange6, "vip-range-ipv6", vipRange6, `IPv6 clusterset VIP range (the same in every cluster): imports with the IPv6 family get an IPv6 VIP from it; "" gives none`)
 	fs.DurationVar(&deadAfter, "dead-cluster-timeout", deadAfter, "withdraw a cluster's endpoints this long after its liveness Lease expired")
 	fs.DurationVar(&liveness, "liveness-lease-duration", liveness, "duration of this cluster's liveness Lease in the broker (renewed every third)")
 	fs.DurationVar(&resync, "resync-period", resync, "full resync period")

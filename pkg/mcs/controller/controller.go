@@ -36,6 +36,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/mcs"
@@ -59,13 +60,11 @@ type Config struct {
 	// Namespace is Causeway's namespace in the local cluster (leader
 	// election Lease).
 	Namespace string
-	// VIPRange is the clusterset VIP range; the zero value means
-	// mcs.DefaultVIPRange.
-	VIPRange mcs.VIPRange
-	// VIPRangeIPv6 is the IPv6 clusterset VIP range, from which imports
-	// with the IPv6 family get their IPv6 VIP; the zero value means none
-	// (the command's --vip-range-ipv6 defaults to mcs.DefaultVIPRangeIPv6).
-	VIPRangeIPv6 mcs.VIPRange
+	// Policy is the ClusterSet's policy, read from the broker: its VIP
+	// ranges (imports with the IPv6 family get their IPv6 VIP from
+	// VIPRangeIPv6) and quotas. The zero value means
+	// addrpolicy.DefaultPolicy().
+	Policy addrpolicy.Policy
 	// DeadClusterTimeout is how long after its liveness Lease expired a
 	// cluster's endpoints are withdrawn.
 	DeadClusterTimeout time.Duration
@@ -169,8 +168,16 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	if cfg.Namespace == "" {
 		cfg.Namespace = "causeway-system"
 	}
-	if cfg.VIPRange.Size() == 0 {
-		cfg.VIPRange = mcs.MustParseVIPRange(mcs.DefaultVIPRange)
+	if cfg.Policy.IsZero() {
+		cfg.Policy = addrpolicy.DefaultPolicy()
+	}
+	vips, err := mcs.ParseVIPRange(cfg.Policy.VIPRange.String())
+	if err != nil {
+		return nil, err
+	}
+	vips6, err := mcs.ParseVIPRange(cfg.Policy.VIPRangeIPv6.String())
+	if err != nil {
+		return nil, err
 	}
 	if cfg.DeadClusterTimeout <= 0 {
 		cfg.DeadClusterTimeout = DefaultDeadClusterTimeout
@@ -287,7 +294,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	if c.alloc, err = mcs.NewFamilyVIPAllocator(cfg.VIPRange, cfg.VIPRangeIPv6,
+	if c.alloc, err = mcs.NewFamilyVIPAllocator(vips, vips6,
 		cachedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), vips: c.brokerStores}); err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
@@ -471,7 +472,8 @@ func testBrokerOutage(t *testing.T, e *env) {
 // import says why it has no VIP, and gets one once a Service leaves.
 func TestVIPExhausted(t *testing.T) {
 	e := newEnv(t, "c1")
-	e.cfg.VIPRange = mcs.MustParseVIPRange("243.1.0.0/30")
+	e.cfg.Policy = addrpolicy.DefaultPolicy()
+	e.cfg.Policy.VIPRange = netip.MustParsePrefix("243.1.0.0/30")
 	e.namespace("c1", "tiny")
 	e.start("c1")
 	c1 := e.c("c1")

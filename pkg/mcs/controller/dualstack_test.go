@@ -25,7 +25,6 @@ import (
 // releases the IPv6 one in the broker.
 func TestDualStackImport(t *testing.T) {
 	e := newEnv(t, "c1")
-	e.cfg.VIPRangeIPv6 = mcs.MustParseVIPRange(mcs.DefaultVIPRangeIPv6)
 	ctx := context.Background()
 	// c3 writes its record with its broker identity; c1 reaches it
 	// through a Valid Endpoint covering both families.

@@ -16,12 +16,12 @@ import (
 )
 
 // recordPolicy is the addrpolicy configuration remote records are
-// checked with: the clusterset VIP ranges, and this cluster's own CIDRs
+// checked with: the ClusterSet's policy, and this cluster's own CIDRs
 // from its mirrored Cluster (empty until the gateway mirrored it; the
 // tunnels' subnets, which Decide placed outside them, still bound every
 // claim).
 func (c *Controller) recordPolicy(ctx context.Context) addrpolicy.Config {
-	cfg := addrpolicy.Config{VIPRange: c.cfg.VIPRange.Prefix(), VIPRangeIPv6: c.cfg.VIPRangeIPv6.Prefix()}
+	cfg := addrpolicy.Config{Policy: c.cfg.Policy}
 	var own causewayv1alpha1.Cluster
 	if c.local.Get(ctx, types.NamespacedName{Namespace: c.cfg.Namespace, Name: c.cfg.ClusterID}, &own) == nil {
 		cfg.LocalCIDRs = append(parsePrefixes(own.Spec.PodCIDRs), parsePrefixes(own.Spec.ServiceCIDRs)...)
