@@ -123,7 +123,9 @@ own broker identity and writes it into Secret causeway-broker (key
 			}()
 			g, gctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return c.Run(gctx) })
-			g.Go(func() error { return clusterset.Watch(gctx, clusterset.Read, brokerReader, policy, PolicyCheckInterval, rt.Log) })
+			g.Go(func() error {
+				return clusterset.Watch(gctx, clusterset.Read, brokerReader, policy, PolicyCheckInterval, rt.Log)
+			})
 			return g.Wait()
 		})
 	fs := cmd.Flags()
