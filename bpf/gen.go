@@ -7,6 +7,4 @@
 // See README.md for the layout and for what each program does.
 package bpf
 
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" PktCount pktcount.c
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" Connect4 connect4.c
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -cflags "-O2 -g -Wall -Werror -nostdinc -I./include" Vip vip.c
