@@ -73,3 +73,14 @@ func TestConnStatus(t *testing.T) {
 		}
 	}
 }
+
+func TestRoundRTT(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		1387679 * time.Nanosecond: "1.39ms", 310 * time.Microsecond: "310µs", 12345678: "12.3ms",
+		999: "999ns", 2*time.Second + 345*time.Millisecond: "2.35s", 0: "0s",
+	} {
+		if got := roundRTT(d).String(); got != want {
+			t.Errorf("roundRTT(%v) = %s, want %s", d, got, want)
+		}
+	}
+}

@@ -67,10 +67,10 @@ func (e *Engine) connections(ctx context.Context, t *activeTerm) []v1alpha1.Conn
 		if hasTarget && ps.Sent > 0 {
 			c.LatencyRTT = &v1alpha1.LatencyRTT{LossPercent: ps.LossPercent()}
 			if ps.Avg > 0 {
-				c.LatencyRTT.Last = ps.Last.String()
-				c.LatencyRTT.Min = ps.Min.String()
-				c.LatencyRTT.Max = ps.Max.String()
-				c.LatencyRTT.Average = ps.Avg.String()
+				c.LatencyRTT.Last = roundRTT(ps.Last).String()
+				c.LatencyRTT.Min = roundRTT(ps.Min).String()
+				c.LatencyRTT.Max = roundRTT(ps.Max).String()
+				c.LatencyRTT.Average = roundRTT(ps.Avg).String()
 			}
 		}
 		if hs := byID[id].LastHandshake; !hs.IsZero() {
@@ -151,4 +151,14 @@ func (e *Engine) writeGateway(ctx context.Context, st gatewayStatus) error {
 		return fmt.Errorf("update gateway status %s: %w", key.Name, err)
 	}
 	return nil
+}
+
+// roundRTT rounds d to three significant digits (1.39ms, 310µs, 12.3ms):
+// what a human reads, not the nanoseconds a probe measured.
+func roundRTT(d time.Duration) time.Duration {
+	unit := time.Nanosecond
+	for d >= 1000*unit && unit < time.Second {
+		unit *= 10
+	}
+	return d.Round(unit)
 }
