@@ -173,6 +173,12 @@ func TestRegistry(t *testing.T) {
 	if err != nil || !strings.HasSuffix(cmd.Path, "/sh") || !slices.Equal(cmd.Args, []string{"-c", "echo hi"}) || !slices.Equal(cmd.Env, []string{"A=1"}) || cmd.Dir != "/tmp" {
 		t.Errorf("host command: %v %+v", err, cmd)
 	}
+	// Args without a command replace the image's default command: the
+	// lab, knowing no entrypoint, runs them as the command line.
+	cmd, err = r.Command("registry.k8s.io/e2e-test-images/busybox:1.36", Container{Args: []string{"sh", "-c", "echo hi"}})
+	if err != nil || !strings.HasSuffix(cmd.Path, "/sh") || !slices.Equal(cmd.Args, []string{"-c", "echo hi"}) {
+		t.Errorf("args without a command: %v %+v", err, cmd)
+	}
 	if _, err := r.Command("busybox", Container{Command: []string{"no-such-program-on-this-host"}}); !errors.Is(err, ErrNoHostCommand) || !strings.Contains(err.Error(), "no-such-program-on-this-host") {
 		t.Errorf("missing host command: got %v", err)
 	}

@@ -116,16 +116,20 @@ func (r *Registry) Images() []string {
 // cannot run (ErrUnknownImage): the image's entrypoint is unknown.
 func (r *Registry) Command(image string, c Container) (Command, error) {
 	l, ok := r.launchers[ImageName(image)]
-	if !ok && len(c.Command) == 0 {
-		return Command{}, fmt.Errorf("image %s is %w and the container has no command to run from the host; known: %s", image, ErrUnknownImage, strings.Join(r.Images(), ", "))
-	}
 	if !ok {
-		path, err := exec.LookPath(c.Command[0])
-		if err != nil {
-			return Command{}, fmt.Errorf("image %s: %w: %q (the lab runs images it does not know from the host's files)", image, ErrNoHostCommand, c.Command[0])
+		// An image the lab does not know runs its command line from the
+		// host's files: command + args, or, without a command, the args
+		// (Kubernetes: args replace the image's default command, and the
+		// lab knows no image's entrypoint).
+		line := append(append([]string{}, c.Command...), c.Args...)
+		if len(line) == 0 {
+			return Command{}, fmt.Errorf("image %s is %w and the container has no command or args to run from the host; known: %s", image, ErrUnknownImage, strings.Join(r.Images(), ", "))
 		}
-		args := append(append([]string{}, c.Command[1:]...), c.Args...)
-		return Command{Path: path, Args: args, Env: c.Env, Dir: c.WorkingDir}, nil
+		path, err := exec.LookPath(line[0])
+		if err != nil {
+			return Command{}, fmt.Errorf("image %s: %w: %q (the lab runs images it does not know from the host's files)", image, ErrNoHostCommand, line[0])
+		}
+		return Command{Path: path, Args: line[1:], Env: c.Env, Dir: c.WorkingDir}, nil
 	}
 	cmd, err := l(c)
 	if err != nil {
