@@ -91,12 +91,14 @@ func RunKubelet(ctx context.Context, dir, cluster, node string) error {
 	st.registerCoreDNS(reg, cluster)
 	st.registerCauseway(reg)
 	k, err := kubelet.New(kubelet.Config{
-		Client:           kc,
-		Host:             h,
-		Cluster:          c,
-		Node:             n,
-		Apps:             reg,
-		Labels:           labels,
+		Client:  kc,
+		Host:    h,
+		Cluster: c,
+		Node:    n,
+		Apps:    reg,
+		Labels:  labels,
+		// Pods resolve through the cluster's CoreDNS, as on a real node.
+		ClusterDNS:       DNSServiceIP(c.ServiceCIDR),
 		APIServerForward: apiserver,
 		BrokerForward:    broker,
 		Serving: &kubelet.Serving{

@@ -207,6 +207,31 @@ func TestKubeletAPI(t *testing.T) {
 		if _, err := l.kubectl(ctx, "", "exec", "hello", "--", "no-such-program-here"); err == nil || !strings.Contains(err.Error(), "not found on the host") {
 			t.Errorf("exec of a missing program: %v", err)
 		}
+
+		// exec sees the files the container's processes see: the pod's
+		// resolv.conf (the cluster DNS, the namespace's search path) and
+		// hosts (its name at its IP), not the host's.
+		for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+			out, err := l.kubectl(ctx, "", "exec", "hello", "--", "cat", f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(fmt.Sprintf("/proc/%d/root%s", pid, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != string(want) {
+				t.Errorf("exec cat %s printed %q, the container sees %q", f, out, want)
+			}
+		}
+		out, _ = l.kubectl(ctx, "", "exec", "hello", "--", "cat", "/etc/resolv.conf")
+		if wantDNS := "nameserver " + testClusterDNS.String() + "\nsearch " + hello.Namespace + ".svc.cluster.local svc.cluster.local cluster.local\n"; !strings.HasPrefix(out, wantDNS) {
+			t.Errorf("the pod's resolv.conf is %q, want it to start with %q", out, wantDNS)
+		}
+		out, _ = l.kubectl(ctx, "", "exec", "hello", "--", "cat", "/etc/hosts")
+		if want := hello.Status.PodIP + "\thello\n"; !strings.Contains(out, want) {
+			t.Errorf("the pod's hosts is %q, want a line %q", out, want)
+		}
 	})
 
 	t.Run("ExecTerminal", func(t *testing.T) {

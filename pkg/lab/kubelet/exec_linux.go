@@ -49,15 +49,16 @@ func (e *executor) ExecInContainer(ctx context.Context, _, _, _ string, cmd []st
 		return err
 	}
 	args := cmd[1:]
-	if len(e.container.VolumeMounts) > 0 {
-		// Into the container's mount namespace, where its volumes are.
-		pid, err := containerPid(e.pod, e.container.Name)
-		if err != nil {
-			return err
-		}
-		args = append([]string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", pid), "--", path}, args...)
+	pid, err := containerPid(e.pod, e.container.Name)
+	if err != nil {
+		return err
+	}
+	if mnt := fmt.Sprintf("/proc/%d/ns/mnt", pid); !sameFile(mnt, "/proc/self/ns/mnt") {
+		// Into the container's mount namespace, where its volumes,
+		// resolv.conf and hosts are.
+		args = append([]string{"--mount=" + mnt, "--", path}, args...)
 		if path, err = exec.LookPath("nsenter"); err != nil {
-			return fmt.Errorf("exec into a container with volumes needs nsenter(1): %w", err)
+			return fmt.Errorf("exec into a container with a mount namespace of its own needs nsenter(1): %w", err)
 		}
 	}
 	p := netlab.Process{
@@ -204,4 +205,12 @@ func containerPid(pod *corev1.Pod, name string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("container %s of pod %s/%s has no running process", name, pod.Namespace, pod.Name)
+}
+
+// sameFile reports whether two paths name the same file (namespace
+// links: the same namespace).
+func sameFile(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }

@@ -82,6 +82,12 @@ type Config struct {
 	// instead: a path at or below a key is rewritten to the value (e.g.
 	// the lab gives each node its own /var/lib/causeway).
 	HostPaths map[string]string
+	// ClusterDNS is the cluster's DNS Service address, the nameserver of
+	// the pods' resolv.conf (dnsPolicy ClusterFirst); invalid: the pods
+	// use the node's. ClusterDomain is its domain (DefaultClusterDomain
+	// when empty).
+	ClusterDNS    netip.Addr
+	ClusterDomain string
 	// StateDir holds pod state and container logs:
 	// <StateDir>/pods/<namespace>_<name>/{state.json,<container>.log}.
 	StateDir string

@@ -208,6 +208,9 @@ func startControlPlane(t *testing.T, opts ...kubetest.Option) *kubetest.Cluster 
 	return c
 }
 
+// testClusterDNS is the cluster DNS address the test kubelets give pods.
+var testClusterDNS = netip.MustParseAddr("10.96.0.10")
+
 // startKubelet runs the kubelet of node until stopKubelet or the test's end.
 func (l *lab) startKubelet(node string) {
 	l.t.Helper()
@@ -221,6 +224,7 @@ func (l *lab) startKubelet(node string) {
 		Cluster:      l.cluster,
 		Node:         n,
 		Apps:         l.reg,
+		ClusterDNS:   testClusterDNS,
 		StateDir:     filepath.Join(l.dir, node),
 		Log:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("test", l.t.Name()),
 		HostPaths:    l.hostPaths,

@@ -559,13 +559,22 @@ func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *contai
 		backoff(ReasonCreateContainer, err)
 		return
 	}
-	mounts, err := containerMounts(spec, w.vols)
+	// The pod's resolv.conf and hosts first: a volume mounted at the
+	// same path wins.
+	mounts, err := w.podNameFiles(pod)
 	if err != nil {
 		backoff(ReasonCreateContainerConfig, err)
 		return
 	}
+	vmounts, err := containerMounts(spec, w.vols)
+	if err != nil {
+		backoff(ReasonCreateContainerConfig, err)
+		return
+	}
+	mounts = append(mounts, vmounts...)
 	if len(mounts) > 0 {
-		// A mount namespace of its own with the volumes bound in. Slave
+		// A mount namespace of its own with the volumes (and the pod's
+		// resolv.conf and hosts) bound in. Slave
 		// propagation: what the host unmounts goes away here too (a
 		// mount kept here would keep, e.g., a deleted pod's network
 		// namespace alive), and nothing mounted here reaches the host.
