@@ -97,8 +97,9 @@ func Claims(ctx context.Context, c client.Reader, pol addrpolicy.Policy) (map[st
 // broker (stable across restarts and gateway failovers), or a free one of
 // the policy's supernet it claims now by creating its GlobalCIDR. Only the
 // active gateway claims, so a cluster has one claim; should it hold more
-// (two gateways active at once for a moment), the first that counts
-// (Claims) is kept and the others released. The supernet must not overlap
+// (two gateways active at once for a moment, or claims that do not count
+// under the policy), the first that counts (Claims) is kept and every
+// other claim in its name released. The supernet must not overlap
 // avoid (the cluster's own pod and service CIDRs). read may be a cache;
 // writes go to the API server through w.
 func Claim(ctx context.Context, read client.Reader, w client.Writer, pol addrpolicy.Policy, avoid []netip.Prefix, clusterID string) (netip.Prefix, error) {
@@ -111,17 +112,20 @@ func Claim(ctx context.Context, read client.Reader, w client.Writer, pol addrpol
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	if own := claims[clusterID]; len(own) > 0 {
-		for _, extra := range own[1:] {
-			if err := deleteClaim(ctx, w, extra); err != nil {
-				return netip.Prefix{}, err
-			}
-		}
-		return own[0], nil
-	}
 	var list v1alpha1.GlobalCIDRList
 	if err := read.List(ctx, &list); err != nil {
 		return netip.Prefix{}, fmt.Errorf("list GlobalCIDRs: %w", err)
+	}
+	if own := claims[clusterID]; len(own) > 0 {
+		keep := CIDRObjectName(own[0])
+		for i := range list.Items {
+			if o := &list.Items[i]; o.Spec.ClusterID == clusterID && o.Name != keep {
+				if err := w.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+					return netip.Prefix{}, fmt.Errorf("release extra global CIDR claim %s: %w", o.Name, err)
+				}
+			}
+		}
+		return own[0], nil
 	}
 	taken := map[string]bool{}
 	for _, o := range list.Items {
@@ -165,14 +169,6 @@ func Release(ctx context.Context, read client.Reader, w client.Writer, clusterID
 		if err := w.Delete(ctx, &o); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("release global CIDR %s: %w", o.Name, err)
 		}
-	}
-	return nil
-}
-
-func deleteClaim(ctx context.Context, w client.Writer, p netip.Prefix) error {
-	obj := &v1alpha1.GlobalCIDR{ObjectMeta: metav1.ObjectMeta{Name: CIDRObjectName(p)}}
-	if err := w.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("release global CIDR %s: %w", p, err)
 	}
 	return nil
 }
