@@ -46,7 +46,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -120,9 +119,9 @@ func EnsureClusterIdentity(ctx context.Context, brokerAdmin *rest.Config, cluste
 	if msgs := validation.IsDNS1123Label(clusterID); len(msgs) > 0 {
 		return nil, fmt.Errorf("cluster ID %q: %v", clusterID, msgs)
 	}
-	cs, err := kubernetes.NewForConfig(brokerAdmin)
+	cs, c, err := clients(brokerAdmin)
 	if err != nil {
-		return nil, fmt.Errorf("broker client: %w", err)
+		return nil, err
 	}
 	ns := Namespace(clusterID)
 	labels := map[string]string{LabelClusterID: clusterID}
@@ -133,6 +132,17 @@ func EnsureClusterIdentity(ctx context.Context, brokerAdmin *rest.Config, cluste
 			_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{})
 			return err
 		}, nil); err != nil {
+		return nil, err
+	}
+	// The ClusterSet's bounds before the identity can write anything.
+	p, err := memberPolicy(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureAdmission(ctx, cs); err != nil {
+		return nil, err
+	}
+	if err := ensureQuota(ctx, cs, p, clusterID); err != nil {
 		return nil, err
 	}
 	if err := apply(ctx, "service account",
@@ -189,9 +199,6 @@ func EnsureClusterIdentity(ctx context.Context, brokerAdmin *rest.Config, cluste
 			_, err = cs.RbacV1().ClusterRoles().Update(ctx, have, metav1.UpdateOptions{})
 			return err
 		}); err != nil {
-		return nil, err
-	}
-	if err := ensureOwnershipPolicy(ctx, cs); err != nil {
 		return nil, err
 	}
 	crb := &rbacv1.ClusterRoleBinding{

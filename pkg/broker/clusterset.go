@@ -1,0 +1,179 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/clusterset"
+	"github.com/causeway-net/causeway/pkg/kube"
+)
+
+// QuotaName names the ResourceQuota in every member's broker namespace.
+const QuotaName = "causeway-member"
+
+// PolicyUpdate sets fields of a ClusterSetPolicySpec: an administrator's
+// change (`causewayctl deploy-broker`'s flags), applied over the spec the
+// broker holds.
+type PolicyUpdate func(*v1alpha1.ClusterSetPolicySpec)
+
+// PlanPolicy returns the ClusterSet policy the broker holds with update
+// (nil: none) applied, checked by addrpolicy.ParsePolicy: over an empty
+// spec (the defaults) when the broker holds no ClusterSetPolicy or has
+// no CRD for it yet. It writes nothing, so a bad update is refused before
+// anything changes; EnsureClusterSet stores the result.
+func PlanPolicy(ctx context.Context, brokerAdmin *rest.Config, update PolicyUpdate) (addrpolicy.Policy, error) {
+	c, err := client.New(brokerAdmin, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		return addrpolicy.Policy{}, fmt.Errorf("broker client: %w", err)
+	}
+	var have v1alpha1.ClusterSetPolicy
+	err = c.Get(ctx, client.ObjectKey{Name: v1alpha1.ClusterSetPolicyName}, &have)
+	if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+		return addrpolicy.Policy{}, fmt.Errorf("read ClusterSetPolicy %s: %w", v1alpha1.ClusterSetPolicyName, err)
+	}
+	spec := have.Spec
+	if update != nil {
+		update(&spec)
+	}
+	p, err := addrpolicy.ParsePolicy(spec)
+	if err != nil {
+		return addrpolicy.Policy{}, fmt.Errorf("ClusterSet policy: %w", err)
+	}
+	return p, nil
+}
+
+// EnsureClusterSet makes brokerAdmin's API server the broker of a
+// ClusterSet with policy p, idempotently: it installs the CRDs, stores p
+// as the ClusterSetPolicy (clusterset.Store: every field set), creates or
+// updates the admission policies (OwnershipPolicy, BoundsPolicy) and
+// gives every member namespace there is the ResourceQuota of p (Quota).
+// `causewayctl deploy-broker` (with PlanPolicy's result) and the lab call
+// it before EnsureClusterIdentity.
+func EnsureClusterSet(ctx context.Context, brokerAdmin *rest.Config, p addrpolicy.Policy) error {
+	cs, c, err := clients(brokerAdmin)
+	if err != nil {
+		return err
+	}
+	if err := kube.InstallCRDs(ctx, brokerAdmin); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	if err := clusterset.Store(ctx, c, p); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	if err := ensureAdmission(ctx, cs); err != nil {
+		return err
+	}
+	nss, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: LabelClusterID})
+	if err != nil {
+		return fmt.Errorf("list the broker's member namespaces: %w", err)
+	}
+	for _, ns := range nss.Items {
+		if id, ok := ClusterIDFromNamespace(ns.Name); ok && ns.Labels[LabelClusterID] == id {
+			if err := ensureQuota(ctx, cs, p, id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// memberPolicy is the policy EnsureClusterIdentity gives a member: the
+// one the broker holds, or the default one, which it stores when the
+// broker has none (a broker set up before the ClusterSetPolicy existed,
+// or by `causewayctl join --broker-kubeconfig` alone): BoundsPolicy
+// refuses every member write while the policy is missing.
+func memberPolicy(ctx context.Context, c client.Client) (addrpolicy.Policy, error) {
+	var have v1alpha1.ClusterSetPolicy
+	err := c.Get(ctx, client.ObjectKey{Name: v1alpha1.ClusterSetPolicyName}, &have)
+	switch {
+	case apierrors.IsNotFound(err):
+		p := addrpolicy.DefaultPolicy()
+		return p, clusterset.Store(ctx, c, p)
+	case meta.IsNoMatchError(err):
+		return addrpolicy.Policy{}, fmt.Errorf("the broker has no ClusterSetPolicy CRD: set it up with causewayctl deploy-broker first")
+	case err != nil:
+		return addrpolicy.Policy{}, fmt.Errorf("read ClusterSetPolicy %s: %w", v1alpha1.ClusterSetPolicyName, err)
+	}
+	p, err := addrpolicy.ParsePolicy(have.Spec)
+	if err != nil {
+		return addrpolicy.Policy{}, fmt.Errorf("ClusterSetPolicy %s: %w (fix it with causewayctl deploy-broker)", v1alpha1.ClusterSetPolicyName, err)
+	}
+	return p, nil
+}
+
+// Quota is the ResourceQuota QuotaName of member clusterID's broker
+// namespace under p: at most p.Quotas.Records ServiceExportRecords, and
+// p.Quotas.Objects objects of every other namespaced Causeway kind, of
+// Leases and of Events, each kind counted alone. (GlobalCIDRs and
+// VIPAllocations are cluster scoped: no ResourceQuota counts them.)
+func Quota(p addrpolicy.Policy, clusterID string) (*corev1.ResourceQuota, error) {
+	crds, err := kube.CRDs()
+	if err != nil {
+		return nil, err
+	}
+	count := func(n int) resource.Quantity { return *resource.NewQuantity(int64(n), resource.DecimalSI) }
+	hard := corev1.ResourceList{
+		"count/leases.coordination.k8s.io": count(p.Quotas.Objects),
+		"count/events":                     count(p.Quotas.Objects),
+		"count/events.events.k8s.io":       count(p.Quotas.Objects),
+	}
+	for _, crd := range crds {
+		if crd.Spec.Group != v1alpha1.GroupVersion.Group || crd.Spec.Scope != "Namespaced" {
+			continue
+		}
+		n := p.Quotas.Objects
+		if crd.Spec.Names.Kind == "ServiceExportRecord" {
+			n = p.Quotas.Records
+		}
+		hard[corev1.ResourceName("count/"+crd.Spec.Names.Plural+"."+crd.Spec.Group)] = count(n)
+	}
+	return &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace(clusterID), Name: QuotaName, Labels: map[string]string{LabelClusterID: clusterID}},
+		Spec:       corev1.ResourceQuotaSpec{Hard: hard},
+	}, nil
+}
+
+// ensureQuota creates or updates member clusterID's Quota under p.
+func ensureQuota(ctx context.Context, cs kubernetes.Interface, p addrpolicy.Policy, clusterID string) error {
+	q, err := Quota(p, clusterID)
+	if err != nil {
+		return err
+	}
+	api := cs.CoreV1().ResourceQuotas(q.Namespace)
+	return apply(ctx, "resource quota "+q.Namespace+"/"+q.Name,
+		func() error { _, err := api.Create(ctx, q, metav1.CreateOptions{}); return err },
+		func() error {
+			have, err := api.Get(ctx, q.Name, metav1.GetOptions{})
+			if err != nil || maps.EqualFunc(have.Spec.Hard, q.Spec.Hard, func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 }) {
+				return err
+			}
+			have.Spec.Hard = q.Spec.Hard
+			_, err = api.Update(ctx, have, metav1.UpdateOptions{})
+			return err
+		})
+}
+
+// clients are a clientset and a controller-runtime client of cfg.
+func clients(cfg *rest.Config) (kubernetes.Interface, client.Client, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("broker client: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("broker client: %w", err)
+	}
+	return cs, c, nil
+}
