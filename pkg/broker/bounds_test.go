@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +22,7 @@ import (
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/clusterset"
+	"github.com/causeway-net/causeway/pkg/controlplane"
 	"github.com/causeway-net/causeway/pkg/globalnet"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/mcs"
@@ -285,3 +289,85 @@ func equalPolicy(a, b addrpolicy.Policy) bool { return fmt.Sprint(a) == fmt.Spri
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+
+// TestQuota proves, against a real broker API server with
+// kube-controller-manager's quota controller, that a member holds at most
+// its quota of export records while another member still writes, that
+// it cannot change its quota, and that a policy change reaches every
+// member's quota.
+func TestQuota(t *testing.T) {
+	api := kubetest.Start(t, "broker", kubetest.WithComponents(controlplane.ControllerManager))
+	ctx := context.Background()
+	pol := testPolicy(t)
+	pol.Quotas.Records, pol.Quotas.Objects = 3, 5
+	if err := broker.EnsureClusterSet(ctx, api.Config, pol); err != nil {
+		t.Fatal(err)
+	}
+	a, b := member(ctx, t, api, "a"), member(ctx, t, api, "b")
+	for _, id := range []string{"a", "b"} {
+		waitQuota(t, api, id, pol)
+	}
+	for i := range pol.Quotas.Records {
+		if err := a.Create(ctx, recordObj("a", "kubecon", fmt.Sprint("web", i), 1)); err != nil {
+			t.Fatalf("a exports its record %d of %d: %v", i+1, pol.Quotas.Records, err)
+		}
+	}
+	over := recordObj("a", "kubecon", "over", 1)
+	if err := a.Create(ctx, over); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: "+broker.QuotaName) {
+		t.Errorf("a exports one record more than its quota: err=%v, want Forbidden by the quota", err)
+	}
+	if err := b.Create(ctx, recordObj("b", "kubecon", "web", 1)); err != nil {
+		t.Errorf("b exports while a is at its quota: %v", err)
+	}
+	var q corev1.ResourceQuota
+	if err := a.Get(ctx, client.ObjectKey{Namespace: broker.Namespace("a"), Name: broker.QuotaName}, &q); err != nil {
+		t.Fatalf("a reads its quota: %v", err)
+	}
+	raised := q.DeepCopy()
+	raised.Spec.Hard["count/serviceexportrecords.causeway.dev"] = resource.MustParse("100000")
+	if err := a.Update(ctx, raised); !apierrors.IsForbidden(err) {
+		t.Errorf("a raises its quota: err=%v, want Forbidden", err)
+	}
+	if err := a.Delete(ctx, &q); !apierrors.IsForbidden(err) {
+		t.Errorf("a deletes its quota: err=%v, want Forbidden", err)
+	}
+	// Every kind a member writes is counted.
+	for i := range pol.Quotas.Objects + 1 {
+		err := a.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace("a"), Name: fmt.Sprint("lease", i)}})
+		if i < pol.Quotas.Objects && err != nil {
+			t.Fatalf("a creates Lease %d of %d: %v", i+1, pol.Quotas.Objects, err)
+		}
+		if i == pol.Quotas.Objects && !apierrors.IsForbidden(err) {
+			t.Errorf("a creates one Lease more than its quota: err=%v, want Forbidden", err)
+		}
+	}
+	// The administrator raises the quota: every member's follows.
+	pol.Quotas.Records = 4
+	if err := broker.EnsureClusterSet(ctx, api.Config, pol); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		waitQuota(t, api, id, pol)
+	}
+	if err := a.Create(ctx, over); err != nil {
+		t.Errorf("a exports its fourth record under the raised quota: %v", err)
+	}
+}
+
+// waitQuota waits until the broker enforces member id's quota under p.
+func waitQuota(t *testing.T, api *kubetest.Cluster, id string, p addrpolicy.Policy) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		pending, err := broker.QuotasPending(context.Background(), api.Client, p, id)
+		if err == nil && len(pending) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			var q corev1.ResourceQuota
+			_ = api.Client.Get(context.Background(), client.ObjectKey{Namespace: broker.Namespace(id), Name: broker.QuotaName}, &q)
+			t.Fatalf("quota of %s not enforced: %v %v: %+v", id, pending, err, q.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

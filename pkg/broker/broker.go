@@ -86,8 +86,8 @@ func OwnRules() []rbacv1.PolicyRule {
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"},
-			Verbs: []string{"create", "update", "patch"}},
+		// Its quota (Quota), to read only: the broker administrator's.
+		{APIGroups: []string{""}, Resources: []string{"resourcequotas"}, Verbs: []string{"get", "list", "watch"}},
 		// Its own ServiceAccount: fresh tokens (Rotator), and its
 		// deletion on leave, which revokes every token (Leave).
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{ServiceAccountName},

@@ -115,9 +115,11 @@ func memberPolicy(ctx context.Context, c client.Client) (addrpolicy.Policy, erro
 
 // Quota is the ResourceQuota QuotaName of member clusterID's broker
 // namespace under p: at most p.Quotas.Records ServiceExportRecords, and
-// p.Quotas.Objects objects of every other namespaced Causeway kind, of
-// Leases and of Events, each kind counted alone. (GlobalCIDRs and
-// VIPAllocations are cluster scoped: no ResourceQuota counts them.)
+// p.Quotas.Objects objects of every other namespaced Causeway kind and
+// of Leases, each kind counted alone: everything a member may create in
+// its namespace (OwnRules; members write no Events in the broker, which
+// Kubernetes' quota system would not count). GlobalCIDRs and
+// VIPAllocations are cluster scoped: no ResourceQuota counts them.
 func Quota(p addrpolicy.Policy, clusterID string) (*corev1.ResourceQuota, error) {
 	crds, err := kube.CRDs()
 	if err != nil {
@@ -126,8 +128,6 @@ func Quota(p addrpolicy.Policy, clusterID string) (*corev1.ResourceQuota, error)
 	count := func(n int) resource.Quantity { return *resource.NewQuantity(int64(n), resource.DecimalSI) }
 	hard := corev1.ResourceList{
 		"count/leases.coordination.k8s.io": count(p.Quotas.Objects),
-		"count/events":                     count(p.Quotas.Objects),
-		"count/events.events.k8s.io":       count(p.Quotas.Objects),
 	}
 	for _, crd := range crds {
 		if crd.Spec.Group != v1alpha1.GroupVersion.Group || crd.Spec.Scope != "Namespaced" {
@@ -156,7 +156,7 @@ func ensureQuota(ctx context.Context, cs kubernetes.Interface, p addrpolicy.Poli
 		func() error { _, err := api.Create(ctx, q, metav1.CreateOptions{}); return err },
 		func() error {
 			have, err := api.Get(ctx, q.Name, metav1.GetOptions{})
-			if err != nil || maps.EqualFunc(have.Spec.Hard, q.Spec.Hard, func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 }) {
+			if err != nil || sameLimits(have.Spec.Hard, q.Spec.Hard) {
 				return err
 			}
 			have.Spec.Hard = q.Spec.Hard
@@ -176,4 +176,32 @@ func clients(cfg *rest.Config) (kubernetes.Interface, client.Client, error) {
 		return nil, nil, fmt.Errorf("broker client: %w", err)
 	}
 	return cs, c, nil
+}
+
+// sameLimits reports whether a and b hold the same quantities.
+func sameLimits(a, b corev1.ResourceList) bool {
+	return maps.EqualFunc(a, b, func(x, y resource.Quantity) bool { return x.Cmp(y) == 0 })
+}
+
+// QuotasPending lists the member namespaces (of clusterIDs) whose
+// Quota under p the broker does not enforce yet: the quota controller
+// (kube-controller-manager's, which every Kubernetes cluster runs) has
+// not yet copied its limits into its status and counted the usage of
+// each. The API server enforces a ResourceQuota only from then on.
+func QuotasPending(ctx context.Context, c client.Reader, p addrpolicy.Policy, clusterIDs ...string) ([]string, error) {
+	var pending []string
+	for _, id := range clusterIDs {
+		want, err := Quota(p, id)
+		if err != nil {
+			return nil, err
+		}
+		var q corev1.ResourceQuota
+		if err := c.Get(ctx, client.ObjectKeyFromObject(want), &q); err != nil {
+			return nil, fmt.Errorf("read resource quota %s/%s: %w", want.Namespace, want.Name, err)
+		}
+		if !sameLimits(q.Status.Hard, want.Spec.Hard) || len(q.Status.Used) != len(want.Spec.Hard) {
+			pending = append(pending, want.Namespace)
+		}
+	}
+	return pending, nil
 }
