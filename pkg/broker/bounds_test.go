@@ -30,7 +30,7 @@ import (
 
 // testPolicy is a ClusterSet policy unlike the defaults in every range:
 // a refusal under it cannot come from a default checked anywhere.
-func testPolicy(t *testing.T) addrpolicy.Policy {
+func testPolicy(t testing.TB) addrpolicy.Policy {
 	t.Helper()
 	p, err := addrpolicy.ParsePolicy(v1alpha1.ClusterSetPolicySpec{
 		AllowedCIDRs: []string{"10.0.0.0/8", "fd00::/8"},

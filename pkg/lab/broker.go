@@ -9,13 +9,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 )
 
-// joinBroker gives every cluster its broker identity (namespace,
-// ServiceAccount, RBAC, token; pkg/broker), as `causewayctl
-// deploy-broker` does, and returns each one's kubeconfig (the broker on
-// the root namespace's loopback) by cluster name. Identities first, then
+// ClusterSetPolicy is the lab's ClusterSet policy, which joinBroker
+// writes into its broker: the defaults (addrpolicy.DefaultPolicy), which
+// hold the lab's CIDRs (10.x and fd00:…, Topology) and its globalnet plan
+// (a /24 of 242.0.0.0/8 per cluster).
+func (s *State) ClusterSetPolicy() addrpolicy.Policy { return addrpolicy.DefaultPolicy() }
+
+// joinBroker sets the broker up as `causewayctl deploy-broker` does
+// (pkg/broker): the CRDs, the lab's ClusterSetPolicy, the admission
+// policies and quotas (EnsureClusterSet), then every cluster's broker
+// identity (namespace, ServiceAccount, RBAC, token; EnsureClusterIdentity),
+// and returns each one's kubeconfig (the broker on the root namespace's
+// loopback) by cluster name. Identities first, then
 // every cluster announced in order, and only then (installCauseway) the
 // credentials handed to the daemons: when two clusters' CIDRs overlap,
 // gateways keep the older one, so c1 must be announced before any
@@ -28,6 +37,9 @@ func (s *State) joinBroker(ctx context.Context) (map[string][]byte, error) {
 	}
 	bc, err := s.Client("broker")
 	if err != nil {
+		return nil, err
+	}
+	if err := broker.EnsureClusterSet(ctx, admin, s.ClusterSetPolicy()); err != nil {
 		return nil, err
 	}
 	ids := map[string][]byte{}
