@@ -165,4 +165,3 @@ func TestBoundsPolicyCIDRs(t *testing.T) {
 		}
 	}
 }
-
