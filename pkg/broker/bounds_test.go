@@ -276,6 +276,9 @@ func TestMemberBounds(t *testing.T) {
 	}
 	waitRefused(t, "a writes its record without a ClusterSet policy", func() error { return a.Create(ctx, recordObj("a", "kubecon", "nopolicy", 1)) },
 		func() { _ = api.Client.Delete(ctx, recordObj("a", "kubecon", "nopolicy", 1)) })
+	if err := a.Create(ctx, recordObj("a", "kubecon", "nopolicy", 1)); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), broker.BoundsPolicyName) {
+		t.Errorf("a writes its record without a ClusterSet policy: err=%v, want Forbidden naming %s", err, broker.BoundsPolicyName)
+	}
 	member(ctx, t, api, "a")
 	if got, err := clusterset.Read(ctx, api.Client); err != nil || !equalPolicy(got, addrpolicy.DefaultPolicy()) {
 		t.Errorf("after EnsureClusterIdentity the broker holds %+v, %v; want the default policy", got, err)

@@ -1,28 +1,44 @@
-// Package broker sets up a member cluster's identity in the broker API
-// server, the Kubernetes API server every cluster of a ClusterSet syncs
-// through.
+// Package broker sets up the broker API server, the Kubernetes API server
+// every cluster of a ClusterSet syncs through: the ClusterSet's policy,
+// the admission and quotas that hold every member to it, and each member
+// cluster's identity. See README.md for the contract.
+//
+// EnsureClusterSet (`causewayctl deploy-broker`, the lab) installs the
+// CRDs, stores the ClusterSetPolicy (v1alpha1.ClusterSetPolicyName, every
+// field set; PlanPolicy applies an administrator's changes over the one
+// the broker holds and checks the result before anything is written), the
+// admission policies and every member's ResourceQuota (Quota, from the
+// policy's quotas).
 //
 // Each member cluster owns one broker namespace, cluster-<clusterID>, and
-// gets a ServiceAccount there. Its rights (see Rules):
+// gets a ServiceAccount there. Its rights (OwnRules, SharedRules):
 //
 //   - in its own namespace: read and write Causeway's objects (Cluster,
-//     Endpoint, ServiceExportRecord, …), its Leases (the MCS controller's
-//     liveness Lease) and Events;
-//   - everywhere: read Causeway's objects and Leases (to mirror the other
-//     clusters and see whether they are alive);
+//     Endpoint, ServiceExportRecord, …) and its Leases (the MCS
+//     controller's liveness Lease), read its ResourceQuota;
+//   - everywhere: read Causeway's objects (the ClusterSetPolicy among
+//     them) and Leases (to mirror the other clusters and see whether they
+//     are alive);
 //   - cluster scoped: create and delete VIPAllocations (clusterset VIPs are
 //     claimed atomically by name; see pkg/mcs) and GlobalCIDRs (global
-//     CIDRs, claimed the same way; see pkg/globalnet) — only its own:
-//     the ValidatingAdmissionPolicy OwnershipPolicy refuses a member's
-//     create without its cluster ID in LabelClusterID, and its delete of
-//     another's claim.
+//     CIDRs, claimed the same way; see pkg/globalnet).
 //
-// It can therefore never create, change or delete another cluster's
-// objects. EnsureClusterIdentity creates all of this idempotently and
-// returns a kubeconfig with a token of the ServiceAccount, obtained through
-// the TokenRequest API (served by the API server itself; no controller
-// manager needed) and valid for JoinTokenLifetime: `causewayctl
-// deploy-broker` writes it as the member's join file.
+// What RBAC cannot tell apart, two ValidatingAdmissionPolicies refuse for
+// member identities: OwnershipPolicy anything in another member's name (a
+// claim not labelled with its cluster ID, a delete of another's claim, a
+// Cluster, Endpoint or record naming another cluster), BoundsPolicy
+// anything outside the ClusterSet's policy (a global CIDR claim that is not
+// a block of the configured size inside the supernet, a VIP allocation
+// outside the VIP ranges, pod, service and endpoint CIDRs outside the
+// allowed space, oversized objects). The member's ResourceQuota bounds how
+// many objects it holds. It can therefore never create, change or delete
+// another cluster's objects, nor claim what the policy does not give it.
+//
+// EnsureClusterIdentity creates the member's namespace, quota and roles
+// idempotently (and the default ClusterSetPolicy when the broker has none)
+// and returns a kubeconfig with a token of the ServiceAccount, obtained
+// through the TokenRequest API and valid for JoinTokenLifetime:
+// `causewayctl deploy-broker` writes it as the member's join file.
 //
 // Broker tokens are short-lived: a member may request tokens for its own
 // ServiceAccount (and for nothing else), and its MCS controller's Rotator
