@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -24,7 +23,6 @@ import (
 	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/controlplane"
 	"github.com/causeway-net/causeway/pkg/globalnet"
-	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
@@ -51,15 +49,7 @@ func member(ctx context.Context, t *testing.T, api *kubetest.Cluster, clusterID 
 	if err != nil {
 		t.Fatalf("EnsureClusterIdentity(%s): %v", clusterID, err)
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return kubetest.KubeconfigClient(t, kc)
 }
 
 // waitRefused retries write until the API server refuses it: it loads a
@@ -276,8 +266,11 @@ func TestMemberBounds(t *testing.T) {
 	}
 	waitRefused(t, "a writes its record without a ClusterSet policy", func() error { return a.Create(ctx, recordObj("a", "kubecon", "nopolicy", 1)) },
 		func() { _ = api.Client.Delete(ctx, recordObj("a", "kubecon", "nopolicy", 1)) })
-	if err := a.Create(ctx, recordObj("a", "kubecon", "nopolicy", 1)); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), broker.BoundsPolicyName) {
-		t.Errorf("a writes its record without a ClusterSet policy: err=%v, want Forbidden naming %s", err, broker.BoundsPolicyName)
+	// The API server answers Invalid, naming the policy and the missing
+	// parameter.
+	if err := a.Create(ctx, recordObj("a", "kubecon", "nopolicy", 1)); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), broker.BoundsPolicyName) ||
+		!strings.Contains(err.Error(), "no params found") {
+		t.Errorf("a writes its record without a ClusterSet policy: err=%v, want Invalid naming %s", err, broker.BoundsPolicyName)
 	}
 	member(ctx, t, api, "a")
 	if got, err := clusterset.Read(ctx, api.Client); err != nil || !equalPolicy(got, addrpolicy.DefaultPolicy()) {
@@ -307,8 +300,8 @@ func TestQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := member(ctx, t, api, "a"), member(ctx, t, api, "b")
-	for _, id := range []string{"a", "b"} {
-		waitQuota(t, api, id, pol)
+	if err := broker.EnforceQuotas(ctx, api.Config, pol, []string{"a", "b"}, 2*time.Minute); err != nil {
+		t.Fatal(err)
 	}
 	for i := range pol.Quotas.Records {
 		if err := a.Create(ctx, recordObj("a", "kubecon", fmt.Sprint("web", i), 1)); err != nil {
@@ -349,28 +342,10 @@ func TestQuota(t *testing.T) {
 	if err := broker.EnsureClusterSet(ctx, api.Config, pol); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"a", "b"} {
-		waitQuota(t, api, id, pol)
+	if err := broker.EnforceQuotas(ctx, api.Config, pol, []string{"a", "b"}, 2*time.Minute); err != nil {
+		t.Fatal(err)
 	}
 	if err := a.Create(ctx, over); err != nil {
 		t.Errorf("a exports its fourth record under the raised quota: %v", err)
-	}
-}
-
-// waitQuota waits until the broker enforces member id's quota under p.
-func waitQuota(t *testing.T, api *kubetest.Cluster, id string, p addrpolicy.Policy) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		pending, err := broker.QuotasPending(context.Background(), api.Client, p, id)
-		if err == nil && len(pending) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			var q corev1.ResourceQuota
-			_ = api.Client.Get(context.Background(), client.ObjectKey{Namespace: broker.Namespace(id), Name: broker.QuotaName}, &q)
-			t.Fatalf("quota of %s not enforced: %v %v: %+v", id, pending, err, q.Status)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }

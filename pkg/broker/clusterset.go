@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,27 +93,17 @@ func EnsureClusterSet(ctx context.Context, brokerAdmin *rest.Config, p addrpolic
 }
 
 // memberPolicy is the policy EnsureClusterIdentity gives a member: the
-// one the broker holds, or the default one, which it stores when the
-// broker has none (a broker set up before the ClusterSetPolicy existed,
-// or by `causewayctl join --broker-kubeconfig` alone): BoundsPolicy
-// refuses every member write while the policy is missing.
+// one the broker holds (stored back with every field set), or the default
+// one, which it stores when the broker has none (a broker set up before
+// the ClusterSetPolicy existed, or by `causewayctl join
+// --broker-kubeconfig` alone): BoundsPolicy refuses every member write
+// while the policy is missing.
 func memberPolicy(ctx context.Context, c client.Client) (addrpolicy.Policy, error) {
-	var have v1alpha1.ClusterSetPolicy
-	err := c.Get(ctx, client.ObjectKey{Name: v1alpha1.ClusterSetPolicyName}, &have)
-	switch {
-	case apierrors.IsNotFound(err):
-		p := addrpolicy.DefaultPolicy()
-		return p, clusterset.Store(ctx, c, p)
-	case meta.IsNoMatchError(err):
-		return addrpolicy.Policy{}, fmt.Errorf("the broker has no ClusterSetPolicy CRD: set it up with causewayctl deploy-broker first")
-	case err != nil:
-		return addrpolicy.Policy{}, fmt.Errorf("read ClusterSetPolicy %s: %w", v1alpha1.ClusterSetPolicyName, err)
-	}
-	p, err := addrpolicy.ParsePolicy(have.Spec)
+	p, err := clusterset.Read(ctx, c)
 	if err != nil {
-		return addrpolicy.Policy{}, fmt.Errorf("ClusterSetPolicy %s: %w (fix it with causewayctl deploy-broker)", v1alpha1.ClusterSetPolicyName, err)
+		return addrpolicy.Policy{}, fmt.Errorf("%w (set the broker up with causewayctl deploy-broker)", err)
 	}
-	return p, nil
+	return p, clusterset.Store(ctx, c, p)
 }
 
 // Quota is the ResourceQuota QuotaName of member clusterID's broker
@@ -183,25 +176,75 @@ func sameLimits(a, b corev1.ResourceList) bool {
 	return maps.EqualFunc(a, b, func(x, y resource.Quantity) bool { return x.Cmp(y) == 0 })
 }
 
-// QuotasPending lists the member namespaces (of clusterIDs) whose
-// Quota under p the broker does not enforce yet: the quota controller
-// (kube-controller-manager's, which every Kubernetes cluster runs) has
-// not yet copied its limits into its status and counted the usage of
-// each. The API server enforces a ResourceQuota only from then on.
-func QuotasPending(ctx context.Context, c client.Reader, p addrpolicy.Policy, clusterIDs ...string) ([]string, error) {
+// EnforceQuotas waits, at most timeout, until the broker enforces the
+// Quota of every member of clusterIDs under p, and returns an error
+// naming the namespaces where it does not. The API server enforces a
+// ResourceQuota only once the quota controller (kube-controller-manager's,
+// which every Kubernetes cluster runs) has copied its limits into its
+// status and counted the usage of each. That controller counts a kind only
+// once it has discovered it (it looks every 30 s) and recounts a quota
+// only when its limits change (or every 5 minutes): a quota created right
+// after the CRDs may lack the count of a Causeway kind for minutes, and
+// meanwhile the API server refuses every write of that kind ("status
+// unknown for quota"). So while a quota's status lacks a count,
+// EnforceQuotas changes its limits back and forth (the Lease limit, by
+// one) every few seconds to have it recounted.
+func EnforceQuotas(ctx context.Context, brokerAdmin *rest.Config, p addrpolicy.Policy, clusterIDs []string, timeout time.Duration) error {
+	cs, _, err := clients(brokerAdmin)
+	if err != nil {
+		return err
+	}
 	var pending []string
-	for _, id := range clusterIDs {
-		want, err := Quota(p, id)
-		if err != nil {
-			return nil, err
-		}
-		var q corev1.ResourceQuota
-		if err := c.Get(ctx, client.ObjectKeyFromObject(want), &q); err != nil {
-			return nil, fmt.Errorf("read resource quota %s/%s: %w", want.Namespace, want.Name, err)
-		}
-		if !sameLimits(q.Status.Hard, want.Spec.Hard) || len(q.Status.Used) != len(want.Spec.Hard) {
+	recounted := map[string]time.Time{}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pending = nil
+		for _, id := range clusterIDs {
+			want, err := Quota(p, id)
+			if err != nil {
+				return false, err
+			}
+			api := cs.CoreV1().ResourceQuotas(want.Namespace)
+			q, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+			switch {
+			case err != nil:
+				return false, fmt.Errorf("read resource quota %s/%s: %w", want.Namespace, want.Name, err)
+			case !sameLimits(q.Spec.Hard, want.Spec.Hard):
+				return false, fmt.Errorf("resource quota %s/%s does not hold the ClusterSet policy's limits", want.Namespace, want.Name)
+			case sameLimits(q.Status.Hard, q.Spec.Hard) && len(q.Status.Used) == len(q.Status.Hard):
+				continue
+			}
 			pending = append(pending, want.Namespace)
+			if !sameLimits(q.Status.Hard, q.Spec.Hard) || time.Since(recounted[id]) < 5*time.Second {
+				continue // the controller has yet to see these limits
+			}
+			recounted[id] = time.Now()
+			if err := recount(ctx, cs, q); err != nil {
+				return false, err
+			}
+		}
+		return len(pending) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the broker does not enforce the quotas of %s after %s (%w): does it run kube-controller-manager's resourcequota controller?",
+			strings.Join(pending, ", "), timeout, err)
+	}
+	return nil
+}
+
+// recount has the quota controller count q again: it raises q's Lease
+// limit by one and sets it back.
+func recount(ctx context.Context, cs kubernetes.Interface, q *corev1.ResourceQuota) error {
+	api := cs.CoreV1().ResourceQuotas(q.Namespace)
+	const leases = "count/leases.coordination.k8s.io"
+	limit := q.Spec.Hard[leases]
+	raised := limit.DeepCopy()
+	raised.Add(*resource.NewQuantity(1, resource.DecimalSI))
+	for _, v := range []resource.Quantity{raised, limit} {
+		q.Spec.Hard[leases] = v
+		var err error
+		if q, err = api.Update(ctx, q, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("have resource quota %s/%s recounted: %w", q.Namespace, q.Name, err)
 		}
 	}
-	return pending, nil
+	return nil
 }

@@ -1,7 +1,6 @@
 package ctl
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -11,15 +10,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
-	"github.com/causeway-net/causeway/pkg/kube"
 )
 
 // policyFlags are deploy-broker's flags for the fields of the ClusterSet
@@ -146,7 +141,11 @@ member that left, and issues fresh tokens.`,
 			if quotaTimeout <= 0 || len(clusterIDs) == 0 {
 				return nil
 			}
-			return waitQuotas(ctx, admin, pol, clusterIDs, quotaTimeout, out)
+			if err := broker.EnforceQuotas(ctx, admin, pol, clusterIDs, quotaTimeout); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "broker: quotas enforced in %s\n", strings.Join(clusterIDs, ", "))
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -171,23 +170,4 @@ func printPolicy(out io.Writer, p addrpolicy.Policy) {
 		"per member %d export records, %d backends, %d global CIDRs, %d objects of each other kind\n",
 		v1alpha1.ClusterSetPolicyName, strings.Join(allowed, ","), p.VIPRange, p.VIPRangeIPv6, p.Supernet, p.GlobalCIDRBits,
 		q.Records, q.Backends, q.GlobalCIDRs, q.Objects)
-}
-
-// waitQuotas waits until the broker enforces the quotas of clusterIDs.
-func waitQuotas(ctx context.Context, admin *rest.Config, p addrpolicy.Policy, clusterIDs []string, timeout time.Duration, out io.Writer) error {
-	c, err := client.New(admin, client.Options{Scheme: kube.NewScheme()})
-	if err != nil {
-		return err
-	}
-	var pending []string
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		pending, err = broker.QuotasPending(ctx, c, p, clusterIDs...)
-		return err == nil && len(pending) == 0, err
-	})
-	if err != nil {
-		return fmt.Errorf("the broker does not enforce the quotas of %s after %s (%w): does it run kube-controller-manager's resourcequota controller?",
-			strings.Join(pending, ", "), timeout, err)
-	}
-	fmt.Fprintf(out, "broker: quotas enforced in %s\n", strings.Join(clusterIDs, ", "))
-	return nil
 }

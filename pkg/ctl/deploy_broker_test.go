@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
@@ -21,7 +20,6 @@ import (
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/controlplane"
-	"github.com/causeway-net/causeway/pkg/kube"
 )
 
 // TestDeployBrokerPolicy runs deploy-broker's policy flags end to end
@@ -87,7 +85,11 @@ func TestDeployBrokerPolicy(t *testing.T) {
 			t.Errorf("deploy-broker does not say %q:\n%s", s, out)
 		}
 	}
-	c1 := joinFileClient(t, filepath.Join(dir, "c1.join.yaml"))
+	joinFile, err := os.ReadFile(filepath.Join(dir, "c1.join.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := kubetest.KubeconfigClient(t, joinFile)
 	readBack := func(when string, want addrpolicy.Policy) {
 		t.Helper()
 		got, err := clusterset.Read(ctx, c1)
@@ -142,22 +144,4 @@ func TestDeployBrokerPolicy(t *testing.T) {
 		t.Errorf("deploy-broker with a VIP range in the supernet: %v, want the policy's refusal\n%s", err, out)
 	}
 	readBack("a refused flag", want)
-}
-
-// joinFileClient is a broker client with the identity of a join file.
-func joinFileClient(t *testing.T, path string) client.Client {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
