@@ -165,3 +165,11 @@ func TestBoundsPolicyCIDRs(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordBound: admission refuses a record object exactly where the
+// MCS controller starts splitting one into parts.
+func TestRecordBound(t *testing.T) {
+	if broker.MaxRecordItems != mcs.MaxRecordItems {
+		t.Fatalf("broker.MaxRecordItems = %d, mcs.MaxRecordItems = %d", broker.MaxRecordItems, mcs.MaxRecordItems)
+	}
+}
