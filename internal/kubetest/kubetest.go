@@ -20,6 +20,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/chart"
@@ -159,6 +160,23 @@ func (c *Cluster) ClientAs(t testing.TB, user string, groups ...string) client.C
 	if err != nil {
 		t.Fatal(err)
 	}
+	return clientOf(t, cfg)
+}
+
+// KubeconfigClient returns a client acting as the identity of kubeconfig
+// (e.g. a member's broker identity from pkg/broker, or its join file).
+func KubeconfigClient(t testing.TB, kubeconfig []byte) client.Client {
+	t.Helper()
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clientOf(t, cfg)
+}
+
+// clientOf is a client of cfg with kube.NewScheme.
+func clientOf(t testing.TB, cfg *rest.Config) client.Client {
+	t.Helper()
 	cl, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,12 @@ const (
 	DefaultQuotaObjects = 1000
 	// DefaultGlobalCIDRBits is the size of one member's global CIDR.
 	DefaultGlobalCIDRBits = 24
+	// MaxAllowedCIDRs and MaxQuotaGlobalCIDRs are the CRD schema's
+	// bounds of spec.allowedCIDRs and spec.quotas.globalCIDRs
+	// (v1alpha1.ClusterSetPolicySpec): a policy beyond them could not be
+	// stored.
+	MaxAllowedCIDRs     = 64
+	MaxQuotaGlobalCIDRs = 16
 )
 
 // DefaultAllowed returns the address space members may announce by
@@ -149,6 +155,10 @@ func ParsePolicy(spec v1alpha1.ClusterSetPolicySpec) (Policy, error) {
 		return Policy{}, fmt.Errorf("VIP range %s overlaps the globalnet supernet %s", p.VIPRange, p.Supernet)
 	case p.Quotas.Records < 1 || p.Quotas.Backends < 1 || p.Quotas.GlobalCIDRs < 1 || p.Quotas.Objects < 1:
 		return Policy{}, fmt.Errorf("quotas %+v: every quota is at least 1", p.Quotas)
+	case p.Quotas.GlobalCIDRs > MaxQuotaGlobalCIDRs:
+		return Policy{}, fmt.Errorf("global CIDR quota %d: at most %d", p.Quotas.GlobalCIDRs, MaxQuotaGlobalCIDRs)
+	case len(spec.AllowedCIDRs) > MaxAllowedCIDRs:
+		return Policy{}, fmt.Errorf("%d allowed CIDRs: at most %d", len(spec.AllowedCIDRs), MaxAllowedCIDRs)
 	}
 	for _, r := range []struct {
 		what string

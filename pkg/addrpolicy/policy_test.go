@@ -3,6 +3,7 @@ package addrpolicy
 import (
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,6 +49,8 @@ func TestParsePolicy(t *testing.T) {
 		{name: "block too small", spec: v1alpha1.ClusterSetPolicySpec{Globalnet: v1alpha1.GlobalnetPolicy{CIDRBits: 30}}, err: "between"},
 		{name: "too many blocks", spec: v1alpha1.ClusterSetPolicySpec{Globalnet: v1alpha1.GlobalnetPolicy{CIDRBits: 29}}, err: "2^20"},
 		{name: "negative quota", spec: v1alpha1.ClusterSetPolicySpec{Quotas: v1alpha1.MemberQuotas{Backends: -1}}, err: "at least 1"},
+		{name: "global CIDR quota beyond the schema's", spec: v1alpha1.ClusterSetPolicySpec{Quotas: v1alpha1.MemberQuotas{GlobalCIDRs: MaxQuotaGlobalCIDRs + 1}}, err: "at most 16"},
+		{name: "allowed CIDRs beyond the schema's", spec: v1alpha1.ClusterSetPolicySpec{AllowedCIDRs: slices.Repeat([]string{"10.0.0.0/8"}, MaxAllowedCIDRs+1)}, err: "at most 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParsePolicy(tc.spec)

@@ -1,28 +1,44 @@
-// Package broker sets up a member cluster's identity in the broker API
-// server, the Kubernetes API server every cluster of a ClusterSet syncs
-// through.
+// Package broker sets up the broker API server, the Kubernetes API server
+// every cluster of a ClusterSet syncs through: the ClusterSet's policy,
+// the admission and quotas that hold every member to it, and each member
+// cluster's identity. See README.md for the contract.
+//
+// EnsureClusterSet (`causewayctl deploy-broker`, the lab) installs the
+// CRDs, stores the ClusterSetPolicy (v1alpha1.ClusterSetPolicyName, every
+// field set; PlanPolicy applies an administrator's changes over the one
+// the broker holds and checks the result before anything is written), the
+// admission policies and every member's ResourceQuota (Quota, from the
+// policy's quotas).
 //
 // Each member cluster owns one broker namespace, cluster-<clusterID>, and
-// gets a ServiceAccount there. Its rights (see Rules):
+// gets a ServiceAccount there. Its rights (OwnRules, SharedRules):
 //
 //   - in its own namespace: read and write Causeway's objects (Cluster,
-//     Endpoint, ServiceExportRecord, …), its Leases (the MCS controller's
-//     liveness Lease) and Events;
-//   - everywhere: read Causeway's objects and Leases (to mirror the other
-//     clusters and see whether they are alive);
+//     Endpoint, ServiceExportRecord, …) and its Leases (the MCS
+//     controller's liveness Lease), read its ResourceQuota;
+//   - everywhere: read Causeway's objects (the ClusterSetPolicy among
+//     them) and Leases (to mirror the other clusters and see whether they
+//     are alive);
 //   - cluster scoped: create and delete VIPAllocations (clusterset VIPs are
 //     claimed atomically by name; see pkg/mcs) and GlobalCIDRs (global
-//     CIDRs, claimed the same way; see pkg/globalnet) — only its own:
-//     the ValidatingAdmissionPolicy OwnershipPolicy refuses a member's
-//     create without its cluster ID in LabelClusterID, and its delete of
-//     another's claim.
+//     CIDRs, claimed the same way; see pkg/globalnet).
 //
-// It can therefore never create, change or delete another cluster's
-// objects. EnsureClusterIdentity creates all of this idempotently and
-// returns a kubeconfig with a token of the ServiceAccount, obtained through
-// the TokenRequest API (served by the API server itself; no controller
-// manager needed) and valid for JoinTokenLifetime: `causewayctl
-// deploy-broker` writes it as the member's join file.
+// What RBAC cannot tell apart, two ValidatingAdmissionPolicies refuse for
+// member identities: OwnershipPolicy anything in another member's name (a
+// claim not labelled with its cluster ID, a delete of another's claim, a
+// Cluster, Endpoint or record naming another cluster), BoundsPolicy
+// anything outside the ClusterSet's policy (a global CIDR claim that is not
+// a block of the configured size inside the supernet, a VIP allocation
+// outside the VIP ranges, pod, service and endpoint CIDRs outside the
+// allowed space, oversized objects). The member's ResourceQuota bounds how
+// many objects it holds. It can therefore never create, change or delete
+// another cluster's objects, nor claim what the policy does not give it.
+//
+// EnsureClusterIdentity creates the member's namespace, quota and roles
+// idempotently (and the default ClusterSetPolicy when the broker has none)
+// and returns a kubeconfig with a token of the ServiceAccount, obtained
+// through the TokenRequest API and valid for JoinTokenLifetime:
+// `causewayctl deploy-broker` writes it as the member's join file.
 //
 // Broker tokens are short-lived: a member may request tokens for its own
 // ServiceAccount (and for nothing else), and its MCS controller's Rotator
@@ -46,7 +62,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -87,8 +102,8 @@ func OwnRules() []rbacv1.PolicyRule {
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"},
-			Verbs: []string{"create", "update", "patch"}},
+		// Its quota (Quota), to read only: the broker administrator's.
+		{APIGroups: []string{""}, Resources: []string{"resourcequotas"}, Verbs: []string{"get", "list", "watch"}},
 		// Its own ServiceAccount: fresh tokens (Rotator), and its
 		// deletion on leave, which revokes every token (Leave).
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{ServiceAccountName},
@@ -120,9 +135,9 @@ func EnsureClusterIdentity(ctx context.Context, brokerAdmin *rest.Config, cluste
 	if msgs := validation.IsDNS1123Label(clusterID); len(msgs) > 0 {
 		return nil, fmt.Errorf("cluster ID %q: %v", clusterID, msgs)
 	}
-	cs, err := kubernetes.NewForConfig(brokerAdmin)
+	cs, c, err := clients(brokerAdmin)
 	if err != nil {
-		return nil, fmt.Errorf("broker client: %w", err)
+		return nil, err
 	}
 	ns := Namespace(clusterID)
 	labels := map[string]string{LabelClusterID: clusterID}
@@ -133,6 +148,17 @@ func EnsureClusterIdentity(ctx context.Context, brokerAdmin *rest.Config, cluste
 			_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{})
 			return err
 		}, nil); err != nil {
+		return nil, err
+	}
+	// The ClusterSet's bounds before the identity can write anything.
+	p, err := memberPolicy(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureAdmission(ctx, cs); err != nil {
+		return nil, err
+	}
+	if err := ensureQuota(ctx, cs, p, clusterID); err != nil {
 		return nil, err
 	}
 	if err := apply(ctx, "service account",
@@ -189,9 +215,6 @@ func EnsureClusterIdentity(ctx context.Context, brokerAdmin *rest.Config, cluste
 			_, err = cs.RbacV1().ClusterRoles().Update(ctx, have, metav1.UpdateOptions{})
 			return err
 		}); err != nil {
-		return nil, err
-	}
-	if err := ensureOwnershipPolicy(ctx, cs); err != nil {
 		return nil, err
 	}
 	crb := &rbacv1.ClusterRoleBinding{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,63 +23,6 @@ import (
 
 // clusterIDProperty is the About API's ClusterProperty naming the cluster.
 var clusterIDProperty = schema.GroupVersionKind{Group: "about.k8s.io", Version: "v1alpha1", Kind: "ClusterProperty"}
-
-func newDeployBrokerCommand() *cobra.Command {
-	var kubeconfig, server, dir string
-	var clusterIDs []string
-	cmd := &cobra.Command{
-		Use:   "deploy-broker",
-		Short: "Set up the ClusterSet's broker and write a join file per member cluster",
-		Long: `Set up a broker API server for a ClusterSet: install Causeway's and the MCS
-API's CRDs, and for every --cluster-id the member's broker namespace
-(cluster-<id>), ServiceAccount and RBAC (it may write only its own namespace
-and read the others). For each it writes <output-dir>/<id>.join.yaml: the
-broker's address and CA and a token of that member's own identity, valid
-for 24 hours (join within them), so joining (causewayctl join --join-file)
-needs no broker-admin credentials and the token can do nothing but what
-that member may. Once joined, the member's MCS controller replaces it with
-tokens valid for an hour, rotated every half hour. Idempotent: running it
-again adds new IDs, recreates the identity of a member that left, and
-issues fresh tokens.`,
-		Example: `  causewayctl deploy-broker --kubeconfig broker-admin.yaml --cluster-id c1 --cluster-id c2`,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			admin, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-			if err != nil {
-				return fmt.Errorf("broker kubeconfig: %w", err)
-			}
-			if err := kube.InstallCRDs(ctx, admin); err != nil {
-				return fmt.Errorf("broker: %w", err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "broker: CRDs installed (causeway.dev, multicluster.x-k8s.io)")
-			for _, id := range clusterIDs {
-				raw, err := broker.EnsureClusterIdentity(ctx, admin, id)
-				if err != nil {
-					return err
-				}
-				if server != "" {
-					if raw, err = broker.WithServer(raw, server); err != nil {
-						return err
-					}
-				}
-				path := filepath.Join(dir, id+".join.yaml")
-				if err := os.WriteFile(path, raw, 0o600); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "broker: cluster %s: namespace %s, join file %s\n", id, broker.Namespace(id), path)
-			}
-			return nil
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig with admin rights on the broker API server (required)")
-	f.StringSliceVar(&clusterIDs, "cluster-id", nil, "a member cluster's ID, a DNS label (repeatable)")
-	f.StringVar(&server, "server", "", "the broker API server's URL as the members reach it (default: the kubeconfig's)")
-	f.StringVar(&dir, "output-dir", ".", "directory the join files are written to (mode 0600)")
-	_ = cmd.MarkFlagRequired("kubeconfig")
-	return cmd
-}
 
 // joinFlags are join's flags.
 type joinFlags struct {

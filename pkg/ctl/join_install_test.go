@@ -170,7 +170,9 @@ func TestJoinFileInstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	if out, err := runCtl("deploy-broker", "--kubeconfig", b.AdminKubeconfig, "--cluster-id", "c1", "--output-dir", dir); err != nil {
+	// No quota controller in this broker: deploy-broker does not wait for
+	// one (TestDeployBrokerPolicy does).
+	if out, err := runCtl("deploy-broker", "--kubeconfig", b.AdminKubeconfig, "--cluster-id", "c1", "--output-dir", dir, "--quota-timeout=0"); err != nil {
 		t.Fatalf("deploy-broker: %v\n%s", err, out)
 	}
 	joinFile := filepath.Join(dir, "c1.join.yaml")
@@ -347,7 +349,7 @@ func TestJoinFileInstall(t *testing.T) {
 		t.Errorf("c1's broker token after uninstall: %v, want Unauthorized", err)
 	}
 	// The ID is free again, for a new identity from deploy-broker.
-	if out, err := runCtl("deploy-broker", "--kubeconfig", b.AdminKubeconfig, "--cluster-id", "c1", "--output-dir", dir); err != nil {
+	if out, err := runCtl("deploy-broker", "--kubeconfig", b.AdminKubeconfig, "--cluster-id", "c1", "--output-dir", dir, "--quota-timeout=0"); err != nil {
 		t.Fatalf("deploy-broker again: %v\n%s", err, out)
 	}
 	again, err := os.ReadFile(joinFile)

@@ -412,9 +412,12 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 		t.Logf("%s: c1-gw-a -> c3 %s rtt %+v", driver, g.Status.Connections[0].Status, *g.Status.Connections[0].LatencyRTT)
 	}
 
-	// A bad remote: c9 announces the default route. Refused with a
-	// condition and an event in both clusters, nothing programmed, c3
-	// unaffected.
+	// A bad remote: c9 announces the default route. The broker's
+	// admission refuses it from c9's own identity (pkg/broker
+	// TestMemberBounds); written by the broker's administrator instead,
+	// as a broker without that admission would take it, it is refused
+	// with a condition and an event in both clusters, nothing
+	// programmed, c3 unaffected.
 	bad := &v1alpha1.Endpoint{
 		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNamespace("c9"), Name: "c9"},
 		Spec: v1alpha1.EndpointSpec{ClusterID: "c9", Hostname: "evil", CableDriver: v1alpha1.CableDriver(driver),
@@ -424,7 +427,10 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c9.Create(ctx, bad); err != nil {
+	if err := c9.Create(ctx, bad.DeepCopy()); !apierrors.IsForbidden(err) {
+		t.Fatalf("c9 announces the default route: err=%v, want Forbidden by the broker", err)
+	}
+	if err := env.broker.Client.Create(ctx, bad); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []*kubetest.Cluster{env.c1, env.c3} {

@@ -3,24 +3,35 @@ package lab
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 )
 
-// joinBroker gives every cluster its broker identity (namespace,
-// ServiceAccount, RBAC, token; pkg/broker), as `causewayctl
-// deploy-broker` does, and returns each one's kubeconfig (the broker on
-// the root namespace's loopback) by cluster name. Identities first, then
-// every cluster announced in order, and only then (installCauseway) the
-// credentials handed to the daemons: when two clusters' CIDRs overlap,
-// gateways keep the older one, so c1 must be announced before any
-// gateway publishes (c1 before c2, as users of the lab expect; the
-// gateways update these objects later).
+// ClusterSetPolicy is the lab's ClusterSet policy, which joinBroker
+// writes into its broker: the defaults (addrpolicy.DefaultPolicy), which
+// hold the lab's CIDRs (10.x and fd00:…, Topology) and its globalnet plan
+// (a /24 of 242.0.0.0/8 per cluster).
+func (s *State) ClusterSetPolicy() addrpolicy.Policy { return addrpolicy.DefaultPolicy() }
+
+// joinBroker sets the broker up as `causewayctl deploy-broker` does
+// (pkg/broker): the CRDs, the lab's ClusterSetPolicy, the admission
+// policies and quotas (EnsureClusterSet), then every cluster's broker
+// identity (namespace, quota, ServiceAccount, RBAC, token;
+// EnsureClusterIdentity); once the broker enforces the quotas
+// (EnforceQuotas) it announces every cluster in order and returns each
+// one's kubeconfig (the broker on the root namespace's loopback) by
+// cluster name. Only then (installCauseway) are the credentials handed
+// to the daemons: when two clusters' CIDRs overlap, gateways keep the
+// older one, so c1 must be announced before any gateway publishes (c1
+// before c2, as users of the lab expect; the gateways update these
+// objects later).
 func (s *State) joinBroker(ctx context.Context) (map[string][]byte, error) {
 	admin, err := s.RESTConfig("broker")
 	if err != nil {
@@ -30,6 +41,9 @@ func (s *State) joinBroker(ctx context.Context) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := broker.EnsureClusterSet(ctx, admin, s.ClusterSetPolicy()); err != nil {
+		return nil, err
+	}
 	ids := map[string][]byte{}
 	for _, c := range s.Members() {
 		raw, err := broker.EnsureClusterIdentity(ctx, admin, c)
@@ -37,6 +51,9 @@ func (s *State) joinBroker(ctx context.Context) (map[string][]byte, error) {
 			return nil, fmt.Errorf("broker identity of %s: %w", c, err)
 		}
 		ids[c] = raw
+	}
+	if err := broker.EnforceQuotas(ctx, admin, s.ClusterSetPolicy(), s.Members(), 2*time.Minute); err != nil {
+		return nil, err
 	}
 	for _, c := range s.Members() {
 		if err := s.announce(ctx, bc, c); err != nil {

@@ -250,6 +250,9 @@ func (s *State) ControlPlaneConfig(name string) (controlplane.Config, error) {
 		ServingIPs: []net.IP{netlab.APIAddress.AsSlice()}}
 	if name == "broker" {
 		cfg.ServiceCIDR = "10.255.0.0/24"
+		// Its quota controller enforces the members' ResourceQuotas
+		// (pkg/broker.Quota), as a real cluster's does.
+		cfg.Components = []controlplane.Component{controlplane.ControllerManager}
 		return cfg, nil
 	}
 	c, ok := s.Topology.Cluster(name)

@@ -196,19 +196,11 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 // install sets the broker up and installs Causeway into every cluster
 // the way `causewayctl deploy-broker` and `join` do.
 func (s *State) install(ctx context.Context, p *progress) error {
-	brokerRC, err := s.RESTConfig("broker")
-	if err != nil {
-		return err
-	}
-	if err := kube.InstallCRDs(ctx, brokerRC); err != nil {
-		return fmt.Errorf("broker: %w", err)
-	}
-	p.say("broker: CRDs installed (causeway.dev, multicluster.x-k8s.io)")
 	ids, err := s.joinBroker(ctx)
 	if err != nil {
 		return err
 	}
-	p.say("clusters joined the broker (namespace and identity each)")
+	p.say("broker: CRDs, ClusterSet policy, admission policies and quotas; clusters joined (namespace and identity each)")
 	if err := s.installCauseway(ctx, ids); err != nil {
 		return err
 	}
