@@ -41,7 +41,7 @@ func refusedCondition(refused []refusal) metav1.Condition {
 	for i, r := range refused {
 		parts[i] = r.String()
 	}
-	cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, string(refused[0].err.Reason), truncate(strings.Join(parts, "; "), 2000)
+	cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, refused[0].reason, truncate(strings.Join(parts, "; "), 2000)
 	return cond
 }
 
@@ -60,7 +60,7 @@ func (c *Controller) eventRefused(ctx context.Context, key types.NamespacedName,
 	}
 	now := make(map[string]string, len(refused))
 	for _, r := range refused {
-		now[r.clusterID] = on + r.err.Error()
+		now[r.clusterID] = on + r.detail()
 	}
 	c.mu.Lock()
 	before := c.refused[key]
@@ -89,7 +89,7 @@ func (c *Controller) eventRefused(ctx context.Context, key types.NamespacedName,
 			regarding = ep
 		}
 		c.recorder.Eventf(regarding, nil, corev1.EventTypeWarning, mcs.EventRemoteRecordRefused, "Import",
-			"record %s of cluster %s refused, nothing of it is imported: %s", mcs.RecordName(key.Namespace, key.Name), r.clusterID, truncate(r.err.Error(), 900))
-		c.log.Warn("remote record refused", "service", key, "peer", r.clusterID, "reason", r.err.Reason, "message", r.err.Message)
+			"record %s of cluster %s refused, nothing of it is imported: %s", mcs.RecordName(key.Namespace, key.Name), r.clusterID, truncate(r.detail(), 900))
+		c.log.Warn("remote record refused", "service", key, "peer", r.clusterID, "reason", r.reason, "message", r.message)
 	}
 }

@@ -236,27 +236,35 @@ func (c *Controller) deleteRecordParts(ctx context.Context, own map[string]cache
 	return errors.Join(errs...)
 }
 
-// refusal is a remote record addrpolicy.CheckRecord refused.
+// refusal is a remote record that contributes nothing to the import:
+// refused by addrpolicy.CheckRecord, an incomplete split record
+// (mcs.ReasonIncompleteRecord), or over its cluster's quota
+// (mcs.ReasonQuotaExceeded).
 type refusal struct {
 	clusterID string
-	err       *addrpolicy.RecordError
+	reason    string
+	message   string
 }
 
-func (r refusal) String() string { return "cluster " + r.clusterID + ": " + r.err.Error() }
+func (r refusal) String() string { return "cluster " + r.clusterID + ": " + r.detail() }
+
+// detail is the refusal without its cluster: "<reason>: <message>".
+func (r refusal) detail() string { return r.reason + ": " + r.message }
 
 // records returns every cluster's record of key from the broker cache,
 // split records joined (mcs.JoinRecord), with this cluster's replaced by
-// what syncExport just published, and the remote records refused by
-// addrpolicy.CheckRecord (left out of the first list: they contribute
-// nothing); a split record is checked joined, as it is merged. A record
-// claiming a cluster other than its namespace's is ignored: identities can
-// write only their own namespace, and this keeps one from speaking for
-// another. A live cluster's incomplete set is an error: the import stays
-// as it is until the set is complete (the exporter writes parts before the
-// head that names them, so the cache sees this only when a part was
-// deleted by hand, and the exporter writes it again); a dead cluster's is
-// left out, its backends are withdrawn anyway.
-func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, []refusal, error) {
+// what syncExport just published, and the remote records that contribute
+// nothing (left out of the first list): those addrpolicy.CheckRecord
+// refuses (a split record is checked joined, as it is merged) and
+// incomplete sets, whose head names a part that is not there — an
+// exporter writes the parts before the head that names them, so this is
+// a part deleted by hand or a set that was never complete: that cluster
+// contributes nothing to the Service until the set is complete, and
+// every other cluster's record is merged as if it did not exist. A
+// record claiming a cluster other than its namespace's is ignored:
+// identities can write only their own namespace, and this keeps one from
+// speaking for another.
+func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, []refusal) {
 	headList, partList := c.recordHeads(key)
 	// A remote cluster's objects, in its own namespace, of the Service it
 	// names.
@@ -281,14 +289,11 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 	}
 	var out []mcs.ExportRecord
 	var refused []refusal
-	var errs []error
 	var pol *addrpolicy.Config
 	for _, id := range slices.Sorted(maps.Keys(heads)) {
 		spec, err := mcs.JoinRecord(*heads[id].spec, objects[id])
 		if err != nil {
-			if c.live.alive(id) {
-				errs = append(errs, err)
-			}
+			refused = append(refused, refusal{id, mcs.ReasonIncompleteRecord, err.Error()})
 			continue
 		}
 		if pol == nil {
@@ -296,19 +301,16 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 		}
 		var re *addrpolicy.RecordError
 		if err := addrpolicy.CheckRecord(*pol, &spec, c.reach(ctx, id).Claim(id)); errors.As(err, &re) {
-			refused = append(refused, refusal{id, re})
+			refused = append(refused, refusal{id, string(re.Reason), re.Message})
 			continue
 		}
 		out = append(out, brokerAged(heads[id].created, spec))
-	}
-	if len(errs) > 0 {
-		return nil, nil, errors.Join(errs...)
 	}
 	if exp.record != nil {
 		out = append(out, *exp.record)
 	}
 	slices.SortFunc(refused, func(a, b refusal) int { return strings.Compare(a.clusterID, b.clusterID) })
-	return out, refused, nil
+	return out, refused
 }
 
 // brokerAged is a remote record's (joined) spec as merged: its age is the
@@ -326,10 +328,7 @@ func brokerAged(created metav1.Time, spec mcs.ExportRecord) mcs.ExportRecord {
 // syncImport writes or removes the ServiceImport and EndpointSlices of key
 // here, and returns the merge (nil when nobody exports key).
 func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, exp exportState) (*mcs.MergeResult, error) {
-	recs, refused, err := c.records(ctx, key, exp)
-	if err != nil {
-		return nil, err
-	}
+	recs, refused := c.records(ctx, key, exp)
 	if len(recs) == 0 {
 		// Every record refused: nothing to import; the Events say why.
 		c.eventRefused(ctx, key, nil, refused)
