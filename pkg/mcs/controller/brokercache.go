@@ -78,9 +78,16 @@ func recordGroup(_ types.NamespacedName, v cachedRecord) []string {
 }
 
 // cachedVIP is what the controller keeps of a VIPAllocation: the Service
-// holding the address (the object's name). One being deleted is not kept.
+// holding the address (the object's name), the cluster that owns it
+// (label causeway.dev/cluster-id) and its creation time — what
+// mcs.VIPAllocator weighs. One being deleted, or whose name is no address
+// of the clusterset VIP ranges, is not kept: it holds nothing here (a
+// member creating allocations outside the ranges fills no importer's
+// memory).
 type cachedVIP struct {
 	service types.NamespacedName
+	owner   string
+	created metav1.Time
 }
 
 func (t *slimmer) cachedVIP(obj any) (cachedVIP, bool) {
@@ -88,7 +95,17 @@ func (t *slimmer) cachedVIP(obj any) (cachedVIP, bool) {
 	if !ok || a.DeletionTimestamp != nil {
 		return cachedVIP{}, false
 	}
-	return cachedVIP{service: types.NamespacedName{Namespace: kube.Intern(a.Spec.ServiceNamespace), Name: a.Spec.ServiceName}}, true
+	addr, err := mcs.ParseVIPObjectName(a.Name)
+	if err != nil || !slices.ContainsFunc(t.vipRanges, func(r netip.Prefix) bool { return r.Contains(addr) }) {
+		return cachedVIP{}, false
+	}
+	return cachedVIP{service: types.NamespacedName{Namespace: kube.Intern(a.Spec.ServiceNamespace), Name: a.Spec.ServiceName},
+		owner: kube.Intern(a.Labels[causewayv1alpha1.LabelClusterID]), created: a.CreationTimestamp}, true
+}
+
+// hold is the allocation of addr as mcs.VIPAllocator sees it.
+func (v cachedVIP) hold(addr netip.Addr) mcs.VIPHold {
+	return mcs.VIPHold{Addr: addr, Service: v.service, Owner: v.owner, Created: v.created.Time}
 }
 
 // vipGroup files an allocation under its Service ("<namespace>/<name>").
@@ -148,14 +165,14 @@ func (b brokerStores) recordsOf(ns, svcNS string) []types.NamespacedName {
 	return slices.Compact(out)
 }
 
-// vipsOf returns the addresses allocated to svc in the broker cache.
-func (b brokerStores) vipsOf(svc types.NamespacedName) []netip.Addr {
-	var out []netip.Addr
+// vipsOf returns the allocations of svc in the broker cache.
+func (b brokerStores) vipsOf(svc types.NamespacedName) []mcs.VIPHold {
+	var out []mcs.VIPHold
 	for _, it := range b.vips.Group(svc.String()) {
 		if addr, err := mcs.ParseVIPObjectName(it.Key.Name); err == nil {
-			out = append(out, addr)
+			out = append(out, it.Value.hold(addr))
 		}
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
+	slices.SortFunc(out, func(x, y mcs.VIPHold) int { return x.Addr.Compare(y.Addr) })
 	return out
 }

@@ -65,21 +65,33 @@ func TestCachedRecord(t *testing.T) {
 	}
 }
 
-// TestCachedVIP: an allocation keeps its Service and is filed under it;
-// one being deleted is not kept.
+// TestCachedVIP: an allocation keeps its Service, owner and creation time
+// and is filed under its Service; one being deleted, or outside the VIP
+// ranges, is not kept.
 func TestCachedVIP(t *testing.T) {
+	slim := newSlimmer("cluster-c1", netip.MustParsePrefix("243.0.0.0/12"), netip.MustParsePrefix("fd63:6175:7365::/108"))
 	addr := netip.MustParseAddr("243.0.0.7")
-	a := &causewayv1alpha1.VIPAllocation{ObjectMeta: metav1.ObjectMeta{Name: mcs.VIPObjectName(addr), UID: "u"},
+	created := metav1.Unix(1_000_000, 0)
+	a := &causewayv1alpha1.VIPAllocation{ObjectMeta: metav1.ObjectMeta{Name: mcs.VIPObjectName(addr), UID: "u", CreationTimestamp: created,
+		Labels: map[string]string{causewayv1alpha1.LabelClusterID: "c2"}},
 		Spec: causewayv1alpha1.VIPAllocationSpec{ServiceNamespace: "ns", ServiceName: "web"}}
-	v, ok := newSlimmer("cluster-c1").cachedVIP(a)
-	if !ok || v.service != (types.NamespacedName{Namespace: "ns", Name: "web"}) {
-		t.Fatalf("allocation kept as %+v %v, want ns/web", v, ok)
+	v, ok := slim.cachedVIP(a)
+	want := mcs.VIPHold{Addr: addr, Service: types.NamespacedName{Namespace: "ns", Name: "web"}, Owner: "c2", Created: created.Time}
+	if !ok || v.hold(addr) != want {
+		t.Fatalf("allocation kept as %+v %v, want %+v", v, ok, want)
 	}
 	if g := vipGroup(types.NamespacedName{Name: a.Name}, v); len(g) != 1 || g[0] != "ns/web" {
 		t.Errorf("allocation in groups %q, want [ns/web]", g)
 	}
+	for _, name := range []string{"10.0.0.7", "243.16.0.1", "v6-fd00-0000-0000-0000-0000-0000-0000-0001", "not-an-address"} {
+		out := a.DeepCopy()
+		out.Name = name
+		if _, ok := slim.cachedVIP(out); ok {
+			t.Errorf("allocation %s outside the VIP ranges is kept", name)
+		}
+	}
 	a.DeletionTimestamp = ptr(metav1.Now())
-	if _, ok := newSlimmer("cluster-c1").cachedVIP(a); ok {
+	if _, ok := slim.cachedVIP(a); ok {
 		t.Error("an allocation being deleted is kept")
 	}
 }

@@ -205,7 +205,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	// liveness Leases) are in the managers' informer caches, each type
 	// once (one informer shared by the watches and the reads), through a
 	// transform keeping what is read.
-	slim := newSlimmer(broker.Namespace(cfg.ClusterID))
+	slim := newSlimmer(broker.Namespace(cfg.ClusterID), cfg.Policy.VIPRange, cfg.Policy.VIPRangeIPv6)
 	localCache := cache.Options{
 		SyncPeriod:       &resync,
 		DefaultTransform: stripManagedFields,
@@ -295,7 +295,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		}
 	}
 	if c.alloc, err = mcs.NewFamilyVIPAllocator(vips, vips6,
-		cachedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), vips: c.brokerStores}); err != nil {
+		cachedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), vips: c.brokerStores}, cfg.ClusterID); err != nil {
 		return nil, err
 	}
 	if err := c.setup(); err != nil {
@@ -459,20 +459,19 @@ func ptrTo[T any](v T) *T { return &v }
 // Claim and Release stay with the API server: when a claim meets an
 // existing object, the API server says who holds it (another cluster may
 // have allocated it for the same Service a moment ago, before the cache
-// saw it), and the owner label, which the cache does not keep, decides
-// whether an allocation is this cluster's to release.
+// saw it).
 type cachedVIPStore struct {
 	*mcs.BrokerVIPStore
 	vips brokerStores
 }
 
-func (s cachedVIPStore) AllocatedTo(_ context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
+func (s cachedVIPStore) AllocatedTo(_ context.Context, svc types.NamespacedName) ([]mcs.VIPHold, error) {
 	return s.vips.vipsOf(svc), nil
 }
 
-func (s cachedVIPStore) Holder(_ context.Context, addr netip.Addr) (types.NamespacedName, bool, error) {
+func (s cachedVIPStore) Holder(_ context.Context, addr netip.Addr) (mcs.VIPHold, bool, error) {
 	v, ok := s.vips.vips.Get(types.NamespacedName{Name: mcs.VIPObjectName(addr)})
-	return v.service, ok, nil
+	return v.hold(addr), ok, nil
 }
 
 // runLiveness renews this cluster's liveness Lease and re-evaluates the

@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -67,10 +66,18 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	have, published := c.brokerStores.records.Get(recKey)
 	own := c.ownRecordParts(key)
 	// The head goes first, so importers stop using the set before its
-	// parts go.
+	// parts go. Before it, this cluster's VIP allocations of key: they
+	// count only while it exports key, and released while its record still
+	// stands, their addresses are free for the next exporter's claim
+	// (which, walking the same candidates, takes the same address) rather
+	// than held by an allocation that no longer counts.
 	withdraw := func() {
 		c.setExported(key, false)
 		if published {
+			if err := c.alloc.Release(ctx, key); err != nil {
+				st.writeErr = fmt.Errorf("release VIPs of %s before withdrawing its record: %w", key, err)
+				return
+			}
 			if err := c.bclient.Delete(ctx, have.object(recKey), client.Preconditions{UID: &have.uid}); err != nil && !apierrors.IsNotFound(err) {
 				st.writeErr = fmt.Errorf("delete record %s: %w", recKey, err)
 				return
@@ -263,8 +270,11 @@ func (r refusal) detail() string { return r.reason + ": " + r.message }
 // every other cluster's record is merged as if it did not exist. A
 // record claiming a cluster other than its namespace's is ignored:
 // identities can write only their own namespace, and this keeps one from
-// speaking for another.
-func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, []refusal) {
+// speaking for another. exporters are the clusters with a record of key
+// in the broker, contributing or not (this one while its record is
+// published), with the broker's creation time of each one's record: whose
+// VIP allocations of key count (mcs.VIPExporters).
+func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) (recs []mcs.ExportRecord, refused []refusal, exporters map[string]time.Time) {
 	headList, partList := c.recordHeads(key)
 	// A remote cluster's objects, in its own namespace, of the Service it
 	// names.
@@ -274,9 +284,11 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 	}
 	heads := map[string]cachedRecord{}                  // cluster -> head
 	objects := map[string]map[string]mcs.ExportRecord{} // cluster -> object name -> spec
+	exporters = map[string]time.Time{}
 	for _, r := range headList {
 		if id, ok := remote(r); ok {
 			heads[id] = r.Value
+			exporters[id] = r.Value.created.Time
 		}
 	}
 	for _, r := range partList {
@@ -287,8 +299,6 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 			objects[id][r.Key.Name] = *r.Value.spec
 		}
 	}
-	var out []mcs.ExportRecord
-	var refused []refusal
 	var pol *addrpolicy.Config
 	for _, id := range slices.Sorted(maps.Keys(heads)) {
 		spec, err := mcs.JoinRecord(*heads[id].spec, objects[id])
@@ -304,13 +314,53 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 			refused = append(refused, refusal{id, string(re.Reason), re.Message})
 			continue
 		}
-		out = append(out, brokerAged(heads[id].created, spec))
+		recs = append(recs, brokerAged(heads[id].created, spec))
 	}
 	if exp.record != nil {
-		out = append(out, *exp.record)
+		recs = append(recs, *exp.record)
+	}
+	if exp.published {
+		exporters[c.cfg.ClusterID] = exp.record.ExportCreationTimestamp.Time
 	}
 	slices.SortFunc(refused, func(a, b refusal) int { return strings.Compare(a.clusterID, b.clusterID) })
-	return out, refused
+	return recs, refused, exporters
+}
+
+// vipExporters is the mcs.VIPExporters of key: the clusters with a record
+// of key in the cache (known, from records), and for any other cluster
+// the allocator asks about — the owner of an allocation of key the cache
+// shows no record of: a member that does not export key, or a record the
+// cache has not seen yet — the broker API server's word, asked once per
+// cluster and sync. This cluster's own state is exact (known).
+func (c *Controller) vipExporters(ctx context.Context, key types.NamespacedName, known map[string]time.Time) mcs.VIPExporters {
+	asked := map[string]*time.Time{}
+	return func(cluster string) (time.Time, bool) {
+		if t, ok := known[cluster]; ok {
+			return t, true
+		}
+		if cluster == c.cfg.ClusterID {
+			return time.Time{}, false
+		}
+		if t, ok := asked[cluster]; ok {
+			return ptrOr(t), t != nil
+		}
+		var rec causewayv1alpha1.ServiceExportRecord
+		err := c.breader.Get(ctx, types.NamespacedName{Namespace: broker.Namespace(cluster), Name: mcs.RecordName(key.Namespace, key.Name)}, &rec)
+		if err != nil || rec.DeletionTimestamp != nil || rec.Spec.ClusterID != cluster ||
+			rec.Spec.ServiceNamespace != key.Namespace || rec.Spec.ServiceName != key.Name {
+			asked[cluster] = nil
+			return time.Time{}, false
+		}
+		asked[cluster] = &rec.CreationTimestamp.Time
+		return rec.CreationTimestamp.Time, true
+	}
+}
+
+func ptrOr(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 // brokerAged is a remote record's (joined) spec as merged: its age is the
@@ -328,7 +378,7 @@ func brokerAged(created metav1.Time, spec mcs.ExportRecord) mcs.ExportRecord {
 // syncImport writes or removes the ServiceImport and EndpointSlices of key
 // here, and returns the merge (nil when nobody exports key).
 func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, exp exportState) (*mcs.MergeResult, error) {
-	recs, refused := c.records(ctx, key, exp)
+	recs, refused, exporters := c.records(ctx, key, exp)
 	if len(recs) == 0 {
 		// Every record refused: nothing to import; the Events say why.
 		c.eventRefused(ctx, key, nil, refused)
@@ -350,15 +400,18 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	var vips []netip.Addr
 	var vipErr error
 	if m.Spec.Type == mcsv1beta1.ClusterSetIP {
-		vips, vipErr = c.clustersetVIPs(ctx, key, m.Spec.IPFamilies)
+		vips, vipErr = c.clustersetVIPs(ctx, key, m.Spec.IPFamilies, c.vipExporters(ctx, key, exporters))
 	}
 	want := mcs.BuildServiceImport(m, key.Namespace, key.Name, vips)
 	ready := metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
 		Reason: string(mcsv1beta1.ServiceImportReasonReady), Message: "imported"}
 	if vipErr != nil {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "VIPUnavailable", vipErr.Error()
-		if errors.Is(vipErr, mcs.ErrVIPRangeExhausted) {
+		switch {
+		case errors.Is(vipErr, mcs.ErrVIPRangeExhausted):
 			ready.Reason = "VIPRangeExhausted"
+		case errors.Is(vipErr, mcs.ErrVIPPending):
+			ready.Reason = "VIPPending"
 		}
 	}
 	// Backends of every live cluster; a remote one's only where the tunnel
@@ -405,33 +458,29 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 		return &m, err
 	}
 	c.setImported(key, len(rendered))
-	if vipErr != nil {
+	if vipErr != nil && !errors.Is(vipErr, mcs.ErrVIPPending) {
+		// Pending needs no retry: the exporter's allocation's watch event
+		// brings the Service back.
 		return &m, fmt.Errorf("clusterset VIP: %w", vipErr)
 	}
 	return &m, nil
 }
 
-// clustersetVIPs returns the clusterset VIPs of key, one per IP family of its
-// import (mcs.VIPFamilies of families, in that order), allocating them in
-// the broker on first use. VIPs this controller allocated before for the
-// same families are confirmed by one lookup in the cache of allocations: they must be the
-// Service's only allocations. When two exist for a family (two clusters
-// allocated at once, before either saw the other's), the allocator keeps
-// the one first in the Service's candidate order and releases the other;
-// the allocation's watch event brings every cluster here again, so all
-// converge on the same addresses. A family that fails is left out and its
-// error returned with the others' VIPs.
-func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedName, families []corev1.IPFamily) ([]netip.Addr, error) {
+// clustersetVIPs returns the clusterset VIPs of key, one per IP family of
+// its import (mcs.VIPFamilies of families, in that order), by
+// mcs.FamilyVIPAllocator over the cache of allocations: the allocations
+// of the clusters exporting key (exporters) count, the oldest kept when
+// there are several (two clusters allocated at once, before either saw
+// the other's; the allocation's watch event brings every cluster here
+// again, so all converge on the same addresses), and a cluster that
+// exports key claims one where none counts yet. A cluster that only
+// imports key keeps the VIPs it imported it with meanwhile. A family that
+// fails is left out and its error returned with the others' VIPs.
+func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedName, families []corev1.IPFamily, exporters mcs.VIPExporters) ([]netip.Addr, error) {
 	c.mu.Lock()
-	st := c.services[key]
+	last := c.services[key].vips
 	c.mu.Unlock()
-	if known := st.vips; st.hasVIPs && sameFamilies(known, mcs.VIPFamilies(families)) {
-		held := c.brokerStores.vipsOf(key)
-		if len(held) == len(known) && !slices.ContainsFunc(held, func(a netip.Addr) bool { return !slices.Contains(known, a) }) {
-			return known, nil
-		}
-	}
-	vips, err := c.alloc.Allocate(ctx, key, families)
+	vips, err := c.alloc.Allocate(ctx, key, families, exporters, last)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if errors.Is(err, mcs.ErrVIPRangeExhausted) {
@@ -439,20 +488,8 @@ func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedNam
 	} else {
 		delete(c.waitingVIP, key)
 	}
-	if err != nil {
-		c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = nil, false })
-		return vips, err
-	}
-	c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = vips, true })
-	return vips, nil
-}
-
-// sameFamilies tells whether vips are one address of each of families, in
-// that order.
-func sameFamilies(vips []netip.Addr, families []corev1.IPFamily) bool {
-	return slices.EqualFunc(vips, families, func(v netip.Addr, f corev1.IPFamily) bool {
-		return v.Is6() == (f == corev1.IPv6Protocol)
-	})
+	c.updateLocked(key, func(st *serviceState) { st.vips = vips })
+	return vips, err
 }
 
 func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.ServiceImport, conds ...metav1.Condition) (*mcsv1beta1.ServiceImport, error) {
@@ -527,9 +564,8 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 	return errors.Join(errs...)
 }
 
-// removeImport deletes the ServiceImport and slices of key here and, once
-// the broker confirms that no cluster exports key any more, releases its
-// VIP.
+// removeImport deletes the ServiceImport and slices of key here and
+// releases this cluster's VIP allocations of key.
 func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
 	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, importedSlices(c.stores.slices.Group(key.String())))); err != nil {
@@ -545,24 +581,13 @@ func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName)
 	c.setImported(key, -1)
 
 	c.mu.Lock()
-	hadVIP := c.services[key].hasVIPs
-	c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = nil, false })
+	c.updateLocked(key, func(st *serviceState) { st.vips = nil })
 	delete(c.waitingVIP, key)
 	c.mu.Unlock()
-	if !hadVIP && len(c.brokerStores.vipsOf(key)) == 0 {
-		return errors.Join(errs...)
-	}
-	// The cache may lag behind a new export elsewhere: ask the API server.
-	var live causewayv1alpha1.ServiceExportRecordList
-	if err := c.breader.List(ctx, &live, client.MatchingFieldsSelector{
-		Selector: fields.OneTermEqualSelector("metadata.name", mcs.RecordName(key.Namespace, key.Name)),
-	}); err != nil {
-		return errors.Join(append(errs, fmt.Errorf("list records: %w", err))...)
-	}
-	if len(live.Items) == 0 {
-		if err := c.alloc.Release(ctx, key); err != nil {
-			errs = append(errs, fmt.Errorf("release VIP: %w", err))
-		}
+	// This cluster does not export key (else its record would be there):
+	// its allocations of key count for nobody.
+	if err := c.alloc.Release(ctx, key); err != nil {
+		errs = append(errs, fmt.Errorf("release VIP: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -617,14 +642,13 @@ func (c *Controller) syncExportStatus(ctx context.Context, exp exportState, m *m
 // serviceState is what the controller remembers of one Service.
 type serviceState struct {
 	vips     []netip.Addr // the clusterset VIPs allocated or confirmed here
-	hasVIPs  bool         // vips is known (it may be empty)
 	exported bool         // this cluster's record is published
 	imported bool         // the ServiceImport is written here
 	slices   int32        // multi-cluster EndpointSlices written here
 }
 
 func (st serviceState) empty() bool {
-	return !st.hasVIPs && !st.exported && !st.imported && st.slices == 0
+	return len(st.vips) == 0 && !st.exported && !st.imported && st.slices == 0
 }
 
 // updateLocked applies f to key's state and keeps the totals; call with
