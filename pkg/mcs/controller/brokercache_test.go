@@ -3,6 +3,7 @@ package controller
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -11,14 +12,16 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
-// TestCachedRecord: another cluster's record keeps its whole spec, this
-// cluster's own its spec's hash, both their identity, age and Service,
-// whether watched (whole) or listed (through slimmer.record); a part is
-// filed under its Service and a head is not; a record being deleted is
-// not kept.
+// TestCachedRecord: another cluster's record keeps its whole spec, what
+// it is and what it counts against its quota, this cluster's own its
+// spec's hash, both their identity, age and Service, whether watched
+// (whole) or listed (through slimmer.record); a part is filed under its
+// Service and a head is not; a record being deleted is not kept; a
+// remote record its cluster's quota does not take keeps no spec.
 func TestCachedRecord(t *testing.T) {
 	spec := mcs.ExportRecord{ClusterID: "c2", ServiceNamespace: "ns", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP,
 		Ports: []causewayv1alpha1.RecordPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, ClusterIPs: []string{"10.96.0.10"}}
@@ -47,11 +50,14 @@ func TestCachedRecord(t *testing.T) {
 				v.service != (types.NamespacedName{Namespace: "ns", Name: "web"}) || v.part != tc.part {
 				t.Errorf("%s %s/%s: identity %+v", how, tc.ns, tc.name, v)
 			}
+			whole, kept := v.remoteSpec()
 			switch {
-			case tc.own && (v.spec != nil || v.hash != mcs.ContentHash(spec)):
-				t.Errorf("%s own record %s/%s: spec %+v, hash %q; want no spec and hash %q", how, tc.ns, tc.name, v.spec, v.hash, mcs.ContentHash(spec))
-			case !tc.own && (v.spec == nil || !equality.Semantic.DeepEqual(*v.spec, spec) || v.hash != ""):
-				t.Errorf("%s remote record %s/%s: spec %+v, hash %q; want the whole spec", how, tc.ns, tc.name, v.spec, v.hash)
+			case tc.own && (kept || v.ident != nil || v.hash != mcs.ContentHash(spec)):
+				t.Errorf("%s own record %s/%s: spec %+v, hash %q; want no spec and hash %q", how, tc.ns, tc.name, whole, v.hash, mcs.ContentHash(spec))
+			case !tc.own && (!kept || !equality.Semantic.DeepEqual(*whole, spec) || v.hash != "" || v.backends != 1 ||
+				!equality.Semantic.DeepEqual(*v.ident, mcs.ExportRecord{ClusterID: "c2", ServiceNamespace: "ns", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP})):
+				t.Errorf("%s remote record %s/%s: spec %+v, ident %+v, %d backends, hash %q; want the whole spec, its identity and 1 backend",
+					how, tc.ns, tc.name, whole, v.ident, v.backends, v.hash)
 			}
 			groups := recordGroup(types.NamespacedName{Namespace: tc.ns, Name: tc.name}, v)
 			if tc.part != (len(groups) == 1 && groups[0] == "ns/web") || !tc.part && len(groups) != 0 {
@@ -62,6 +68,16 @@ func TestCachedRecord(t *testing.T) {
 	deleting := &causewayv1alpha1.ServiceExportRecord{ObjectMeta: fullMeta("cluster-c2", "ns.web", nil), Spec: spec}
 	if _, ok := newSlimmer("cluster-c1").cachedRecord(deleting); ok {
 		t.Error("a record being deleted is kept")
+	}
+	// c2's quota is one record, taken by an older one.
+	slim := newSlimmer("cluster-c1")
+	slim.quotas = newRecordQuotas(addrpolicy.Quotas{Records: 1, Backends: 100})
+	slim.quotas.set("cluster-c2", "ns.older", time.Unix(1, 0), 1)
+	meta := fullMeta("cluster-c2", "ns.web", nil)
+	meta.DeletionTimestamp = nil
+	v, ok := slim.cachedRecord(&causewayv1alpha1.ServiceExportRecord{ObjectMeta: meta, Spec: *spec.DeepCopy()})
+	if whole, kept := v.remoteSpec(); !ok || kept || v.ident == nil || v.backends != 1 {
+		t.Errorf("record over its cluster's quota kept as %+v (spec %+v), want its identity and no spec", v, whole)
 	}
 }
 

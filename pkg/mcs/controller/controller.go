@@ -111,6 +111,12 @@ type Controller struct {
 	metrics  *metrics
 	trigger  chan event.GenericEvent
 
+	// quotas take each remote cluster's records up to its quota
+	// (recordQuotas); requeue hands the Services whose records it took or
+	// dropped to the controller's queue.
+	quotas  *recordQuotas
+	requeue requeuer
+
 	// stores cache the cluster's Services, EndpointSlices,
 	// ServiceExports and ServiceImports (localcache.go), brokerStores the
 	// broker's records and VIP allocations (brokercache.go).
@@ -206,6 +212,9 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	// once (one informer shared by the watches and the reads), through a
 	// transform keeping what is read.
 	slim := newSlimmer(broker.Namespace(cfg.ClusterID), cfg.Policy.VIPRange, cfg.Policy.VIPRangeIPv6)
+	// Each remote cluster's records are taken, and their specs kept, up to
+	// its quota.
+	slim.quotas = newRecordQuotas(cfg.Policy.Quotas)
 	localCache := cache.Options{
 		SyncPeriod:       &resync,
 		DefaultTransform: stripManagedFields,
@@ -273,6 +282,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		trigger:  make(chan event.GenericEvent, 1024),
 		services: map[types.NamespacedName]serviceState{},
 
+		quotas:     slim.quotas,
 		waitingVIP: map[types.NamespacedName]bool{},
 		refused:    map[types.NamespacedName]map[string]string{},
 		global: globalnet{
@@ -283,7 +293,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	if c.stores, err = newLocalStores(local, scheme, slim, resync); err != nil {
 		return nil, err
 	}
-	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim, resync); err != nil {
+	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim, resync, c.observeRecord); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(c.allStores()); err != nil {
@@ -425,6 +435,7 @@ func (c *Controller) setup() error {
 		WatchesRawSource(storeSource[cachedRecord]{store: c.brokerStores.records, requests: recordService}).
 		WatchesRawSource(storeSource[cachedVIP]{store: c.brokerStores.vips, requests: vipService}).
 		WatchesRawSource(source.Channel(c.trigger, record)).
+		WatchesRawSource(&c.requeue).
 		Complete(reconcile.Func(c.reconcile))
 	if err != nil {
 		return fmt.Errorf("build controller: %w", err)

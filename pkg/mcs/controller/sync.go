@@ -261,49 +261,54 @@ func (r refusal) detail() string { return r.reason + ": " + r.message }
 // records returns every cluster's record of key from the broker cache,
 // split records joined (mcs.JoinRecord), with this cluster's replaced by
 // what syncExport just published, and the remote records that contribute
-// nothing (left out of the first list): those addrpolicy.CheckRecord
-// refuses (a split record is checked joined, as it is merged) and
-// incomplete sets, whose head names a part that is not there — an
-// exporter writes the parts before the head that names them, so this is
-// a part deleted by hand or a set that was never complete: that cluster
-// contributes nothing to the Service until the set is complete, and
-// every other cluster's record is merged as if it did not exist. A
+// nothing (left out of the first list): incomplete sets, whose head names
+// a part that is not there — an exporter writes the parts before the
+// head that names them, so this is a part deleted by hand or a set that
+// was never complete; records beyond their cluster's quota
+// (recordQuotas); and those addrpolicy.CheckRecord refuses (a split
+// record is checked joined, as it is merged). Such a cluster contributes
+// nothing to the Service, and every other cluster's record is merged as
+// if it did not exist. A
 // record claiming a cluster other than its namespace's is ignored:
 // identities can write only their own namespace, and this keeps one from
 // speaking for another. exporters are the clusters with a record of key
 // in the broker, contributing or not (this one while its record is
 // published), with the broker's creation time of each one's record: whose
-// VIP allocations of key count (mcs.VIPExporters).
-func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) (recs []mcs.ExportRecord, refused []refusal, exporters map[string]time.Time) {
+// VIP allocations of key count (mcs.VIPExporters). The error is a failed
+// read of a record the cache holds no spec of (joinRemote).
+func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) (recs []mcs.ExportRecord, refused []refusal, exporters map[string]time.Time, err error) {
 	headList, partList := c.recordHeads(key)
 	// A remote cluster's objects, in its own namespace, of the Service it
 	// names.
 	remote := func(r plaincache.Item[cachedRecord]) (string, bool) {
 		id, ok := broker.ClusterIDFromNamespace(r.Key.Namespace)
-		return id, ok && r.Value.spec != nil && id == r.Value.spec.ClusterID && id != c.cfg.ClusterID && r.Value.service == key
+		return id, ok && r.Value.ident != nil && id == r.Value.ident.ClusterID && id != c.cfg.ClusterID && r.Value.service == key
 	}
-	heads := map[string]cachedRecord{}                  // cluster -> head
-	objects := map[string]map[string]mcs.ExportRecord{} // cluster -> object name -> spec
+	heads := map[string]plaincache.Item[cachedRecord]{}            // cluster -> head
+	parts := map[string]map[string]plaincache.Item[cachedRecord]{} // cluster -> object name -> part
 	exporters = map[string]time.Time{}
 	for _, r := range headList {
 		if id, ok := remote(r); ok {
-			heads[id] = r.Value
+			heads[id] = r
 			exporters[id] = r.Value.created.Time
 		}
 	}
 	for _, r := range partList {
-		if id, ok := remote(r); ok && r.Value.spec.Part != nil {
-			if objects[id] == nil {
-				objects[id] = map[string]mcs.ExportRecord{}
+		if id, ok := remote(r); ok && r.Value.ident.Part != nil {
+			if parts[id] == nil {
+				parts[id] = map[string]plaincache.Item[cachedRecord]{}
 			}
-			objects[id][r.Key.Name] = *r.Value.spec
+			parts[id][r.Key.Name] = r
 		}
 	}
 	var pol *addrpolicy.Config
 	for _, id := range slices.Sorted(maps.Keys(heads)) {
-		spec, err := mcs.JoinRecord(*heads[id].spec, objects[id])
+		spec, why, err := c.joinRemote(ctx, id, heads[id], parts[id])
 		if err != nil {
-			refused = append(refused, refusal{id, mcs.ReasonIncompleteRecord, err.Error()})
+			return nil, nil, nil, err
+		}
+		if why != nil {
+			refused = append(refused, *why)
 			continue
 		}
 		if pol == nil {
@@ -314,7 +319,7 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 			refused = append(refused, refusal{id, string(re.Reason), re.Message})
 			continue
 		}
-		recs = append(recs, brokerAged(heads[id].created, spec))
+		recs = append(recs, brokerAged(heads[id].Value.created, spec))
 	}
 	if exp.record != nil {
 		recs = append(recs, *exp.record)
@@ -323,7 +328,67 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 		exporters[c.cfg.ClusterID] = exp.record.ExportCreationTimestamp.Time
 	}
 	slices.SortFunc(refused, func(a, b refusal) int { return strings.Compare(a.clusterID, b.clusterID) })
-	return recs, refused, exporters
+	return recs, refused, exporters, nil
+}
+
+// joinRemote returns cluster id's record of a Service, joined from its
+// head and the parts the head names (mcs.JoinRecord), or why it
+// contributes nothing: a part is missing (mcs.ReasonIncompleteRecord), or
+// an object of the set lies beyond the cluster's quota
+// (mcs.ReasonQuotaExceeded, recordQuotas). A spec the cache dropped while
+// the quota did not take the object is read again from the broker API
+// server (and cached again); only that read's failure is an error.
+func (c *Controller) joinRemote(ctx context.Context, id string, head plaincache.Item[cachedRecord], parts map[string]plaincache.Item[cachedRecord]) (mcs.ExportRecord, *refusal, error) {
+	idents := make(map[string]mcs.ExportRecord, len(parts))
+	for name, p := range parts {
+		idents[name] = *p.Value.ident
+	}
+	if _, err := mcs.JoinRecord(*head.Value.ident, idents); err != nil {
+		return mcs.ExportRecord{}, &refusal{id, mcs.ReasonIncompleteRecord, err.Error()}, nil
+	}
+	set := []plaincache.Item[cachedRecord]{head}
+	if p := head.Value.ident.Part; p != nil {
+		for i := 1; i < int(p.Count); i++ {
+			set = append(set, parts[mcs.RecordPartName(head.Value.service.Namespace, head.Value.service.Name, p.Revision, i)])
+		}
+	}
+	ns := head.Key.Namespace
+	for _, it := range set {
+		if !c.quotas.taken(ns, it.Key.Name) {
+			objects, taken := c.quotas.usage(ns)
+			return mcs.ExportRecord{}, &refusal{id, mcs.ReasonQuotaExceeded, fmt.Sprintf(
+				"record object %s is beyond the cluster's quota of %d record objects and %d backends, taken from its oldest (%d of its %d objects are taken)",
+				it.Key.Name, c.cfg.Policy.Quotas.Records, c.cfg.Policy.Quotas.Backends, taken, objects)}, nil
+		}
+	}
+	var headSpec mcs.ExportRecord
+	specs := make(map[string]mcs.ExportRecord, len(set)-1)
+	for i, it := range set {
+		spec, ok := it.Value.remoteSpec()
+		if !ok {
+			var obj causewayv1alpha1.ServiceExportRecord
+			switch err := c.breader.Get(ctx, it.Key, &obj); {
+			case apierrors.IsNotFound(err):
+				return mcs.ExportRecord{}, &refusal{id, mcs.ReasonIncompleteRecord, fmt.Sprintf("record object %s is gone", it.Key.Name)}, nil
+			case err != nil:
+				return mcs.ExportRecord{}, nil, fmt.Errorf("read record %s: %w", it.Key, err)
+			}
+			spec = &obj.Spec
+			if obj.UID == it.Value.uid && obj.ResourceVersion == it.Value.resourceVersion {
+				c.quotas.keep(ns, it.Key.Name, it.Value.body, spec)
+			}
+		}
+		if i == 0 {
+			headSpec = *spec
+		} else {
+			specs[it.Key.Name] = *spec
+		}
+	}
+	joined, err := mcs.JoinRecord(headSpec, specs)
+	if err != nil {
+		return mcs.ExportRecord{}, &refusal{id, mcs.ReasonIncompleteRecord, err.Error()}, nil
+	}
+	return joined, nil, nil
 }
 
 // vipExporters is the mcs.VIPExporters of key: the clusters with a record
@@ -378,7 +443,10 @@ func brokerAged(created metav1.Time, spec mcs.ExportRecord) mcs.ExportRecord {
 // syncImport writes or removes the ServiceImport and EndpointSlices of key
 // here, and returns the merge (nil when nobody exports key).
 func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, exp exportState) (*mcs.MergeResult, error) {
-	recs, refused, exporters := c.records(ctx, key, exp)
+	recs, refused, exporters, err := c.records(ctx, key, exp)
+	if err != nil {
+		return nil, err
+	}
 	if len(recs) == 0 {
 		// Every record refused: nothing to import; the Events say why.
 		c.eventRefused(ctx, key, nil, refused)

@@ -32,6 +32,9 @@ type slimmer struct {
 	// vipRanges are the clusterset VIP ranges: an allocation of an
 	// address outside them is not cached (it holds nothing here).
 	vipRanges []netip.Prefix
+	// quotas, if set, decides which remote records' specs are kept
+	// (cachedRecord); unset, all are.
+	quotas *recordQuotas
 	// yes and no are shared by the cached objects' *bool fields (the
 	// cache hands out deep copies, so nothing writes through them).
 	yes, no *bool
