@@ -55,7 +55,9 @@ type cachedRecord struct {
 // freed although the cache's value stays), filled again from the broker
 // API server by the sync that needs it once the quota takes it again.
 // Shared by every copy of the cached value.
-type recordBody struct{ spec atomic.Pointer[mcs.ExportRecord] }
+type recordBody struct {
+	spec atomic.Pointer[mcs.ExportRecord]
+}
 
 // remoteSpec is the whole spec of a remote record, if the cache holds it.
 func (v cachedRecord) remoteSpec() (*mcs.ExportRecord, bool) {
