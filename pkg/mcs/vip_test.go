@@ -394,15 +394,11 @@ func TestVIPAllocatorConcurrent(t *testing.T) {
 	ctx := context.Background()
 	r := MustParseVIPRange("243.0.0.0/23")
 	m := newMemVIPs()
-	const clusters, services = 6, 80
-	var ids []string
-	for c := range clusters {
-		ids = append(ids, fmt.Sprintf("c%d", c))
-	}
-	allocateConcurrently(t, clusters, services, func(c int) (func(s int) ([]netip.Addr, error), error) {
-		a := NewVIPAllocator(r, m.store(ids[c]), ids[c])
+	const services = 80
+	allocateConcurrently(t, 6, services, func(id string, all VIPExporters) (func(s int) ([]netip.Addr, error), error) {
+		a := NewVIPAllocator(r, m.store(id), id)
 		return func(s int) ([]netip.Addr, error) {
-			vip, err := a.Allocate(ctx, nn(fmt.Sprintf("svc-%d", s)), exporting(ids...), netip.Addr{})
+			vip, err := a.Allocate(ctx, nn(fmt.Sprintf("svc-%d", s)), all, netip.Addr{})
 			return []netip.Addr{vip}, err
 		}, nil
 	})
@@ -411,12 +407,17 @@ func TestVIPAllocatorConcurrent(t *testing.T) {
 	}
 }
 
-// allocateConcurrently runs clusters allocators at once (newAllocator
-// gives cluster c its own), each allocating for services Services in its
-// own order, and checks that all agree on every Service's addresses and
-// that no address is given to two Services.
-func allocateConcurrently(t *testing.T, clusters, services int, newAllocator func(c int) (func(svc int) ([]netip.Addr, error), error)) {
+// allocateConcurrently runs the allocators of clusters clusters (c0, c1,
+// …; newAllocator gives each its own, all exporting every Service) at
+// once, each allocating for services Services in its own order, and
+// checks that all agree on every Service's addresses and that no address
+// is given to two Services.
+func allocateConcurrently(t *testing.T, clusters, services int, newAllocator func(id string, all VIPExporters) (func(svc int) ([]netip.Addr, error), error)) {
 	t.Helper()
+	var ids []string
+	for c := range clusters {
+		ids = append(ids, fmt.Sprintf("c%d", c))
+	}
 	got := make([][][]netip.Addr, clusters)
 	var wg sync.WaitGroup
 	errs := make(chan error, clusters)
@@ -424,7 +425,7 @@ func allocateConcurrently(t *testing.T, clusters, services int, newAllocator fun
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			allocate, err := newAllocator(c)
+			allocate, err := newAllocator(ids[c], exporting(ids...))
 			if err != nil {
 				errs <- err
 				return

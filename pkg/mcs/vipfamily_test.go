@@ -172,19 +172,15 @@ func TestFamilyVIPAllocatorConcurrent(t *testing.T) {
 	ctx := context.Background()
 	v4, v6 := MustParseVIPRange("243.0.0.0/23"), MustParseVIPRange("fd63:6175:7365::/119")
 	m := newMemVIPs()
-	const clusters, services = 6, 80
-	var ids []string
-	for c := range clusters {
-		ids = append(ids, fmt.Sprintf("c%d", c))
-	}
-	allocateConcurrently(t, clusters, services, func(c int) (func(s int) ([]netip.Addr, error), error) {
-		a, err := NewFamilyVIPAllocator(v4, v6, m.store(ids[c]), ids[c])
+	const services = 80
+	allocateConcurrently(t, 6, services, func(id string, all VIPExporters) (func(s int) ([]netip.Addr, error), error) {
+		a, err := NewFamilyVIPAllocator(v4, v6, m.store(id), id)
 		return func(s int) ([]netip.Addr, error) {
 			fams := dual46
 			if s%3 == 0 {
 				fams = dual64
 			}
-			return a.Allocate(ctx, nn(fmt.Sprintf("svc-%d", s)), fams, exporting(ids...), nil)
+			return a.Allocate(ctx, nn(fmt.Sprintf("svc-%d", s)), fams, all, nil)
 		}, err
 	})
 	if m.Len() != 2*services {

@@ -89,6 +89,19 @@ func TestTenantCannotFeedTheVIPTable(t *testing.T) {
 	}
 	// Each write returns how to undo it, should it get through.
 	remove := func(obj client.Object) func() { return func() { _ = kc.Client.Delete(ctx, obj) } }
+	// change reads obj as the tenant, edits and updates it; the undo puts
+	// back what it read.
+	change := func(obj client.Object, edit func()) (func(), error) {
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return nil, err
+		}
+		orig := obj.DeepCopyObject().(client.Object)
+		edit()
+		return func() {
+			orig.SetResourceVersion("")
+			_ = kc.Client.Patch(ctx, orig, client.MergeFrom(obj))
+		}, tenant.Update(ctx, obj)
+	}
 	for _, tc := range []struct {
 		what  string
 		write func() (undo func(), err error)
@@ -102,16 +115,8 @@ func TestTenantCannotFeedTheVIPTable(t *testing.T) {
 			return remove(s), tenant.Create(ctx, s)
 		}},
 		{"a change of the controller's slice", func() (func(), error) {
-			s := &discoveryv1.EndpointSlice{}
-			if err := tenant.Get(ctx, client.ObjectKeyFromObject(ours), s); err != nil {
-				return nil, err
-			}
-			orig := s.DeepCopy()
-			s.Endpoints[0].Addresses = []string{"10.244.9.9"}
-			return func() {
-				orig.ResourceVersion = ""
-				_ = kc.Client.Patch(ctx, orig, client.MergeFrom(s))
-			}, tenant.Update(ctx, s)
+			s := ours.DeepCopy()
+			return change(s, func() { s.Endpoints[0].Addresses = []string{"10.244.9.9"} })
 		}},
 		{"a ServiceImport", func() (func(), error) {
 			other := si.DeepCopy()
@@ -120,16 +125,8 @@ func TestTenantCannotFeedTheVIPTable(t *testing.T) {
 			return remove(other), tenant.Create(ctx, other)
 		}},
 		{"a change of the controller's ServiceImport", func() (func(), error) {
-			have := &mcsv1beta1.ServiceImport{}
-			if err := tenant.Get(ctx, client.ObjectKeyFromObject(si), have); err != nil {
-				return nil, err
-			}
-			orig := have.DeepCopy()
-			have.Spec.IPs = []string{"243.0.0.11"}
-			return func() {
-				orig.ResourceVersion = ""
-				_ = kc.Client.Patch(ctx, orig, client.MergeFrom(have))
-			}, tenant.Update(ctx, have)
+			have := si.DeepCopy()
+			return change(have, func() { have.Spec.IPs = []string{"243.0.0.11"} })
 		}},
 	} {
 		// The API server loads admission policies asynchronously: what
