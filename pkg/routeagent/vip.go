@@ -439,7 +439,7 @@ func slimImport(in any) (any, error) {
 		return in, nil
 	}
 	out := &mcsv1beta1.ServiceImport{
-		TypeMeta:   si.TypeMeta,
+		TypeMeta: si.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Namespace: si.Namespace, Name: si.Name, UID: si.UID, ResourceVersion: si.ResourceVersion,
 			CreationTimestamp: si.CreationTimestamp},
 		Spec: mcsv1beta1.ServiceImportSpec{Type: si.Spec.Type, IPs: si.Spec.IPs,
