@@ -133,8 +133,10 @@ type Controller struct {
 	// waitingVIP are Services whose VIP allocation found the range full.
 	waitingVIP map[types.NamespacedName]bool
 	// refused holds, per Service, the remote records refused at its last
-	// sync (cluster ID -> refusal), so that each refusal is reported once.
-	refused map[types.NamespacedName]map[string]string
+	// sync (cluster ID -> refusal), so that each refusal is reported once;
+	// quotaReported the clusters over their quota reported while they are.
+	refused       map[types.NamespacedName]map[string]string
+	quotaReported map[string]bool
 
 	// global is the globalnet allocation of this cluster's exports.
 	global globalnet
@@ -282,9 +284,10 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		trigger:  make(chan event.GenericEvent, 1024),
 		services: map[types.NamespacedName]serviceState{},
 
-		quotas:     slim.quotas,
-		waitingVIP: map[types.NamespacedName]bool{},
-		refused:    map[types.NamespacedName]map[string]string{},
+		quotas:        slim.quotas,
+		waitingVIP:    map[types.NamespacedName]bool{},
+		refused:       map[types.NamespacedName]map[string]string{},
+		quotaReported: map[string]bool{},
 		global: globalnet{
 			held:    map[types.NamespacedName]mcs.GlobalIngressSpec{},
 			waiting: map[types.NamespacedName]bool{},

@@ -293,6 +293,11 @@ func (c *Controller) observeRecord(key types.NamespacedName, _, new *cachedRecor
 	} else {
 		c.metrics.overQuota.WithLabelValues(id).Set(float64(objects - taken))
 	}
+	if objects == taken {
+		c.mu.Lock()
+		delete(c.quotaReported, id) // reported again when it goes over again
+		c.mu.Unlock()
+	}
 }
 
 // requeuer is a source of the controller that hands it Services to sync
