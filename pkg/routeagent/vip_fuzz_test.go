@@ -183,7 +183,7 @@ func FuzzVIPDesired(f *testing.F) {
 			for _, b := range svc.Backends {
 				if !slices.ContainsFunc(eps, func(s *discoveryv1.EndpointSlice) bool {
 					return writtenFor(s, owner) && slices.ContainsFunc(s.Endpoints, func(e discoveryv1.Endpoint) bool {
-						return slices.Contains(e.Addresses, b.Addr.String())
+						return slices.ContainsFunc(e.Addresses, func(a string) bool { addr, err := netip.ParseAddr(a); return err == nil && addr == b.Addr })
 					})
 				}) {
 					t.Fatalf("backend %s of %s is in no slice the MCS controller wrote for %s", b, k, importName(owner))
