@@ -18,6 +18,12 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -182,6 +188,41 @@ func clientOf(t testing.TB, cfg *rest.Config) client.Client {
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// Tenant returns a client of a user ("tenant-<ns>", no group) who may do
+// anything with the namespaced resources of namespace ns and nothing
+// elsewhere: a tenant of the cluster as RBAC sees one. It creates ns if
+// needed, binds the rights and waits until the API server grants them.
+func (c *Cluster) Tenant(t testing.TB, ns string) client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	user := "tenant-" + ns
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}},
+	} {
+		if err := c.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		r := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "discovery.k8s.io", Resource: "endpointslices"}}}
+		if err := c.Client.Create(ctx, r); err != nil {
+			return false, err
+		}
+		return r.Status.Allowed, nil
+	})
+	if err != nil {
+		t.Fatalf("tenant %s never granted: %v", user, err)
+	}
+	return c.ClientAs(t, user)
 }
 
 // BinariesPresent reports whether the control-plane binaries exist.

@@ -68,7 +68,7 @@ func Load() (*helmchart.Chart, error) {
 // it refers to. Render refuses a kind not listed.
 var applyOrder = []string{
 	"Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding",
-	"ConfigMap", "DaemonSet", "Deployment",
+	"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap", "DaemonSet", "Deployment",
 }
 
 // Render renders the embedded chart into namespace kube.Namespace with

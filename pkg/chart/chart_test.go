@@ -80,14 +80,16 @@ func TestRenderOrderAndNamespace(t *testing.T) {
 		objs := mustRender(t, v)
 		var kinds []string
 		for _, o := range objs {
-			if o.GetKind() != "Namespace" && o.GetKind() != "ClusterRole" && o.GetKind() != "ClusterRoleBinding" && o.GetNamespace() != kube.Namespace {
+			clusterScoped := []string{"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+			if !slices.Contains(clusterScoped, o.GetKind()) && o.GetNamespace() != kube.Namespace {
 				t.Errorf("%s %s in namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
 			}
 			if len(kinds) == 0 || kinds[len(kinds)-1] != o.GetKind() {
 				kinds = append(kinds, o.GetKind())
 			}
 		}
-		want := []string{"ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding", "ConfigMap", "DaemonSet", "Deployment"}
+		want := []string{"ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap", "DaemonSet", "Deployment"}
 		if create {
 			want = append([]string{"Namespace"}, want...)
 		}

@@ -17,12 +17,16 @@ import (
 	"github.com/causeway-net/causeway/pkg/kube"
 )
 
-// identityKinds are the kinds that give the daemons their identities.
-var identityKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}
+// identityKinds are the kinds that give the daemons their identities and
+// rights, and keep others from writing what only they write.
+var identityKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding",
+	"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 // Identities returns the objects of objs (rendered by Render) that give
 // the daemons their identities and rights: the namespace, their
-// ServiceAccounts, their generated roles and the bindings.
+// ServiceAccounts, their generated roles and the bindings, and the
+// admission policies that let only the MCS controller write ServiceImports
+// and multicluster EndpointSlices (templates/admission.yaml).
 func Identities(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, o := range objs {
@@ -45,7 +49,8 @@ func IdentityValues() map[string]any {
 
 // InstallIdentities applies the chart's identities (namespace
 // causeway-system, a ServiceAccount per daemon, the least-privilege
-// roles and bindings) and waits until the API server grants them.
+// roles and bindings, the admission policies) and waits until the API
+// server grants them.
 func InstallIdentities(ctx context.Context, c client.Client) error {
 	objs, err := Render(IdentityValues())
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/lab"
 	"github.com/causeway-net/causeway/pkg/routeagent"
 	"github.com/causeway-net/causeway/pkg/vip"
@@ -159,8 +161,11 @@ func entryDiff(have, want *VIPEntry) []string {
 }
 
 // expectedVIPs is the VIP table every node of cluster should hold, from
-// its API server (routeagent.VIPDesired, the route agent's own function),
-// and the ServiceImport of each key.
+// its API server (routeagent.VIPDesired, the route agent's own function,
+// with the VIP ranges of the ClusterSet policy the gateway mirrored there,
+// the default ones before it has; a table too small for every import
+// shows the imports it left out as not programmed), and the
+// ServiceImport of each key.
 func expectedVIPs(ctx context.Context, cluster string, c client.Client) (map[vip.ServiceKey]vip.Service, map[vip.ServiceKey]string, error) {
 	var imports mcsv1beta1.ServiceImportList
 	if err := c.List(ctx, &imports); err != nil {
@@ -178,7 +183,14 @@ func expectedVIPs(ctx context.Context, cluster string, c client.Client) (map[vip
 	for i := range slices.Items {
 		ss[i] = &slices.Items[i]
 	}
-	desired := routeagent.VIPDesired(cluster, is, ss)
+	pol, err := clusterset.ReadMirror(ctx, c)
+	if errors.Is(err, clusterset.ErrNoMirror) {
+		pol, err = addrpolicy.DefaultPolicy(), nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	desired := routeagent.VIPDesired(routeagent.VIPConfig{ClusterID: cluster, Ranges: []netip.Prefix{pol.VIPRange, pol.VIPRangeIPv6}}, is, ss).Services
 	byVIP := map[netip.Addr]string{}
 	for _, si := range is {
 		for _, ip := range si.Spec.IPs {

@@ -105,10 +105,15 @@ func TestShowVIPs(t *testing.T) {
 		port  int32
 		ready string
 	}{"c1": {"10.96.0.5", 80, "1"}, "c2": {"242.0.1.2", 1024, "3"}} {
+		// As the MCS controller writes them: managed by it, controlled by
+		// the import (the route agent takes no other).
 		s := &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "whereami-" + cluster,
-				Labels:      map[string]string{mcsv1beta1.LabelServiceName: "whereami", mcsv1beta1.LabelSourceCluster: cluster},
-				Annotations: map[string]string{mcs.AnnotationReadyEndpoints: ep.ready}},
+				Labels: map[string]string{mcsv1beta1.LabelServiceName: "whereami", mcsv1beta1.LabelSourceCluster: cluster,
+					discoveryv1.LabelManagedBy: mcs.ManagedBy},
+				Annotations: map[string]string{mcs.AnnotationReadyEndpoints: ep.ready},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1beta1.GroupVersion.String(), Kind: mcsv1beta1.ServiceImportKindName,
+					Name: si.Name, UID: si.UID, Controller: ptr.To(true)}}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(ep.port)}},
 			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ep.addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},

@@ -47,10 +47,10 @@ func BenchmarkRenderEndpointSlices(b *testing.B) {
 func BenchmarkAllocateCrowded(b *testing.B) {
 	ctx := context.Background()
 	r := MustParseVIPRange("243.0.0.0/16")
-	store := NewMemVIPStore()
-	a := NewVIPAllocator(r, store)
+	a := NewVIPAllocator(r, newMemVIPs().store("c1"), "c1")
+	exp := exporting("c1")
 	for i := range int(r.Size()) * 9 / 10 {
-		if _, err := a.Allocate(ctx, nn(fmt.Sprintf("fill-%d", i))); err != nil {
+		if _, err := a.Allocate(ctx, nn(fmt.Sprintf("fill-%d", i)), exp, netip.Addr{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -58,7 +58,7 @@ func BenchmarkAllocateCrowded(b *testing.B) {
 	for b.Loop() {
 		svc := nn(fmt.Sprintf("bench-%d", i))
 		i++
-		vip, err := a.Allocate(ctx, svc)
+		vip, err := a.Allocate(ctx, svc, exp, netip.Addr{})
 		if err != nil || vip == (netip.Addr{}) {
 			b.Fatal(err)
 		}

@@ -155,9 +155,11 @@ func testRecords(ctx context.Context, t *testing.T, c1, c2 client.Client) {
 func testVIPs(ctx context.Context, t *testing.T, admin, c1, c2 client.Client) {
 	r := mcs.MustParseVIPRange("243.0.0.0/24")
 	allocators := []*mcs.VIPAllocator{
-		mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c1, "c1")),
-		mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c2, "c2")),
+		mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c1, "c1"), "c1"),
+		mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c2, "c2"), "c2"),
 	}
+	// Both clusters export every Service.
+	both := func(c string) (time.Time, bool) { return time.Time{}, c == "c1" || c == "c2" }
 	const services = 20
 	got := make([][]netip.Addr, len(allocators))
 	errs := make([]error, len(allocators))
@@ -170,7 +172,7 @@ func testVIPs(ctx context.Context, t *testing.T, admin, c1, c2 client.Client) {
 				if i == 1 {
 					s = services - 1 - j // the other cluster goes backwards
 				}
-				vip, err := a.Allocate(ctx, types.NamespacedName{Namespace: "kubecon", Name: fmt.Sprintf("svc-%d", s)})
+				vip, err := a.Allocate(ctx, types.NamespacedName{Namespace: "kubecon", Name: fmt.Sprintf("svc-%d", s)}, both, netip.Addr{})
 				if err != nil {
 					errs[i] = err
 					return
@@ -200,7 +202,7 @@ func testVIPs(ctx context.Context, t *testing.T, admin, c1, c2 client.Client) {
 
 	// A restarted allocator finds the same VIP.
 	svc0 := types.NamespacedName{Namespace: "kubecon", Name: "svc-0"}
-	if v, err := mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c2, "c2")).Allocate(ctx, svc0); err != nil || v != got[0][0] {
+	if v, err := mcs.NewVIPAllocator(r, mcs.NewBrokerVIPStore(c2, "c2"), "c2").Allocate(ctx, svc0, both, netip.Addr{}); err != nil || v != got[0][0] {
 		t.Errorf("after restart: %s, %v; want %s", v, err, got[0][0])
 	}
 
@@ -221,19 +223,19 @@ func testVIPs(ctx context.Context, t *testing.T, admin, c1, c2 client.Client) {
 	if err := admin.Get(ctx, types.NamespacedName{Name: mcs.VIPObjectName(got[0][0])}, &a); !apierrors.IsNotFound(err) {
 		t.Errorf("after release: err=%v, want NotFound", err)
 	}
-	if v, err := allocators[1].Allocate(ctx, svc0); err != nil || v != got[0][0] {
+	if v, err := allocators[1].Allocate(ctx, svc0, both, netip.Addr{}); err != nil || v != got[0][0] {
 		t.Errorf("re-allocate: %s, %v; want %s", v, err, got[0][0])
 	}
 
 	// Exhaustion: a two-address range, a third Service.
 	tiny := mcs.MustParseVIPRange("243.1.0.0/30")
-	ta := mcs.NewVIPAllocator(tiny, mcs.NewBrokerVIPStore(c1, "c1"))
+	ta := mcs.NewVIPAllocator(tiny, mcs.NewBrokerVIPStore(c1, "c1"), "c1")
 	for _, n := range []string{"a", "b"} {
-		if _, err := ta.Allocate(ctx, types.NamespacedName{Namespace: "tiny", Name: n}); err != nil {
+		if _, err := ta.Allocate(ctx, types.NamespacedName{Namespace: "tiny", Name: n}, both, netip.Addr{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := ta.Allocate(ctx, types.NamespacedName{Namespace: "tiny", Name: "c"}); !errors.Is(err, mcs.ErrVIPRangeExhausted) {
+	if _, err := ta.Allocate(ctx, types.NamespacedName{Namespace: "tiny", Name: "c"}, both, netip.Addr{}); !errors.Is(err, mcs.ErrVIPRangeExhausted) {
 		t.Errorf("third allocation in a /30: err=%v, want exhausted", err)
 	}
 	var tinyList causewayv1alpha1.VIPAllocationList

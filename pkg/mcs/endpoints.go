@@ -262,18 +262,26 @@ const (
 )
 
 // ConditionRemoteRecordRefused is the ServiceImport condition naming the
-// remote records pkg/addrpolicy.CheckRecord refused (they contribute
-// nothing to the import): True with the first refused cluster's
-// addrpolicy.RecordReason as reason and one "cluster <id>: <reason>:
-// <message>" part per refused cluster, sorted, joined by "; "; False
-// (ReasonNoneRefused) otherwise.
+// remote records that contribute nothing to the import — refused by
+// pkg/addrpolicy.CheckRecord (reason: its addrpolicy.RecordReason), an
+// incomplete split record (ReasonIncompleteRecord) or a record over its
+// cluster's quota (ReasonQuotaExceeded): True with the first refused
+// cluster's reason and one "cluster <id>: <reason>: <message>" part per
+// refused cluster, sorted, joined by "; "; False (ReasonNoneRefused)
+// otherwise.
 const ConditionRemoteRecordRefused = "RemoteRecordRefused"
 
-// ReasonNoneRefused is ConditionRemoteRecordRefused's reason when every
-// record was accepted; EventRemoteRecordRefused the reason of the Warning
-// Event an importer records for a refused record.
+// Reasons of ConditionRemoteRecordRefused besides addrpolicy's, and
+// EventRemoteRecordRefused, the reason of the Warning Event an importer
+// records for a refused record.
 const (
-	ReasonNoneRefused        = "NoneRefused"
+	ReasonNoneRefused = "NoneRefused"
+	// ReasonIncompleteRecord: the head of a split record names a part
+	// that is not there (*IncompleteRecordError).
+	ReasonIncompleteRecord = "IncompleteRecord"
+	// ReasonQuotaExceeded: the record lies beyond its cluster's quota of
+	// records or backends (addrpolicy.Quotas), counted from its oldest.
+	ReasonQuotaExceeded      = "QuotaExceeded"
 	EventRemoteRecordRefused = "RemoteRecordRefused"
 )
 

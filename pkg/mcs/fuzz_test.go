@@ -1,6 +1,8 @@
 package mcs
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -361,4 +363,97 @@ func TestSourceFromRecordDropsZonedAddresses(t *testing.T) {
 			t.Errorf("%s: backends %+v, want only %s", typ, src.Backends, want)
 		}
 	}
+}
+
+// FuzzJoinRecord checks record joining, what every importer does with a
+// remote cluster's head and parts, against any set a member can write:
+// groups is the record's layout (a group of b%50+1 backends per byte),
+// maxItems where SplitRecord cuts it, and ops what the member then does to
+// the objects, one op per byte (kind b%4 on part b/4 % parts): drop the
+// part, give it another revision, give it another index, or add a stray
+// object under a part name of another revision. JoinRecord never panics;
+// it gives back the record when no part of the set was touched (its
+// definition, and every backend in order with its group's address type
+// and ports: a group cut over two objects comes back as two), and
+// otherwise an *IncompleteRecordError naming the first touched part.
+// The seed corpus is in testdata/fuzz/FuzzJoinRecord.
+func FuzzJoinRecord(f *testing.F) {
+	f.Add([]byte{200, 3, 120}, uint16(60), []byte{})
+	f.Add([]byte{200, 3, 120}, uint16(60), []byte{4, 1, 14, 3})
+	f.Fuzz(func(t *testing.T, groups []byte, maxItems uint16, ops []byte) {
+		if len(groups) > 64 || len(ops) > 64 {
+			return
+		}
+		var sizes []int
+		for _, b := range groups {
+			sizes = append(sizes, int(b)%50+1)
+		}
+		r := headlessRecord(sizes...)
+		Aggregate(&r)
+		objs := SplitRecord(r, int(maxItems)%400+2)
+		head := objs[0]
+		parts := byNameOrEmpty(objs)
+		first := len(objs) // the first touched part, len(objs): none
+		for _, b := range ops {
+			if len(objs) < 2 {
+				break
+			}
+			i := 1 + int(b/4)%(len(objs)-1)
+			name := RecordPartName(r.ServiceNamespace, r.ServiceName, head.Part.Revision, i)
+			p, ok := parts[name]
+			switch b % 4 {
+			case 0:
+				delete(parts, name)
+			case 1:
+				if ok {
+					p.Part = &causewayv1alpha1.RecordPart{Index: p.Part.Index, Count: p.Part.Count, Revision: "x" + p.Part.Revision}
+					parts[name] = p
+				}
+			case 2:
+				if ok {
+					p.Part = &causewayv1alpha1.RecordPart{Index: p.Part.Index + 1, Count: p.Part.Count, Revision: p.Part.Revision}
+					parts[name] = p
+				}
+			case 3:
+				stray := p
+				stray.Part = &causewayv1alpha1.RecordPart{Index: int32(i), Count: int32(len(objs)), Revision: "other"}
+				parts[RecordPartName(r.ServiceNamespace, r.ServiceName, "other", i)] = stray
+				continue // touches nothing of the set
+			}
+			first = min(first, i)
+		}
+		got, err := JoinRecord(head, parts)
+		if first == len(objs) {
+			want, gotDef := r, got
+			want.Part, want.Endpoints, gotDef.Endpoints = nil, nil, nil
+			if err != nil || !reflect.DeepEqual(gotDef, want) || !reflect.DeepEqual(flatBackends(got), flatBackends(r)) {
+				t.Fatalf("untouched set of %d objects joined to %+v (%v), want the record", len(objs), got, err)
+			}
+			return
+		}
+		var inc *IncompleteRecordError
+		if !errors.As(err, &inc) || inc.Missing != first || inc.Count != len(objs) || inc.Revision != head.Part.Revision {
+			t.Fatalf("set of %d objects with part %d touched: %+v (%v), want it missing", len(objs), first, got, err)
+		}
+	})
+}
+
+// flatBackends lists a record's backends in order, each with its group's
+// address type and ports.
+func flatBackends(r ExportRecord) []string {
+	var out []string
+	for _, g := range r.Endpoints {
+		for _, b := range g.Backends {
+			out = append(out, fmt.Sprintf("%s %v %+v", g.AddressType, g.Ports, b))
+		}
+	}
+	return out
+}
+
+// byNameOrEmpty is byName, empty for a record of one object.
+func byNameOrEmpty(objs []ExportRecord) map[string]ExportRecord {
+	if len(objs) < 2 {
+		return map[string]ExportRecord{}
+	}
+	return byName(objs)
 }

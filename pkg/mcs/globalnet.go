@@ -44,15 +44,21 @@ type GlobalWant struct {
 	ClusterIP netip.Addr
 	// Ports are the Service's ports (GlobalPort unset).
 	Ports []causewayv1alpha1.GlobalIngressPort
-	// Pods are the ready IPv4 backing pods of a headless Service.
+	// Pods are the ready IPv4 backing pods of a headless Service inside
+	// the cluster's pod CIDRs.
 	Pods []netip.Addr
 }
 
 // GlobalWantFor returns what svc (exported, valid) needs: its ports on one
 // global IP for a ClusterSetIP Service with an IPv4 ClusterIP, one global
 // IP per ready IPv4 backing pod (local, the Service's own EndpointSlices)
-// for a headless one.
-func GlobalWantFor(svc *corev1.Service, local []discoveryv1.EndpointSlice) GlobalWant {
+// for a headless one — only a pod inside the cluster's podCIDRs: an
+// EndpointSlice is what anyone with rights on the Service's namespace
+// writes, and a global IP leads the whole ClusterSet (DNAT on the
+// gateway) to its address, which must not be a node's, the metadata
+// service's or any other address of the cluster's network. No podCIDRs:
+// no pod gets one.
+func GlobalWantFor(svc *corev1.Service, local []discoveryv1.EndpointSlice, podCIDRs []netip.Prefix) GlobalWant {
 	var w GlobalWant
 	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		seen := map[netip.Addr]bool{}
@@ -65,7 +71,8 @@ func GlobalWantFor(svc *corev1.Service, local []discoveryv1.EndpointSlice) Globa
 					continue
 				}
 				for _, a := range e.Addresses {
-					if ip, err := netip.ParseAddr(a); err == nil && ip.Is4() && !seen[ip] {
+					ip, err := netip.ParseAddr(a)
+					if err == nil && ip.Is4() && !seen[ip] && slices.ContainsFunc(podCIDRs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 						seen[ip] = true
 						w.Pods = append(w.Pods, ip)
 					}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
@@ -385,4 +386,46 @@ func TestAllocateGlobalRandom(t *testing.T) {
 		t.Error("the pool was never exhausted; the test does not exercise rollback")
 	}
 	t.Logf("%d of 2000 steps exhausted", exhausted)
+}
+
+// TestGlobalWantForPodCIDRs: a headless Service's backends get global IPs
+// only inside the cluster's pod CIDRs; an address anyone with rights on
+// the namespace can put into an EndpointSlice (a node's, the metadata
+// service's, another network's) gets none, and without pod CIDRs no
+// backend gets one.
+func TestGlobalWantForPodCIDRs(t *testing.T) {
+	headless := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}}
+	ready := discoveryv1.EndpointConditions{Ready: ptrTo(true)}
+	slice := discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{
+		{Addresses: []string{"10.244.1.5"}, Conditions: ready},
+		{Addresses: []string{"10.244.2.7", "172.18.1.11"}, Conditions: ready}, // a pod and a node address
+		{Addresses: []string{"169.254.169.254"}, Conditions: ready},
+		{Addresses: []string{"10.96.0.10"}, Conditions: ready}, // a ClusterIP
+		{Addresses: []string{"8.8.8.8"}, Conditions: ready},
+	}}
+	for _, tc := range []struct {
+		name     string
+		podCIDRs []string
+		want     []string
+	}{
+		{name: "pod CIDR", podCIDRs: []string{"10.244.0.0/16"}, want: []string{"10.244.1.5", "10.244.2.7"}},
+		{name: "two pod CIDRs", podCIDRs: []string{"10.244.1.0/24", "10.244.2.0/24"}, want: []string{"10.244.1.5", "10.244.2.7"}},
+		{name: "narrower", podCIDRs: []string{"10.244.2.0/24"}, want: []string{"10.244.2.7"}},
+		{name: "none", want: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cidrs []netip.Prefix
+			for _, c := range tc.podCIDRs {
+				cidrs = append(cidrs, netip.MustParsePrefix(c))
+			}
+			got := GlobalWantFor(headless, []discoveryv1.EndpointSlice{slice}, cidrs)
+			var pods []string
+			for _, p := range got.Pods {
+				pods = append(pods, p.String())
+			}
+			if !slices.Equal(pods, tc.want) {
+				t.Errorf("pods with global IPs %v, want %v", pods, tc.want)
+			}
+		})
+	}
 }

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
-	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -16,21 +15,48 @@ import (
 // allocation already holds the address.
 var ErrVIPTaken = errors.New("clusterset VIP already allocated")
 
+// ErrVIPPending is returned (wrapped) by VIPAllocator.Allocate when no
+// exporting cluster has allocated the Service's VIP yet and this cluster,
+// which does not export it, may not: the VIPAllocation's watch event
+// brings the Service back once an exporter has.
+var ErrVIPPending = errors.New("no exporting cluster has allocated the clusterset VIP yet")
+
+// VIPHold is one address's allocation (a VIPAllocation in the broker).
+type VIPHold struct {
+	Addr    netip.Addr
+	Service types.NamespacedName
+	// Owner is the cluster that created the allocation (its label
+	// causeway.dev/cluster-id, which the broker's admission sets to the
+	// creator); "" for one without the label, which only the broker
+	// administrator can create.
+	Owner string
+	// Created is when the broker created the allocation.
+	Created time.Time
+}
+
+// VIPExporters says whether a cluster exports the Service being allocated
+// — has a record of it in the broker, accepted by this importer or not —
+// and since when: the broker's creation time of that record. Only the
+// allocations of these clusters count for the Service, and a cluster
+// claims an address for it only while it is one of them.
+type VIPExporters func(cluster string) (since time.Time, ok bool)
+
 // VIPStore is the mechanism behind VIPAllocator: the broker's
-// VIPAllocation objects (one per address, named VIPObjectName(addr)).
-// MemVIPStore is an in-memory implementation for tests.
+// VIPAllocation objects (one per address, named VIPObjectName(addr)),
+// seen by one cluster.
 type VIPStore interface {
-	// AllocatedTo returns the addresses allocated to svc.
-	AllocatedTo(ctx context.Context, svc types.NamespacedName) ([]netip.Addr, error)
-	// Holder returns the Service holding addr; ok is false when addr is
-	// free. It may answer from a cache: Claim is the authority.
-	Holder(ctx context.Context, addr netip.Addr) (svc types.NamespacedName, ok bool, err error)
-	// Claim atomically allocates addr to svc (a Create that fails when the
-	// object exists). When addr is already allocated it returns the
-	// current holder and an error wrapping ErrVIPTaken.
-	Claim(ctx context.Context, addr netip.Addr, svc types.NamespacedName) (holder types.NamespacedName, err error)
-	// Release frees addr if svc holds it; freeing a free address is not an
-	// error.
+	// AllocatedTo returns the allocations of svc.
+	AllocatedTo(ctx context.Context, svc types.NamespacedName) ([]VIPHold, error)
+	// Holder returns addr's allocation; ok is false when addr is free. It
+	// may answer from a cache: Claim is the authority.
+	Holder(ctx context.Context, addr netip.Addr) (h VIPHold, ok bool, err error)
+	// Claim atomically allocates addr to svc in this cluster's name (a
+	// Create that fails when the object exists) and returns the new
+	// allocation. When addr is already allocated it returns the current
+	// allocation and an error wrapping ErrVIPTaken.
+	Claim(ctx context.Context, addr netip.Addr, svc types.NamespacedName) (VIPHold, error)
+	// Release frees addr if svc holds it and this cluster owns the
+	// allocation; freeing a free address is not an error.
 	Release(ctx context.Context, addr netip.Addr, svc types.NamespacedName) error
 }
 
@@ -40,181 +66,172 @@ type VIPStore interface {
 // IPv4 and an IPv6 allocator share one store (FamilyVIPAllocator). Any
 // number of allocators (one per cluster) may run at once: uniqueness comes
 // from VIPStore.Claim, and allocators of one Service converge because they
-// probe the same candidate order and keep the earliest allocation in it.
+// probe the same candidate order and keep the same allocation of those
+// that count (Allocate).
 type VIPAllocator struct {
-	vips  VIPRange
-	store VIPStore
+	vips      VIPRange
+	store     VIPStore
+	clusterID string
 }
 
-// NewVIPAllocator returns an allocator of addresses of vips kept in store.
-func NewVIPAllocator(vips VIPRange, store VIPStore) *VIPAllocator {
-	return &VIPAllocator{vips: vips, store: store}
+// NewVIPAllocator returns the allocator of cluster clusterID of addresses
+// of vips kept in store.
+func NewVIPAllocator(vips VIPRange, store VIPStore, clusterID string) *VIPAllocator {
+	return &VIPAllocator{vips: vips, store: store, clusterID: clusterID}
 }
 
-// Allocate returns svc's VIP, allocating one when it has none. When svc
-// holds several addresses (two allocators raced, or the range changed) it
-// keeps the first in its candidate order and releases the others. A range
-// without a free address gives a *VIPExhaustedError.
-func (a *VIPAllocator) Allocate(ctx context.Context, svc types.NamespacedName) (netip.Addr, error) {
+// Allocate returns svc's VIP. Of the Service's allocations, only those
+// that count are used: inside the range, and owned by a cluster that
+// exports the Service (exporters) or by the broker administrator. Any
+// other is taken by someone else — in particular an allocation a member
+// created for a Service it does not export (squatting its first
+// candidate, to own or later churn its VIP) is never adopted. Of several
+// that count (allocators raced, or a member exporting the Service created
+// a second one), every cluster keeps the oldest — its age is the later of
+// the allocation's and its owner's record's creation in the broker, so a
+// member cannot make an allocation older by exporting after creating it;
+// of the same age (the broker counts seconds), one created before its
+// owner's record comes last — ties broken by the candidate order, and
+// releases its own others.
+//
+// With none, an exporting cluster walks the candidates, skips taken
+// addresses and claims the first free one (adopting it if another
+// exporter's claim won for the same Service). A cluster that does not
+// export svc never claims: it keeps last (the VIP it imported the Service
+// with, invalid for none) while nothing else holds it, and otherwise
+// returns an error wrapping ErrVIPPending. It releases its own allocations
+// that do not count (those of a Service it stopped exporting, or outside
+// the range). A range without a free address gives a *VIPExhaustedError.
+func (a *VIPAllocator) Allocate(ctx context.Context, svc types.NamespacedName, exporters VIPExporters, last netip.Addr) (netip.Addr, error) {
 	have, err := a.allocatedTo(ctx, svc)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("list VIPs of %s: %w", svc, err)
 	}
-	if keep, ok := a.best(svc, have); ok {
-		for _, addr := range have {
-			if addr != keep {
-				if err := a.store.Release(ctx, addr, svc); err != nil {
-					return netip.Addr{}, fmt.Errorf("release extra VIP %s of %s: %w", addr, svc, err)
-				}
+	if keep, ok := a.best(svc, have, exporters); ok {
+		return keep, a.releaseOwn(ctx, svc, have, keep)
+	}
+	if _, ok := exporters(a.clusterID); !ok {
+		if err := a.releaseOwn(ctx, svc, have, netip.Addr{}); err != nil {
+			return netip.Addr{}, err
+		}
+		if a.vips.Contains(last) {
+			h, held, err := a.store.Holder(ctx, last)
+			if err != nil {
+				return netip.Addr{}, fmt.Errorf("look up VIP %s: %w", last, err)
+			}
+			if !held || h.Service == svc {
+				return last, nil
 			}
 		}
-		return keep, nil
+		return netip.Addr{}, fmt.Errorf("allocate clusterset VIP for %s: %w", svc, ErrVIPPending)
 	}
 	for c := range a.vips.Candidates(svc.Namespace, svc.Name) {
-		if holder, ok, err := a.store.Holder(ctx, c); err != nil {
+		h, held, err := a.store.Holder(ctx, c)
+		if err != nil {
 			return netip.Addr{}, fmt.Errorf("look up VIP %s: %w", c, err)
-		} else if ok && holder != svc {
-			continue
 		}
-		holder, err := a.store.Claim(ctx, c, svc)
-		switch {
-		case err == nil:
-			return a.releaseOutOfRange(ctx, svc, have, c)
-		case errors.Is(err, ErrVIPTaken):
-			if holder == svc {
-				return a.releaseOutOfRange(ctx, svc, have, c)
+		if !held {
+			h, err = a.store.Claim(ctx, c, svc)
+			switch {
+			case err == nil:
+				return c, a.releaseOwn(ctx, svc, have, c)
+			case !errors.Is(err, ErrVIPTaken):
+				return netip.Addr{}, fmt.Errorf("claim VIP %s for %s: %w", c, svc, err)
 			}
-		default:
-			return netip.Addr{}, fmt.Errorf("claim VIP %s for %s: %w", c, svc, err)
+		}
+		// Taken: another exporter's allocation of svc (it won a race, or
+		// the cache had not seen it) is adopted; anything else is skipped.
+		if _, ok := a.counts(svc, h, exporters); ok {
+			return c, a.releaseOwn(ctx, svc, have, c)
 		}
 	}
 	return netip.Addr{}, &VIPExhaustedError{Range: a.vips.Prefix(), Service: svc.String()}
 }
 
 // allocatedTo is the store's AllocatedTo narrowed to the range's family.
-func (a *VIPAllocator) allocatedTo(ctx context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
+func (a *VIPAllocator) allocatedTo(ctx context.Context, svc types.NamespacedName) ([]VIPHold, error) {
 	have, err := a.store.AllocatedTo(ctx, svc)
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(have, func(addr netip.Addr) bool { return addr.Is6() != a.vips.IsIPv6() }), nil
+	return slices.DeleteFunc(have, func(h VIPHold) bool { return h.Addr.Is6() != a.vips.IsIPv6() }), nil
 }
 
-// best is the address of have that comes first in svc's candidate order.
-func (a *VIPAllocator) best(svc types.NamespacedName, have []netip.Addr) (netip.Addr, bool) {
+// vipAge orders the allocations of a Service that count: older first;
+// of the same age, one created after its owner's record (as an exporter
+// does) before one created earlier (a member allocating before it
+// exported); then earlier in the Service's candidate order.
+type vipAge struct {
+	since    time.Time
+	predates bool
+	rank     uint64
+}
+
+func (x vipAge) before(y vipAge) bool {
+	switch {
+	case !x.since.Equal(y.since):
+		return x.since.Before(y.since)
+	case x.predates != y.predates:
+		return !x.predates
+	}
+	return x.rank < y.rank
+}
+
+// counts tells whether h counts as an allocation of svc (see Allocate) and
+// its age.
+func (a *VIPAllocator) counts(svc types.NamespacedName, h VIPHold, exporters VIPExporters) (vipAge, bool) {
+	if h.Service != svc {
+		return vipAge{}, false
+	}
+	rank, ok := a.vips.rank(svc.Namespace, svc.Name, h.Addr)
+	if !ok {
+		return vipAge{}, false
+	}
+	age := vipAge{since: h.Created, rank: rank}
+	if h.Owner != "" {
+		since, ok := exporters(h.Owner)
+		if !ok {
+			return vipAge{}, false
+		}
+		if since.After(age.since) {
+			age.since, age.predates = since, true
+		}
+	}
+	return age, true
+}
+
+// best is the allocation of have that svc keeps: the oldest of those that
+// count.
+func (a *VIPAllocator) best(svc types.NamespacedName, have []VIPHold, exporters VIPExporters) (netip.Addr, bool) {
 	var keep netip.Addr
-	var keepRank uint64
+	var keepAge vipAge
 	found := false
-	for _, addr := range have {
-		r, ok := a.vips.rank(svc.Namespace, svc.Name, addr)
-		if ok && (!found || r < keepRank) {
-			keep, keepRank, found = addr, r, true
+	for _, h := range have {
+		if age, ok := a.counts(svc, h, exporters); ok && (!found || age.before(keepAge)) {
+			keep, keepAge, found = h.Addr, age, true
 		}
 	}
 	return keep, found
 }
 
-// releaseOutOfRange frees the addresses svc held outside the range once it
-// has the new one, got.
-func (a *VIPAllocator) releaseOutOfRange(ctx context.Context, svc types.NamespacedName, have []netip.Addr, got netip.Addr) (netip.Addr, error) {
-	for _, addr := range have {
-		if addr != got {
-			if err := a.store.Release(ctx, addr, svc); err != nil {
-				return netip.Addr{}, fmt.Errorf("release out-of-range VIP %s of %s: %w", addr, svc, err)
+// releaseOwn frees this cluster's allocations of have but keep (invalid
+// for none).
+func (a *VIPAllocator) releaseOwn(ctx context.Context, svc types.NamespacedName, have []VIPHold, keep netip.Addr) error {
+	for _, h := range have {
+		if h.Addr != keep && h.Owner == a.clusterID {
+			if err := a.store.Release(ctx, h.Addr, svc); err != nil {
+				return fmt.Errorf("release extra VIP %s of %s: %w", h.Addr, svc, err)
 			}
 		}
 	}
-	return got, nil
+	return nil
 }
 
-// Release frees every address of the range's family allocated to svc.
+// Release frees this cluster's allocations of svc of the range's family.
 func (a *VIPAllocator) Release(ctx context.Context, svc types.NamespacedName) error {
 	have, err := a.allocatedTo(ctx, svc)
 	if err != nil {
 		return fmt.Errorf("list VIPs of %s: %w", svc, err)
 	}
-	for _, addr := range have {
-		if err := a.store.Release(ctx, addr, svc); err != nil {
-			return fmt.Errorf("release VIP %s of %s: %w", addr, svc, err)
-		}
-	}
-	return nil
-}
-
-// MemVIPStore is an in-memory VIPStore, safe for concurrent use, with the
-// semantics of the broker objects: Claim is an atomic create.
-type MemVIPStore struct {
-	mu     sync.Mutex
-	holder map[netip.Addr]types.NamespacedName
-	bySvc  map[types.NamespacedName]map[netip.Addr]bool
-	claims int
-}
-
-// NewMemVIPStore returns an empty store.
-func NewMemVIPStore() *MemVIPStore {
-	return &MemVIPStore{
-		holder: map[netip.Addr]types.NamespacedName{},
-		bySvc:  map[types.NamespacedName]map[netip.Addr]bool{},
-	}
-}
-
-// AllocatedTo implements VIPStore.
-func (s *MemVIPStore) AllocatedTo(_ context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := slices.Collect(maps.Keys(s.bySvc[svc]))
-	slices.SortFunc(out, netip.Addr.Compare)
-	return out, nil
-}
-
-// Holder implements VIPStore.
-func (s *MemVIPStore) Holder(_ context.Context, addr netip.Addr) (types.NamespacedName, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h, ok := s.holder[addr]
-	return h, ok, nil
-}
-
-// Claim implements VIPStore.
-func (s *MemVIPStore) Claim(_ context.Context, addr netip.Addr, svc types.NamespacedName) (types.NamespacedName, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.claims++
-	if h, ok := s.holder[addr]; ok {
-		return h, fmt.Errorf("claim %s: held by %s: %w", addr, h, ErrVIPTaken)
-	}
-	s.holder[addr] = svc
-	if s.bySvc[svc] == nil {
-		s.bySvc[svc] = map[netip.Addr]bool{}
-	}
-	s.bySvc[svc][addr] = true
-	return svc, nil
-}
-
-// Release implements VIPStore.
-func (s *MemVIPStore) Release(_ context.Context, addr netip.Addr, svc types.NamespacedName) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if h, ok := s.holder[addr]; ok && h == svc {
-		delete(s.holder, addr)
-		delete(s.bySvc[svc], addr)
-		if len(s.bySvc[svc]) == 0 {
-			delete(s.bySvc, svc)
-		}
-	}
-	return nil
-}
-
-// Claims is the number of Claim calls so far.
-func (s *MemVIPStore) Claims() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.claims
-}
-
-// Len is the number of allocated addresses.
-func (s *MemVIPStore) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.holder)
+	return a.releaseOwn(ctx, svc, have, netip.Addr{})
 }

@@ -27,19 +27,19 @@ type FamilyVIPAllocator struct {
 	byFamily map[corev1.IPFamily]*VIPAllocator
 }
 
-// NewFamilyVIPAllocator returns an allocator of v4's addresses and, when
-// v6 holds addresses (Size > 0), v6's. v4 must be an IPv4 range and v6 an
-// IPv6 range; without v6, imports get no IPv6 VIP.
-func NewFamilyVIPAllocator(v4, v6 VIPRange, store VIPStore) (*FamilyVIPAllocator, error) {
+// NewFamilyVIPAllocator returns cluster clusterID's allocator of v4's
+// addresses and, when v6 holds addresses (Size > 0), v6's. v4 must be an
+// IPv4 range and v6 an IPv6 range; without v6, imports get no IPv6 VIP.
+func NewFamilyVIPAllocator(v4, v6 VIPRange, store VIPStore, clusterID string) (*FamilyVIPAllocator, error) {
 	if v4.Size() == 0 || v4.IsIPv6() {
 		return nil, fmt.Errorf("clusterset VIP range %s is not an IPv4 range", v4.Prefix())
 	}
-	a := &FamilyVIPAllocator{byFamily: map[corev1.IPFamily]*VIPAllocator{corev1.IPv4Protocol: NewVIPAllocator(v4, store)}}
+	a := &FamilyVIPAllocator{byFamily: map[corev1.IPFamily]*VIPAllocator{corev1.IPv4Protocol: NewVIPAllocator(v4, store, clusterID)}}
 	if v6.Size() > 0 {
 		if !v6.IsIPv6() {
 			return nil, fmt.Errorf("IPv6 clusterset VIP range %s is not an IPv6 range", v6.Prefix())
 		}
-		a.byFamily[corev1.IPv6Protocol] = NewVIPAllocator(v6, store)
+		a.byFamily[corev1.IPv6Protocol] = NewVIPAllocator(v6, store, clusterID)
 	}
 	return a, nil
 }
@@ -62,16 +62,18 @@ func VIPFamilies(ipFamilies []corev1.IPFamily) []corev1.IPFamily {
 }
 
 // Allocate returns svc's VIPs, one per family of VIPFamilies(ipFamilies)
-// in that order (the order of the import's spec.ips), allocating the
-// missing ones, and releases svc's addresses of the configured families
-// it no longer has (a dual-stack Service become single-stack). A family
-// without a configured range is left out (IPv6 VIPs turned off: a
-// dual-stack import gets its IPv4 VIP alone); only when that leaves no
-// family at all is it an error (ErrNoVIPRange). A family whose range is
-// exhausted (*VIPExhaustedError) is left out too and its error returned
-// with the addresses of the other families, so a dual-stack import keeps
-// its IPv4 VIP when the IPv6 range is full.
-func (a *FamilyVIPAllocator) Allocate(ctx context.Context, svc types.NamespacedName, ipFamilies []corev1.IPFamily) ([]netip.Addr, error) {
+// in that order (the order of the import's spec.ips), each by
+// VIPAllocator.Allocate (exporters: the clusters exporting svc; last: the
+// VIPs it was imported with), and releases this cluster's addresses of
+// svc of the configured families it no longer has (a dual-stack Service
+// become single-stack). A family without a configured range is left out
+// (IPv6 VIPs turned off: a dual-stack import gets its IPv4 VIP alone);
+// only when that leaves no family at all is it an error (ErrNoVIPRange).
+// A family whose allocation fails (*VIPExhaustedError, ErrVIPPending) is
+// left out too and its error returned with the addresses of the other
+// families, so a dual-stack import keeps its IPv4 VIP when the IPv6 range
+// is full.
+func (a *FamilyVIPAllocator) Allocate(ctx context.Context, svc types.NamespacedName, ipFamilies []corev1.IPFamily, exporters VIPExporters, last []netip.Addr) ([]netip.Addr, error) {
 	want := VIPFamilies(ipFamilies)
 	if !slices.ContainsFunc(want, func(f corev1.IPFamily) bool { return a.byFamily[f] != nil }) {
 		return nil, fmt.Errorf("allocate clusterset VIP for %s: %w %v", svc, ErrNoVIPRange, want)
@@ -83,7 +85,11 @@ func (a *FamilyVIPAllocator) Allocate(ctx context.Context, svc types.NamespacedN
 		if !ok {
 			continue
 		}
-		vip, err := alloc.Allocate(ctx, svc)
+		var prev netip.Addr
+		if i := slices.IndexFunc(last, func(v netip.Addr) bool { return v.Is6() == (f == corev1.IPv6Protocol) }); i >= 0 {
+			prev = last[i]
+		}
+		vip, err := alloc.Allocate(ctx, svc, exporters, prev)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -100,7 +106,8 @@ func (a *FamilyVIPAllocator) Allocate(ctx context.Context, svc types.NamespacedN
 	return vips, errors.Join(errs...)
 }
 
-// Release frees every address allocated to svc, of every configured family.
+// Release frees this cluster's allocations of svc, of every configured
+// family.
 func (a *FamilyVIPAllocator) Release(ctx context.Context, svc types.NamespacedName) error {
 	var errs []error
 	for _, f := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {

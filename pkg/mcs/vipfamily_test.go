@@ -107,13 +107,14 @@ func TestFamilyVIPAllocator(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store := NewMemVIPStore()
-			a, err := NewFamilyVIPAllocator(v4, tc.v6, store)
+			m := newMemVIPs()
+			store := m.store("c1")
+			a, err := NewFamilyVIPAllocator(v4, tc.v6, store, "c1")
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i, s := range tc.steps {
-				got, err := a.Allocate(ctx, nn(s.svc), s.families)
+				got, err := a.Allocate(ctx, nn(s.svc), s.families, exporting("c1"), nil)
 				if s.err == nil && err != nil || s.err != nil && !errors.Is(err, s.err) {
 					t.Fatalf("step %d: Allocate(%s, %v): %v, want error %v", i, s.svc, s.families, err, s.err)
 				}
@@ -127,14 +128,18 @@ func TestFamilyVIPAllocator(t *testing.T) {
 				}
 				// The store holds exactly what was returned, and asking
 				// again gives the same addresses without a new claim.
-				held, _ := store.AllocatedTo(ctx, nn(s.svc))
+				holds, _ := store.AllocatedTo(ctx, nn(s.svc))
+				var held []netip.Addr
+				for _, h := range holds {
+					held = append(held, h.Addr)
+				}
 				if !slices.Equal(held, slices.SortedFunc(slices.Values(got), netip.Addr.Compare)) {
 					t.Errorf("step %d: store holds %v for %s, Allocate returned %v", i, held, s.svc, got)
 				}
-				claims := store.Claims()
-				again, _ := a.Allocate(ctx, nn(s.svc), s.families)
-				if !slices.Equal(again, got) || store.Claims() != claims {
-					t.Errorf("step %d: again %v (%d new claims), want %v and none", i, again, store.Claims()-claims, got)
+				claims := m.Claims()
+				again, _ := a.Allocate(ctx, nn(s.svc), s.families, exporting("c1"), got)
+				if !slices.Equal(again, got) || m.Claims() != claims {
+					t.Errorf("step %d: again %v (%d new claims), want %v and none", i, again, m.Claims()-claims, got)
 				}
 			}
 			for _, s := range tc.steps {
@@ -142,8 +147,8 @@ func TestFamilyVIPAllocator(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if store.Len() != 0 {
-				t.Errorf("%d allocations left after Release", store.Len())
+			if m.Len() != 0 {
+				t.Errorf("%d allocations left after Release", m.Len())
 			}
 		})
 	}
@@ -151,10 +156,10 @@ func TestFamilyVIPAllocator(t *testing.T) {
 
 func TestNewFamilyVIPAllocatorRefusesSwappedRanges(t *testing.T) {
 	v4, v6 := MustParseVIPRange("243.0.0.0/24"), MustParseVIPRange("fd63:6175:7365::/120")
-	if _, err := NewFamilyVIPAllocator(v6, v6, NewMemVIPStore()); err == nil {
+	if _, err := NewFamilyVIPAllocator(v6, v6, newMemVIPs().store("c1"), "c1"); err == nil {
 		t.Error("an IPv6 range as the IPv4 one was accepted")
 	}
-	if _, err := NewFamilyVIPAllocator(v4, v4, NewMemVIPStore()); err == nil {
+	if _, err := NewFamilyVIPAllocator(v4, v4, newMemVIPs().store("c1"), "c1"); err == nil {
 		t.Error("an IPv4 range as the IPv6 one was accepted")
 	}
 }
@@ -166,19 +171,19 @@ func TestNewFamilyVIPAllocatorRefusesSwappedRanges(t *testing.T) {
 func TestFamilyVIPAllocatorConcurrent(t *testing.T) {
 	ctx := context.Background()
 	v4, v6 := MustParseVIPRange("243.0.0.0/23"), MustParseVIPRange("fd63:6175:7365::/119")
-	store := NewMemVIPStore()
+	m := newMemVIPs()
 	const services = 80
-	allocateConcurrently(t, 6, services, func() (func(s int) ([]netip.Addr, error), error) {
-		a, err := NewFamilyVIPAllocator(v4, v6, store)
+	allocateConcurrently(t, 6, services, func(id string, all VIPExporters) (func(s int) ([]netip.Addr, error), error) {
+		a, err := NewFamilyVIPAllocator(v4, v6, m.store(id), id)
 		return func(s int) ([]netip.Addr, error) {
 			fams := dual46
 			if s%3 == 0 {
 				fams = dual64
 			}
-			return a.Allocate(ctx, nn(fmt.Sprintf("svc-%d", s)), fams)
+			return a.Allocate(ctx, nn(fmt.Sprintf("svc-%d", s)), fams, all, nil)
 		}, err
 	})
-	if store.Len() != 2*services {
-		t.Errorf("%d allocations, want %d", store.Len(), 2*services)
+	if m.Len() != 2*services {
+		t.Errorf("%d allocations, want %d", m.Len(), 2*services)
 	}
 }

@@ -30,7 +30,7 @@ const (
 // refuses a member's delete of another's allocation
 // (broker.OwnershipPolicy). Every cluster runs the same release logic,
 // so each releases its own share (a duplicate it created in a race, the
-// allocation of a Service nobody exports any more).
+// allocation of a Service it stopped exporting).
 type BrokerVIPStore struct {
 	c         client.Client
 	clusterID string
@@ -44,7 +44,7 @@ func NewBrokerVIPStore(c client.Client, clusterID string) *BrokerVIPStore {
 }
 
 // AllocatedTo implements VIPStore.
-func (s *BrokerVIPStore) AllocatedTo(ctx context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
+func (s *BrokerVIPStore) AllocatedTo(ctx context.Context, svc types.NamespacedName) ([]VIPHold, error) {
 	var list causewayv1alpha1.VIPAllocationList
 	if err := s.c.List(ctx, &list, client.MatchingLabels{
 		LabelVIPServiceNamespace: svc.Namespace,
@@ -52,36 +52,48 @@ func (s *BrokerVIPStore) AllocatedTo(ctx context.Context, svc types.NamespacedNa
 	}); err != nil {
 		return nil, fmt.Errorf("list VIP allocations: %w", err)
 	}
-	var out []netip.Addr
-	for _, a := range list.Items {
+	var out []VIPHold
+	for i := range list.Items {
+		a := &list.Items[i]
 		if a.Spec.ServiceNamespace != svc.Namespace || a.Spec.ServiceName != svc.Name || a.DeletionTimestamp != nil {
 			continue
 		}
-		addr, err := ParseVIPObjectName(a.Name)
-		if err != nil {
-			continue // not ours to interpret; never handed out
+		if h, ok := HoldOf(a); ok {
+			out = append(out, h)
 		}
-		out = append(out, addr)
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
+	slices.SortFunc(out, func(x, y VIPHold) int { return x.Addr.Compare(y.Addr) })
 	return out, nil
 }
 
+// HoldOf is the allocation a VIPAllocation object makes; ok is false
+// when its name is no address (VIPObjectName): such an object is not
+// ours to interpret and holds nothing.
+func HoldOf(a *causewayv1alpha1.VIPAllocation) (VIPHold, bool) {
+	addr, err := ParseVIPObjectName(a.Name)
+	if err != nil {
+		return VIPHold{}, false
+	}
+	return VIPHold{Addr: addr, Service: types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName},
+		Owner: a.Labels[causewayv1alpha1.LabelClusterID], Created: a.CreationTimestamp.Time}, true
+}
+
 // Holder implements VIPStore.
-func (s *BrokerVIPStore) Holder(ctx context.Context, addr netip.Addr) (types.NamespacedName, bool, error) {
+func (s *BrokerVIPStore) Holder(ctx context.Context, addr netip.Addr) (VIPHold, bool, error) {
 	var a causewayv1alpha1.VIPAllocation
 	err := s.c.Get(ctx, types.NamespacedName{Name: VIPObjectName(addr)}, &a)
 	switch {
 	case apierrors.IsNotFound(err):
-		return types.NamespacedName{}, false, nil
+		return VIPHold{}, false, nil
 	case err != nil:
-		return types.NamespacedName{}, false, fmt.Errorf("get VIP allocation %s: %w", addr, err)
+		return VIPHold{}, false, fmt.Errorf("get VIP allocation %s: %w", addr, err)
 	}
-	return types.NamespacedName{Namespace: a.Spec.ServiceNamespace, Name: a.Spec.ServiceName}, true, nil
+	h, ok := HoldOf(&a)
+	return h, ok, nil
 }
 
 // Claim implements VIPStore.
-func (s *BrokerVIPStore) Claim(ctx context.Context, addr netip.Addr, svc types.NamespacedName) (types.NamespacedName, error) {
+func (s *BrokerVIPStore) Claim(ctx context.Context, addr netip.Addr, svc types.NamespacedName) (VIPHold, error) {
 	a := &causewayv1alpha1.VIPAllocation{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: VIPObjectName(addr),
@@ -95,19 +107,20 @@ func (s *BrokerVIPStore) Claim(ctx context.Context, addr netip.Addr, svc types.N
 	}
 	err := s.c.Create(ctx, a)
 	if err == nil {
-		return svc, nil
+		h, _ := HoldOf(a)
+		return h, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return types.NamespacedName{}, fmt.Errorf("create VIP allocation %s: %w", addr, err)
+		return VIPHold{}, fmt.Errorf("create VIP allocation %s: %w", addr, err)
 	}
 	holder, ok, herr := s.Holder(ctx, addr)
 	if herr != nil {
-		return types.NamespacedName{}, herr
+		return VIPHold{}, herr
 	}
 	if !ok {
-		return types.NamespacedName{}, fmt.Errorf("claim %s: released meanwhile: %w", addr, ErrVIPTaken)
+		return VIPHold{}, fmt.Errorf("claim %s: released meanwhile: %w", addr, ErrVIPTaken)
 	}
-	return holder, fmt.Errorf("claim %s: held by %s: %w", addr, holder, ErrVIPTaken)
+	return holder, fmt.Errorf("claim %s: held by %s (cluster %q): %w", addr, holder.Service, holder.Owner, ErrVIPTaken)
 }
 
 // Release implements VIPStore. It deletes the object only if svc holds it

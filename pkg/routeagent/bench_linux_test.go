@@ -144,7 +144,9 @@ func createImport(b *testing.B, ctx context.Context, cl client.Client, i int) {
 				LabelSourceCluster:                          "c1",
 				discoveryv1.LabelManagedBy:                  "mcs-controller.causeway.dev",
 				"multicluster.kubernetes.io/service-import": name,
-			}},
+			},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1beta1.GroupVersion.String(), Kind: mcsv1beta1.ServiceImportKindName,
+				Name: name, UID: si.UID, Controller: ref(true)}}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ref("http"), Protocol: ref(corev1.ProtocolTCP), Port: ref(int32(8080))}},
 		Endpoints: []discoveryv1.Endpoint{{

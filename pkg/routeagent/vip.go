@@ -3,9 +3,12 @@ package routeagent
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -30,32 +33,73 @@ const (
 	LabelSourceCluster = "multicluster.kubernetes.io/source-cluster"
 )
 
-// VIPDesired is the VIP table of a node of cluster localCluster: for every
-// port of every clusterset VIP (IPv4 or IPv6) of every ClusterSetIP
+// VIPConfig is what a node's VIP table depends on besides the cluster's
+// ServiceImports and EndpointSlices.
+type VIPConfig struct {
+	// ClusterID is the node's cluster.
+	ClusterID string
+	// Ranges are the ClusterSet's VIP ranges (its policy's VIPRange and
+	// VIPRangeIPv6): an import's address outside them is never programmed.
+	Ranges []netip.Prefix
+	// Limits are the VIP table's (vip.Table.Limits; zero: none).
+	Limits vip.Limits
+}
+
+// VIPState is a node's VIP table and what was left out of it.
+type VIPState struct {
+	Services map[vip.ServiceKey]vip.Service
+	// LeftOut are the imports ("<namespace>/<name>") left out whole
+	// because the table's limits were reached, in the order they came.
+	LeftOut []string
+	// Ignored counts inputs never programmed: an import's address outside
+	// the VIP ranges or held by an older import, an EndpointSlice not
+	// written by the MCS controller for its import, an import whose
+	// weights do not fit the table.
+	Ignored int
+}
+
+// VIPDesired is the VIP table of a node of cluster cfg.ClusterID: for
+// every port of every clusterset VIP (IPv4 or IPv6) of every ClusterSetIP
 // ServiceImport, the ready endpoints of its multicluster EndpointSlices of
 // the VIP's address family at the slice's port of the same name and
-// protocol, each weighted by its slice's
-// mcs.AnnotationReadyEndpoints (the source cluster's ready pods; 1 when
-// absent), so that every cluster gets a share of the connections
-// proportional to its ready pods. The import's traffic policy narrows the
-// source clusters:
+// protocol, each weighted by its slice's mcs.AnnotationReadyEndpoints (the
+// source cluster's ready pods; 1 when absent), so that every cluster gets
+// a share of the connections proportional to its ready pods. The import's
+// traffic policy narrows the source clusters:
 //
-//   - internalTrafficPolicy Local: only localCluster's own backends (its
-//     Service's ClusterIP, where kube-proxy applies that Service's node
-//     locality); none when this cluster exports no ready backend.
-//   - trafficDistribution PreferClose: only localCluster's backends while it
-//     has a ready one, every cluster's otherwise.
+//   - internalTrafficPolicy Local: only the local cluster's own backends
+//     (its Service's ClusterIP, where kube-proxy applies that Service's
+//     node locality); none when this cluster exports no ready backend.
+//   - trafficDistribution PreferClose: only the local cluster's backends
+//     while it has a ready one, every cluster's otherwise.
 //
 // sessionAffinity ClientIP becomes the service's AffinitySeconds
 // (sessionAffinityConfig.clientIP.timeoutSeconds, default 10800).
 //
+// Only what the MCS controller wrote is programmed: an import's addresses
+// inside cfg.Ranges (never a ClusterIP, a node's address or the metadata
+// service), each held by one import (the oldest, then by namespace and
+// name), and the slices labelled managed-by mcs.ManagedBy whose
+// controller reference is their import (name and UID).
+//
+// The table holds at most cfg.Limits: it is filled import by import —
+// those with a backend of the local cluster first, then the older
+// (creation time, then namespace and name) — and an import whose service
+// ports or backends no longer fit is left out whole (LeftOut), so one
+// cluster's flood of imports never costs the table the others.
+//
 // A service left with no ready endpoint stays in the table with no
-// backends, so that connecting to it fails at once. Pure: same input, same
-// output.
-func VIPDesired(localCluster string, imports []*mcsv1beta1.ServiceImport, eps []*discoveryv1.EndpointSlice) map[vip.ServiceKey]vip.Service {
+// backends, so that connecting to it fails at once. Pure: same input,
+// same output; the result always passes vip.Table.Set's validation.
+func VIPDesired(cfg VIPConfig, imports []*mcsv1beta1.ServiceImport, eps []*discoveryv1.EndpointSlice) VIPState {
+	var st VIPState
 	type sliceKey struct {
 		svc  client.ObjectKey
 		ipv6 bool
+	}
+	byName := make(map[client.ObjectKey]*mcsv1beta1.ServiceImport, len(imports))
+	for _, si := range imports {
+		byName[client.ObjectKeyFromObject(si)] = si
 	}
 	bySvc := map[sliceKey][]*discoveryv1.EndpointSlice{}
 	for _, s := range eps {
@@ -63,34 +107,140 @@ func VIPDesired(localCluster string, imports []*mcsv1beta1.ServiceImport, eps []
 		if name == "" || s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
 		}
-		k := sliceKey{client.ObjectKey{Namespace: s.Namespace, Name: name}, s.AddressType == discoveryv1.AddressTypeIPv6}
+		svc := client.ObjectKey{Namespace: s.Namespace, Name: name}
+		if !writtenFor(s, byName[svc]) {
+			st.Ignored++
+			continue
+		}
+		k := sliceKey{svc, s.AddressType == discoveryv1.AddressTypeIPv6}
 		bySvc[k] = append(bySvc[k], s)
 	}
-	out := map[vip.ServiceKey]vip.Service{}
+
+	// The imports in the order the table is filled: local first, then the
+	// older. A VIP goes to the first import in that order that has it…
+	type candidate struct {
+		si    *mcsv1beta1.ServiceImport
+		local bool
+	}
+	var cands []candidate
 	for _, si := range imports {
 		if si.Spec.Type != mcsv1beta1.ClusterSetIP {
 			continue
 		}
+		key := client.ObjectKeyFromObject(si)
+		local := slices.ContainsFunc(append(bySvc[sliceKey{key, false}], bySvc[sliceKey{key, true}]...), func(s *discoveryv1.EndpointSlice) bool {
+			return s.Labels[LabelSourceCluster] == cfg.ClusterID
+		})
+		cands = append(cands, candidate{si, local})
+	}
+	slices.SortFunc(cands, func(a, b candidate) int {
+		switch {
+		case a.local != b.local && a.local:
+			return -1
+		case a.local != b.local:
+			return 1
+		}
+		return olderFirst(a.si, b.si)
+	})
+	// …except that the addresses are claimed by age alone, so that which
+	// import a VIP belongs to does not depend on where its backends are.
+	owner := map[netip.Addr]client.ObjectKey{}
+	byAge := slices.Clone(cands)
+	slices.SortFunc(byAge, func(a, b candidate) int { return olderFirst(a.si, b.si) })
+	for _, c := range byAge {
+		for _, ipStr := range c.si.Spec.IPs {
+			if ip, err := netip.ParseAddr(ipStr); err == nil {
+				if _, taken := owner[ip]; !taken {
+					owner[ip] = client.ObjectKeyFromObject(c.si)
+				}
+			}
+		}
+	}
+
+	st.Services = map[vip.ServiceKey]vip.Service{}
+	backends := 0
+	for _, c := range cands {
+		si, key := c.si, client.ObjectKeyFromObject(c.si)
+		mine := map[vip.ServiceKey]vip.Service{}
+		n := 0
+		fits := true
 		for _, ipStr := range si.Spec.IPs {
 			ip, err := netip.ParseAddr(ipStr)
-			if err != nil || ip.Is4In6() || ip.Zone() != "" {
+			if err != nil || ip.Is4In6() || ip.Zone() != "" || !slices.ContainsFunc(cfg.Ranges, func(r netip.Prefix) bool { return r.Contains(ip) }) ||
+				owner[ip] != key {
+				st.Ignored++
 				continue
 			}
-			familySlices := bySvc[sliceKey{client.ObjectKeyFromObject(si), ip.Is6()}]
+			familySlices := bySvc[sliceKey{key, ip.Is6()}]
 			for _, p := range si.Spec.Ports {
 				proto, ok := vipProto(p.Protocol)
 				if !ok || p.Port < 1 || p.Port > 65535 {
 					continue
 				}
-				key := vip.ServiceKey{VIP: ip, Port: uint16(p.Port), Proto: proto}
-				out[key] = vip.Service{
-					Backends:        backendsFor(localCluster, si.Spec, familySlices, p),
+				svc := vip.Service{
+					Backends:        backendsFor(cfg.ClusterID, si.Spec, familySlices, p),
 					AffinitySeconds: affinitySeconds(si.Spec),
 				}
+				if !weightsFit(svc.Backends) {
+					fits = false
+				}
+				k := vip.ServiceKey{VIP: ip, Port: uint16(p.Port), Proto: proto}
+				if old, dup := mine[k]; dup {
+					n -= len(old.Backends) // a port listed twice: the last wins
+				}
+				mine[k] = svc
+				n += len(svc.Backends)
 			}
 		}
+		if !fits {
+			st.Ignored++
+			continue
+		}
+		if cfg.Limits.Services != 0 && len(st.Services)+len(mine) > int(cfg.Limits.Services) ||
+			cfg.Limits.Backends != 0 && backends+n > int(cfg.Limits.Backends) {
+			st.LeftOut = append(st.LeftOut, key.String())
+			continue
+		}
+		maps.Copy(st.Services, mine)
+		backends += n
 	}
-	return out
+	return st
+}
+
+// olderFirst orders imports by creation time, then namespace and name.
+func olderFirst(a, b *mcsv1beta1.ServiceImport) int {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+// writtenFor tells whether s is a slice the MCS controller wrote for si:
+// labelled managed-by mcs.ManagedBy, with si (name and UID) as its
+// controller. In a member cluster the chart's admission policy lets
+// nobody else write such a slice (pkg/chart); this keeps a slice that was
+// written elsewhere (a cluster without the policy) out all the same when
+// it does not belong to the import.
+func writtenFor(s *discoveryv1.EndpointSlice, si *mcsv1beta1.ServiceImport) bool {
+	if si == nil || s.Labels[discoveryv1.LabelManagedBy] != mcs.ManagedBy {
+		return false
+	}
+	ref := metav1.GetControllerOfNoCopy(s)
+	return ref != nil && ref.Kind == mcsv1beta1.ServiceImportKindName && ref.Name == si.Name && ref.UID == si.UID &&
+		strings.HasPrefix(ref.APIVersion, mcsv1beta1.GroupName+"/")
+}
+
+// weightsFit tells whether the backends' weights sum to what the table
+// holds (less than 2^32, a weight of 0 counting as 1).
+func weightsFit(bes []vip.Backend) bool {
+	var sum uint64
+	for _, b := range bes {
+		sum += uint64(max(b.Weight, 1))
+	}
+	return sum <= math.MaxUint32
 }
 
 // backendsFor returns the weighted ready backends of import port p from
@@ -281,15 +431,17 @@ func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPS
 }
 
 // slimImport keeps of a ServiceImport what VIPDesired reads: its
-// identity, type, IPs, ports, session affinity and traffic policy.
+// identity, creation time, type, IPs, ports, session affinity and traffic
+// policy.
 func slimImport(in any) (any, error) {
 	si, ok := in.(*mcsv1beta1.ServiceImport)
 	if !ok {
 		return in, nil
 	}
 	out := &mcsv1beta1.ServiceImport{
-		TypeMeta:   si.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{Namespace: si.Namespace, Name: si.Name, UID: si.UID, ResourceVersion: si.ResourceVersion},
+		TypeMeta: si.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: si.Namespace, Name: si.Name, UID: si.UID, ResourceVersion: si.ResourceVersion,
+			CreationTimestamp: si.CreationTimestamp},
 		Spec: mcsv1beta1.ServiceImportSpec{Type: si.Spec.Type, IPs: si.Spec.IPs,
 			SessionAffinity: si.Spec.SessionAffinity, SessionAffinityConfig: si.Spec.SessionAffinityConfig,
 			InternalTrafficPolicy: si.Spec.InternalTrafficPolicy, TrafficDistribution: si.Spec.TrafficDistribution},
@@ -304,9 +456,9 @@ func slimImport(in any) (any, error) {
 }
 
 // slimSlice keeps of a multicluster EndpointSlice what VIPDesired reads:
-// its identity, service-name and source-cluster labels, ready-endpoints
-// annotation, address type, ports, and each endpoint's addresses and ready
-// condition.
+// its identity, service-name, source-cluster and managed-by labels,
+// controller reference, ready-endpoints annotation, address type, ports,
+// and each endpoint's addresses and ready condition.
 func slimSlice(in any) (any, error) {
 	s, ok := in.(*discoveryv1.EndpointSlice)
 	if !ok {
@@ -315,9 +467,13 @@ func slimSlice(in any) (any, error) {
 	out := &discoveryv1.EndpointSlice{
 		TypeMeta: s.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion,
-			Labels: map[string]string{LabelServiceName: s.Labels[LabelServiceName], LabelSourceCluster: s.Labels[LabelSourceCluster]}},
+			Labels: map[string]string{LabelServiceName: s.Labels[LabelServiceName], LabelSourceCluster: s.Labels[LabelSourceCluster],
+				discoveryv1.LabelManagedBy: s.Labels[discoveryv1.LabelManagedBy]}},
 		AddressType: s.AddressType,
 		Ports:       s.Ports,
+	}
+	if ref := metav1.GetControllerOfNoCopy(s); ref != nil {
+		out.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
 	if w, ok := s.Annotations[mcs.AnnotationReadyEndpoints]; ok {
 		out.Annotations = map[string]string{mcs.AnnotationReadyEndpoints: w}
@@ -333,16 +489,17 @@ func slimSlice(in any) (any, error) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// SyncVIPs computes the VIP table of a node of cluster localCluster from
-// src and hands it to table.
-func SyncVIPs(ctx context.Context, localCluster string, src VIPSource, table vip.Table) (int, error) {
+// SyncVIPs computes the VIP table of a node from src (VIPDesired, within
+// the table's limits) and hands it to table.
+func SyncVIPs(ctx context.Context, cfg VIPConfig, src VIPSource, table vip.Table) (VIPState, error) {
 	imports, eps, err := src.ListVIPInputs(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("list VIP inputs: %w", err)
+		return VIPState{}, fmt.Errorf("list VIP inputs: %w", err)
 	}
-	desired := VIPDesired(localCluster, imports, eps)
-	if err := table.Set(ctx, desired); err != nil {
-		return 0, fmt.Errorf("program VIP table: %w", err)
+	cfg.Limits = table.Limits()
+	st := VIPDesired(cfg, imports, eps)
+	if err := table.Set(ctx, st.Services); err != nil {
+		return st, fmt.Errorf("program VIP table: %w", err)
 	}
-	return len(desired), nil
+	return st, nil
 }

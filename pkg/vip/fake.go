@@ -82,6 +82,9 @@ func applyOps(m mapState, o ops) {
 	}
 }
 
+// Limits implements Table.
+func (f *Fake) Limits() Limits { return f.limits }
+
 // Close implements Table.
 func (f *Fake) Close() error {
 	f.mu.Lock()

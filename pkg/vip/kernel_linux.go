@@ -495,6 +495,10 @@ func (k *Kernel) Services() (map[ServiceKey]Service, error) {
 	return st.desired(), nil
 }
 
+// Limits implements Table: the maps' sizes (Config.MaxServices,
+// MaxBackends).
+func (k *Kernel) Limits() Limits { return k.limits }
+
 // LastOps returns the map writes of the last Set that changed anything.
 func (k *Kernel) LastOps() OpCounts {
 	k.mu.Lock()

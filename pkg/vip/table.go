@@ -80,6 +80,9 @@ type Table interface {
 	// before changing anything; on an error from the kernel the next Set
 	// re-reads the maps and converges.
 	Set(ctx context.Context, desired map[ServiceKey]Service) error
+	// Limits are the most entries the table holds: Set refuses a desired
+	// state beyond them (ErrInvalid), so callers fit theirs within.
+	Limits() Limits
 	// Close releases the Table's resources. The kernel implementation leaves
 	// the programs attached and the maps pinned, so the datapath keeps
 	// working until a new Table adopts them or Cleanup removes them.

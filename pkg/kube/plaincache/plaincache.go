@@ -43,6 +43,11 @@ type Config[T any] struct {
 	// ResyncPeriod, if set, is how often every value is reported again,
 	// unchanged (old and new equal), as informers resync.
 	ResyncPeriod time.Duration
+	// Observe, if set, sees every change of a key's value as Notify's
+	// receiver does (old or new nil when the key had or has no value;
+	// resyncs excluded), from the first list on whether or not Notify was
+	// called, outside the store's lock and before the receiver.
+	Observe func(key types.NamespacedName, old, new *T)
 }
 
 // Item is one cached value and the key of its object.
@@ -91,7 +96,12 @@ func (s *Store[T]) Notify(onChange func(key types.NamespacedName, old, new *T)) 
 		cs = append(cs, change[T]{key: key, new: v})
 	}
 	s.mu.Unlock()
-	report(onChange, cs)
+	if onChange == nil {
+		return
+	}
+	for _, c := range cs {
+		onChange(c.key, c.old, c.new)
+	}
 }
 
 // WaitForSync waits until the store holds the initial list, or ctx ends.
@@ -207,13 +217,17 @@ func (r *reflectorStore[T]) entry(obj any) (types.NamespacedName, *T, error) {
 	return key, nil, nil
 }
 
-// report passes the changes to onChange (none while it is nil).
-func report[T any](onChange func(key types.NamespacedName, old, new *T), cs []change[T]) {
-	if onChange == nil {
-		return
-	}
+// report passes the changes to Config.Observe and onChange (none while
+// it is nil).
+func (s *Store[T]) report(onChange func(key types.NamespacedName, old, new *T), cs []change[T]) {
 	for _, c := range cs {
-		if c.old != nil || c.new != nil {
+		if c.old == nil && c.new == nil {
+			continue
+		}
+		if s.cfg.Observe != nil {
+			s.cfg.Observe(c.key, c.old, c.new)
+		}
+		if onChange != nil {
 			onChange(c.key, c.old, c.new)
 		}
 	}
@@ -244,7 +258,7 @@ func (r *reflectorStore[T]) set(key types.NamespacedName, v *T) {
 	r.s.mu.Lock()
 	c, onChange := r.s.setLocked(key, v), r.s.onChange
 	r.s.mu.Unlock()
-	report(onChange, []change[T]{c})
+	r.s.report(onChange, []change[T]{c})
 }
 
 // Replace puts the store in the state of a full list: keys not in it are
@@ -270,12 +284,12 @@ func (r *reflectorStore[T]) Replace(list []any, _ string) error {
 	}
 	onChange := r.s.onChange
 	r.s.mu.Unlock()
+	r.s.report(onChange, cs)
 	select {
 	case <-r.s.synced:
 	default:
 		close(r.s.synced)
 	}
-	report(onChange, cs)
 	return nil
 }
 
@@ -288,7 +302,11 @@ func (r *reflectorStore[T]) Resync() error {
 	}
 	onChange := r.s.onChange
 	r.s.mu.RUnlock()
-	report(onChange, cs)
+	if onChange != nil {
+		for _, c := range cs {
+			onChange(c.key, c.old, c.new)
+		}
+	}
 	return nil
 }
 

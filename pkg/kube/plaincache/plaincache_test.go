@@ -27,7 +27,9 @@ type value struct{ v, group string }
 // has synced, creations, updates and deletions arrive with their old and
 // new values, an object Convert refuses leaves the store, groups list
 // their members, a receiver that comes later is told every value first,
-// and every value is reported again each resync period.
+// and every value is reported again each resync period. Observe sees the
+// same changes (not the resyncs), the initial list's before the store
+// reports it has synced.
 func TestStoreFollowsTheAPI(t *testing.T) {
 	c := kubetest.Start(t, "plaincache")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,6 +51,14 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 	}
 	put("before", "0", "a", false)
 
+	var mu sync.Mutex
+	var changes, observed []string
+	show := func(p *value) string {
+		if p == nil {
+			return "-"
+		}
+		return p.v
+	}
 	s := plaincache.New(plaincache.Config[value]{
 		Name:      "configmaps",
 		ListWatch: cache.NewListWatchFromClient(c.Kube.CoreV1().RESTClient(), "configmaps", "default", fields.Everything()),
@@ -59,15 +69,12 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 		},
 		Groups:       func(_ types.NamespacedName, v value) []string { return []string{v.group} },
 		ResyncPeriod: time.Second,
+		Observe: func(key types.NamespacedName, old, new *value) {
+			mu.Lock()
+			defer mu.Unlock()
+			observed = append(observed, fmt.Sprintf("%s %s→%s", key.Name, show(old), show(new)))
+		},
 	})
-	var mu sync.Mutex
-	var changes []string
-	show := func(p *value) string {
-		if p == nil {
-			return "-"
-		}
-		return p.v
-	}
 	resynced := map[string]bool{}
 	go s.Run(ctx)
 	s.Notify(func(key types.NamespacedName, old, new *value) {
@@ -87,6 +94,11 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 	if v, ok := s.Get(types.NamespacedName{Namespace: "default", Name: "before"}); !ok || v.v != "0" {
 		t.Fatalf("after sync, before = %+v %v, want v 0", v, ok)
 	}
+	mu.Lock()
+	if !slices.Equal(observed, []string{"before -→0"}) {
+		t.Errorf("observed %q by the time the store synced, want [before -→0]", observed)
+	}
+	mu.Unlock()
 
 	put("x", "1", "a", false)
 	put("x", "2", "b", false)
@@ -99,13 +111,13 @@ func TestStoreFollowsTheAPI(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		mu.Lock()
-		got := slices.Clone(changes)
+		got, obs := slices.Clone(changes), slices.Clone(observed)
 		mu.Unlock()
-		if slices.Equal(got, want) {
+		if slices.Equal(got, want) && slices.Equal(obs, want) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("changes %q, want %q", got, want)
+			t.Fatalf("changes %q, observed %q, want %q", got, obs, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -43,9 +43,15 @@ func (e *env) member(id string) client.Client {
 // spec, through the member client.
 func writeRecord(t *testing.T, c client.Client, id string, spec mcs.ExportRecord) error {
 	t.Helper()
+	return writeRecordObject(t, c, id, mcs.RecordName(spec.ServiceNamespace, spec.ServiceName), spec)
+}
+
+// writeRecordObject creates or replaces the record object name (a head or
+// a part) in cluster id's broker namespace, through the member client.
+func writeRecordObject(t *testing.T, c client.Client, id, name string, spec mcs.ExportRecord) error {
+	t.Helper()
 	ctx := context.Background()
-	obj := &causewayv1alpha1.ServiceExportRecord{ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace(id),
-		Name: mcs.RecordName(spec.ServiceNamespace, spec.ServiceName)}}
+	obj := &causewayv1alpha1.ServiceExportRecord{ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace(id), Name: name}}
 	err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	obj.Spec = spec
 	switch {
@@ -207,6 +213,9 @@ func TestBadRecords(t *testing.T) {
 		// More than pkg/broker.MaxRecordItems in one object: the broker's
 		// admission refuses it.
 		{name: "11 000 backends", edit: bigGroups},
+		{name: "head naming a missing part", edit: func(r *mcs.ExportRecord) {
+			r.Part = &causewayv1alpha1.RecordPart{Index: 0, Count: 2, Revision: "0123456789"}
+		}, reason: mcs.ReasonIncompleteRecord, msg: "part 1 of 2 (revision 0123456789) is missing"},
 		{name: "port 0", edit: func(r *mcs.ExportRecord) { r.Ports[0].Port = 0 }},
 		{name: "101 ports", edit: func(r *mcs.ExportRecord) {
 			for i := range 100 {
@@ -252,6 +261,47 @@ func TestBadRecords(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("an incomplete set freezes nothing", func(t *testing.T) {
+		// c2's head names a part it never writes: c2 contributes nothing,
+		// and a change of c3's record still reaches c1's import.
+		if err := writeRecord(t, c2, "c2", good); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "c2 served", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.30/true"))
+		rev := "abcdef0123"
+		head := *good.DeepCopy()
+		head.Part = &causewayv1alpha1.RecordPart{Index: 0, Count: 2, Revision: rev}
+		if err := writeRecord(t, c2, "c2", head); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "c2 refused", wantImportCondition(c1, "demo", "web", mcs.ConditionRemoteRecordRefused, metav1.ConditionTrue,
+			mcs.ReasonIncompleteRecord, "cluster c2: IncompleteRecord: record of cluster c2 is incomplete: part 1 of 2"))
+		moved := honest("c3", "10.97.0.31", "10.245.1.30")
+		if err := writeRecord(t, e.member("c3"), "c3", moved); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "c3's change imported", wantEndpoints(c1, "demo", "web", mine, "c3/10.97.0.31/true"))
+		// The part arrives: the set is complete, c2 is served again.
+		// (The schema wants ports in every ClusterSetIP object; importers
+		// read only the head's.)
+		part := mcs.ExportRecord{ClusterID: "c2", ServiceNamespace: "demo", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP,
+			ExportCreationTimestamp: good.ExportCreationTimestamp, Ports: good.Ports, Part: &causewayv1alpha1.RecordPart{Index: 1, Count: 2, Revision: rev},
+			Endpoints: []causewayv1alpha1.RecordEndpoints{{AddressType: "IPv4", Ports: []causewayv1alpha1.RecordEndpointPort{{Name: "http", Port: 8080}},
+				Backends: []causewayv1alpha1.RecordBackend{{Address: "10.244.2.6", Ready: true, Serving: true}}}}}
+		if err := writeRecordObject(t, c2, "c2", mcs.RecordPartName("demo", "web", rev, 1), part); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "c2 served again", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.31/true"))
+		eventually(t, "nothing refused", wantImportCondition(c1, "demo", "web", mcs.ConditionRemoteRecordRefused, metav1.ConditionFalse, mcs.ReasonNoneRefused, ""))
+		if err := writeRecord(t, e.member("c3"), "c3", honest("c3", "10.97.0.30", "10.245.1.30")); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.member("c2").Delete(ctx, &causewayv1alpha1.ServiceExportRecord{ObjectMeta: metav1.ObjectMeta{
+			Namespace: broker.Namespace("c2"), Name: mcs.RecordPartName("demo", "web", rev, 1)}}); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	t.Run("claimed weight bounded", func(t *testing.T) {
 		// As many ready endpoints as a record may claim: c2's weight in

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/kube/plaincache"
 	"github.com/causeway-net/causeway/pkg/mcs"
@@ -26,18 +29,43 @@ import (
 
 // cachedRecord is what the controller keeps of a broker
 // ServiceExportRecord: its identity, its age (the broker's creation time)
-// and the Service it is about; of another cluster's record the whole spec
-// (it is merged), of this cluster's own the spec's content hash
-// (mcs.ContentHash), compared with the desired one. One being deleted is
-// not kept.
+// and the Service it is about; of this cluster's own record the spec's
+// content hash (mcs.ContentHash), compared with the desired one; of
+// another cluster's record in its namespace what it is (ident) and, while
+// that cluster's quota takes it (recordQuotas), its whole spec (body),
+// which is merged. One being deleted is not kept.
 type cachedRecord struct {
 	uid             types.UID
 	resourceVersion string
 	created         metav1.Time
 	service         types.NamespacedName // spec.serviceNamespace, spec.serviceName
 	part            bool                 // a part of a split record (not named mcs.RecordName)
-	spec            *mcs.ExportRecord    // another cluster's record
 	hash            string               // this cluster's own record
+
+	// Another cluster's record: ident is its spec's identity (cluster,
+	// Service, type, part), backends what it counts against its cluster's
+	// quota (addrpolicy.RecordBackends), body its whole spec.
+	ident    *mcs.ExportRecord
+	backends int
+	body     *recordBody
+}
+
+// recordBody holds a remote record's whole spec while its cluster's quota
+// takes it: emptied when the record falls out of the quota (the memory is
+// freed although the cache's value stays), filled again from the broker
+// API server by the sync that needs it once the quota takes it again.
+// Shared by every copy of the cached value.
+type recordBody struct {
+	spec atomic.Pointer[mcs.ExportRecord]
+}
+
+// remoteSpec is the whole spec of a remote record, if the cache holds it.
+func (v cachedRecord) remoteSpec() (*mcs.ExportRecord, bool) {
+	if v.body == nil {
+		return nil, false
+	}
+	spec := v.body.spec.Load()
+	return spec, spec != nil
 }
 
 func (t *slimmer) cachedRecord(obj any) (cachedRecord, bool) {
@@ -48,16 +76,25 @@ func (t *slimmer) cachedRecord(obj any) (cachedRecord, bool) {
 	v := cachedRecord{uid: r.UID, resourceVersion: r.ResourceVersion, created: r.CreationTimestamp,
 		service: types.NamespacedName{Namespace: kube.Intern(r.Spec.ServiceNamespace), Name: r.Spec.ServiceName}}
 	v.part = r.Name != mcs.RecordName(v.service.Namespace, v.service.Name)
-	if r.Namespace != t.ownNamespace {
-		// Listed ones come through slimmer.record, which shares the
-		// spec's repeated strings; watched ones are shared here.
-		if _, err := t.record(r); err != nil {
-			return cachedRecord{}, false
-		}
-		v.spec = &r.Spec
+	if r.Namespace == t.ownNamespace {
+		v.hash = mcs.ContentHash(r.Spec)
 		return v, true
 	}
-	v.hash = mcs.ContentHash(r.Spec)
+	// Listed ones come through slimmer.record, which shares the spec's
+	// repeated strings; watched ones are shared here.
+	if _, err := t.record(r); err != nil {
+		return cachedRecord{}, false
+	}
+	v.ident = &mcs.ExportRecord{ClusterID: r.Spec.ClusterID, ServiceNamespace: r.Spec.ServiceNamespace, ServiceName: r.Spec.ServiceName,
+		Type: r.Spec.Type, Part: r.Spec.Part}
+	if _, ok := broker.ClusterIDFromNamespace(r.Namespace); !ok {
+		return v, true // not a cluster's: never merged
+	}
+	v.backends = addrpolicy.RecordBackends(&r.Spec)
+	v.body = &recordBody{}
+	if t.quotas == nil || t.quotas.wouldTake(r.Namespace, r.Name, r.CreationTimestamp.Time, v.backends) {
+		v.body.spec.Store(&r.Spec)
+	}
 	return v, true
 }
 
@@ -78,9 +115,16 @@ func recordGroup(_ types.NamespacedName, v cachedRecord) []string {
 }
 
 // cachedVIP is what the controller keeps of a VIPAllocation: the Service
-// holding the address (the object's name). One being deleted is not kept.
+// holding the address (the object's name), the cluster that owns it
+// (label causeway.dev/cluster-id) and its creation time — what
+// mcs.VIPAllocator weighs. One being deleted, or whose name is no address
+// of the clusterset VIP ranges, is not kept: it holds nothing here (a
+// member creating allocations outside the ranges fills no importer's
+// memory).
 type cachedVIP struct {
 	service types.NamespacedName
+	owner   string
+	created metav1.Time
 }
 
 func (t *slimmer) cachedVIP(obj any) (cachedVIP, bool) {
@@ -88,7 +132,17 @@ func (t *slimmer) cachedVIP(obj any) (cachedVIP, bool) {
 	if !ok || a.DeletionTimestamp != nil {
 		return cachedVIP{}, false
 	}
-	return cachedVIP{service: types.NamespacedName{Namespace: kube.Intern(a.Spec.ServiceNamespace), Name: a.Spec.ServiceName}}, true
+	addr, err := mcs.ParseVIPObjectName(a.Name)
+	if err != nil || !slices.ContainsFunc(t.vipRanges, func(r netip.Prefix) bool { return r.Contains(addr) }) {
+		return cachedVIP{}, false
+	}
+	return cachedVIP{service: types.NamespacedName{Namespace: kube.Intern(a.Spec.ServiceNamespace), Name: a.Spec.ServiceName},
+		owner: kube.Intern(a.Labels[causewayv1alpha1.LabelClusterID]), created: a.CreationTimestamp}, true
+}
+
+// hold is the allocation of addr as mcs.VIPAllocator sees it.
+func (v cachedVIP) hold(addr netip.Addr) mcs.VIPHold {
+	return mcs.VIPHold{Addr: addr, Service: v.service, Owner: v.owner, Created: v.created.Time}
 }
 
 // vipGroup files an allocation under its Service ("<namespace>/<name>").
@@ -102,8 +156,9 @@ type brokerStores struct {
 
 // newBrokerStores returns the plain caches of the broker; records are
 // reported again every resync period (they name every Service exported
-// anywhere).
-func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer, resync time.Duration) (brokerStores, error) {
+// anywhere), and every change of one is told to observeRecord.
+func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer, resync time.Duration,
+	observeRecord func(key types.NamespacedName, old, new *cachedRecord)) (brokerStores, error) {
 	wc, err := client.NewWithWatch(broker, client.Options{Scheme: scheme})
 	if err != nil {
 		return brokerStores{}, fmt.Errorf("broker client: %w", err)
@@ -119,6 +174,7 @@ func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer, re
 			Convert:      t.cachedRecord,
 			Groups:       recordGroup,
 			ResyncPeriod: resync,
+			Observe:      observeRecord,
 		}),
 		vips: plaincache.New(plaincache.Config[cachedVIP]{
 			Name:      "vipallocations",
@@ -148,14 +204,14 @@ func (b brokerStores) recordsOf(ns, svcNS string) []types.NamespacedName {
 	return slices.Compact(out)
 }
 
-// vipsOf returns the addresses allocated to svc in the broker cache.
-func (b brokerStores) vipsOf(svc types.NamespacedName) []netip.Addr {
-	var out []netip.Addr
+// vipsOf returns the allocations of svc in the broker cache.
+func (b brokerStores) vipsOf(svc types.NamespacedName) []mcs.VIPHold {
+	var out []mcs.VIPHold
 	for _, it := range b.vips.Group(svc.String()) {
 		if addr, err := mcs.ParseVIPObjectName(it.Key.Name); err == nil {
-			out = append(out, addr)
+			out = append(out, it.Value.hold(addr))
 		}
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
+	slices.SortFunc(out, func(x, y mcs.VIPHold) int { return x.Addr.Compare(y.Addr) })
 	return out
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -11,14 +12,16 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
-// TestCachedRecord: another cluster's record keeps its whole spec, this
-// cluster's own its spec's hash, both their identity, age and Service,
-// whether watched (whole) or listed (through slimmer.record); a part is
-// filed under its Service and a head is not; a record being deleted is
-// not kept.
+// TestCachedRecord: another cluster's record keeps its whole spec, what
+// it is and what it counts against its quota, this cluster's own its
+// spec's hash, both their identity, age and Service, whether watched
+// (whole) or listed (through slimmer.record); a part is filed under its
+// Service and a head is not; a record being deleted is not kept; a
+// remote record its cluster's quota does not take keeps no spec.
 func TestCachedRecord(t *testing.T) {
 	spec := mcs.ExportRecord{ClusterID: "c2", ServiceNamespace: "ns", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP,
 		Ports: []causewayv1alpha1.RecordPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, ClusterIPs: []string{"10.96.0.10"}}
@@ -47,11 +50,14 @@ func TestCachedRecord(t *testing.T) {
 				v.service != (types.NamespacedName{Namespace: "ns", Name: "web"}) || v.part != tc.part {
 				t.Errorf("%s %s/%s: identity %+v", how, tc.ns, tc.name, v)
 			}
+			whole, kept := v.remoteSpec()
 			switch {
-			case tc.own && (v.spec != nil || v.hash != mcs.ContentHash(spec)):
-				t.Errorf("%s own record %s/%s: spec %+v, hash %q; want no spec and hash %q", how, tc.ns, tc.name, v.spec, v.hash, mcs.ContentHash(spec))
-			case !tc.own && (v.spec == nil || !equality.Semantic.DeepEqual(*v.spec, spec) || v.hash != ""):
-				t.Errorf("%s remote record %s/%s: spec %+v, hash %q; want the whole spec", how, tc.ns, tc.name, v.spec, v.hash)
+			case tc.own && (kept || v.ident != nil || v.hash != mcs.ContentHash(spec)):
+				t.Errorf("%s own record %s/%s: spec %+v, hash %q; want no spec and hash %q", how, tc.ns, tc.name, whole, v.hash, mcs.ContentHash(spec))
+			case !tc.own && (!kept || !equality.Semantic.DeepEqual(*whole, spec) || v.hash != "" || v.backends != 1 ||
+				!equality.Semantic.DeepEqual(*v.ident, mcs.ExportRecord{ClusterID: "c2", ServiceNamespace: "ns", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP})):
+				t.Errorf("%s remote record %s/%s: spec %+v, ident %+v, %d backends, hash %q; want the whole spec, its identity and 1 backend",
+					how, tc.ns, tc.name, whole, v.ident, v.backends, v.hash)
 			}
 			groups := recordGroup(types.NamespacedName{Namespace: tc.ns, Name: tc.name}, v)
 			if tc.part != (len(groups) == 1 && groups[0] == "ns/web") || !tc.part && len(groups) != 0 {
@@ -63,23 +69,45 @@ func TestCachedRecord(t *testing.T) {
 	if _, ok := newSlimmer("cluster-c1").cachedRecord(deleting); ok {
 		t.Error("a record being deleted is kept")
 	}
+	// c2's quota is one record, taken by an older one.
+	slim := newSlimmer("cluster-c1")
+	slim.quotas = newRecordQuotas(addrpolicy.Quotas{Records: 1, Backends: 100})
+	slim.quotas.set("cluster-c2", "ns.older", time.Unix(1, 0), 1)
+	meta := fullMeta("cluster-c2", "ns.web", nil)
+	meta.DeletionTimestamp = nil
+	v, ok := slim.cachedRecord(&causewayv1alpha1.ServiceExportRecord{ObjectMeta: meta, Spec: *spec.DeepCopy()})
+	if whole, kept := v.remoteSpec(); !ok || kept || v.ident == nil || v.backends != 1 {
+		t.Errorf("record over its cluster's quota kept as %+v (spec %+v), want its identity and no spec", v, whole)
+	}
 }
 
-// TestCachedVIP: an allocation keeps its Service and is filed under it;
-// one being deleted is not kept.
+// TestCachedVIP: an allocation keeps its Service, owner and creation time
+// and is filed under its Service; one being deleted, or outside the VIP
+// ranges, is not kept.
 func TestCachedVIP(t *testing.T) {
+	slim := newSlimmer("cluster-c1", netip.MustParsePrefix("243.0.0.0/12"), netip.MustParsePrefix("fd63:6175:7365::/108"))
 	addr := netip.MustParseAddr("243.0.0.7")
-	a := &causewayv1alpha1.VIPAllocation{ObjectMeta: metav1.ObjectMeta{Name: mcs.VIPObjectName(addr), UID: "u"},
+	created := metav1.Unix(1_000_000, 0)
+	a := &causewayv1alpha1.VIPAllocation{ObjectMeta: metav1.ObjectMeta{Name: mcs.VIPObjectName(addr), UID: "u", CreationTimestamp: created,
+		Labels: map[string]string{causewayv1alpha1.LabelClusterID: "c2"}},
 		Spec: causewayv1alpha1.VIPAllocationSpec{ServiceNamespace: "ns", ServiceName: "web"}}
-	v, ok := newSlimmer("cluster-c1").cachedVIP(a)
-	if !ok || v.service != (types.NamespacedName{Namespace: "ns", Name: "web"}) {
-		t.Fatalf("allocation kept as %+v %v, want ns/web", v, ok)
+	v, ok := slim.cachedVIP(a)
+	want := mcs.VIPHold{Addr: addr, Service: types.NamespacedName{Namespace: "ns", Name: "web"}, Owner: "c2", Created: created.Time}
+	if !ok || v.hold(addr) != want {
+		t.Fatalf("allocation kept as %+v %v, want %+v", v, ok, want)
 	}
 	if g := vipGroup(types.NamespacedName{Name: a.Name}, v); len(g) != 1 || g[0] != "ns/web" {
 		t.Errorf("allocation in groups %q, want [ns/web]", g)
 	}
+	for _, name := range []string{"10.0.0.7", "243.16.0.1", "v6-fd00-0000-0000-0000-0000-0000-0000-0001", "not-an-address"} {
+		out := a.DeepCopy()
+		out.Name = name
+		if _, ok := slim.cachedVIP(out); ok {
+			t.Errorf("allocation %s outside the VIP ranges is kept", name)
+		}
+	}
 	a.DeletionTimestamp = ptr(metav1.Now())
-	if _, ok := newSlimmer("cluster-c1").cachedVIP(a); ok {
+	if _, ok := slim.cachedVIP(a); ok {
 		t.Error("an allocation being deleted is kept")
 	}
 }

@@ -111,6 +111,12 @@ type Controller struct {
 	metrics  *metrics
 	trigger  chan event.GenericEvent
 
+	// quotas take each remote cluster's records up to its quota
+	// (recordQuotas); requeue hands the Services whose records it took or
+	// dropped to the controller's queue.
+	quotas  *recordQuotas
+	requeue requeuer
+
 	// stores cache the cluster's Services, EndpointSlices,
 	// ServiceExports and ServiceImports (localcache.go), brokerStores the
 	// broker's records and VIP allocations (brokercache.go).
@@ -127,8 +133,10 @@ type Controller struct {
 	// waitingVIP are Services whose VIP allocation found the range full.
 	waitingVIP map[types.NamespacedName]bool
 	// refused holds, per Service, the remote records refused at its last
-	// sync (cluster ID -> refusal), so that each refusal is reported once.
-	refused map[types.NamespacedName]map[string]string
+	// sync (cluster ID -> refusal), so that each refusal is reported once;
+	// quotaReported the clusters over their quota reported while they are.
+	refused       map[types.NamespacedName]map[string]string
+	quotaReported map[string]bool
 
 	// global is the globalnet allocation of this cluster's exports.
 	global globalnet
@@ -205,7 +213,10 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	// liveness Leases) are in the managers' informer caches, each type
 	// once (one informer shared by the watches and the reads), through a
 	// transform keeping what is read.
-	slim := newSlimmer(broker.Namespace(cfg.ClusterID))
+	slim := newSlimmer(broker.Namespace(cfg.ClusterID), cfg.Policy.VIPRange, cfg.Policy.VIPRangeIPv6)
+	// Each remote cluster's records are taken, and their specs kept, up to
+	// its quota.
+	slim.quotas = newRecordQuotas(cfg.Policy.Quotas)
 	localCache := cache.Options{
 		SyncPeriod:       &resync,
 		DefaultTransform: stripManagedFields,
@@ -273,8 +284,10 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		trigger:  make(chan event.GenericEvent, 1024),
 		services: map[types.NamespacedName]serviceState{},
 
-		waitingVIP: map[types.NamespacedName]bool{},
-		refused:    map[types.NamespacedName]map[string]string{},
+		quotas:        slim.quotas,
+		waitingVIP:    map[types.NamespacedName]bool{},
+		refused:       map[types.NamespacedName]map[string]string{},
+		quotaReported: map[string]bool{},
 		global: globalnet{
 			held:    map[types.NamespacedName]mcs.GlobalIngressSpec{},
 			waiting: map[types.NamespacedName]bool{},
@@ -283,7 +296,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	if c.stores, err = newLocalStores(local, scheme, slim, resync); err != nil {
 		return nil, err
 	}
-	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim, resync); err != nil {
+	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim, resync, c.observeRecord); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(c.allStores()); err != nil {
@@ -295,7 +308,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		}
 	}
 	if c.alloc, err = mcs.NewFamilyVIPAllocator(vips, vips6,
-		cachedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), vips: c.brokerStores}); err != nil {
+		cachedVIPStore{BrokerVIPStore: mcs.NewBrokerVIPStore(c.bclient, cfg.ClusterID), vips: c.brokerStores}, cfg.ClusterID); err != nil {
 		return nil, err
 	}
 	if err := c.setup(); err != nil {
@@ -425,6 +438,7 @@ func (c *Controller) setup() error {
 		WatchesRawSource(storeSource[cachedRecord]{store: c.brokerStores.records, requests: recordService}).
 		WatchesRawSource(storeSource[cachedVIP]{store: c.brokerStores.vips, requests: vipService}).
 		WatchesRawSource(source.Channel(c.trigger, record)).
+		WatchesRawSource(&c.requeue).
 		Complete(reconcile.Func(c.reconcile))
 	if err != nil {
 		return fmt.Errorf("build controller: %w", err)
@@ -459,20 +473,19 @@ func ptrTo[T any](v T) *T { return &v }
 // Claim and Release stay with the API server: when a claim meets an
 // existing object, the API server says who holds it (another cluster may
 // have allocated it for the same Service a moment ago, before the cache
-// saw it), and the owner label, which the cache does not keep, decides
-// whether an allocation is this cluster's to release.
+// saw it).
 type cachedVIPStore struct {
 	*mcs.BrokerVIPStore
 	vips brokerStores
 }
 
-func (s cachedVIPStore) AllocatedTo(_ context.Context, svc types.NamespacedName) ([]netip.Addr, error) {
+func (s cachedVIPStore) AllocatedTo(_ context.Context, svc types.NamespacedName) ([]mcs.VIPHold, error) {
 	return s.vips.vipsOf(svc), nil
 }
 
-func (s cachedVIPStore) Holder(_ context.Context, addr netip.Addr) (types.NamespacedName, bool, error) {
+func (s cachedVIPStore) Holder(_ context.Context, addr netip.Addr) (mcs.VIPHold, bool, error) {
 	v, ok := s.vips.vips.Get(types.NamespacedName{Name: mcs.VIPObjectName(addr)})
-	return v.service, ok, nil
+	return v.hold(addr), ok, nil
 }
 
 // runLiveness renews this cluster's liveness Lease and re-evaluates the

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -22,7 +24,10 @@ import (
 // ClusterIP of each) is imported with one clusterset VIP per family, in
 // the order of ipFamilies, each from its range, and an EndpointSlice per
 // family; the same export turned single-stack IPv4 keeps its IPv4 VIP and
-// releases the IPv6 one in the broker.
+// its exporter releases the IPv6 one in the broker. c3, the exporter, has
+// no controller here: its record is written and its VIPs allocated (the
+// allocator its controller runs) with its broker identity; c1 only
+// imports, and so adopts c3's allocations and claims none.
 func TestDualStackImport(t *testing.T) {
 	e := newEnv(t, "c1")
 	ctx := context.Background()
@@ -48,6 +53,15 @@ func TestDualStackImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	v4, v6 := mcs.MustParseVIPRange(mcs.DefaultVIPRange), mcs.MustParseVIPRange(mcs.DefaultVIPRangeIPv6)
+	c3alloc, err := mcs.NewFamilyVIPAllocator(v4, v6, mcs.NewBrokerVIPStore(e.member("c3"), "c3"), "c3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3exports := func(c string) (time.Time, bool) { return time.Time{}, c == "c3" }
+	web := types.NamespacedName{Namespace: "demo", Name: "web"}
+	if _, err := c3alloc.Allocate(ctx, web, rec.IPFamilies, c3exports, nil); err != nil {
+		t.Fatal(err)
+	}
 	var vip4 netip.Addr
 	eventually(t, "an IPv4 and an IPv6 VIP, and a slice per family", func() error {
 		ips, err := importIPs(c1, "demo", "web")
@@ -63,6 +77,9 @@ func TestDualStackImport(t *testing.T) {
 
 	rec.IPFamilies, rec.ClusterIPs = []corev1.IPFamily{corev1.IPv4Protocol}, []string{"10.97.0.30"}
 	if err := writeRecord(t, e.member("c3"), "c3", rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c3alloc.Allocate(ctx, web, rec.IPFamilies, c3exports, nil); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "single-stack: the IPv4 VIP stays, the IPv6 one is released", func() error {

@@ -51,22 +51,23 @@ type globalnet struct {
 	waiting map[types.NamespacedName]bool
 }
 
-// ownGlobalCIDR is this cluster's global CIDR from its mirrored Cluster
-// (the first IPv4 one); ok is false while it has none.
-func (c *Controller) ownGlobalCIDR(ctx context.Context) (netip.Prefix, bool, error) {
+// ownCluster is this cluster's global CIDR (the first IPv4 one) and pod
+// CIDRs from its mirrored Cluster; ok is false while it has no global
+// CIDR.
+func (c *Controller) ownCluster(ctx context.Context) (global netip.Prefix, podCIDRs []netip.Prefix, ok bool, err error) {
 	var cl causewayv1alpha1.Cluster
 	switch err := c.local.Get(ctx, types.NamespacedName{Namespace: c.cfg.Namespace, Name: c.cfg.ClusterID}, &cl); {
 	case apierrors.IsNotFound(err):
-		return netip.Prefix{}, false, nil
+		return netip.Prefix{}, nil, false, nil
 	case err != nil:
-		return netip.Prefix{}, false, fmt.Errorf("get own Cluster: %w", err)
+		return netip.Prefix{}, nil, false, fmt.Errorf("get own Cluster: %w", err)
 	}
 	for _, s := range cl.Spec.GlobalCIDRs {
 		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() {
-			return p.Masked(), true, nil
+			return p.Masked(), parsePrefixes(cl.Spec.PodCIDRs), true, nil
 		}
 	}
-	return netip.Prefix{}, false, nil
+	return netip.Prefix{}, nil, false, nil
 }
 
 // allocator returns the allocator of cidr, building and seeding it on
@@ -121,14 +122,14 @@ func (c *Controller) syncGlobal(ctx context.Context, key types.NamespacedName, s
 	if svc == nil {
 		return c.releaseGlobal(ctx, key, have)
 	}
-	cidr, ok, err := c.ownGlobalCIDR(ctx)
+	cidr, podCIDRs, ok, err := c.ownCluster(ctx)
 	if err != nil {
 		return res, err
 	}
 	if !ok {
 		return c.releaseGlobal(ctx, key, have) // no global CIDR (yet): no GlobalIngress
 	}
-	want := mcs.GlobalWantFor(svc, local)
+	want := mcs.GlobalWantFor(svc, local, podCIDRs)
 
 	g := &c.global
 	g.mu.Lock()

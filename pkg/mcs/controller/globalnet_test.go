@@ -238,6 +238,30 @@ func TestGlobalnet(t *testing.T) {
 		})
 		eventually(t, "c1 without c2's not-ready pod", wantEndpoints(c1, "gn", "db",
 			"c1/10.244.3.1/true/db-0", "c1/10.244.3.2/true/db-1", "c2/"+g2["10.244.3.2"]+"/true/db-1"))
+		// A tenant of gn in c2 (RBAC on its namespace only) adds a slice of
+		// its own to db: a pod address inside c2's pod CIDR gets a global
+		// IP, a node address and the API server's ClusterIP get none (the
+		// API server itself refuses link-local and loopback addresses).
+		tenant := e.clusters["c2"].Tenant(t, "gn")
+		extra := localSliceObject(dbs["c2"], 5432, pod{ip: "10.244.3.9", ready: true}, pod{ip: "172.18.1.11", ready: true}, pod{ip: "10.96.0.1", ready: true})
+		extra.Name = "db-tenant"
+		if err := tenant.Create(ctx, extra); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "only the tenant's pod address gets a global IP", func() error {
+			gi, err := globalIngress(c2, "gn", "db")
+			if err != nil {
+				return err
+			}
+			var got []string
+			for _, p := range gi.Spec.Pods {
+				got = append(got, p.PodIP)
+			}
+			if !slices.Equal(got, []string{"10.244.3.2", "10.244.3.9"}) {
+				return fmt.Errorf("pods with global IPs %v, want [10.244.3.2 10.244.3.9]", got)
+			}
+			return nil
+		})
 		for _, id := range []string{"c1", "c2"} {
 			unexport(t, e.c(id), "gn", "db")
 		}

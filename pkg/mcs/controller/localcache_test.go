@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"net/netip"
 	"reflect"
 	"testing"
 
@@ -46,8 +47,8 @@ func TestCachedServiceKeepsWhatIsRead(t *testing.T) {
 			if !equality.Semantic.DeepEqual(want, got) || (wantErr == nil) != (gotErr == nil) {
 				t.Errorf("record from the %s cached Service differs:\nfull   %+v %v\ncached %+v %v", name, want, wantErr, got, gotErr)
 			}
-			if wantErr == nil && !reflect.DeepEqual(mcs.GlobalWantFor(full, nil), mcs.GlobalWantFor(svc, nil)) {
-				t.Errorf("globalnet needs of the %s cached Service differ: %+v, want %+v", name, mcs.GlobalWantFor(svc, nil), mcs.GlobalWantFor(full, nil))
+			if wantErr == nil && !reflect.DeepEqual(mcs.GlobalWantFor(full, nil, nil), mcs.GlobalWantFor(svc, nil, nil)) {
+				t.Errorf("globalnet needs of the %s cached Service differ: %+v, want %+v", name, mcs.GlobalWantFor(svc, nil, nil), mcs.GlobalWantFor(full, nil, nil))
 			}
 		}
 	}
@@ -77,7 +78,11 @@ func TestCachedSliceKeepsWhatIsRead(t *testing.T) {
 	}
 	headless := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}}
 	wantRecord := mcs.RecordEndpointsFromSlices([]discoveryv1.EndpointSlice{*own})
-	wantGlobal := mcs.GlobalWantFor(headless, []discoveryv1.EndpointSlice{*own})
+	podCIDRs := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	wantGlobal := mcs.GlobalWantFor(headless, []discoveryv1.EndpointSlice{*own}, podCIDRs)
+	if len(wantGlobal.Pods) != 1 {
+		t.Fatalf("globalnet wants %+v of the slice, want its ready pod", wantGlobal)
+	}
 
 	imported := own.DeepCopy()
 	imported.Name = "web-c2-ipv4"
@@ -111,7 +116,7 @@ func TestCachedSliceKeepsWhatIsRead(t *testing.T) {
 		if got := mcs.RecordEndpointsFromSlices(local); !equality.Semantic.DeepEqual(wantRecord, got) {
 			t.Errorf("listed %v: record endpoints from the cached slices %+v, want %+v", listed, got, wantRecord)
 		}
-		if got := mcs.GlobalWantFor(headless, local); !reflect.DeepEqual(wantGlobal, got) {
+		if got := mcs.GlobalWantFor(headless, local, podCIDRs); !reflect.DeepEqual(wantGlobal, got) {
 			t.Errorf("listed %v: globalnet needs from the cached slices %+v, want %+v", listed, got, wantGlobal)
 		}
 		want := []mcs.ExistingSlice{{Namespace: "ns", Name: imported.Name, ResourceVersion: imported.ResourceVersion, Hash: wantHash}}

@@ -20,6 +20,7 @@ type metrics struct {
 	globals      prometheus.Gauge
 	globalWait   prometheus.Gauge
 	refused      prometheus.Gauge
+	overQuota    *prometheus.GaugeVec
 	tokenExpiry  prometheus.Gauge
 	tokenFailed  prometheus.Counter
 }
@@ -71,9 +72,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "causeway", Subsystem: "mcs", Name: "global_pool_waiting",
 			Help: "Exported Services waiting for room in this cluster's global CIDR.",
 		}),
+		overQuota: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "causeway", Subsystem: "mcs", Name: "remote_record_objects_over_quota",
+			Help: "A remote cluster's ServiceExportRecord objects beyond its quota of records or backends: not imported, their specs not kept.",
+		}, []string{"cluster"}),
 		refused: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "causeway", Subsystem: "mcs", Name: "remote_records_refused",
-			Help: "Remote export records refused by the address policy (one per Service and cluster); they contribute nothing.",
+			Help: "Remote export records refused (address policy, incomplete set, quota; one per Service and cluster); they contribute nothing.",
 		}),
 		tokenExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "causeway", Subsystem: "mcs", Name: "broker_token_expiry_timestamp_seconds",
@@ -85,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.globals, m.globalWait, m.refused, m.tokenExpiry, m.tokenFailed)
+		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.globals, m.globalWait, m.refused, m.overQuota, m.tokenExpiry, m.tokenFailed)
 	}
 	return m
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,7 +42,7 @@ func refusedCondition(refused []refusal) metav1.Condition {
 	for i, r := range refused {
 		parts[i] = r.String()
 	}
-	cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, string(refused[0].err.Reason), truncate(strings.Join(parts, "; "), 2000)
+	cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, refused[0].reason, truncate(strings.Join(parts, "; "), 2000)
 	return cond
 }
 
@@ -50,7 +51,10 @@ func refusedCondition(refused []refusal) metav1.Condition {
 // ServiceImport si, or, when
 // every record was refused and there is no import, on the refused
 // cluster's Endpoint mirror in Causeway's namespace. It keeps the
-// remote_records_refused gauge.
+// remote_records_refused gauge. Records beyond their cluster's quota of a
+// Service with no import are reported once per cluster while it is over
+// its quota, not per Service: a cluster flooding the broker makes no
+// Event and holds no memory here per record it floods with.
 func (c *Controller) eventRefused(ctx context.Context, key types.NamespacedName, si *mcsv1beta1.ServiceImport, refused []refusal) {
 	// A refusal is reported again when the object it is reported on
 	// changes (an import appears or goes).
@@ -59,10 +63,20 @@ func (c *Controller) eventRefused(ctx context.Context, key types.NamespacedName,
 		on = "endpoint "
 	}
 	now := make(map[string]string, len(refused))
+	var overQuota []refusal
 	for _, r := range refused {
-		now[r.clusterID] = on + r.err.Error()
+		if si == nil && r.reason == mcs.ReasonQuotaExceeded {
+			overQuota = append(overQuota, r)
+			continue
+		}
+		now[r.clusterID] = on + r.detail()
 	}
 	c.mu.Lock()
+	overQuota = slices.DeleteFunc(overQuota, func(r refusal) bool {
+		reported := c.quotaReported[r.clusterID]
+		c.quotaReported[r.clusterID] = true
+		return reported
+	})
 	before := c.refused[key]
 	if len(now) == 0 {
 		delete(c.refused, key)
@@ -76,20 +90,32 @@ func (c *Controller) eventRefused(ctx context.Context, key types.NamespacedName,
 	c.metrics.refused.Set(float64(n))
 	c.mu.Unlock()
 
+	for _, r := range overQuota {
+		c.recorder.Eventf(c.endpointMirror(ctx, r.clusterID), nil, corev1.EventTypeWarning, mcs.EventRemoteRecordRefused, "Import",
+			"cluster %s holds records beyond its quota, which are not imported (first seen: record %s: %s)", r.clusterID,
+			mcs.RecordName(key.Namespace, key.Name), truncate(r.detail(), 800))
+		c.log.Warn("remote cluster over its quota of records", "peer", r.clusterID, "service", key, "message", r.message)
+	}
 	for _, r := range refused {
-		if before[r.clusterID] == now[r.clusterID] {
+		if _, ok := now[r.clusterID]; !ok || before[r.clusterID] == now[r.clusterID] {
 			continue
 		}
 		var regarding runtime.Object = si
 		if si == nil {
-			ep := &causewayv1alpha1.Endpoint{}
-			if err := c.local.Get(ctx, types.NamespacedName{Namespace: c.cfg.Namespace, Name: r.clusterID}, ep); err != nil {
-				ep.Namespace, ep.Name = c.cfg.Namespace, r.clusterID
-			}
-			regarding = ep
+			regarding = c.endpointMirror(ctx, r.clusterID)
 		}
 		c.recorder.Eventf(regarding, nil, corev1.EventTypeWarning, mcs.EventRemoteRecordRefused, "Import",
-			"record %s of cluster %s refused, nothing of it is imported: %s", mcs.RecordName(key.Namespace, key.Name), r.clusterID, truncate(r.err.Error(), 900))
-		c.log.Warn("remote record refused", "service", key, "peer", r.clusterID, "reason", r.err.Reason, "message", r.err.Message)
+			"record %s of cluster %s refused, nothing of it is imported: %s", mcs.RecordName(key.Namespace, key.Name), r.clusterID, truncate(r.detail(), 900))
+		c.log.Warn("remote record refused", "service", key, "peer", r.clusterID, "reason", r.reason, "message", r.message)
 	}
+}
+
+// endpointMirror is the Endpoint mirror of cluster id in Causeway's
+// namespace, for an Event (its name alone when it cannot be read).
+func (c *Controller) endpointMirror(ctx context.Context, id string) *causewayv1alpha1.Endpoint {
+	ep := &causewayv1alpha1.Endpoint{}
+	if err := c.local.Get(ctx, types.NamespacedName{Namespace: c.cfg.Namespace, Name: id}, ep); err != nil {
+		ep.Namespace, ep.Name = c.cfg.Namespace, id
+	}
+	return ep
 }

@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -67,10 +66,18 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	have, published := c.brokerStores.records.Get(recKey)
 	own := c.ownRecordParts(key)
 	// The head goes first, so importers stop using the set before its
-	// parts go.
+	// parts go. Before it, this cluster's VIP allocations of key: they
+	// count only while it exports key, and released while its record still
+	// stands, their addresses are free for the next exporter's claim
+	// (which, walking the same candidates, takes the same address) rather
+	// than held by an allocation that no longer counts.
 	withdraw := func() {
 		c.setExported(key, false)
 		if published {
+			if err := c.alloc.Release(ctx, key); err != nil {
+				st.writeErr = fmt.Errorf("release VIPs of %s before withdrawing its record: %w", key, err)
+				return
+			}
 			if err := c.bclient.Delete(ctx, have.object(recKey), client.Preconditions{UID: &have.uid}); err != nil && !apierrors.IsNotFound(err) {
 				st.writeErr = fmt.Errorf("delete record %s: %w", recKey, err)
 				return
@@ -236,59 +243,72 @@ func (c *Controller) deleteRecordParts(ctx context.Context, own map[string]cache
 	return errors.Join(errs...)
 }
 
-// refusal is a remote record addrpolicy.CheckRecord refused.
+// refusal is a remote record that contributes nothing to the import:
+// refused by addrpolicy.CheckRecord, an incomplete split record
+// (mcs.ReasonIncompleteRecord), or over its cluster's quota
+// (mcs.ReasonQuotaExceeded).
 type refusal struct {
 	clusterID string
-	err       *addrpolicy.RecordError
+	reason    string
+	message   string
 }
 
-func (r refusal) String() string { return "cluster " + r.clusterID + ": " + r.err.Error() }
+func (r refusal) String() string { return "cluster " + r.clusterID + ": " + r.detail() }
+
+// detail is the refusal without its cluster: "<reason>: <message>".
+func (r refusal) detail() string { return r.reason + ": " + r.message }
 
 // records returns every cluster's record of key from the broker cache,
 // split records joined (mcs.JoinRecord), with this cluster's replaced by
-// what syncExport just published, and the remote records refused by
-// addrpolicy.CheckRecord (left out of the first list: they contribute
-// nothing); a split record is checked joined, as it is merged. A record
-// claiming a cluster other than its namespace's is ignored: identities can
-// write only their own namespace, and this keeps one from speaking for
-// another. A live cluster's incomplete set is an error: the import stays
-// as it is until the set is complete (the exporter writes parts before the
-// head that names them, so the cache sees this only when a part was
-// deleted by hand, and the exporter writes it again); a dead cluster's is
-// left out, its backends are withdrawn anyway.
-func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) ([]mcs.ExportRecord, []refusal, error) {
+// what syncExport just published, and the remote records that contribute
+// nothing (left out of the first list): incomplete sets, whose head names
+// a part that is not there — an exporter writes the parts before the
+// head that names them, so this is a part deleted by hand or a set that
+// was never complete; records beyond their cluster's quota
+// (recordQuotas); and those addrpolicy.CheckRecord refuses (a split
+// record is checked joined, as it is merged). Such a cluster contributes
+// nothing to the Service, and every other cluster's record is merged as
+// if it did not exist. A
+// record claiming a cluster other than its namespace's is ignored:
+// identities can write only their own namespace, and this keeps one from
+// speaking for another. exporters are the clusters with a record of key
+// in the broker, contributing or not (this one while its record is
+// published), with the broker's creation time of each one's record: whose
+// VIP allocations of key count (mcs.VIPExporters). The error is a failed
+// read of a record the cache holds no spec of (joinRemote).
+func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp exportState) (recs []mcs.ExportRecord, refused []refusal, exporters map[string]time.Time, err error) {
 	headList, partList := c.recordHeads(key)
 	// A remote cluster's objects, in its own namespace, of the Service it
 	// names.
 	remote := func(r plaincache.Item[cachedRecord]) (string, bool) {
 		id, ok := broker.ClusterIDFromNamespace(r.Key.Namespace)
-		return id, ok && r.Value.spec != nil && id == r.Value.spec.ClusterID && id != c.cfg.ClusterID && r.Value.service == key
+		return id, ok && r.Value.ident != nil && id == r.Value.ident.ClusterID && id != c.cfg.ClusterID && r.Value.service == key
 	}
-	heads := map[string]cachedRecord{}                  // cluster -> head
-	objects := map[string]map[string]mcs.ExportRecord{} // cluster -> object name -> spec
+	heads := map[string]plaincache.Item[cachedRecord]{}            // cluster -> head
+	parts := map[string]map[string]plaincache.Item[cachedRecord]{} // cluster -> object name -> part
+	exporters = map[string]time.Time{}
 	for _, r := range headList {
 		if id, ok := remote(r); ok {
-			heads[id] = r.Value
+			heads[id] = r
+			exporters[id] = r.Value.created.Time
 		}
 	}
 	for _, r := range partList {
-		if id, ok := remote(r); ok && r.Value.spec.Part != nil {
-			if objects[id] == nil {
-				objects[id] = map[string]mcs.ExportRecord{}
+		if id, ok := remote(r); ok && r.Value.ident.Part != nil {
+			if parts[id] == nil {
+				parts[id] = map[string]plaincache.Item[cachedRecord]{}
 			}
-			objects[id][r.Key.Name] = *r.Value.spec
+			parts[id][r.Key.Name] = r
 		}
 	}
-	var out []mcs.ExportRecord
-	var refused []refusal
-	var errs []error
 	var pol *addrpolicy.Config
 	for _, id := range slices.Sorted(maps.Keys(heads)) {
-		spec, err := mcs.JoinRecord(*heads[id].spec, objects[id])
+		spec, why, err := c.joinRemote(ctx, id, heads[id], parts[id])
 		if err != nil {
-			if c.live.alive(id) {
-				errs = append(errs, err)
-			}
+			return nil, nil, nil, err
+		}
+		if why != nil {
+			refused = append(refused, *why)
 			continue
 		}
 		if pol == nil {
@@ -296,19 +316,116 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 		}
 		var re *addrpolicy.RecordError
 		if err := addrpolicy.CheckRecord(*pol, &spec, c.reach(ctx, id).Claim(id)); errors.As(err, &re) {
-			refused = append(refused, refusal{id, re})
+			refused = append(refused, refusal{id, string(re.Reason), re.Message})
 			continue
 		}
-		out = append(out, brokerAged(heads[id].created, spec))
-	}
-	if len(errs) > 0 {
-		return nil, nil, errors.Join(errs...)
+		recs = append(recs, brokerAged(heads[id].Value.created, spec))
 	}
 	if exp.record != nil {
-		out = append(out, *exp.record)
+		recs = append(recs, *exp.record)
+	}
+	if exp.published {
+		exporters[c.cfg.ClusterID] = exp.record.ExportCreationTimestamp.Time
 	}
 	slices.SortFunc(refused, func(a, b refusal) int { return strings.Compare(a.clusterID, b.clusterID) })
-	return out, refused, nil
+	return recs, refused, exporters, nil
+}
+
+// joinRemote returns cluster id's record of a Service, joined from its
+// head and the parts the head names (mcs.JoinRecord), or why it
+// contributes nothing: a part is missing (mcs.ReasonIncompleteRecord), or
+// an object of the set lies beyond the cluster's quota
+// (mcs.ReasonQuotaExceeded, recordQuotas). A spec the cache dropped while
+// the quota did not take the object is read again from the broker API
+// server (and cached again); only that read's failure is an error.
+func (c *Controller) joinRemote(ctx context.Context, id string, head plaincache.Item[cachedRecord], parts map[string]plaincache.Item[cachedRecord]) (mcs.ExportRecord, *refusal, error) {
+	idents := make(map[string]mcs.ExportRecord, len(parts))
+	for name, p := range parts {
+		idents[name] = *p.Value.ident
+	}
+	if _, err := mcs.JoinRecord(*head.Value.ident, idents); err != nil {
+		return mcs.ExportRecord{}, &refusal{id, mcs.ReasonIncompleteRecord, err.Error()}, nil
+	}
+	set := []plaincache.Item[cachedRecord]{head}
+	if p := head.Value.ident.Part; p != nil {
+		for i := 1; i < int(p.Count); i++ {
+			set = append(set, parts[mcs.RecordPartName(head.Value.service.Namespace, head.Value.service.Name, p.Revision, i)])
+		}
+	}
+	ns := head.Key.Namespace
+	for _, it := range set {
+		if !c.quotas.taken(ns, it.Key.Name) {
+			objects, taken := c.quotas.usage(ns)
+			return mcs.ExportRecord{}, &refusal{id, mcs.ReasonQuotaExceeded, fmt.Sprintf(
+				"record object %s is beyond the cluster's quota of %d record objects and %d backends, taken from its oldest (%d of its %d objects are taken)",
+				it.Key.Name, c.cfg.Policy.Quotas.Records, c.cfg.Policy.Quotas.Backends, taken, objects)}, nil
+		}
+	}
+	var headSpec mcs.ExportRecord
+	specs := make(map[string]mcs.ExportRecord, len(set)-1)
+	for i, it := range set {
+		spec, ok := it.Value.remoteSpec()
+		if !ok {
+			var obj causewayv1alpha1.ServiceExportRecord
+			switch err := c.breader.Get(ctx, it.Key, &obj); {
+			case apierrors.IsNotFound(err):
+				return mcs.ExportRecord{}, &refusal{id, mcs.ReasonIncompleteRecord, fmt.Sprintf("record object %s is gone", it.Key.Name)}, nil
+			case err != nil:
+				return mcs.ExportRecord{}, nil, fmt.Errorf("read record %s: %w", it.Key, err)
+			}
+			spec = &obj.Spec
+			if obj.UID == it.Value.uid && obj.ResourceVersion == it.Value.resourceVersion {
+				c.quotas.keep(ns, it.Key.Name, it.Value.body, spec)
+			}
+		}
+		if i == 0 {
+			headSpec = *spec
+		} else {
+			specs[it.Key.Name] = *spec
+		}
+	}
+	joined, err := mcs.JoinRecord(headSpec, specs)
+	if err != nil {
+		return mcs.ExportRecord{}, &refusal{id, mcs.ReasonIncompleteRecord, err.Error()}, nil
+	}
+	return joined, nil, nil
+}
+
+// vipExporters is the mcs.VIPExporters of key: the clusters with a record
+// of key in the cache (known, from records), and for any other cluster
+// the allocator asks about — the owner of an allocation of key the cache
+// shows no record of: a member that does not export key, or a record the
+// cache has not seen yet — the broker API server's word, asked once per
+// cluster and sync. This cluster's own state is exact (known).
+func (c *Controller) vipExporters(ctx context.Context, key types.NamespacedName, known map[string]time.Time) mcs.VIPExporters {
+	asked := map[string]*time.Time{}
+	return func(cluster string) (time.Time, bool) {
+		if t, ok := known[cluster]; ok {
+			return t, true
+		}
+		if cluster == c.cfg.ClusterID {
+			return time.Time{}, false
+		}
+		if t, ok := asked[cluster]; ok {
+			return ptrOr(t), t != nil
+		}
+		var rec causewayv1alpha1.ServiceExportRecord
+		err := c.breader.Get(ctx, types.NamespacedName{Namespace: broker.Namespace(cluster), Name: mcs.RecordName(key.Namespace, key.Name)}, &rec)
+		if err != nil || rec.DeletionTimestamp != nil || rec.Spec.ClusterID != cluster ||
+			rec.Spec.ServiceNamespace != key.Namespace || rec.Spec.ServiceName != key.Name {
+			asked[cluster] = nil
+			return time.Time{}, false
+		}
+		asked[cluster] = &rec.CreationTimestamp.Time
+		return rec.CreationTimestamp.Time, true
+	}
+}
+
+func ptrOr(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 // brokerAged is a remote record's (joined) spec as merged: its age is the
@@ -326,7 +443,7 @@ func brokerAged(created metav1.Time, spec mcs.ExportRecord) mcs.ExportRecord {
 // syncImport writes or removes the ServiceImport and EndpointSlices of key
 // here, and returns the merge (nil when nobody exports key).
 func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, exp exportState) (*mcs.MergeResult, error) {
-	recs, refused, err := c.records(ctx, key, exp)
+	recs, refused, exporters, err := c.records(ctx, key, exp)
 	if err != nil {
 		return nil, err
 	}
@@ -351,15 +468,18 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	var vips []netip.Addr
 	var vipErr error
 	if m.Spec.Type == mcsv1beta1.ClusterSetIP {
-		vips, vipErr = c.clustersetVIPs(ctx, key, m.Spec.IPFamilies)
+		vips, vipErr = c.clustersetVIPs(ctx, key, m.Spec.IPFamilies, c.vipExporters(ctx, key, exporters))
 	}
 	want := mcs.BuildServiceImport(m, key.Namespace, key.Name, vips)
 	ready := metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
 		Reason: string(mcsv1beta1.ServiceImportReasonReady), Message: "imported"}
 	if vipErr != nil {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "VIPUnavailable", vipErr.Error()
-		if errors.Is(vipErr, mcs.ErrVIPRangeExhausted) {
+		switch {
+		case errors.Is(vipErr, mcs.ErrVIPRangeExhausted):
 			ready.Reason = "VIPRangeExhausted"
+		case errors.Is(vipErr, mcs.ErrVIPPending):
+			ready.Reason = "VIPPending"
 		}
 	}
 	// Backends of every live cluster; a remote one's only where the tunnel
@@ -406,33 +526,29 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 		return &m, err
 	}
 	c.setImported(key, len(rendered))
-	if vipErr != nil {
+	if vipErr != nil && !errors.Is(vipErr, mcs.ErrVIPPending) {
+		// Pending needs no retry: the exporter's allocation's watch event
+		// brings the Service back.
 		return &m, fmt.Errorf("clusterset VIP: %w", vipErr)
 	}
 	return &m, nil
 }
 
-// clustersetVIPs returns the clusterset VIPs of key, one per IP family of its
-// import (mcs.VIPFamilies of families, in that order), allocating them in
-// the broker on first use. VIPs this controller allocated before for the
-// same families are confirmed by one lookup in the cache of allocations: they must be the
-// Service's only allocations. When two exist for a family (two clusters
-// allocated at once, before either saw the other's), the allocator keeps
-// the one first in the Service's candidate order and releases the other;
-// the allocation's watch event brings every cluster here again, so all
-// converge on the same addresses. A family that fails is left out and its
-// error returned with the others' VIPs.
-func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedName, families []corev1.IPFamily) ([]netip.Addr, error) {
+// clustersetVIPs returns the clusterset VIPs of key, one per IP family of
+// its import (mcs.VIPFamilies of families, in that order), by
+// mcs.FamilyVIPAllocator over the cache of allocations: the allocations
+// of the clusters exporting key (exporters) count, the oldest kept when
+// there are several (two clusters allocated at once, before either saw
+// the other's; the allocation's watch event brings every cluster here
+// again, so all converge on the same addresses), and a cluster that
+// exports key claims one where none counts yet. A cluster that only
+// imports key keeps the VIPs it imported it with meanwhile. A family that
+// fails is left out and its error returned with the others' VIPs.
+func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedName, families []corev1.IPFamily, exporters mcs.VIPExporters) ([]netip.Addr, error) {
 	c.mu.Lock()
-	st := c.services[key]
+	last := c.services[key].vips
 	c.mu.Unlock()
-	if known := st.vips; st.hasVIPs && sameFamilies(known, mcs.VIPFamilies(families)) {
-		held := c.brokerStores.vipsOf(key)
-		if len(held) == len(known) && !slices.ContainsFunc(held, func(a netip.Addr) bool { return !slices.Contains(known, a) }) {
-			return known, nil
-		}
-	}
-	vips, err := c.alloc.Allocate(ctx, key, families)
+	vips, err := c.alloc.Allocate(ctx, key, families, exporters, last)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if errors.Is(err, mcs.ErrVIPRangeExhausted) {
@@ -440,20 +556,8 @@ func (c *Controller) clustersetVIPs(ctx context.Context, key types.NamespacedNam
 	} else {
 		delete(c.waitingVIP, key)
 	}
-	if err != nil {
-		c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = nil, false })
-		return vips, err
-	}
-	c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = vips, true })
-	return vips, nil
-}
-
-// sameFamilies tells whether vips are one address of each of families, in
-// that order.
-func sameFamilies(vips []netip.Addr, families []corev1.IPFamily) bool {
-	return slices.EqualFunc(vips, families, func(v netip.Addr, f corev1.IPFamily) bool {
-		return v.Is6() == (f == corev1.IPv6Protocol)
-	})
+	c.updateLocked(key, func(st *serviceState) { st.vips = vips })
+	return vips, err
 }
 
 func (c *Controller) applyServiceImport(ctx context.Context, want *mcsv1beta1.ServiceImport, conds ...metav1.Condition) (*mcsv1beta1.ServiceImport, error) {
@@ -528,9 +632,8 @@ func (c *Controller) applySlices(ctx context.Context, p mcs.SlicePlan) error {
 	return errors.Join(errs...)
 }
 
-// removeImport deletes the ServiceImport and slices of key here and, once
-// the broker confirms that no cluster exports key any more, releases its
-// VIP.
+// removeImport deletes the ServiceImport and slices of key here and
+// releases this cluster's VIP allocations of key.
 func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName) error {
 	var errs []error
 	if err := c.applySlices(ctx, mcs.PlanEndpointSlices(nil, importedSlices(c.stores.slices.Group(key.String())))); err != nil {
@@ -546,24 +649,13 @@ func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName)
 	c.setImported(key, -1)
 
 	c.mu.Lock()
-	hadVIP := c.services[key].hasVIPs
-	c.updateLocked(key, func(st *serviceState) { st.vips, st.hasVIPs = nil, false })
+	c.updateLocked(key, func(st *serviceState) { st.vips = nil })
 	delete(c.waitingVIP, key)
 	c.mu.Unlock()
-	if !hadVIP && len(c.brokerStores.vipsOf(key)) == 0 {
-		return errors.Join(errs...)
-	}
-	// The cache may lag behind a new export elsewhere: ask the API server.
-	var live causewayv1alpha1.ServiceExportRecordList
-	if err := c.breader.List(ctx, &live, client.MatchingFieldsSelector{
-		Selector: fields.OneTermEqualSelector("metadata.name", mcs.RecordName(key.Namespace, key.Name)),
-	}); err != nil {
-		return errors.Join(append(errs, fmt.Errorf("list records: %w", err))...)
-	}
-	if len(live.Items) == 0 {
-		if err := c.alloc.Release(ctx, key); err != nil {
-			errs = append(errs, fmt.Errorf("release VIP: %w", err))
-		}
+	// This cluster does not export key (else its record would be there):
+	// its allocations of key count for nobody.
+	if err := c.alloc.Release(ctx, key); err != nil {
+		errs = append(errs, fmt.Errorf("release VIP: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -618,14 +710,13 @@ func (c *Controller) syncExportStatus(ctx context.Context, exp exportState, m *m
 // serviceState is what the controller remembers of one Service.
 type serviceState struct {
 	vips     []netip.Addr // the clusterset VIPs allocated or confirmed here
-	hasVIPs  bool         // vips is known (it may be empty)
 	exported bool         // this cluster's record is published
 	imported bool         // the ServiceImport is written here
 	slices   int32        // multi-cluster EndpointSlices written here
 }
 
 func (st serviceState) empty() bool {
-	return !st.hasVIPs && !st.exported && !st.imported && st.slices == 0
+	return len(st.vips) == 0 && !st.exported && !st.imported && st.slices == 0
 }
 
 // updateLocked applies f to key's state and keeps the totals; call with

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"net/netip"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,14 +29,20 @@ type slimmer struct {
 	// ownNamespace is this cluster's broker namespace: its records there
 	// are the ones it writes.
 	ownNamespace string
+	// vipRanges are the clusterset VIP ranges: an allocation of an
+	// address outside them is not cached (it holds nothing here).
+	vipRanges []netip.Prefix
+	// quotas, if set, decides which remote records' specs are kept
+	// (cachedRecord); unset, all are.
+	quotas *recordQuotas
 	// yes and no are shared by the cached objects' *bool fields (the
 	// cache hands out deep copies, so nothing writes through them).
 	yes, no *bool
 }
 
-func newSlimmer(ownNamespace string) *slimmer {
+func newSlimmer(ownNamespace string, vipRanges ...netip.Prefix) *slimmer {
 	yes, no := true, false
-	return &slimmer{ownNamespace: ownNamespace, yes: &yes, no: &no}
+	return &slimmer{ownNamespace: ownNamespace, vipRanges: vipRanges, yes: &yes, no: &no}
 }
 
 // boolPtr returns the shared pointer for *p.
@@ -224,17 +232,17 @@ func (t *slimmer) record(in any) (any, error) {
 	return r, nil
 }
 
-// vipAllocation keeps a VIPAllocation's identity and spec (the Service
-// holding the address), not its labels: the Service is read from the
-// spec, and a release reads the owner label from the API server
-// (cachedVIPStore: Release reads the API server).
+// vipAllocation keeps a VIPAllocation's identity, creation time, owner
+// label (causeway.dev/cluster-id) and spec (the Service holding the
+// address), not its other labels: the Service is read from the spec.
 func (t *slimmer) vipAllocation(in any) (any, error) {
 	a, ok := in.(*causewayv1alpha1.VIPAllocation)
 	if !ok {
 		return stripManagedFields(in)
 	}
 	kube.InternTypeMeta(&a.TypeMeta)
-	a.ObjectMeta = slimMeta(a.ObjectMeta)
+	a.ObjectMeta = slimMeta(a.ObjectMeta, causewayv1alpha1.LabelClusterID)
+	kube.InternMeta(&a.ObjectMeta, causewayv1alpha1.LabelClusterID)
 	a.Spec.ServiceNamespace = kube.Intern(a.Spec.ServiceNamespace)
 	return a, nil
 }

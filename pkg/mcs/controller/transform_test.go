@@ -222,7 +222,8 @@ func TestSlimVIPAllocation(t *testing.T) {
 	if got.Spec != full.Spec || got.Name != full.Name || got.UID != full.UID || got.ResourceVersion != full.ResourceVersion || got.DeletionTimestamp == nil {
 		t.Errorf("slim VIPAllocation lost what the controller reads: %+v", got)
 	}
-	if got.Labels != nil || got.Annotations != nil || got.ManagedFields != nil {
-		t.Errorf("slim VIPAllocation keeps its labels or annotations: %+v", got.ObjectMeta)
+	if !equality.Semantic.DeepEqual(got.Labels, map[string]string{causewayv1alpha1.LabelClusterID: "c1"}) || got.Annotations != nil ||
+		got.ManagedFields != nil || !got.CreationTimestamp.Equal(&full.CreationTimestamp) {
+		t.Errorf("slim VIPAllocation keeps other labels or annotations, or lost its owner or age: %+v", got.ObjectMeta)
 	}
 }
