@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -232,7 +234,8 @@ func EnforceQuotas(ctx context.Context, brokerAdmin *rest.Config, p addrpolicy.P
 }
 
 // recount has the quota controller count q again: it raises q's Lease
-// limit by one and sets it back.
+// limit by one and sets it back, each a merge patch of that one limit (no
+// conflict with the controller writing the status meanwhile).
 func recount(ctx context.Context, cs kubernetes.Interface, q *corev1.ResourceQuota) error {
 	api := cs.CoreV1().ResourceQuotas(q.Namespace)
 	const leases = "count/leases.coordination.k8s.io"
@@ -240,9 +243,11 @@ func recount(ctx context.Context, cs kubernetes.Interface, q *corev1.ResourceQuo
 	raised := limit.DeepCopy()
 	raised.Add(*resource.NewQuantity(1, resource.DecimalSI))
 	for _, v := range []resource.Quantity{raised, limit} {
-		q.Spec.Hard[leases] = v
-		var err error
-		if q, err = api.Update(ctx, q, metav1.UpdateOptions{}); err != nil {
+		patch, err := json.Marshal(map[string]any{"spec": map[string]any{"hard": map[string]string{leases: v.String()}}})
+		if err != nil {
+			return err
+		}
+		if _, err := api.Patch(ctx, q.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("have resource quota %s/%s recounted: %w", q.Namespace, q.Name, err)
 		}
 	}
