@@ -6,6 +6,7 @@ package cmd_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/clusterset"
 )
 
 var daemons = []string{"gateway", "route-agent"}
@@ -79,6 +82,11 @@ func TestBinaries(t *testing.T) {
 
 	t.Run("serve and stop", func(t *testing.T) {
 		cp := kubetest.Start(t, "c1")
+		// The route agent takes the ClusterSet policy from the mirror an
+		// active gateway writes into its cluster; write it as one would.
+		if err := clusterset.Store(context.Background(), cp.Client, addrpolicy.DefaultPolicy()); err != nil {
+			t.Fatal(err)
+		}
 		for _, b := range daemons {
 			t.Run(b, func(t *testing.T) {
 				runDaemon(t, filepath.Join(bin, b), cp.AdminKubeconfig, extraArgs(t, b, cp.AdminKubeconfig)...)
