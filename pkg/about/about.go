@@ -24,6 +24,9 @@ const (
 	// ClusterSetProperty names the ClusterProperty holding the ClusterSet's
 	// name.
 	ClusterSetProperty = "clusterset.k8s.io"
+	// DefaultClusterSet is the ClusterSet's name join writes unless told
+	// otherwise.
+	DefaultClusterSet = "clusterset"
 )
 
 // +kubebuilder:rbac:groups=about.k8s.io,resources=clusterproperties,verbs=get

@@ -73,7 +73,7 @@ name another ID or ClusterSet. Idempotent: joining again refreshes the credentia
 	fs.StringVar(&f.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig with admin rights on the broker API server (creates the broker identity only)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the joining cluster (required)")
 	fs.StringVar(&f.clusterID, "cluster-id", "", "the cluster's ID, a DNS label (default: the join file's, or the About API's cluster.clusterset.k8s.io)")
-	fs.StringVar(&f.clusterSet, "clusterset", "clusterset", "the ClusterSet's name, written to the About API's ClusterProperty clusterset.k8s.io")
+	fs.StringVar(&f.clusterSet, "clusterset", about.DefaultClusterSet, "the ClusterSet's name, written to the About API's ClusterProperty clusterset.k8s.io")
 	fs.StringVar(&f.namespace, "namespace", kube.Namespace, "namespace of Causeway's objects in the joining cluster")
 	fs.StringVar(&f.out, "output", "", "also write the broker kubeconfig to this file (mode 0600)")
 	fs.StringSliceVar(&f.podCIDRs, "pod-cidrs", nil, "with --join-file: the cluster's pod CIDRs (default: the nodes' spec.podCIDRs)")
