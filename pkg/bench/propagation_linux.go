@@ -35,9 +35,9 @@ import (
 	"github.com/causeway-net/causeway/pkg/vip"
 )
 
-// Labels of the objects Propagation creates; Cleanup deletes by the first.
+// Labels of the objects Propagation creates (and LabelBenchmark);
+// Cleanup deletes by LabelBenchmark.
 const (
-	LabelBenchmark = "causeway.dev/benchmark"
 	labelRole      = "causeway.dev/benchmark-role"
 	benchmarkName  = "propagation"
 	namePrefix     = "propbench-"
