@@ -145,6 +145,20 @@ func cgroupProcesses(dir string) ([]string, error) {
 // diff describes how b differs from ks ("" when they are equal): the
 // lines of each listing only one of them has (as many times as it has
 // more of them).
+// without is ks without the lines that contain any of words (e.g. what
+// names one cluster: its subnets, its gateways' addresses).
+func (ks kernelState) without(words ...string) kernelState {
+	out := kernelState{}
+	for k, lines := range ks {
+		for _, s := range lines {
+			if !slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) }) {
+				out[k] = append(out[k], s)
+			}
+		}
+	}
+	return out
+}
+
 func (ks kernelState) diff(b kernelState) string {
 	var keys []string
 	for k := range ks {
