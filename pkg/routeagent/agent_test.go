@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,7 +133,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	routesVia := func(via string, dsts ...string) func(DesiredState) bool {
 		return func(d DesiredState) bool {
 			routes := remoteRoutes(d)
-			if len(routes) != len(dsts) || len(d.Routes) != len(dsts)+1 {
+			if len(routes) != len(dsts) || len(routesAt(d, RouteMetric)) != len(dsts)+1 {
 				return false
 			}
 			for i, r := range routes {
@@ -160,9 +161,13 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	if err := cl.Status().Update(ctx, c3); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("c3 withdrawn", func(d DesiredState) bool { return len(d.Routes) == 1 && len(remoteRoutes(d)) == 0 })
+	// Its fallbacks go with them: only the supernet's is left.
+	waitFor("c3 withdrawn", func(d DesiredState) bool {
+		return len(routesAt(d, RouteMetric)) == 1 && len(remoteRoutes(d)) == 0 && slices.Equal(fallbacks(t, d), []string{"242.0.0.0/8"})
+	})
 
-	// This node becomes the gateway: no routes, no peer.
+	// This node becomes the gateway: no routes, no peer; the fallbacks
+	// under pkg/cable's routes.
 	setValid(c3, true)
 	if err := cl.Status().Update(ctx, c3); err != nil {
 		t.Fatal(err)
@@ -172,7 +177,8 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("gateway role", func(d DesiredState) bool {
-		return d.Overlay.Peer == nil && len(d.Routes) == 1 && len(remoteRoutes(d)) == 0 && len(d.Rules.Chains["mangle"][ChainMSS]) == 4
+		return d.Overlay.Peer == nil && len(routesAt(d, RouteMetric)) == 1 && len(remoteRoutes(d)) == 0 && len(d.Rules.Chains["mangle"][ChainMSS]) == 4 &&
+			slices.Equal(fallbacks(t, d), []string{"10.97.0.0/16", "10.245.0.0/16", "242.0.0.0/8"})
 	})
 	if n := testutil.ToFloat64(m.GatewayChanges); n < 2 {
 		t.Errorf("gateway changes %v, want >= 2", n)
