@@ -100,7 +100,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	c3 := create(endpoint("c3", "g3", "", "10.245.0.0/16", "10.97.0.0/16"), &yes)
 	create(endpoint("c4", "g4", "", "10.244.0.0/16"), &no) // overlaps c1: refused by the gateway
 
-	dp := &FakeDataplane{}
+	dp := &fakeDataplane{}
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	var runner *Runner
@@ -193,7 +193,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 
 // A failed Set is retried (full) and the failure counted.
 func TestAgentRetriesFailedSet(t *testing.T) {
-	dp := &FakeDataplane{}
+	dp := &fakeDataplane{}
 	dp.FailWith(fmt.Errorf("netlink says no"))
 	m := NewMetrics(nil)
 	agent := NewAgent(AgentConfig{Node: Node{ClusterID: "c1", Name: "n2", IP: nodeW}, Dataplane: dp, Metrics: m,
@@ -229,7 +229,7 @@ func TestAgentRetriesFailedSet(t *testing.T) {
 // subnets of the last sync; a failed ForgetFlows is retried by the next
 // sync.
 func TestAgentForgetsFlowsWhenTheGatewayLeaseLeavesThisNode(t *testing.T) {
-	dp := &FakeDataplane{}
+	dp := &fakeDataplane{}
 	remote := endpoint("c3", "g3", "", "242.0.2.0/24")
 	setValid(remote, true)
 	eps := staticLister{*endpoint("c1", "n2", nodeW.String(), "242.0.0.0/24"), *remote}
@@ -290,7 +290,7 @@ func TestAgentForgetsFlowsWhenTheGatewayLeaseLeavesThisNode(t *testing.T) {
 // A Lease that leaves the node before the agent's first sync (a
 // restarted agent) is forgotten by that sync, with the subnets it reads.
 func TestAgentForgetsFlowsOfALeaseMovedBeforeItsFirstSync(t *testing.T) {
-	dp := &FakeDataplane{}
+	dp := &fakeDataplane{}
 	remote := endpoint("c3", "g3", "", "242.0.2.0/24")
 	setValid(remote, true)
 	eps := staticLister{*endpoint("c1", "n1", "172.18.1.11", "242.0.0.0/24"), *remote}
