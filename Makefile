@@ -47,7 +47,7 @@ generate-crds: ## deep-copy code and CRD YAML (ours and mcs-api's) under the cha
 # causeway-<daemon> (ServiceAccounts and bindings: templates/identities.yaml).
 # Every daemon also gets the markers of pkg/about (its cluster ID, read
 # through pkg/daemon). A daemon without markers gets no file and no rights.
-RBAC_DAEMONS = gateway=./pkg/gateway route-agent=./pkg/routeagent mcs-controller=./pkg/mcs/controller
+RBAC_DAEMONS = gateway=./pkg/gateway route-agent=./pkg/routeagent mcs-controller=./pkg/mcs/controller globalnet=./pkg/globalnet/controller
 
 generate-rbac: ## least-privilege roles of each daemon under the chart's templates/rbac/
 	rm -f $(CHART)/templates/rbac/*.yaml

@@ -195,6 +195,44 @@ func TestRenderTuned(t *testing.T) {
 	}
 }
 
+// TestGlobalnetWorkload: the globalnet controller's Deployment is
+// rendered only with globalnet.enabled, runs /usr/local/bin/globalnet
+// under its own ServiceAccount and mounts no broker credentials (the
+// global CIDR claim stays with the gateway); its identity is rendered
+// either way, like every daemon's.
+func TestGlobalnetWorkload(t *testing.T) {
+	off := mustRender(t, clusterValues())
+	for _, o := range off {
+		if o.GetKind() == "Deployment" && o.GetName() == "causeway-globalnet" {
+			t.Error("globalnet Deployment rendered with globalnet off")
+		}
+	}
+	find(t, off, "ServiceAccount", "causeway-globalnet")
+	find(t, off, "ClusterRole", "causeway-globalnet")
+	find(t, off, "Role", "causeway-globalnet")
+
+	v := clusterValues()
+	v["globalnet"] = map[string]any{"enabled": true, "replicas": 2}
+	d := find(t, mustRender(t, v), "Deployment", "causeway-globalnet")
+	if sa, _, _ := unstructured.NestedString(d.Object, "spec", "template", "spec", "serviceAccountName"); sa != "causeway-globalnet" {
+		t.Errorf("ServiceAccount %q", sa)
+	}
+	if n, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); n != 2 {
+		t.Errorf("replicas %d", n)
+	}
+	if vols, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes"); len(vols) != 0 {
+		t.Errorf("volumes %v, want none", vols)
+	}
+	if cmd, _, _ := unstructured.NestedStringSlice(container(t, d), "command"); !slices.Equal(cmd, []string{"/usr/local/bin/globalnet"}) {
+		t.Errorf("command %v", cmd)
+	}
+	for _, a := range []string{"--metrics-addr=:9533", "--health-addr=:9543", "--log-level=info"} {
+		if !slices.Contains(args(t, d), a) {
+			t.Errorf("globalnet args %v lack %s", args(t, d), a)
+		}
+	}
+}
+
 // Each cable driver gets its own port and MTU unless the values set them.
 func TestCableDefaults(t *testing.T) {
 	for driver, want := range map[string][2]string{"wireguard": {"4500", "1420"}, "vxlan": {"4789", "1450"}, "ipsec": {"500", "1400"}} {

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
-	"time"
-
-	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 )
 
 // BenchmarkMerge merges the exports of one Service from 50 clusters, with
@@ -66,48 +63,4 @@ func BenchmarkAllocateCrowded(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-}
-
-// BenchmarkAllocateGlobal is one Service's globalnet sync with 10 000
-// other Services (two ports each) already held by the long-lived
-// allocator: a port change (one pair kept, one new) and back. It stays
-// flat in the number of Services, which is why the controller keeps one
-// allocator per leadership term instead of replaying every GlobalIngress
-// per sync; replay reports the cost of that replay (once per term).
-func BenchmarkAllocateGlobal(b *testing.B) {
-	const services = 10000
-	a, err := NewGlobalAllocator(netip.MustParsePrefix("242.0.1.0/24"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cip := netip.MustParseAddr("10.96.0.10")
-	two := func(second string, port int32) GlobalWant {
-		return GlobalWant{ClusterIP: cip, Ports: []causewayv1alpha1.GlobalIngressPort{
-			{Name: "http", Protocol: "TCP", Port: 80}, {Name: second, Protocol: "TCP", Port: port}}}
-	}
-	specs := make([]GlobalIngressSpec, services)
-	for i := range services {
-		if specs[i], err = AllocateGlobal(a, "ns", fmt.Sprintf("svc-%d", i), GlobalIngressSpec{}, two("metrics", 9090)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	start := time.Now()
-	replay, _ := NewGlobalAllocator(netip.MustParsePrefix("242.0.1.0/24"))
-	for i, s := range specs {
-		if err := ReserveGlobal(replay, "ns", fmt.Sprintf("svc-%d", i), s); err != nil {
-			b.Fatal(err)
-		}
-	}
-	replayMS := float64(time.Since(start).Microseconds()) / 1000
-	have := specs[0]
-	for b.Loop() {
-		s, err := AllocateGlobal(a, "ns", "svc-0", have, two("grpc", 9000))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if have, err = AllocateGlobal(a, "ns", "svc-0", s, two("metrics", 9090)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(replayMS, "replay-ms") // after b.Loop, which resets reported metrics
 }

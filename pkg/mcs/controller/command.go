@@ -45,7 +45,6 @@ func NewCommand() *cobra.Command {
 		liveness    = DefaultLivenessDuration
 		resync      = DefaultResyncPeriod
 		workers     = DefaultWorkers
-		quarantine  = DefaultGlobalQuarantine
 		leaderElect = true
 		tokenLife   time.Duration
 		qps         = float32(200)
@@ -104,7 +103,6 @@ own broker identity and writes it into Secret causeway-broker (key
 				LivenessDuration:    liveness,
 				ResyncPeriod:        resync,
 				Workers:             workers,
-				GlobalQuarantine:    quarantine,
 				LeaderElection:      leaderElect,
 				Log:                 rt.Log,
 				Metrics:             rt.Metrics,
@@ -135,7 +133,6 @@ own broker identity and writes it into Secret causeway-broker (key
 	fs.IntVar(&workers, "workers", workers, "Services synced in parallel")
 	fs.Float32Var(&qps, "kube-api-qps", qps, "client-side rate limit of requests to each API server (local and broker)")
 	fs.IntVar(&burst, "kube-api-burst", burst, "burst of requests to each API server above --kube-api-qps")
-	fs.DurationVar(&quarantine, "global-quarantine", quarantine, "globalnet: how long the global addresses of a Service no longer exported stay reserved before they are freed")
 	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "elect one acting replica per cluster")
 	fs.DurationVar(&tokenLife, "broker-token-lifetime", tokenLife, "rotate the broker token in Secret causeway-broker of --namespace, requesting tokens valid this long (at least 10m; 0: use --broker-kubeconfig's token as it is)")
 	return cmd

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -81,10 +80,6 @@ type Config struct {
 	Log *slog.Logger
 	// Metrics receives the controller's metrics (nil: not registered).
 	Metrics prometheus.Registerer
-	// GlobalQuarantine is how long the global addresses of a Service that
-	// is no longer exported stay reserved (GlobalIngress releasedAt) before
-	// they are freed; 0 means DefaultGlobalQuarantine.
-	GlobalQuarantine time.Duration
 	// BrokerHealth, if set, is told whether the last liveness renewal in
 	// the broker worked.
 	BrokerHealth func(error)
@@ -137,9 +132,6 @@ type Controller struct {
 	// quotaReported the clusters over their quota reported while they are.
 	refused       map[types.NamespacedName]map[string]string
 	quotaReported map[string]bool
-
-	// global is the globalnet allocation of this cluster's exports.
-	global globalnet
 }
 
 // Local rights of the controller (make generate turns these into the
@@ -160,11 +152,12 @@ type Controller struct {
 // +kubebuilder:rbac:groups="",namespace=causeway-system,resources=events,verbs=create;patch
 //
 // Globalnet: the GlobalIngress of each exported Service (in the
-// Service's namespace; the gateway reads them), and the Clusters and
-// Endpoints the gateway mirrors into Causeway's namespace (this cluster's
-// global CIDR, the other clusters' reachability).
+// Service's namespace), which the globalnet controller writes and this
+// one only reads into the record, and the Clusters and Endpoints the
+// gateway mirrors into Causeway's namespace (the other clusters'
+// reachability).
 //
-// +kubebuilder:rbac:groups=causeway.dev,resources=globalingresses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=causeway.dev,resources=globalingresses,verbs=list;watch
 // +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=clusters;endpoints,verbs=get;list;watch
 
 // New builds a controller for the local cluster (local) syncing through
@@ -198,9 +191,6 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
-	}
-	if cfg.GlobalQuarantine <= 0 {
-		cfg.GlobalQuarantine = DefaultGlobalQuarantine
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -288,10 +278,6 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		waitingVIP:    map[types.NamespacedName]bool{},
 		refused:       map[types.NamespacedName]map[string]string{},
 		quotaReported: map[string]bool{},
-		global: globalnet{
-			held:    map[types.NamespacedName]mcs.GlobalIngressSpec{},
-			waiting: map[types.NamespacedName]bool{},
-		},
 	}
 	if c.stores, err = newLocalStores(local, scheme, slim, resync); err != nil {
 		return nil, err
@@ -395,26 +381,6 @@ func (c *Controller) setup() error {
 		return out
 	})
 
-	// A GlobalIngress concerns its Service; one deleted (after its
-	// quarantine) or updated (fewer pods or ports) may free addresses for
-	// the Services waiting for room.
-	globalIngress := handler.Funcs{
-		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
-		},
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)})
-			for _, r := range c.waitingGlobal() { // it may hold less than before
-				q.Add(r)
-			}
-		},
-		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
-			for _, r := range c.waitingGlobal() {
-				q.Add(r)
-			}
-		},
-	}
 	mirror := handler.EnqueueRequestsFromMapFunc(c.onMirror)
 
 	err := builder.ControllerManagedBy(c.mgr).
@@ -426,7 +392,8 @@ func (c *Controller) setup() error {
 		WatchesRawSource(storeSource[cachedSlice]{store: c.stores.slices, requests: func(key types.NamespacedName, v *cachedSlice) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: key.Namespace, Name: v.service}}}
 		}}).
-		Watches(&causewayv1alpha1.GlobalIngress{}, globalIngress).
+		// A GlobalIngress concerns its Service (same namespace and name).
+		Watches(&causewayv1alpha1.GlobalIngress{}, &handler.EnqueueRequestForObject{}).
 		// A Cluster's status (the gateway's verdict) says nothing here;
 		// its spec (CIDRs) does. An Endpoint's Valid condition does.
 		Watches(&causewayv1alpha1.Cluster{}, mirror, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -448,7 +415,7 @@ func (c *Controller) setup() error {
 
 func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	start := time.Now()
-	requeue, err := c.sync(ctx, req.NamespacedName)
+	err := c.sync(ctx, req.NamespacedName)
 	c.metrics.observe(time.Since(start), err)
 	if err != nil {
 		c.log.Debug("sync failed", "service", req.NamespacedName, "err", err)
@@ -458,10 +425,7 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 		// reporting an error or growing the backoff.
 		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	return reconcile.Result{RequeueAfter: requeue}, nil
+	return reconcile.Result{}, err
 }
 
 func ptrTo[T any](v T) *T { return &v }

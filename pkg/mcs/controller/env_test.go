@@ -30,6 +30,7 @@ import (
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/broker"
+	globalnetcontroller "github.com/causeway-net/causeway/pkg/globalnet/controller"
 	"github.com/causeway-net/causeway/pkg/mcs"
 	"github.com/causeway-net/causeway/pkg/mcs/controller"
 )
@@ -45,6 +46,12 @@ type env struct {
 	// with the least-privilege roles of the chart's templates/rbac.
 	local map[string]*rest.Config
 	cfg   controller.Config // template for every controller
+	// globalnet, when set, is the template of a globalnet controller
+	// started and stopped with each MCS controller (with its own
+	// ServiceAccount, globalnetLocal): it writes the GlobalIngress objects
+	// the MCS controller reads.
+	globalnet      *globalnetcontroller.Config
+	globalnetLocal map[string]*rest.Config
 
 	mu      sync.Mutex
 	running map[string]*running
@@ -60,7 +67,7 @@ func newEnv(t testing.TB, members ...string) *env {
 	t.Helper()
 	all := kubetest.StartMany(t, append(slices.Clone(members), "broker")...)
 	e := &env{t: t, broker: all["broker"], clusters: map[string]*kubetest.Cluster{}, identity: map[string]*rest.Config{},
-		local: map[string]*rest.Config{}, running: map[string]*running{},
+		local: map[string]*rest.Config{}, globalnetLocal: map[string]*rest.Config{}, running: map[string]*running{},
 		cfg: controller.Config{
 			DeadClusterTimeout: time.Second,
 			LivenessDuration:   time.Second,
@@ -180,7 +187,24 @@ func (e *env) startReplica(id, name string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1), metrics: reg}
-	go func() { r.done <- c.Run(ctx) }()
+	if e.globalnet == nil {
+		go func() { r.done <- c.Run(ctx) }()
+	} else {
+		gcfg := *e.globalnet
+		gcfg.ClusterID, gcfg.LeaderElection, gcfg.Log = id, cfg.LeaderElection, cfg.Log.With("daemon", "globalnet")
+		if e.globalnetLocal[id] == nil {
+			e.globalnetLocal[id] = e.clusters[id].DaemonConfig(e.t, "globalnet")
+		}
+		g, err := globalnetcontroller.New(rest.CopyConfig(e.globalnetLocal[id]), gcfg)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		go func() {
+			gdone := make(chan error, 1)
+			go func() { gdone <- g.Run(ctx) }()
+			r.done <- errors.Join(c.Run(ctx), <-gdone)
+		}()
+	}
 	e.mu.Lock()
 	e.running[name] = r
 	e.mu.Unlock()

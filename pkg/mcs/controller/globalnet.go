@@ -2,303 +2,37 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
-	"github.com/causeway-net/causeway/pkg/nat"
 )
 
-// DefaultGlobalQuarantine is how long released global addresses stay
-// reserved (Config.GlobalQuarantine).
-const DefaultGlobalQuarantine = 2 * time.Minute
-
-// globalnet is the exporting side's globalnet allocation: one
-// nat.Allocator for the cluster's global CIDR, kept for the leadership
-// term (reconciles run only on the leader, and losing leadership ends
-// the process), seeded once from a live List of the GlobalIngress objects
-// — the persisted allocations — before anything new is handed out. A
-// rebuild per sync would replay every Service's allocation on every sync
-// (O(n²) at 10 000 Services); this way a sync costs O(ports + pods) of
-// its own Service. If the global CIDR changes, the allocator is rebuilt
-// for the new CIDR; allocations that do not fit it are allocated anew.
-type globalnet struct {
-	mu    sync.Mutex
-	cidr  netip.Prefix
-	alloc *nat.Allocator
-	// held is what alloc holds per Service: the spec of its GlobalIngress
-	// (released ones included, until deleted after the quarantine).
-	held map[types.NamespacedName]mcs.GlobalIngressSpec
-	// waiting are Services whose allocation found the pool exhausted;
-	// they are queued again when a GlobalIngress is deleted.
-	waiting map[types.NamespacedName]bool
-}
-
-// ownCluster is this cluster's global CIDR (the first IPv4 one) and pod
-// CIDRs from its mirrored Cluster; ok is false while it has no global
-// CIDR.
-func (c *Controller) ownCluster(ctx context.Context) (global netip.Prefix, podCIDRs []netip.Prefix, ok bool, err error) {
-	var cl causewayv1alpha1.Cluster
-	switch err := c.local.Get(ctx, types.NamespacedName{Namespace: c.cfg.Namespace, Name: c.cfg.ClusterID}, &cl); {
+// globalAddresses returns the global addresses to publish in key's
+// record: what its GlobalIngress holds (mcs.GlobalAddressesOf). The
+// globalnet controller allocates them and writes the object; without one
+// (no global CIDR, globalnet off, not allocated yet or the pool
+// exhausted) the record carries none, and importers treat this cluster
+// as unreachable for the Service.
+func (c *Controller) globalAddresses(ctx context.Context, key types.NamespacedName) (causewayv1alpha1.GlobalIngressSpec, bool, error) {
+	var gi causewayv1alpha1.GlobalIngress
+	switch err := c.local.Get(ctx, key, &gi); {
 	case apierrors.IsNotFound(err):
-		return netip.Prefix{}, nil, false, nil
+		return causewayv1alpha1.GlobalIngressSpec{}, false, nil
 	case err != nil:
-		return netip.Prefix{}, nil, false, fmt.Errorf("get own Cluster: %w", err)
+		return causewayv1alpha1.GlobalIngressSpec{}, false, fmt.Errorf("get GlobalIngress: %w", err)
 	}
-	for _, s := range cl.Spec.GlobalCIDRs {
-		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() {
-			return p.Masked(), parsePrefixes(cl.Spec.PodCIDRs), true, nil
-		}
-	}
-	return netip.Prefix{}, nil, false, nil
-}
-
-// allocator returns the allocator of cidr, building and seeding it on
-// first use (or when the CIDR changed). Call with g.mu held.
-func (c *Controller) allocator(ctx context.Context, cidr netip.Prefix) (*nat.Allocator, error) {
-	g := &c.global
-	if g.alloc != nil && g.cidr == cidr {
-		return g.alloc, nil
-	}
-	a, err := mcs.NewGlobalAllocator(cidr)
-	if err != nil {
-		return nil, fmt.Errorf("global CIDR %s: %w", cidr, err)
-	}
-	// A live List, not the cache: the previous leader's last writes must
-	// be replayed before anything is allocated.
-	var list causewayv1alpha1.GlobalIngressList
-	if err := c.reader.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("list GlobalIngresses: %w", err)
-	}
-	held := make(map[types.NamespacedName]mcs.GlobalIngressSpec, len(list.Items))
-	for _, gi := range list.Items {
-		if err := mcs.ReserveGlobal(a, gi.Namespace, gi.Name, gi.Spec); err != nil {
-			c.log.Warn("global addresses not replayed, allocating anew", "service", client.ObjectKeyFromObject(&gi), "err", err)
-			continue
-		}
-		held[client.ObjectKeyFromObject(&gi)] = gi.Spec
-	}
-	c.log.Info("globalnet allocator ready", "cidr", cidr, "replayed", len(held))
-	g.cidr, g.alloc, g.held = cidr, a, held
-	c.globalMetrics()
-	return a, nil
-}
-
-// globalResult is the outcome of syncGlobal for the record.
-type globalResult struct {
-	spec    *mcs.GlobalIngressSpec // the allocation to publish; nil: none
-	requeue time.Duration          // a quarantine to wait for
-}
-
-// syncGlobal keeps the GlobalIngress of key: allocated while the Service
-// is exported (svc non-nil) and this cluster has a global CIDR, released
-// (releasedAt) otherwise and deleted after the quarantine.
-func (c *Controller) syncGlobal(ctx context.Context, key types.NamespacedName, se *mcsv1beta1.ServiceExport, svc *corev1.Service, local []discoveryv1.EndpointSlice) (globalResult, error) {
-	var res globalResult
-	have := &causewayv1alpha1.GlobalIngress{}
-	switch err := c.local.Get(ctx, key, have); {
-	case apierrors.IsNotFound(err):
-		have = nil
-	case err != nil:
-		return res, fmt.Errorf("get GlobalIngress: %w", err)
-	}
-	if svc == nil {
-		return c.releaseGlobal(ctx, key, have)
-	}
-	cidr, podCIDRs, ok, err := c.ownCluster(ctx)
-	if err != nil {
-		return res, err
-	}
-	if !ok {
-		return c.releaseGlobal(ctx, key, have) // no global CIDR (yet): no GlobalIngress
-	}
-	want := mcs.GlobalWantFor(svc, local, podCIDRs)
-
-	g := &c.global
-	g.mu.Lock()
-	a, err := c.allocator(ctx, cidr)
-	if err != nil {
-		g.mu.Unlock()
-		return res, err
-	}
-	spec, err := mcs.AllocateGlobal(a, key.Namespace, key.Name, g.held[key], want)
-	exhausted := errors.Is(err, nat.ErrExhausted)
-	switch {
-	case exhausted:
-		g.waiting[key] = true
-	case err != nil:
-		g.mu.Unlock()
-		return res, err
-	default:
-		delete(g.waiting, key)
-		g.held[key] = spec
-	}
-	c.globalMetrics()
-	g.mu.Unlock()
-
-	cond := metav1.Condition{Type: causewayv1alpha1.ConditionAllocated, Status: metav1.ConditionTrue, Reason: "Allocated",
-		Message: "global addresses allocated in " + cidr.String()}
-	if exhausted {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, causewayv1alpha1.ReasonGlobalPoolExhausted, truncate(err.Error(), 1000)
-		// The object keeps what it holds (nothing, or a complete earlier
-		// allocation, still reserved); the record carries no global
-		// address meanwhile, so importers treat this cluster as unreachable.
-		if have != nil {
-			spec = have.Spec
-		}
-	} else {
-		res.spec = &spec
-	}
-	wasExhausted := have != nil && meta.IsStatusConditionFalse(have.Status.Conditions, causewayv1alpha1.ConditionAllocated)
-	if err := c.applyGlobalIngress(ctx, key, have, spec, cond); err != nil {
-		return res, err
-	}
-	if exhausted && !wasExhausted && se != nil {
-		c.recorder.Eventf(se, nil, corev1.EventTypeWarning, causewayv1alpha1.ReasonGlobalPoolExhausted, "Allocate", "%s", cond.Message)
-	}
-	return res, nil
-}
-
-func (c *Controller) applyGlobalIngress(ctx context.Context, key types.NamespacedName, have *causewayv1alpha1.GlobalIngress, spec mcs.GlobalIngressSpec, cond metav1.Condition) error {
-	if have == nil {
-		obj := &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Spec: spec}
-		meta.SetStatusCondition(&obj.Status.Conditions, cond)
-		if err := c.local.Create(ctx, obj); err != nil {
-			return fmt.Errorf("create GlobalIngress: %w", err)
-		}
-		c.metrics.apiWrites.WithLabelValues("GlobalIngress", "create").Inc()
-		return nil
-	}
-	upd := have.DeepCopy()
-	upd.Spec = spec
-	meta.SetStatusCondition(&upd.Status.Conditions, cond)
-	if equality.Semantic.DeepEqual(upd.Spec, have.Spec) && equality.Semantic.DeepEqual(upd.Status, have.Status) {
-		return nil
-	}
-	if err := c.local.Update(ctx, upd); err != nil {
-		return fmt.Errorf("update GlobalIngress: %w", err)
-	}
-	c.metrics.apiWrites.WithLabelValues("GlobalIngress", "update").Inc()
-	return nil
-}
-
-// releaseGlobal marks have released (the gateway stops translating) and
-// deletes it once the quarantine has passed, freeing its addresses.
-func (c *Controller) releaseGlobal(ctx context.Context, key types.NamespacedName, have *causewayv1alpha1.GlobalIngress) (globalResult, error) {
-	var res globalResult
-	if have == nil || have.DeletionTimestamp != nil {
-		return res, c.forgetGlobal(ctx, key)
-	}
-	if have.Spec.ReleasedAt == nil {
-		upd := have.DeepCopy()
-		upd.Spec.ReleasedAt = &metav1.MicroTime{Time: time.Now()}
-		if err := c.local.Update(ctx, upd); err != nil {
-			return res, fmt.Errorf("release GlobalIngress: %w", err)
-		}
-		c.metrics.apiWrites.WithLabelValues("GlobalIngress", "update").Inc()
-		res.requeue = c.cfg.GlobalQuarantine
-		return res, nil
-	}
-	if left := time.Until(have.Spec.ReleasedAt.Add(c.cfg.GlobalQuarantine)); left > 0 {
-		res.requeue = left
-		return res, nil
-	}
-	// The lock spans the delete: the delete event queues the Services
-	// waiting for room, which must find the addresses free.
-	g := &c.global
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if err := c.local.Delete(ctx, have, client.Preconditions{UID: &have.UID}); err != nil && !apierrors.IsNotFound(err) {
-		return res, fmt.Errorf("delete GlobalIngress: %w", err)
-	}
-	c.metrics.apiWrites.WithLabelValues("GlobalIngress", "delete").Inc()
-	if h, ok := g.held[key]; ok && g.alloc != nil {
-		mcs.ReleaseGlobal(g.alloc, key.Namespace, key.Name, h)
-		delete(g.held, key)
-	}
-	delete(g.waiting, key)
-	c.globalMetrics()
-	c.requeueWaiting()
-	return res, nil
-}
-
-// forgetGlobal frees the addresses of a Service whose GlobalIngress was
-// deleted by someone else (its namespace went, or by hand), once the API
-// server confirms it is gone (the cache may not have seen our own create
-// yet).
-func (c *Controller) forgetGlobal(ctx context.Context, key types.NamespacedName) error {
-	g := &c.global
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	h, ok := g.held[key]
-	if !ok || g.alloc == nil {
-		return nil
-	}
-	switch err := c.reader.Get(ctx, key, &causewayv1alpha1.GlobalIngress{}); {
-	case err == nil:
-		return nil // still there: its events bring us back
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("get GlobalIngress: %w", err)
-	}
-	mcs.ReleaseGlobal(g.alloc, key.Namespace, key.Name, h)
-	delete(g.held, key)
-	delete(g.waiting, key)
-	c.globalMetrics()
-	c.requeueWaiting()
-	return nil
-}
-
-// requeueWaiting queues the Services waiting for room in the global pool
-// (addresses were just freed); call with c.global.mu held. The events go
-// through the trigger channel from a goroutine, so a full channel never
-// blocks a sync.
-func (c *Controller) requeueWaiting() {
-	if len(c.global.waiting) == 0 {
-		return
-	}
-	objs := make([]*causewayv1alpha1.ServiceExportRecord, 0, len(c.global.waiting))
-	for k := range c.global.waiting {
-		objs = append(objs, &causewayv1alpha1.ServiceExportRecord{Spec: causewayv1alpha1.ServiceExportRecordSpec{ServiceNamespace: k.Namespace, ServiceName: k.Name}})
-	}
-	go func() {
-		for _, o := range objs {
-			c.trigger <- event.GenericEvent{Object: o}
-		}
-	}()
-}
-
-// globalMetrics updates the globalnet gauges; call with c.global.mu held.
-func (c *Controller) globalMetrics() {
-	c.metrics.globals.Set(float64(len(c.global.held)))
-	c.metrics.globalWait.Set(float64(len(c.global.waiting)))
-}
-
-// waitingGlobal are the Services waiting for room in the global pool.
-func (c *Controller) waitingGlobal() []reconcile.Request {
-	c.global.mu.Lock()
-	defer c.global.mu.Unlock()
-	out := make([]reconcile.Request, 0, len(c.global.waiting))
-	for k := range c.global.waiting {
-		out = append(out, reconcile.Request{NamespacedName: k})
-	}
-	return out
+	spec, ok := mcs.GlobalAddressesOf(&gi)
+	return spec, ok, nil
 }
 
 // reach is how this cluster reaches cluster id, from the Endpoint object
@@ -337,32 +71,16 @@ func parsePrefixes(in []string) []netip.Prefix {
 	return out
 }
 
-// onMirror maps a mirrored Cluster or Endpoint (named by cluster ID) to
-// the Services to sync: for this cluster's own Cluster, every exported
-// Service and every GlobalIngress (the global CIDR may have changed); for
-// another cluster, every Service it exports (its reachability changed).
-func (c *Controller) onMirror(ctx context.Context, o client.Object) []reconcile.Request {
-	if o.GetNamespace() != c.cfg.Namespace {
+// onMirror maps a mirrored Cluster or Endpoint of another cluster (named
+// by cluster ID) to every Service it exports: its reachability changed.
+// This cluster's own mirror concerns the globalnet controller, not this
+// one.
+func (c *Controller) onMirror(_ context.Context, o client.Object) []reconcile.Request {
+	if o.GetNamespace() != c.cfg.Namespace || o.GetName() == c.cfg.ClusterID {
 		return nil
 	}
-	id := o.GetName()
 	var out []reconcile.Request
-	if id == c.cfg.ClusterID {
-		if _, ok := o.(*causewayv1alpha1.Cluster); !ok {
-			return nil
-		}
-		for _, it := range c.stores.exports.Items() {
-			out = append(out, reconcile.Request{NamespacedName: it.Key})
-		}
-		var gis causewayv1alpha1.GlobalIngressList
-		if err := c.local.List(ctx, &gis); err == nil {
-			for _, gi := range gis.Items {
-				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&gi)})
-			}
-		}
-		return out
-	}
-	for _, key := range c.brokerStores.recordsOf(broker.Namespace(id), "") {
+	for _, key := range c.brokerStores.recordsOf(broker.Namespace(o.GetName()), "") {
 		out = append(out, reconcile.Request{NamespacedName: key})
 	}
 	return out

@@ -32,7 +32,7 @@ import (
 // plain values (package plaincache) rather than in informers.
 
 // cachedService is what the controller keeps of a Service: what
-// mcs.NewExportRecord and mcs.GlobalWantFor read. A Service being deleted
+// mcs.NewExportRecord reads. A Service being deleted
 // is not kept.
 type cachedService struct {
 	typ            corev1.ServiceType
@@ -96,8 +96,8 @@ func (v cachedService) service(key types.NamespacedName) *corev1.Service {
 
 // cachedSlice is what the controller keeps of an EndpointSlice of one of
 // two kinds. A Service's own slice (label kubernetes.io/service-name, not
-// managed by mcs.ManagedBy) keeps what mcs.RecordEndpointsFromSlices and
-// mcs.GlobalWantFor read. A multi-cluster slice this controller wrote
+// managed by mcs.ManagedBy) keeps what mcs.RecordEndpointsFromSlices
+// reads. A multi-cluster slice this controller wrote
 // (label multicluster.kubernetes.io/service-name, managed by
 // mcs.ManagedBy) keeps its resource version and content hash
 // (mcs.SliceHash), what mcs.PlanEndpointSlices compares. Other slices are

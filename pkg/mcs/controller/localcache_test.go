@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"net/netip"
-	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,7 +16,7 @@ import (
 
 // TestCachedServiceKeepsWhatIsRead: the plain value of a Service, made
 // from the object a watch delivers or from the slim copy a list holds,
-// gives the export record and globalnet needs of the full Service; a
+// gives the export record of the full Service; a
 // Service being deleted is not kept.
 func TestCachedServiceKeepsWhatIsRead(t *testing.T) {
 	key := types.NamespacedName{Namespace: "ns", Name: "web"}
@@ -47,9 +45,6 @@ func TestCachedServiceKeepsWhatIsRead(t *testing.T) {
 			if !equality.Semantic.DeepEqual(want, got) || (wantErr == nil) != (gotErr == nil) {
 				t.Errorf("record from the %s cached Service differs:\nfull   %+v %v\ncached %+v %v", name, want, wantErr, got, gotErr)
 			}
-			if wantErr == nil && !reflect.DeepEqual(mcs.GlobalWantFor(full, nil, nil), mcs.GlobalWantFor(svc, nil, nil)) {
-				t.Errorf("globalnet needs of the %s cached Service differ: %+v, want %+v", name, mcs.GlobalWantFor(svc, nil, nil), mcs.GlobalWantFor(full, nil, nil))
-			}
 		}
 	}
 	deleting := &corev1.Service{ObjectMeta: fullMeta("ns", "web", nil), Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10"}}
@@ -59,7 +54,7 @@ func TestCachedServiceKeepsWhatIsRead(t *testing.T) {
 }
 
 // TestCachedSliceKeepsWhatIsRead: a Service's own slice keeps what its
-// record and globalnet read, a multi-cluster slice of this controller its
+// record reads, a multi-cluster slice of this controller its
 // resource version and content hash, whether watched or listed (through
 // slimmer.endpointSlice); slices of neither kind are not kept.
 func TestCachedSliceKeepsWhatIsRead(t *testing.T) {
@@ -76,13 +71,7 @@ func TestCachedSliceKeepsWhatIsRead(t *testing.T) {
 			{Addresses: []string{"10.244.1.3"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(false), Terminating: ptr(true)}},
 		},
 	}
-	headless := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}}
 	wantRecord := mcs.RecordEndpointsFromSlices([]discoveryv1.EndpointSlice{*own})
-	podCIDRs := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
-	wantGlobal := mcs.GlobalWantFor(headless, []discoveryv1.EndpointSlice{*own}, podCIDRs)
-	if len(wantGlobal.Pods) != 1 {
-		t.Fatalf("globalnet wants %+v of the slice, want its ready pod", wantGlobal)
-	}
 
 	imported := own.DeepCopy()
 	imported.Name = "web-c2-ipv4"
@@ -115,9 +104,6 @@ func TestCachedSliceKeepsWhatIsRead(t *testing.T) {
 		local := localSlices(group)
 		if got := mcs.RecordEndpointsFromSlices(local); !equality.Semantic.DeepEqual(wantRecord, got) {
 			t.Errorf("listed %v: record endpoints from the cached slices %+v, want %+v", listed, got, wantRecord)
-		}
-		if got := mcs.GlobalWantFor(headless, local, podCIDRs); !reflect.DeepEqual(wantGlobal, got) {
-			t.Errorf("listed %v: globalnet needs from the cached slices %+v, want %+v", listed, got, wantGlobal)
 		}
 		want := []mcs.ExistingSlice{{Namespace: "ns", Name: imported.Name, ResourceVersion: imported.ResourceVersion, Hash: wantHash}}
 		if got := importedSlices(group); !equality.Semantic.DeepEqual(want, got) {

@@ -17,8 +17,6 @@ type metrics struct {
 	clusters     *prometheus.GaugeVec
 	renewals     *prometheus.CounterVec
 	apiWrites    *prometheus.CounterVec
-	globals      prometheus.Gauge
-	globalWait   prometheus.Gauge
 	refused      prometheus.Gauge
 	overQuota    *prometheus.GaugeVec
 	tokenExpiry  prometheus.Gauge
@@ -64,14 +62,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "causeway", Subsystem: "mcs", Name: "api_writes_total",
 			Help: "Objects written, by kind and operation.",
 		}, []string{"kind", "op"}),
-		globals: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "causeway", Subsystem: "mcs", Name: "global_ingresses",
-			Help: "Globalnet allocations (GlobalIngresses) held by this cluster, released ones in quarantine included.",
-		}),
-		globalWait: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "causeway", Subsystem: "mcs", Name: "global_pool_waiting",
-			Help: "Exported Services waiting for room in this cluster's global CIDR.",
-		}),
 		overQuota: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "causeway", Subsystem: "mcs", Name: "remote_record_objects_over_quota",
 			Help: "A remote cluster's ServiceExportRecord objects beyond its quota of records or backends: not imported, their specs not kept.",
@@ -90,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.globals, m.globalWait, m.refused, m.overQuota, m.tokenExpiry, m.tokenFailed)
+		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.refused, m.overQuota, m.tokenExpiry, m.tokenFailed)
 	}
 	return m
 }

@@ -34,24 +34,20 @@ type exportState struct {
 	invalid   error                     // from mcs.NewExportRecord
 	published bool
 	writeErr  error
-	// global is the globalnet outcome (allocation, exhaustion, quarantine).
-	global globalResult
 }
 
-// sync brings one Service's export, import and export status up to date;
-// it returns when to sync again without an event (a globalnet
-// quarantine ending), 0 for never.
-func (c *Controller) sync(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
+// sync brings one Service's export, import and export status up to date.
+func (c *Controller) sync(ctx context.Context, key types.NamespacedName) error {
 	exp, err := c.syncExport(ctx, key)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if apierrors.IsConflict(exp.writeErr) {
-		return 0, exp.writeErr // the cache lags behind the broker: retry, do not report it
+		return exp.writeErr // the cache lags behind the broker: retry, do not report it
 	}
 	m, importErr := c.syncImport(ctx, key, exp)
 	statusErr := c.syncExportStatus(ctx, exp, m, importErr)
-	return exp.global.requeue, errors.Join(exp.writeErr, importErr, statusErr)
+	return errors.Join(exp.writeErr, importErr, statusErr)
 }
 
 // syncExport publishes (or withdraws) this cluster's record of key.
@@ -88,9 +84,7 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	}
 	if se == nil {
 		withdraw()
-		g, err := c.syncGlobal(ctx, key, nil, nil, nil)
-		st.global = g
-		return st, err
+		return st, nil
 	}
 	var svc *corev1.Service
 	if v, ok := c.stores.services.Get(key); ok {
@@ -100,21 +94,19 @@ func (c *Controller) syncExport(ctx context.Context, key types.NamespacedName) (
 	if invalid != nil {
 		st.invalid = invalid
 		withdraw()
-		g, err := c.syncGlobal(ctx, key, se, nil, nil)
-		st.global = g
-		return st, err
+		return st, nil
 	}
 	local := localSlices(c.stores.slices.Group(key.String()))
 	spec.Endpoints = mcs.RecordEndpointsFromSlices(local)
 	// Globalnet: the record carries the Service's global addresses once
-	// they are allocated; none while the pool is exhausted or the cluster
-	// has no global CIDR.
-	var err error
-	if st.global, err = c.syncGlobal(ctx, key, se, svc, local); err != nil {
+	// the globalnet controller has allocated them; none while the pool is
+	// exhausted or the cluster has no global CIDR.
+	global, ok, err := c.globalAddresses(ctx, key)
+	if err != nil {
 		return st, err
 	}
-	if st.global.spec != nil {
-		mcs.SetGlobalAddresses(&spec, *st.global.spec)
+	if ok {
+		mcs.SetGlobalAddresses(&spec, global)
 	}
 	mcs.Aggregate(&spec)
 	st.record = &spec
