@@ -1,0 +1,146 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+)
+
+// TestGlobalPoolExhausted: a /29 has three ingress IPs. A headless
+// Service with four ready pods does not fit: Allocated=False, an Event,
+// nothing half allocated; with three it does, and a
+// ClusterSetIP Service then waits: the headless one's unexport does not
+// free its addresses during the quarantine; deleting its released
+// GlobalIngress by hand does.
+func TestGlobalPoolExhausted(t *testing.T) {
+	e := newEnv(t, "c1")
+	e.cfg.Quarantine = time.Hour
+	e.mirrorCluster("242.0.9.0/29")
+	e.namespace("gn")
+	e.start("a")
+	ctx := context.Background()
+	c1 := e.c()
+	db := service(t, c1, "gn", "db", true, map[string]int32{"pg": 5432})
+	pods := []pod{{ip: "10.244.1.1", ready: true}, {ip: "10.244.1.2", ready: true}, {ip: "10.244.1.3", ready: true}, {ip: "10.244.1.4", ready: true}}
+	localSlice(t, c1, db, 5432, pods...)
+	export(t, c1, "gn", "db")
+
+	exhausted := func(name string) func() error {
+		return func() error {
+			var gi causewayv1alpha1.GlobalIngress
+			if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: name}, &gi); err != nil {
+				return err
+			}
+			cond := meta.FindStatusCondition(gi.Status.Conditions, causewayv1alpha1.ConditionAllocated)
+			if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != causewayv1alpha1.ReasonGlobalPoolExhausted {
+				return fmt.Errorf("Allocated %+v", cond)
+			}
+			return nil
+		}
+	}
+	eventually(t, "db exhausted", exhausted("db"))
+	var gi causewayv1alpha1.GlobalIngress
+	if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "db"}, &gi); err != nil || len(gi.Spec.Pods) != 0 {
+		t.Errorf("half allocated: %+v (%v)", gi.Spec, err)
+	}
+	eventually(t, "Warning event", wantEvent(c1, "gn", "ServiceExport", "db", causewayv1alpha1.ReasonGlobalPoolExhausted, ""))
+
+	// Three pods fit.
+	localSlice(t, c1, db, 5432, pods[:3]...)
+	eventually(t, "db allocated", func() error {
+		gi, err := globalIngress(c1, "gn", "db")
+		if err != nil {
+			return err
+		}
+		if len(gi.Spec.Pods) != 3 {
+			return fmt.Errorf("pods %+v", gi.Spec.Pods)
+		}
+		return nil
+	})
+
+	// Nothing left for a ClusterSetIP Service until db is unexported and
+	// its quarantine is over.
+	web := service(t, c1, "gn", "web", false, map[string]int32{"http": 80})
+	localSlice(t, c1, web, 8080, pod{ip: "10.244.1.9", ready: true})
+	export(t, c1, "gn", "web")
+	eventually(t, "web exhausted", exhausted("web"))
+	unexport(t, c1, "gn", "db")
+	eventually(t, "db released", func() error {
+		var gi causewayv1alpha1.GlobalIngress
+		if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "db"}, &gi); err != nil {
+			return err
+		}
+		if gi.Spec.ReleasedAt == nil {
+			return fmt.Errorf("not released")
+		}
+		return nil
+	})
+	// Quarantine: db's addresses are not handed to web.
+	time.Sleep(2 * time.Second)
+	if err := exhausted("web")(); err != nil {
+		t.Fatalf("during db's quarantine: %v", err)
+	}
+	// Deleted by hand (or with its namespace): the addresses are free.
+	if err := c1.Delete(ctx, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "db"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "web allocated once db's GlobalIngress is gone", func() error {
+		_, err := globalIngress(c1, "gn", "web")
+		return err
+	})
+}
+
+// TestGlobalLeaderChange: two leader-elected replicas (Lease
+// causeway-globalnet); the standby's
+// caches are warm before it leads. After the leader stops, the new leader
+// replays the allocation (a live List) before handing anything out: the
+// first Service keeps its pairs, a new one gets others.
+func TestGlobalLeaderChange(t *testing.T) {
+	e := newEnv(t, "c1")
+	e.cfg.LeaderElection = true
+	e.mirrorCluster("242.0.1.0/24")
+	e.namespace("gn")
+	e.start("a")
+	c1 := e.c()
+	web := service(t, c1, "gn", "web", false, map[string]int32{"http": 80, "https": 443})
+	localSlice(t, c1, web, 8080, pod{ip: "10.244.1.5", ready: true})
+	export(t, c1, "gn", "web")
+	var first *causewayv1alpha1.GlobalIngress
+	eventually(t, "web allocated by replica a", func() error {
+		var err error
+		first, err = globalIngress(c1, "gn", "web")
+		return err
+	})
+	e.start("b") // standby, caches warm
+	time.Sleep(time.Second)
+	e.stop("a") // releases the Lease on cancel
+	api := service(t, c1, "gn", "api", false, map[string]int32{"http": 80, "https": 443})
+	localSlice(t, c1, api, 8080, pod{ip: "10.244.1.6", ready: true})
+	export(t, c1, "gn", "api")
+	var second *causewayv1alpha1.GlobalIngress
+	eventually(t, "api allocated by replica b", func() error {
+		var err error
+		second, err = globalIngress(c1, "gn", "api")
+		return err
+	})
+	taken := map[string]bool{}
+	for _, p := range first.Spec.Ports {
+		taken[fmt.Sprintf("%s:%d", first.Spec.IP, p.GlobalPort)] = true
+	}
+	for _, p := range second.Spec.Ports {
+		if taken[fmt.Sprintf("%s:%d", second.Spec.IP, p.GlobalPort)] {
+			t.Errorf("new leader handed out a held pair: %+v vs %+v", second.Spec, first.Spec)
+		}
+	}
+	now, err := globalIngress(c1, "gn", "web")
+	if err != nil || fmt.Sprint(now.Spec) != fmt.Sprint(first.Spec) {
+		t.Errorf("web after the leader change %+v, was %+v (%v)", now.Spec, first.Spec, err)
+	}
+}
