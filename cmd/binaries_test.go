@@ -26,7 +26,7 @@ import (
 	"github.com/causeway-net/causeway/pkg/clusterset"
 )
 
-var daemons = []string{"gateway", "route-agent"}
+var daemons = []string{"gateway", "route-agent", "globalnet"}
 
 // brokerDaemons also need a broker to run; their flags are checked here and
 // their behaviour in their packages' tests and the lab e2e.

@@ -399,16 +399,39 @@ var daemonAccess = map[string]struct{ allowed, denied []access }{
 			{"create", "events.k8s.io", "events", "", "demo"}, {"patch", "events.k8s.io", "events", "", "demo"},
 			{"get", "coordination.k8s.io", "leases", "", sys}, {"update", "coordination.k8s.io", "leases", "", sys},
 			{"create", "", "events", "", sys},
-			// globalnet: GlobalIngresses everywhere, the gateway's mirrors read.
-			{"list", "causeway.dev", "globalingresses", "", ""}, {"create", "causeway.dev", "globalingresses", "", "demo"},
-			{"update", "causeway.dev", "globalingresses", "", "demo"}, {"delete", "causeway.dev", "globalingresses", "", "demo"},
+			// globalnet: GlobalIngresses read (the globalnet controller
+			// writes them), the gateway's mirrors read.
+			{"list", "causeway.dev", "globalingresses", "", ""}, {"watch", "causeway.dev", "globalingresses", "", ""},
 			{"list", "causeway.dev", "clusters", "", sys}, {"watch", "causeway.dev", "endpoints", "", sys},
 		},
 		denied: []access{
+			{"create", "causeway.dev", "globalingresses", "", "demo"}, {"update", "causeway.dev", "globalingresses", "", "demo"},
+			{"delete", "causeway.dev", "globalingresses", "", "demo"},
 			{"update", "multicluster.x-k8s.io", "serviceexports", "", "demo"}, {"delete", "multicluster.x-k8s.io", "serviceexports", "", "demo"},
 			{"create", "causeway.dev", "gateways", "", sys}, {"update", "causeway.dev", "endpoints", "status", sys},
 			{"create", "causeway.dev", "clusters", "", sys}, {"list", "causeway.dev", "endpoints", "", "default"},
 			{"get", "", "nodes", "", ""}, {"create", "", "events", "", "demo"}, {"list", "", "pods", "", ""},
+		},
+	},
+	"globalnet": {
+		allowed: []access{
+			{"list", "multicluster.x-k8s.io", "serviceexports", "", ""}, {"watch", "multicluster.x-k8s.io", "serviceexports", "", ""},
+			{"list", "", "services", "", ""}, {"watch", "discovery.k8s.io", "endpointslices", "", ""},
+			{"get", "causeway.dev", "globalingresses", "", "demo"}, {"list", "causeway.dev", "globalingresses", "", ""},
+			{"create", "causeway.dev", "globalingresses", "", "demo"}, {"update", "causeway.dev", "globalingresses", "", "demo"},
+			{"delete", "causeway.dev", "globalingresses", "", "demo"},
+			{"list", "causeway.dev", "clusters", "", sys}, {"watch", "causeway.dev", "clusters", "", sys},
+			{"create", "events.k8s.io", "events", "", "demo"}, {"patch", "events.k8s.io", "events", "", "demo"},
+			{"get", "coordination.k8s.io", "leases", "", sys}, {"update", "coordination.k8s.io", "leases", "", sys},
+			{"create", "", "events", "", sys},
+		},
+		denied: []access{
+			{"patch", "multicluster.x-k8s.io", "serviceexports", "status", "demo"},
+			{"create", "multicluster.x-k8s.io", "serviceimports", "", "demo"},
+			{"create", "discovery.k8s.io", "endpointslices", "", "demo"},
+			{"update", "causeway.dev", "clusters", "", sys}, {"list", "causeway.dev", "clusters", "", "default"},
+			{"list", "causeway.dev", "endpoints", "", sys}, {"get", "", "nodes", "", ""}, {"list", "", "pods", "", ""},
+			{"get", "", "secrets", "", sys},
 		},
 	},
 }

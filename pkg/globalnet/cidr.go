@@ -1,10 +1,14 @@
-// Package globalnet is the gateway's globalnet half. When clusters share
-// pod and service CIDRs, each one is reached only through a global CIDR of
-// the ClusterSet policy's supernet (pkg/addrpolicy.Policy): Claim takes this cluster's in the broker
-// (atomically, one GlobalCIDR object per range), and Rules turns the
-// cluster's GlobalIngress objects (written by the MCS controller) and the
-// remote clusters' subnets into pkg/nat's desired netfilter state, which
-// the active gateway applies. See README.md for the address plan.
+// Package globalnet is globalnet's pure policy and its broker claim. When
+// clusters share pod and service CIDRs, each one is reached only through
+// a global CIDR of the ClusterSet policy's supernet
+// (pkg/addrpolicy.Policy): Claim takes this cluster's in the broker
+// (atomically, one GlobalCIDR object per range; run by the active
+// gateway), AssignIngress and its siblings (ingress.go) allocate the
+// exported Services' global addresses inside it (run by the globalnet
+// controller, pkg/globalnet/controller, which writes them as GlobalIngress
+// objects), and Rules turns those objects and the remote clusters'
+// subnets into pkg/nat's desired netfilter state, which the active
+// gateway applies. See README.md for the address plan.
 package globalnet
 
 import (

@@ -23,9 +23,9 @@ import (
 // skipped, are objects whose addresses do not fit the layout (not this
 // cluster's ingress range, not an IPv4 ClusterIP, an unknown protocol or
 // port) and objects that contend with an older one for an address (a hand
-// edit, or two allocators for a moment): the MCS controller's allocator
-// never hands out such pairs, and nat refuses a whole Config that holds
-// them, so one bad object must not stop every translation.
+// edit, or two allocators for a moment): the globalnet controller's
+// allocator never hands out such pairs, and nat refuses a whole Config
+// that holds them, so one bad object must not stop every translation.
 func Rules(layout nat.Layout, ingresses []v1alpha1.GlobalIngress, remote []netip.Prefix) (cfg nat.Config, skipped []string) {
 	cfg = nat.Config{
 		LocalGlobal: []netip.Prefix{layout.CIDR},

@@ -24,7 +24,7 @@ const GatewayLease = "causeway-gateway"
 
 // Daemons are the daemons with an identity of their own in a member
 // cluster (the chart's templates/identities.yaml).
-var Daemons = []string{"gateway", "route-agent", "mcs-controller"}
+var Daemons = []string{"gateway", "route-agent", "mcs-controller", "globalnet"}
 
 // ServiceAccountName is the ServiceAccount of a daemon (one of Daemons)
 // in Namespace.

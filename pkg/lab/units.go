@@ -103,7 +103,7 @@ func (s *State) DaemonBinary(name string) string {
 // MissingDaemons lists the daemon binaries not found next to causewayctl.
 func (s *State) MissingDaemons() []string {
 	var missing []string
-	for _, d := range []string{"gateway", "route-agent", "mcs-controller"} {
+	for _, d := range []string{"gateway", "route-agent", "mcs-controller", "globalnet"} {
 		if _, err := os.Stat(s.DaemonBinary(d)); err != nil {
 			missing = append(missing, d)
 		}

@@ -5,9 +5,10 @@
 // involved) with a
 // clusterset VIP (VIPAllocator), and EndpointSlices for every source
 // cluster appear in every member cluster (RenderEndpointSlices). Under
-// globalnet an exporting cluster allocates global addresses
-// (AllocateGlobal over pkg/nat's Allocator) and importers reach remote
-// clusters through them (SourceFromRecord, Reachable).
+// globalnet an exporting cluster's records carry the global addresses its
+// globalnet controller allocated (SetGlobalAddresses, from the
+// GlobalIngress objects) and importers reach remote clusters through them
+// (SourceFromRecord, Reachable).
 //
 // The functions here are the pure policy layer; BrokerVIPStore is the one
 // mechanism. See README.md for the object flow, names and rules.

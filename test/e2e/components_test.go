@@ -37,12 +37,12 @@ type component struct {
 	labels             map[string]string
 }
 
-// daemon is a Causeway daemon (gateway, route-agent, mcs-controller) of
-// one node: its Pod of the chart's DaemonSet. The MCS controller is the
-// Pod of a one-replica Deployment, on whichever node the scheduler
-// picked: node is ignored for it.
+// daemon is a Causeway daemon (gateway, route-agent, mcs-controller,
+// globalnet) of one node: its Pod of the chart's DaemonSet. The MCS and
+// globalnet controllers are the Pods of one-replica Deployments, on
+// whichever node the scheduler picked: node is ignored for them.
 func daemon(cluster, node, name string) component {
-	if name == "mcs-controller" {
+	if name == "mcs-controller" || name == "globalnet" {
 		node = ""
 	}
 	return component{cluster: cluster, namespace: kube.Namespace, node: node,

@@ -870,12 +870,13 @@ func (l *Lab) checkMergedKubeconfig() {
 		l.t.Fatalf("kubectl get ds,deploy,pods: %v\n%s", err, got)
 	}
 	l.t.Logf("kubectl --context c1 -n causeway-system get ds,deploy,pods:\n%s", got)
-	for _, want := range []string{"daemonset.apps/causeway-gateway", "daemonset.apps/causeway-route-agent", "deployment.apps/causeway-mcs-controller"} {
+	for _, want := range []string{"daemonset.apps/causeway-gateway", "daemonset.apps/causeway-route-agent", "deployment.apps/causeway-mcs-controller",
+		"deployment.apps/causeway-globalnet"} {
 		if !strings.Contains(string(got), want) {
 			l.t.Errorf("kubectl get ds,deploy,pods lacks %s", want)
 		}
 	}
-	if n := strings.Count(string(got), " Running "); n != 4 { // 2 route agents, 1 gateway, 1 MCS controller
-		l.t.Errorf("%d Pods Running, want 4", n)
+	if n := strings.Count(string(got), " Running "); n != 5 { // 2 route agents, 1 gateway, 1 MCS controller, 1 globalnet controller
+		l.t.Errorf("%d Pods Running, want 5", n)
 	}
 }

@@ -13,11 +13,11 @@
 //     source cluster, this cluster's own backends included) are written in
 //     every namespace that exists here, and removed when the last export
 //     goes;
-//   - globalnet: when this cluster's mirrored Cluster has a global CIDR,
-//     each exported Service gets a GlobalIngress (global IP:port pairs, or
-//     one global IP per ready pod of a headless Service) from one
-//     nat.Allocator per leadership term, and the record carries them;
-//     released ones are deleted after a quarantine. Importers reach a
+//   - globalnet: the record carries the global addresses (IP:port pairs,
+//     or one global IP per ready pod of a headless Service) of the
+//     Service's GlobalIngress, which the globalnet controller
+//     (pkg/globalnet/controller) allocates and writes; this controller
+//     only reads it. Importers reach a
 //     remote cluster at its global addresses and render a backend ready
 //     only where the mirrored Endpoint of its cluster reaches it
 //     (ServiceImport condition Reachable);
