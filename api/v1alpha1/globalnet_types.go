@@ -38,7 +38,7 @@ type GlobalCIDRList struct {
 }
 
 // GlobalIngressSpec is the globalnet allocation of one exported Service:
-// what the active gateway translates. The MCS controller writes it; the
+// what the active gateway translates. The globalnet controller writes it; the
 // allocation is kept for as long as the Service is exported, across
 // restarts and gateway failovers.
 type GlobalIngressSpec struct {

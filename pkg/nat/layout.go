@@ -90,7 +90,7 @@ func NewLayout(cidr netip.Prefix, egressIPs int) (Layout, error) {
 }
 
 // ClusterLayout is the layout of a member cluster's global CIDR, with
-// DefaultEgressIPs: the MCS controller allocates from its Ingress range and
+// DefaultEgressIPs: the globalnet controller allocates from its Ingress range and
 // the active gateway health-checks, translates and SNATs with it. Both
 // call this one function so the two can never split the CIDR differently.
 func ClusterLayout(cidr netip.Prefix) (Layout, error) { return NewLayout(cidr, DefaultEgressIPs) }
