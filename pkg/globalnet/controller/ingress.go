@@ -35,10 +35,10 @@ import (
 // its own Service. If the global CIDR changes, the allocator is rebuilt
 // for the new CIDR; allocations that do not fit it are allocated anew.
 type allocation struct {
-	mu    sync.Mutex
-	cidr  netip.Prefix
-	alloc *nat.Allocator
-	// held is what alloc holds per Service: the spec of its GlobalIngress
+	mu   sync.Mutex
+	cidr netip.Prefix
+	pool *nat.Allocator
+	// held is what pool holds per Service: the spec of its GlobalIngress
 	// (released ones included, until deleted after the quarantine).
 	held map[types.NamespacedName]causewayv1alpha1.GlobalIngressSpec
 	// waiting are Services whose allocation found the pool exhausted;
@@ -66,11 +66,11 @@ func (c *Controller) ownCluster(ctx context.Context) (global netip.Prefix, podCI
 }
 
 // allocator returns the allocator of cidr, building and seeding it on
-// first use (or when the CIDR changed). Call with g.mu held.
+// first use (or when the CIDR changed). Call with c.alloc.mu held.
 func (c *Controller) allocator(ctx context.Context, cidr netip.Prefix) (*nat.Allocator, error) {
 	g := &c.alloc
-	if g.alloc != nil && g.cidr == cidr {
-		return g.alloc, nil
+	if g.pool != nil && g.cidr == cidr {
+		return g.pool, nil
 	}
 	a, err := globalnet.NewIngressAllocator(cidr)
 	if err != nil {
@@ -91,7 +91,7 @@ func (c *Controller) allocator(ctx context.Context, cidr netip.Prefix) (*nat.All
 		held[client.ObjectKeyFromObject(&gi)] = gi.Spec
 	}
 	c.log.Info("allocator ready", "cidr", cidr, "replayed", len(held))
-	g.cidr, g.alloc, g.held = cidr, a, held
+	g.cidr, g.pool, g.held = cidr, a, held
 	c.gauges()
 	return a, nil
 }
@@ -147,8 +147,9 @@ func (c *Controller) syncIngress(ctx context.Context, key types.NamespacedName, 
 	if exhausted {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, causewayv1alpha1.ReasonGlobalPoolExhausted, truncate(err.Error(), 1000)
 		// The object keeps what it holds (nothing, or a complete earlier
-		// allocation, still reserved); the record carries no global
-		// address meanwhile, so importers treat this cluster as unreachable.
+		// allocation, still reserved); Allocated=False keeps it out of the
+		// MCS controller's record meanwhile (mcs.GlobalAddressesOf), so
+		// importers treat this cluster as unreachable for the Service.
 		if have != nil {
 			spec = have.Spec
 		}
@@ -214,8 +215,8 @@ func (c *Controller) releaseIngress(ctx context.Context, key types.NamespacedNam
 		return 0, fmt.Errorf("delete GlobalIngress: %w", err)
 	}
 	c.metrics.apiWrites.WithLabelValues("delete").Inc()
-	if h, ok := g.held[key]; ok && g.alloc != nil {
-		globalnet.FreeIngress(g.alloc, key.Namespace, key.Name, h)
+	if h, ok := g.held[key]; ok && g.pool != nil {
+		globalnet.FreeIngress(g.pool, key.Namespace, key.Name, h)
 		delete(g.held, key)
 	}
 	delete(g.waiting, key)
@@ -233,7 +234,7 @@ func (c *Controller) forget(ctx context.Context, key types.NamespacedName) error
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	h, ok := g.held[key]
-	if !ok || g.alloc == nil {
+	if !ok || g.pool == nil {
 		return nil
 	}
 	switch err := c.reader.Get(ctx, key, &causewayv1alpha1.GlobalIngress{}); {
@@ -242,7 +243,7 @@ func (c *Controller) forget(ctx context.Context, key types.NamespacedName) error
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("get GlobalIngress: %w", err)
 	}
-	globalnet.FreeIngress(g.alloc, key.Namespace, key.Name, h)
+	globalnet.FreeIngress(g.pool, key.Namespace, key.Name, h)
 	delete(g.held, key)
 	delete(g.waiting, key)
 	c.gauges()
