@@ -3,9 +3,12 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -143,4 +146,57 @@ func TestGlobalLeaderChange(t *testing.T) {
 	if err != nil || fmt.Sprint(now.Spec) != fmt.Sprint(first.Spec) {
 		t.Errorf("web after the leader change %+v, was %+v (%v)", now.Spec, first.Spec, err)
 	}
+}
+
+// TestGlobalCIDRFollowsTheGateway: the controller allocates only out of
+// the global CIDR the gateway wrote into the cluster's mirrored Cluster:
+// nothing before there is one, an allocation inside it once it appears,
+// released (then deleted after the quarantine) when it is withdrawn. An
+// invalid export (an ExternalName Service) never gets addresses.
+func TestGlobalCIDRFollowsTheGateway(t *testing.T) {
+	e := newEnv(t, "c1")
+	e.cfg.Quarantine = time.Second
+	e.namespace("gn")
+	e.start("a")
+	ctx := context.Background()
+	c1 := e.c()
+	web := service(t, c1, "gn", "web", false, map[string]int32{"http": 80})
+	localSlice(t, c1, web, 8080, pod{ip: "10.244.1.5", ready: true})
+	export(t, c1, "gn", "web")
+	ext := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "ext"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}}
+	if err := c1.Create(ctx, ext); err != nil {
+		t.Fatal(err)
+	}
+	export(t, c1, "gn", "ext")
+
+	time.Sleep(time.Second)
+	var gi causewayv1alpha1.GlobalIngress
+	if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "web"}, &gi); !apierrors.IsNotFound(err) {
+		t.Fatalf("GlobalIngress without a global CIDR: %+v (%v)", gi.Spec, err)
+	}
+
+	e.mirrorCluster("242.0.4.0/24")
+	eventually(t, "web allocated in the new CIDR", func() error {
+		gi, err := globalIngress(c1, "gn", "web")
+		if err != nil {
+			return err
+		}
+		if ip, err := netip.ParseAddr(gi.Spec.IP); err != nil || !netip.MustParsePrefix("242.0.4.0/24").Contains(ip) || gi.Spec.ClusterIP != web.Spec.ClusterIP {
+			return fmt.Errorf("spec %+v", gi.Spec)
+		}
+		return nil
+	})
+	if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "ext"}, &gi); !apierrors.IsNotFound(err) {
+		t.Errorf("GlobalIngress of an invalid export: %+v (%v)", gi.Spec, err)
+	}
+
+	e.mirrorCluster() // withdrawn
+	eventually(t, "released, then deleted after the quarantine", func() error {
+		err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "web"}, &gi)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (releasedAt %v, %v)", gi.Spec.ReleasedAt, err)
+	})
 }
