@@ -248,7 +248,7 @@ func TestComputeGlobalnet(t *testing.T) {
 		t.Fatalf("connections = %+v, want c3 through its global CIDR", d.Connections)
 	}
 	// Dual-stack globalnet remotes: IPv6 pod and service CIDRs go into the
-	// tunnel as they are (addrpolicy rule 6); c4's overlap c3's older ones
+	// tunnel as they are (addrpolicy rule 8); c4's overlap c3's older ones
 	// and are left out, its global CIDR stays.
 	dual := func(id string, age int, pods6, svcs6 string) Remote {
 		r := globalRemote(id, age, "242."+id[1:]+".0.0/16", "242."+id[1:]+".0.0/16")
