@@ -45,14 +45,15 @@ generate-crds: ## deep-copy code and CRD YAML (ours and mcs-api's) under the cha
 # next to the code that needs them: <daemon>=<package> below gives the
 # chart's templates/rbac/<daemon>.yaml with ClusterRole and/or Role
 # causeway-<daemon> (ServiceAccounts and bindings: templates/identities.yaml).
-# A daemon without markers gets no file and no rights.
+# Every daemon also gets the markers of pkg/about (its cluster ID, read
+# through pkg/daemon). A daemon without markers gets no file and no rights.
 RBAC_DAEMONS = gateway=./pkg/gateway route-agent=./pkg/routeagent mcs-controller=./pkg/mcs/controller
 
 generate-rbac: ## least-privilege roles of each daemon under the chart's templates/rbac/
 	rm -f $(CHART)/templates/rbac/*.yaml
 	@set -e; for d in $(RBAC_DAEMONS); do \
 	  echo "controller-gen rbac $${d%%=*}"; \
-	  $(GO) tool controller-gen rbac:roleName=causeway-$${d%%=*},fileName=$${d%%=*}.yaml paths=$${d#*=} output:rbac:dir=$(CHART)/templates/rbac; \
+	  $(GO) tool controller-gen rbac:roleName=causeway-$${d%%=*},fileName=$${d%%=*}.yaml paths="{$${d#*=},./pkg/about}" output:rbac:dir=$(CHART)/templates/rbac; \
 	done
 
 generate-bpf: ## compile bpf/*.c and regenerate the Go bindings (needs clang-19)

@@ -26,8 +26,6 @@ import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/cable"
-	"github.com/causeway-net/causeway/pkg/cable/ipsec"
-	"github.com/causeway-net/causeway/pkg/cable/wireguard"
 	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/nat"
@@ -165,7 +163,7 @@ func (c Config) validate() error {
 	if c.TunnelDevice == "" || len(c.TunnelDevice) > 15 {
 		errs = append(errs, fmt.Errorf("tunnel device %q: need 1 to 15 bytes", c.TunnelDevice))
 	}
-	if c.Drivers[c.CableDriver] == nil {
+	if _, ok := c.Drivers[c.CableDriver]; !ok {
 		errs = append(errs, fmt.Errorf("cable driver %q: %w", c.CableDriver, cable.ErrUnknownDriver))
 	}
 	if c.CandidateProbeMisses < 1 || c.CandidateProbeMisses > probeWindow {
@@ -185,13 +183,10 @@ func (c Config) validate() error {
 
 func (c Config) subnets() []netip.Prefix { return slices.Concat(c.PodCIDRs, c.ServiceCIDRs) }
 
-// device is the tunnel device the driver creates: TunnelDevice, except for
-// ipsec, whose device is charon's TUN (one per namespace).
+// device is the tunnel device the driver creates: TunnelDevice, unless
+// the driver names its own (cable.Kind.Device).
 func (c Config) device() string {
-	if c.CableDriver == string(v1alpha1.CableIPsec) {
-		return ipsec.TUNName
-	}
-	return c.TunnelDevice
+	return c.Drivers[c.CableDriver].DeviceName(c.TunnelDevice)
 }
 
 // Engine is one gateway candidate.
@@ -459,13 +454,13 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	if e.cfg.Globalnet {
 		e.dropTranslation(ctx) // a killed active's rules stay in the kernel
 	}
-	if e.cfg.CableDriver == string(v1alpha1.CableWireGuard) {
-		// An embedded device dies with its process, its UAPI socket file
-		// does not.
-		if removed, err := wireguard.RemoveStaleSocket(e.cfg.device()); err != nil {
+	if remove := e.cfg.Drivers[e.cfg.CableDriver].RemoveStale; remove != nil {
+		// e.g. an embedded WireGuard device dies with its process, its
+		// UAPI socket file does not.
+		if removed, err := remove(e.cfg.device()); err != nil {
 			e.log.Warn("remove leftover tunnel", "err", err)
 		} else if removed {
-			e.log.Info("removed the UAPI socket a killed embedded WireGuard device left", "device", e.cfg.device())
+			e.log.Info("removed what a killed driver process left", "driver", e.cfg.CableDriver, "device", e.cfg.device())
 		}
 	}
 	if ok, err := linkExists(e.cfg.Netns, e.cfg.device()); err != nil || !ok {

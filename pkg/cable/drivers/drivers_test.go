@@ -12,7 +12,7 @@ import (
 func TestRegistry(t *testing.T) {
 	r := Registry()
 	for _, name := range []v1alpha1.CableDriver{v1alpha1.CableWireGuard, v1alpha1.CableVXLAN, v1alpha1.CableIPsec} {
-		if r[string(name)] == nil {
+		if r[string(name)].New == nil {
 			t.Errorf("driver %q missing", name)
 		}
 	}
