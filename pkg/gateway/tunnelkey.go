@@ -20,11 +20,9 @@ import (
 var ErrKeyInUse = errors.New("tunnel public key claimed by another cluster")
 
 // keyed reports whether the cable driver authenticates peers by public
-// key (WireGuard's, ipsec's X25519 key): only those claim their keys in
-// the broker and check the remotes'.
-func (c Config) keyed() bool {
-	return c.CableDriver == string(v1alpha1.CableWireGuard) || c.CableDriver == string(v1alpha1.CableIPsec)
-}
+// key (cable.Kind.Keyed): only those claim their keys in the broker and
+// check the remotes'.
+func (c Config) keyed() bool { return c.Drivers[c.CableDriver].Keyed }
 
 // claimKey makes the broker hold the claim on key (this node's tunnel
 // public key, as published) in this cluster's name, before the Endpoint
