@@ -40,7 +40,15 @@
 //     (ReasonInvalidCIDR). Without a Cluster object the Endpoint stands on
 //     its own. An Endpoint's health-check address lies inside its subnets
 //     (ReasonInvalidAddress).
-//  6. Remotes against each other (ReasonOverlappingCIDR): a cluster's claim
+//  6. Keys (ReasonKeyInUse): with key claims on (Config.KeyOwners not
+//     nil) an Endpoint announcing a public key is refused unless the
+//     broker holds the claim on that key in its cluster's name: a key
+//     claimed by another cluster, or by nobody, is in use elsewhere or not
+//     proven to be the announcer's. The claim is first come, first served
+//     (the API server's unique names), so a cluster copying another's
+//     published key never displaces the tunnel to its owner. A refused
+//     Endpoint claims no subnets (rule 7).
+//  7. Remotes against each other (ReasonOverlappingCIDR): a cluster's claim
 //     is its Cluster's CIDRs (its Endpoint's subnets when it has no Cluster
 //     object), aged by the creation time of that object. Claims are
 //     settled oldest first, ties broken by the lower cluster ID: a claim
@@ -53,10 +61,10 @@
 // announce subnets inside them, and its IPv4 pod and service CIDRs are not
 // looked at (they may overlap anybody's).
 //
-//  7. Globalnet is IPv4 only, so a globalnet Cluster's IPv6 pod and
+//  8. Globalnet is IPv4 only, so a globalnet Cluster's IPv6 pod and
 //     service CIDRs are its direct CIDRs: reached as they are, through the
 //     tunnel, they are checked like any CIDR (rules 1, 2 and 4) and settled
-//     against the other remotes (rule 6, with the Cluster's age) as a
+//     against the other remotes (rule 7, with the Cluster's age) as a
 //     claim of their own. When they fail, only they are left out: the
 //     Cluster and its Endpoint stay Valid for their global CIDRs, the
 //     verdicts' Subnets lack the IPv6 CIDRs (and the Endpoint's IPv6
@@ -157,6 +165,13 @@ type Config struct {
 	// empty, non-nil map means nobody owns a global CIDR, so any
 	// announced global CIDR is refused.
 	Claims map[string][]netip.Prefix
+	// KeyOwners maps a tunnel public key (the text an Endpoint
+	// publishes) to the cluster the broker holds its claim for (one
+	// cluster-scoped TunnelKey per key, named after it). nil means keys
+	// are not claimed here (a driver without keys) and the key rule is
+	// skipped; a non-nil map refuses every Endpoint whose key it does not
+	// give to that Endpoint's cluster.
+	KeyOwners map[string]string
 }
 
 // WithDefaults returns c with the default policy when it has none.
@@ -195,6 +210,9 @@ type Cluster struct {
 // address) leaves it out of the Remote: it then claims nothing.
 type Endpoint struct {
 	Subnets []string
+	// PublicKey is the tunnel public key the Endpoint announces; empty
+	// for a driver without keys.
+	PublicKey string
 	// HealthCheckIP, when valid, must lie inside Subnets
 	// (ReasonInvalidAddress): it is probed through the tunnel.
 	HealthCheckIP netip.Addr

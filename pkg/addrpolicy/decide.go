@@ -35,7 +35,7 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 		// d is the decision refused whole when the claim loses, or,
 		// for a direct claim, whose verdicts lose subs.
 		d *Decision
-		// direct: the IPv6 CIDRs of a globalnet cluster (rule 6), left
+		// direct: the IPv6 CIDRs of a globalnet cluster (rule 8), left
 		// out rather than refused when the claim loses.
 		direct bool
 	}
@@ -77,6 +77,9 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 		}
 		if e := r.Endpoint; e != nil {
 			d.Endpoint = cfg.checkEndpoint(r.ClusterID, e, cv, r.Cluster != nil && len(r.Cluster.GlobalCIDRs) > 0)
+			if v := cfg.checkKey(r.ClusterID, e.PublicKey); d.Endpoint.Valid && v != nil {
+				d.Endpoint = v
+			}
 		}
 		out = append(out, d)
 		switch {
@@ -143,7 +146,7 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 
 // checkCluster applies the per-object rules to a Cluster. Of a globalnet
 // Cluster it also returns the IPv6 pod and service CIDRs it is reached at
-// directly (rule 6), part of the verdict's Subnets; when they fail a rule
+// directly (rule 8), part of the verdict's Subnets; when they fail a rule
 // they are left out of the verdict instead, and its message says why.
 func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix) {
 	cidrs := slices.Concat(c.PodCIDRs, c.ServiceCIDRs)
@@ -228,7 +231,7 @@ func leaveOut(d *Decision, direct []netip.Prefix, why string) {
 // checkEndpoint applies the per-object rules to an Endpoint, then checks
 // it against its Cluster's verdict cv (nil: no Cluster object). The
 // Endpoint of a globalnet Cluster (global) has its IPv6 subnets outside
-// cv's Subnets left out (the Cluster's IPv6 CIDRs were, rule 6) rather
+// cv's Subnets left out (the Cluster's IPv6 CIDRs were, rule 8) rather
 // than refused.
 func (cfg Config) checkEndpoint(id string, e *Endpoint, cv *Verdict, global bool) *Verdict {
 	subnets, note := e.Subnets, ""
@@ -285,6 +288,22 @@ func (cfg Config) checkEndpointSubnets(id string, subnets []string, hc netip.Add
 		}
 	}
 	return accept(subs)
+}
+
+// checkKey is the key rule (6): with key claims on, the Endpoint of
+// cluster id announcing key must hold the broker's claim on it. nil: the
+// key passes.
+func (cfg Config) checkKey(id, key string) *Verdict {
+	if cfg.KeyOwners == nil || key == "" {
+		return nil
+	}
+	switch owner, ok := cfg.KeyOwners[key]; {
+	case !ok:
+		return refuse(v1alpha1.ReasonKeyInUse, "public key %s is not claimed by cluster %q in the broker (no TunnelKey)", truncate(key, 60), id)
+	case owner != id:
+		return refuse(v1alpha1.ReasonKeyInUse, "public key %s is claimed by cluster %q in the broker", truncate(key, 60), owner)
+	}
+	return nil
 }
 
 // space is which part of the address space a CIDR may lie in (rule 2).
