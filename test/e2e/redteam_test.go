@@ -236,7 +236,7 @@ func TestRedTeam(t *testing.T) {
 
 	// 5. c1's tunnel public key in c2's Endpoint.
 	if !announce("c1's public key", nil, func(e *v1alpha1.EndpointSpec) { e.PublicKey = victimEP.Spec.PublicKey }) {
-		refusedEverywhere("c1's public key", "KeyInUse")
+		refusedEverywhere("c1's public key", v1alpha1.ReasonKeyInUse)
 	}
 	untouched("c1's public key announced by c2")
 	announce("back to c2's honest objects", nil, nil)
