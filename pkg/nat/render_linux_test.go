@@ -43,8 +43,8 @@ func TestFullTransaction(t *testing.T) {
 		"add map ip causeway-globalnet tcp-in-port { type ipv4_addr . inet_service : inet_service ; }\n",
 		"add element ip causeway-globalnet tcp-in-addr { 242.0.1.2 . 1024 : 10.96.0.10 }\n",
 		"add chain ip causeway-globalnet ingress { type filter hook prerouting priority -310 ; policy accept ; }\n", // raw - 10
-		"add chain ip causeway-globalnet reply { type filter hook postrouting priority 110 ; policy accept ; }\n",  // srcnat + 10
-		"add chain ip causeway-globalnet egress { type nat hook postrouting priority 90 ; policy accept ; }\n",     // srcnat - 10
+		"add chain ip causeway-globalnet reply { type filter hook postrouting priority 110 ; policy accept ; }\n",   // srcnat + 10
+		"add chain ip causeway-globalnet egress { type nat hook postrouting priority 90 ; policy accept ; }\n",      // srcnat - 10
 		"add chain ip causeway-globalnet canary\n",
 	} {
 		if !strings.Contains(text, want) {
@@ -52,7 +52,7 @@ func TestFullTransaction(t *testing.T) {
 		}
 	}
 	want := map[string]map[string]string{
-		SetRemote:       {"242.0.2.0/24": "", "242.0.3.0/24": ""}, // the /25 inside the /24 dropped
+		SetRemote:       {"242.0.2.0/24": "", "242.0.3.0/24": ""},                                                 // the /25 inside the /24 dropped
 		SetRemoteEgress: {"242.0.2.253/32": "", "242.0.2.254/32": "", "242.0.3.253/32": "", "242.0.3.254/32": ""}, // the remotes' layouts
 		SetLocal:        {"242.0.1.0/24": ""},
 		"tcp-in-addr":   {"242.0.1.2 . 1024": "10.96.0.10", "242.0.1.2 . 1025": "10.96.0.10"},
