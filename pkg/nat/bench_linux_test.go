@@ -246,3 +246,21 @@ func BenchmarkCompileDiff10k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFullTransaction10k: the Go side of a full sync at 10 000
+// ports (40 002 elements): compile the Config, queue the whole table on a
+// knftables transaction and write its nft text (what Run hands to nft).
+func BenchmarkFullTransaction10k(b *testing.B) {
+	cfg := manyPortsConfig(b, 10_000)
+	for b.Loop() {
+		d, err := cfg.compile()
+		if err != nil {
+			b.Fatal(err)
+		}
+		tx := knftables.NewFake(knftables.IPv4Family, TableName).NewTransaction()
+		addFull(tx, d)
+		if tx.String() == "" {
+			b.Fatal("empty transaction")
+		}
+	}
+}
