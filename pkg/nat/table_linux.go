@@ -13,8 +13,9 @@ import (
 // TableName: the only I/O of Table. NewNftRunner is the real one; tests
 // run Table on knftables.Fake.
 type Runner interface {
-	// Run queues operations on a new knftables transaction with fill and
-	// applies it as one `nft -f`: all of it or, on error, nothing.
+	// Run queues operations on a new knftables transaction with fill
+	// (called once, before Run returns) and applies it as one `nft -f`:
+	// all of it or, on error, nothing.
 	Run(ctx context.Context, fill func(tx *knftables.Transaction)) error
 	// ListElements returns the elements of the set or map name
 	// (objectType "set" or "map"), as knftables.Interface.ListElements.
