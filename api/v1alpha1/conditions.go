@@ -25,6 +25,10 @@ const (
 	// ReasonUnclaimedGlobalCIDR: a Cluster announces a global CIDR that
 	// the broker does not hold a claim for in that cluster's name.
 	ReasonUnclaimedGlobalCIDR = "GlobalCIDRNotClaimed"
+	// ReasonCIDRNotClaimed: a pod or service CIDR a cluster announces
+	// directly lies inside no CIDRClaim of that cluster in the broker, so
+	// it has no age to settle overlaps by (pkg/addrpolicy rule 6).
+	ReasonCIDRNotClaimed = "CIDRNotClaimed"
 	// ReasonInvalidCluster: the Endpoint's Cluster is invalid, so the
 	// Endpoint is refused too.
 	ReasonInvalidCluster = "InvalidCluster"

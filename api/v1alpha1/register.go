@@ -18,6 +18,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&ServiceExportRecord{}, &ServiceExportRecordList{},
 		&VIPAllocation{}, &VIPAllocationList{},
 		&GlobalCIDR{}, &GlobalCIDRList{},
+		&CIDRClaim{}, &CIDRClaimList{},
 		&GlobalIngress{}, &GlobalIngressList{},
 		&ClusterSetPolicy{}, &ClusterSetPolicyList{},
 	)
