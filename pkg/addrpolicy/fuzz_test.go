@@ -15,6 +15,8 @@ import (
 //	L <cidr>...           local pod/service CIDRs
 //	G <cidr>...           local global CIDRs
 //	K <id> <cidr>...      a broker claim (any K line turns globalnet on)
+//	P <id> <age> <cidr>...  the broker's CIDR claims of a cluster (any P
+//	                        line turns them on: Config.CIDRClaims)
 //	C <id> <age> <cidr>...  the Cluster's pod CIDRs
 //	X <id> <age> <cidr>...  the Cluster's global CIDRs
 //	E <id> <age> <cidr>...  the Endpoint's subnets
@@ -57,6 +59,17 @@ func parseSpec(spec string) (Config, []Remote) {
 				cfg.Claims = map[string][]netip.Prefix{}
 			}
 			cfg.Claims[f[1]] = append(cfg.Claims[f[1]], prefixes(f[2:])...)
+		case f[0] == "P" && len(f) >= 3:
+			age, _ := strconv.Atoi(f[2])
+			if cfg.CIDRClaims == nil {
+				cfg.CIDRClaims = map[string]map[netip.Prefix]time.Time{}
+			}
+			if cfg.CIDRClaims[f[1]] == nil {
+				cfg.CIDRClaims[f[1]] = map[netip.Prefix]time.Time{}
+			}
+			for _, p := range prefixes(f[3:]) {
+				cfg.CIDRClaims[f[1]][p] = t0.Add(time.Duration(age%10000) * time.Minute)
+			}
 		case (f[0] == "C" || f[0] == "X" || f[0] == "E") && len(f) >= 3:
 			age, _ := strconv.Atoi(f[2])
 			at := t0.Add(time.Duration(age%10000) * time.Minute)
