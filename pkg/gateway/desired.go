@@ -45,6 +45,12 @@ type Local struct {
 	// refused (ReasonUnclaimedGlobalCIDR). nil: globalnet is off
 	// ClusterSet-wide and the check is skipped.
 	GlobalClaims map[string][]netip.Prefix
+	// CIDRClaims maps a cluster ID to the pod and service CIDRs the
+	// broker's CIDRClaims record it claims, each with the claim's
+	// creation time: overlaps between remotes' direct CIDRs are settled
+	// by them (addrpolicy rule 6, Config.CIDRClaims; nil: by the age of
+	// the Cluster objects).
+	CIDRClaims map[string]map[netip.Prefix]time.Time
 	// Policy is the ClusterSet's policy (allowed space, VIP ranges,
 	// supernet); the zero value picks addrpolicy.DefaultPolicy().
 	Policy addrpolicy.Policy
@@ -59,7 +65,7 @@ type Local struct {
 func (l Local) policy() addrpolicy.Config {
 	return addrpolicy.Config{
 		LocalCIDRs: l.Subnets, NodeCIDRs: l.NodeCIDRs, GlobalCIDRs: l.GlobalCIDRs, Claims: l.GlobalClaims,
-		Policy: l.Policy,
+		CIDRClaims: l.CIDRClaims, Policy: l.Policy,
 	}
 }
 
