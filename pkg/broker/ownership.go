@@ -43,8 +43,8 @@ var memberVariable = admissionregistrationv1.Variable{
 //     administrator, or before this policy) are nobody's: only an
 //     administrator deletes them;
 //   - announcements in its own namespace (Cluster, Endpoint,
-//     ServiceExportRecord, which RBAC already confines there): their
-//     spec.clusterID is <id>, a LabelClusterID label, when set, is <id>,
+//     ServiceExportRecord, CIDRClaim, which RBAC already confines there):
+//     their spec.clusterID is <id>, a LabelClusterID label, when set, is <id>,
 //     and the Cluster and Endpoint are named <id>.
 //
 // A refusal is Forbidden (403) and names the rule. BoundsPolicy checks
@@ -64,7 +64,7 @@ func OwnershipPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 					rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
 						"vipallocations", "globalcidrs"),
 					rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						"clusters", "endpoints", "serviceexportrecords"),
+						"clusters", "endpoints", "serviceexportrecords", "cidrclaims"),
 				},
 			},
 			MatchConditions: []admissionregistrationv1.MatchCondition{memberMatch},
