@@ -363,6 +363,20 @@ func TestQuota(t *testing.T) {
 			t.Errorf("a creates one Lease more than its quota: err=%v, want Forbidden", err)
 		}
 	}
+	// CIDR claims too: as many as the object quota.
+	if _, ok := q.Spec.Hard["count/cidrclaims.causeway.dev"]; !ok {
+		t.Errorf("a's quota does not count CIDR claims: %v", q.Spec.Hard)
+	}
+	for i := range pol.Quotas.Objects + 1 {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i), 0, 0}), 16)
+		err := a.Create(ctx, cidrClaimObj("a", addrpolicy.CIDRClaimName(p), "a", p.String()))
+		if i < pol.Quotas.Objects && err != nil {
+			t.Fatalf("a claims CIDR %d of %d: %v", i+1, pol.Quotas.Objects, err)
+		}
+		if i == pol.Quotas.Objects && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: "+broker.QuotaName)) {
+			t.Errorf("a claims one CIDR more than its quota: err=%v, want Forbidden by the quota", err)
+		}
+	}
 	// The administrator raises the quota: every member's follows.
 	pol.Quotas.Records = 4
 	if err := broker.EnsureClusterSet(ctx, api.Config, pol); err != nil {
