@@ -19,8 +19,9 @@ const (
 	// supernet.
 	ReasonCIDRNotAllowed = "CIDRNotAllowed"
 	// ReasonOverlappingCIDR: a CIDR overlaps this cluster's (pod, service
-	// or global), a global CIDR the broker assigned to another cluster, or
-	// an older cluster's.
+	// or global), a global CIDR the broker assigned to another cluster, a
+	// CIDR another cluster claimed earlier (CIDRClaim), or an older
+	// cluster's global CIDR (pkg/addrpolicy).
 	ReasonOverlappingCIDR = "OverlappingCIDR"
 	// ReasonUnclaimedGlobalCIDR: a Cluster announces a global CIDR that
 	// the broker does not hold a claim for in that cluster's name.

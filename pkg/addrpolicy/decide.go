@@ -35,7 +35,7 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 		// d is the decision refused whole when the claim loses, or,
 		// for a direct claim, whose verdicts lose subs.
 		d *Decision
-		// direct: the IPv6 CIDRs of a globalnet cluster (rule 6), left
+		// direct: the IPv6 CIDRs of a globalnet cluster (rule 7), left
 		// out rather than refused when the claim loses.
 		direct bool
 	}
@@ -205,7 +205,7 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 
 // checkCluster applies the per-object rules to a Cluster. Of a globalnet
 // Cluster it also returns the IPv6 pod and service CIDRs it is reached at
-// directly (rule 6), part of the verdict's Subnets; when they fail a rule
+// directly (rule 7), part of the verdict's Subnets; when they fail a rule
 // they are left out of the verdict instead, and its message says why.
 func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix) {
 	cidrs := slices.Concat(c.PodCIDRs, c.ServiceCIDRs)
@@ -304,8 +304,9 @@ func (cfg Config) settle(id string, p netip.Prefix) (reason, why string) {
 		p, age.UTC().Format(time.RFC3339), rq, rival, rat.UTC().Format(time.RFC3339))
 }
 
-// leaveOut takes lost CIDRs (rule 6: a globalnet cluster's direct IPv6
-// CIDRs, or a cluster's direct CIDRs that lost to an older claim) out of
+// leaveOut takes lost CIDRs (rules 6 and 7: a cluster's direct CIDRs
+// unclaimed or lost to an older claim, a globalnet cluster's direct IPv6
+// CIDRs) out of
 // its verdicts, which stay Valid while they keep a CIDR: its Cluster no
 // longer claims them, its Endpoint's subnets inside them are not routed,
 // and each message says what was left out and why. A verdict left with
@@ -345,7 +346,7 @@ func leaveOut(d *Decision, lost []netip.Prefix, reason, why string) {
 // checkEndpoint applies the per-object rules to an Endpoint, then checks
 // it against its Cluster's verdict cv (nil: no Cluster object). The
 // Endpoint of a globalnet Cluster (global) has its IPv6 subnets outside
-// cv's Subnets left out (the Cluster's IPv6 CIDRs were, rule 6) rather
+// cv's Subnets left out (the Cluster's IPv6 CIDRs were, rule 7) rather
 // than refused.
 func (cfg Config) checkEndpoint(id string, e *Endpoint, cv *Verdict, global bool) *Verdict {
 	subnets, note := e.Subnets, ""

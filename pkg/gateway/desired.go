@@ -70,8 +70,9 @@ func (l Local) policy() addrpolicy.Config {
 }
 
 // Remote is one cluster as read from the broker: its Cluster and its
-// Endpoint, either of which may be missing. Created is the age used to
-// settle overlaps (the older object wins).
+// Endpoint, either of which may be missing. Their creation times are the
+// age global CIDRs are settled by (the older object wins); direct CIDRs
+// are settled by the broker's CIDR claims (Local.CIDRClaims).
 type Remote struct {
 	// ClusterID is the cluster whose broker namespace the objects came
 	// from (the only identity allowed to write them).
@@ -125,7 +126,7 @@ var valid = Verdict{Valid: true, Reason: v1alpha1.ReasonValid, Message: "accepte
 // Compute checks what concerns the pairing with this gateway (clusterID,
 // cable driver, public address and port, key, health-check address); every
 // decision about subnets — syntax, reserved ranges, overlaps with this
-// cluster and between remotes (oldest wins), global CIDRs and their
+// cluster and between remotes (the older claim wins), global CIDRs and their
 // claims, an Endpoint inside its Cluster, the health-check address inside
 // the Endpoint's subnets — is pkg/addrpolicy's (Decide). An object
 // refused here claims no subnets there.
