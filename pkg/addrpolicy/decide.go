@@ -93,8 +93,8 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 			// age; every direct CIDR by its own claim.
 			mine := slices.Clone(cv.Subnets)
 			if global {
-				mine = slices.DeleteFunc(mine, func(p netip.Prefix) bool { return slices.Contains(direct6, p) })
-				claims = append(claims, claim{id: r.ClusterID, created: r.Cluster.Created, subs: mine})
+				own := slices.DeleteFunc(mine, func(p netip.Prefix) bool { return slices.Contains(direct6, p) })
+				claims = append(claims, claim{id: r.ClusterID, created: r.Cluster.Created, subs: own})
 				mine = direct6
 			}
 			if len(mine) > 0 {
