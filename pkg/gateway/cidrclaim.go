@@ -58,10 +58,13 @@ func (e *Engine) claimCIDRs(ctx context.Context, direct []netip.Prefix) error {
 		// AlreadyExists: claimed meanwhile (another candidate's term, or
 		// a cache behind); a claim of ours under that name that was
 		// being deleted is created at the next sync.
-		if err := e.broker.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := e.broker.Create(ctx, c)
+		switch {
+		case err == nil:
+			e.log.Info("claimed CIDR", "name", name, "cidr", p)
+		case !apierrors.IsAlreadyExists(err):
 			return fmt.Errorf("claim CIDR %s in %s: %w", p, ns, err)
 		}
-		e.log.Info("claimed CIDR", "name", name, "cidr", p)
 	}
 	return nil
 }
