@@ -45,14 +45,15 @@ generate-crds: ## deep-copy code and CRD YAML (ours and mcs-api's) under the cha
 # next to the code that needs them: <daemon>=<package> below gives the
 # chart's templates/rbac/<daemon>.yaml with ClusterRole and/or Role
 # causeway-<daemon> (ServiceAccounts and bindings: templates/identities.yaml).
-# A daemon without markers gets no file and no rights.
+# Every daemon also gets the markers of pkg/about (its cluster ID, read
+# through pkg/daemon). A daemon without markers gets no file and no rights.
 RBAC_DAEMONS = gateway=./pkg/gateway route-agent=./pkg/routeagent mcs-controller=./pkg/mcs/controller
 
 generate-rbac: ## least-privilege roles of each daemon under the chart's templates/rbac/
 	rm -f $(CHART)/templates/rbac/*.yaml
 	@set -e; for d in $(RBAC_DAEMONS); do \
 	  echo "controller-gen rbac $${d%%=*}"; \
-	  $(GO) tool controller-gen rbac:roleName=causeway-$${d%%=*},fileName=$${d%%=*}.yaml paths=$${d#*=} output:rbac:dir=$(CHART)/templates/rbac; \
+	  $(GO) tool controller-gen rbac:roleName=causeway-$${d%%=*},fileName=$${d%%=*}.yaml paths="{$${d#*=},./pkg/about}" output:rbac:dir=$(CHART)/templates/rbac; \
 	done
 
 generate-bpf: ## compile bpf/*.c and regenerate the Go bindings (needs clang-19)
@@ -88,7 +89,7 @@ test-unit: ## unit tests only (no root, no apiservers)
 # and a loaded CI machine would fuzz less rather than fail.
 FUZZ_TARGETS = ./pkg/addrpolicy:FuzzDecide ./pkg/addrpolicy:FuzzCheckRecord ./pkg/gateway:FuzzCompute ./pkg/cable:FuzzValidate \
 	./pkg/mcs:FuzzMerge ./pkg/mcs:FuzzSourceFromRecord ./pkg/mcs:FuzzJoinRecord ./pkg/routeagent:FuzzParseSave ./pkg/routeagent:FuzzPlanIptables \
-	./pkg/routeagent:FuzzVIPDesired ./pkg/broker:FuzzClaimNames
+	./pkg/routeagent:FuzzVIPDesired ./pkg/broker:FuzzClaimNames ./pkg/globalnet:FuzzRules
 FUZZTIME ?= 2000x
 
 fuzz: ## run every fuzz target for FUZZTIME executions (default 2000x) each

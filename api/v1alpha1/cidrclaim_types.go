@@ -24,7 +24,7 @@ type CIDRClaimSpec struct {
 // cluster-<id>, that the member announces one pod or service CIDR
 // directly. Its creationTimestamp is when the member first claimed the
 // CIDR: importers settle overlapping CIDRs of two members by it, the
-// older claim wins (pkg/addrpolicy rule 6). The member's active gateway
+// older claim wins (pkg/addrpolicy rule 7). The member's active gateway
 // writes one per direct CIDR before it publishes its Cluster and deletes
 // those it no longer announces; leaving the ClusterSet deletes them all.
 //

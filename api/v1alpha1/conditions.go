@@ -28,13 +28,18 @@ const (
 	ReasonUnclaimedGlobalCIDR = "GlobalCIDRNotClaimed"
 	// ReasonCIDRNotClaimed: a pod or service CIDR a cluster announces
 	// directly lies inside no CIDRClaim of that cluster in the broker, so
-	// it has no age to settle overlaps by (pkg/addrpolicy rule 6).
+	// it has no age to settle overlaps by (pkg/addrpolicy rule 7).
 	ReasonCIDRNotClaimed = "CIDRNotClaimed"
 	// ReasonInvalidCluster: the Endpoint's Cluster is invalid, so the
 	// Endpoint is refused too.
 	ReasonInvalidCluster = "InvalidCluster"
 	// ReasonInvalidKey: the public key is not a WireGuard key.
 	ReasonInvalidKey = "InvalidKey"
+	// ReasonKeyInUse: the Endpoint's public key is claimed in the broker
+	// by another cluster (a TunnelKey in its name), or by nobody while the
+	// broker holds key claims: the cluster that claimed the key first
+	// keeps it.
+	ReasonKeyInUse = "KeyInUse"
 	// ReasonInvalidAddress: an IP address or port is malformed.
 	ReasonInvalidAddress = "InvalidAddress"
 	// ConditionAllocated is True when a GlobalIngress holds its addresses.
@@ -51,4 +56,7 @@ const (
 	LabelClusterID = "causeway.dev/cluster-id"
 	// LabelGatewayNode marks nodes that may run a gateway.
 	LabelGatewayNode = "causeway.dev/gateway"
+	// LabelNode names the node an object belongs to (a TunnelKey: the
+	// gateway node holding the private key).
+	LabelNode = "causeway.dev/node"
 )

@@ -19,6 +19,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&VIPAllocation{}, &VIPAllocationList{},
 		&GlobalCIDR{}, &GlobalCIDRList{},
 		&CIDRClaim{}, &CIDRClaimList{},
+		&TunnelKey{}, &TunnelKeyList{},
 		&GlobalIngress{}, &GlobalIngressList{},
 		&ClusterSetPolicy{}, &ClusterSetPolicyList{},
 	)

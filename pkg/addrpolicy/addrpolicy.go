@@ -40,7 +40,15 @@
 //     (ReasonInvalidCIDR). Without a Cluster object the Endpoint stands on
 //     its own. An Endpoint's health-check address lies inside its subnets
 //     (ReasonInvalidAddress).
-//  6. Remotes against each other (ReasonOverlappingCIDR,
+//  6. Keys (ReasonKeyInUse): with key claims on (Config.KeyOwners not
+//     nil) an Endpoint announcing a public key is refused unless the
+//     broker holds the claim on that key in its cluster's name: a key
+//     claimed by another cluster, or by nobody, is in use elsewhere or not
+//     proven to be the announcer's. The claim is first come, first served
+//     (the API server's unique names), so a cluster copying another's
+//     published key never displaces the tunnel to its owner. A refused
+//     Endpoint holds no subnets against the other remotes (rule 7).
+//  7. Remotes against each other (ReasonOverlappingCIDR,
 //     ReasonCIDRNotClaimed). With the broker's CIDR claims
 //     (Config.CIDRClaims not nil: one CIDRClaim object per pod or service
 //     CIDR a member announces directly, created when it first claimed
@@ -75,10 +83,10 @@
 // announce subnets inside them, and its IPv4 pod and service CIDRs are not
 // looked at (they may overlap anybody's, and need no claim).
 //
-//  7. Globalnet is IPv4 only, so a globalnet Cluster's IPv6 pod and
+//  8. Globalnet is IPv4 only, so a globalnet Cluster's IPv6 pod and
 //     service CIDRs are its direct CIDRs: reached as they are, through the
 //     tunnel, they are checked like any CIDR (rules 1, 2 and 4) and settled
-//     against the other remotes (rule 6: by their claims, or without the
+//     against the other remotes (rule 7: by their claims, or without the
 //     record with the Cluster's age as a claim of their own). When they
 //     fail, only they are left out: the
 //     Cluster and its Endpoint stay Valid for their global CIDRs, the
@@ -186,12 +194,19 @@ type Config struct {
 	// CIDRClaims maps a cluster ID to the pod and service CIDRs the
 	// broker records it claims (one CIDRClaim object per CIDR in the
 	// member's namespace), each with the time it was first claimed (the
-	// object's creationTimestamp). Rule 6 ages a remote's direct CIDRs by
-	// them. nil means the broker records no CIDR claims: rule 6 then ages
+	// object's creationTimestamp). Rule 7 ages a remote's direct CIDRs by
+	// them. nil means the broker records no CIDR claims: rule 7 then ages
 	// a cluster's CIDRs by its Cluster object, as before claims existed;
 	// an empty, non-nil map means nobody claims a CIDR, so every direct
 	// CIDR is left out (ReasonCIDRNotClaimed).
 	CIDRClaims map[string]map[netip.Prefix]time.Time
+	// KeyOwners maps a tunnel public key (the text an Endpoint
+	// publishes) to the cluster the broker holds its claim for (one
+	// cluster-scoped TunnelKey per key, named after it). nil means keys
+	// are not claimed here (a driver without keys) and the key rule is
+	// skipped; a non-nil map refuses every Endpoint whose key it does not
+	// give to that Endpoint's cluster.
+	KeyOwners map[string]string
 }
 
 // WithDefaults returns c with the default policy when it has none.
@@ -230,6 +245,9 @@ type Cluster struct {
 // address) leaves it out of the Remote: it then claims nothing.
 type Endpoint struct {
 	Subnets []string
+	// PublicKey is the tunnel public key the Endpoint announces; empty
+	// for a driver without keys.
+	PublicKey string
 	// HealthCheckIP, when valid, must lie inside Subnets
 	// (ReasonInvalidAddress): it is probed through the tunnel.
 	HealthCheckIP netip.Addr

@@ -9,7 +9,7 @@ import (
 )
 
 // CIDRClaimName is the broker object name of the CIDRClaim of p (rule
-// 6), a valid DNS subdomain: for IPv4 the form of the GlobalCIDR names
+// 7), a valid DNS subdomain: for IPv4 the form of the GlobalCIDR names
 // (pkg/globalnet.CIDRObjectName), "10.244.0.0-16" for 10.244.0.0/16; for
 // IPv6 "v6-", the eight groups of the address written in full (as
 // pkg/mcs.VIPObjectName), "-" and the length:

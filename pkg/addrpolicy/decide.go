@@ -35,12 +35,12 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 		// d is the decision refused whole when the claim loses, or,
 		// for a direct claim, whose verdicts lose subs.
 		d *Decision
-		// direct: the IPv6 CIDRs of a globalnet cluster (rule 7), left
+		// direct: the IPv6 CIDRs of a globalnet cluster (rule 8), left
 		// out rather than refused when the claim loses.
 		direct bool
 	}
 	// settled are a cluster's direct CIDRs settled one by one against
-	// the broker's CIDR claims (rule 6, cfg.CIDRClaims not nil).
+	// the broker's CIDR claims (rule 7, cfg.CIDRClaims not nil).
 	type settled struct {
 		id   string
 		subs []netip.Prefix
@@ -85,6 +85,9 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 		}
 		if e := r.Endpoint; e != nil {
 			d.Endpoint = cfg.checkEndpoint(r.ClusterID, e, cv, global)
+			if v := cfg.checkKey(r.ClusterID, e.PublicKey); d.Endpoint.Valid && v != nil {
+				d.Endpoint = v
+			}
 		}
 		out = append(out, d)
 		switch {
@@ -205,7 +208,7 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 
 // checkCluster applies the per-object rules to a Cluster. Of a globalnet
 // Cluster it also returns the IPv6 pod and service CIDRs it is reached at
-// directly (rule 7), part of the verdict's Subnets; when they fail a rule
+// directly (rule 8), part of the verdict's Subnets; when they fail a rule
 // they are left out of the verdict instead, and its message says why.
 func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix) {
 	cidrs := slices.Concat(c.PodCIDRs, c.ServiceCIDRs)
@@ -258,7 +261,7 @@ func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix)
 	return verdict, direct
 }
 
-// settle is rule 6 for one direct CIDR p of cluster id under the
+// settle is rule 7 for one direct CIDR p of cluster id under the
 // broker's CIDR claims: p is as old as the oldest claim of id containing
 // it, and loses to any other cluster's claim overlapping it that is as
 // old or older. It returns why p is left out (reason and message), or ""
@@ -304,7 +307,7 @@ func (cfg Config) settle(id string, p netip.Prefix) (reason, why string) {
 		p, age.UTC().Format(time.RFC3339), rq, rival, rat.UTC().Format(time.RFC3339))
 }
 
-// leaveOut takes lost CIDRs (rules 6 and 7: a cluster's direct CIDRs
+// leaveOut takes lost CIDRs (rules 7 and 8: a cluster's direct CIDRs
 // unclaimed or lost to an older claim, a globalnet cluster's direct IPv6
 // CIDRs) out of
 // its verdicts, which stay Valid while they keep a CIDR: its Cluster no
@@ -346,7 +349,7 @@ func leaveOut(d *Decision, lost []netip.Prefix, reason, why string) {
 // checkEndpoint applies the per-object rules to an Endpoint, then checks
 // it against its Cluster's verdict cv (nil: no Cluster object). The
 // Endpoint of a globalnet Cluster (global) has its IPv6 subnets outside
-// cv's Subnets left out (the Cluster's IPv6 CIDRs were, rule 7) rather
+// cv's Subnets left out (the Cluster's IPv6 CIDRs were, rule 8) rather
 // than refused.
 func (cfg Config) checkEndpoint(id string, e *Endpoint, cv *Verdict, global bool) *Verdict {
 	subnets, note := e.Subnets, ""
@@ -403,6 +406,22 @@ func (cfg Config) checkEndpointSubnets(id string, subnets []string, hc netip.Add
 		}
 	}
 	return accept(subs)
+}
+
+// checkKey is the key rule (6): with key claims on, the Endpoint of
+// cluster id announcing key must hold the broker's claim on it. nil: the
+// key passes.
+func (cfg Config) checkKey(id, key string) *Verdict {
+	if cfg.KeyOwners == nil || key == "" {
+		return nil
+	}
+	switch owner, ok := cfg.KeyOwners[key]; {
+	case !ok:
+		return refuse(v1alpha1.ReasonKeyInUse, "public key %s is not claimed by cluster %q in the broker (no TunnelKey)", truncate(key, 60), id)
+	case owner != id:
+		return refuse(v1alpha1.ReasonKeyInUse, "public key %s is claimed by cluster %q in the broker", truncate(key, 60), owner)
+	}
+	return nil
 }
 
 // space is which part of the address space a CIDR may lie in (rule 2).

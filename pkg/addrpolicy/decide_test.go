@@ -73,6 +73,22 @@ func epOnly(id string, age int, subnets ...string) Remote {
 
 func clOnly(id string, c *Cluster) Remote { return Remote{ClusterID: id, Cluster: c} }
 
+// Tunnel public keys of the key rule's tests.
+const (
+	keyLocal = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="
+	keyC3    = "AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM="
+	keyC4    = "BAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQ="
+	keyFree  = "CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk="
+)
+
+// keyed is r with its Endpoint announcing key.
+func keyed(r Remote, key string) Remote {
+	e := *r.Endpoint
+	e.PublicKey = key
+	r.Endpoint = &e
+	return r
+}
+
 const ok = v1alpha1.ReasonValid
 
 // verdicts renders decisions as "id/C" and "id/E" → reason ("-" when
@@ -122,6 +138,10 @@ func TestDecide(t *testing.T) {
 	gn := base
 	gn.GlobalCIDRs = pfxs("242.1.0.0/16")
 	gn.Claims = claims
+	// Key claims: c1 (this cluster) holds keyLocal, c3 keyC3, c4 keyC4;
+	// nobody keyFree.
+	keys := base
+	keys.KeyOwners = map[string]string{keyLocal: "c1", keyC3: "c3", keyC4: "c4"}
 	for _, tc := range []struct {
 		name    string
 		cfg     Config
@@ -259,7 +279,7 @@ func TestDecide(t *testing.T) {
 			want:    map[string]string{"c2/E": v1alpha1.ReasonCIDRNotAllowed, "c3/E": ok, "c4/E": v1alpha1.ReasonUnclaimedGlobalCIDR}},
 		{name: "globalnet: the VIP range is no global CIDR", cfg: Config{Claims: map[string][]netip.Prefix{"c2": pfxs("243.0.0.0/16")}},
 			remotes: []Remote{clOnly("c2", global(0, "243.0.0.0/16"))}, want: map[string]string{"c2/C": v1alpha1.ReasonInvalidCIDR}},
-		// Globalnet, dual-stack (rule 6): IPv6 reached directly.
+		// Globalnet, dual-stack (rule 8): IPv6 reached directly.
 		{name: "globalnet: IPv6 pod and service CIDRs are reached directly", cfg: gn,
 			remotes: []Remote{{ClusterID: "c2", Cluster: dual(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
 				Endpoint: endpoint(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112")}},
@@ -296,7 +316,7 @@ func TestDecide(t *testing.T) {
 			remotes: []Remote{both("c4", 0, "10.4.0.0/16", "fd00:10:244:2::/80"), {ClusterID: "c2", Cluster: dual(1, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
 				Endpoint: endpoint(1, "fd00:10:244:2::/64")}},
 			want: map[string]string{"c2/C": ok, "c2/E": v1alpha1.ReasonOverlappingCIDR, "c4/C": ok}},
-		// The broker's CIDR claims (rule 6 with Config.CIDRClaims).
+		// The broker's CIDR claims (rule 7 with Config.CIDRClaims).
 		{name: "claims: an old cluster adding an overlapping CIDR late loses it, keeps the rest", cfg: withClaims(base, "c2 0 10.2.0.0/16", "c2 100 10.5.0.0/16", "c3 50 10.5.0.0/16"),
 			remotes:  []Remote{both("c2", 0, "10.2.0.0/16", "10.5.0.0/16"), both("c3", 50, "10.5.0.0/16")},
 			want:     map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": ok, "c3/E": ok},
@@ -325,6 +345,34 @@ func TestDecide(t *testing.T) {
 			want: map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": ok, "c3/E": ok},
 			accepted: map[string][]netip.Prefix{"c2": pfxs("242.2.0.0/16", "fd00:10:244:2::/64"),
 				"c3": pfxs("242.3.0.0/16", "fd00:10:96:2::/120", "fd00:10:96:3::/112")}},
+		// Keys (rule 6).
+		{name: "keys: each endpoint with its own claimed key", cfg: keys,
+			remotes: []Remote{keyed(both("c3", 1, "10.3.0.0/16"), keyC3), keyed(both("c4", 2, "10.4.0.0/16"), keyC4)},
+			want:    map[string]string{"c3/C": ok, "c3/E": ok, "c4/C": ok, "c4/E": ok}},
+		{name: "keys: a squatter of another cluster's key is refused, the owner keeps its tunnel", cfg: keys,
+			// c0 sorts first and is older: neither rescues it.
+			remotes: []Remote{keyed(both("c0", 0, "10.10.0.0/16"), keyC3), keyed(both("c3", 1, "10.3.0.0/16"), keyC3)},
+			want:    map[string]string{"c0/C": ok, "c0/E": v1alpha1.ReasonKeyInUse, "c3/C": ok, "c3/E": ok}},
+		{name: "keys: a squatter of this cluster's key is refused", cfg: keys,
+			remotes: []Remote{keyed(epOnly("c2", 0, "10.2.0.0/16"), keyLocal)},
+			want:    map[string]string{"c2/E": v1alpha1.ReasonKeyInUse}},
+		{name: "keys: an unclaimed key is refused while keys are claimed", cfg: keys,
+			remotes: []Remote{keyed(epOnly("c2", 0, "10.2.0.0/16"), keyFree)},
+			want:    map[string]string{"c2/E": v1alpha1.ReasonKeyInUse}},
+		{name: "keys: not checked without claims", cfg: base,
+			remotes: []Remote{keyed(epOnly("c2", 0, "10.2.0.0/16"), keyFree)},
+			want:    map[string]string{"c2/E": ok}},
+		{name: "keys: an endpoint without a key (vxlan) is not checked", cfg: keys,
+			remotes: []Remote{epOnly("c2", 0, "10.2.0.0/16")},
+			want:    map[string]string{"c2/E": ok}},
+		{name: "keys: an endpoint refused for its key claims no subnets", cfg: keys,
+			// c2 is older and overlaps c3; refused for its key, it
+			// does not take c3's subnets.
+			remotes: []Remote{keyed(epOnly("c2", 0, "10.3.0.0/16"), keyC3), keyed(epOnly("c3", 1, "10.3.0.0/16"), keyC3)},
+			want:    map[string]string{"c2/E": v1alpha1.ReasonKeyInUse, "c3/E": ok}},
+		{name: "keys: a bad CIDR is reported before the key", cfg: keys,
+			remotes: []Remote{keyed(epOnly("c2", 0, "0.0.0.0/0"), keyFree)},
+			want:    map[string]string{"c2/E": v1alpha1.ReasonInvalidCIDR}},
 		{name: "a plain cluster may not announce the supernet", cfg: base,
 			remotes: []Remote{{ClusterID: "c2", Cluster: global(0, "242.2.0.0/16"), Endpoint: endpoint(0, "242.2.0.0/16")}, both("c3", 1, "242.2.0.0/24")},
 			want:    map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": v1alpha1.ReasonCIDRNotAllowed}},
@@ -347,7 +395,7 @@ func TestDecide(t *testing.T) {
 					t.Errorf("%s accepted %v, want %v", d.ClusterID, d.Accepted(), a)
 				}
 			}
-			checkInvariants(t, tc.cfg, want)
+			checkInvariants(t, tc.cfg, tc.remotes, want)
 			// The verdicts depend on the set of inputs, not their order.
 			rng := rand.New(rand.NewPCG(uint64(len(tc.name)), 7))
 			for range 50 {
@@ -361,9 +409,15 @@ func TestDecide(t *testing.T) {
 }
 
 // checkInvariants holds for any input: what is accepted is routable.
-func checkInvariants(t *testing.T, cfg Config, ds []Decision) {
+func checkInvariants(t *testing.T, cfg Config, remotes []Remote, ds []Decision) {
 	t.Helper()
 	cfg = cfg.WithDefaults()
+	keyOf := map[string]string{}
+	for _, r := range remotes {
+		if r.Endpoint != nil {
+			keyOf[r.ClusterID] = r.Endpoint.PublicKey
+		}
+	}
 	for i, d := range ds {
 		if i > 0 && ds[i-1].ClusterID >= d.ClusterID {
 			t.Errorf("decisions not sorted by unique cluster ID: %s after %s", d.ClusterID, ds[i-1].ClusterID)
@@ -373,6 +427,11 @@ func checkInvariants(t *testing.T, cfg Config, ds []Decision) {
 				if !slices.ContainsFunc(d.Cluster.Subnets, func(q netip.Prefix) bool { return within(p, q) }) {
 					t.Errorf("%s: endpoint subnet %s outside its cluster's %v", d.ClusterID, p, d.Cluster.Subnets)
 				}
+			}
+		}
+		if e := d.Endpoint; e != nil && e.Valid && cfg.KeyOwners != nil {
+			if k := keyOf[d.ClusterID]; k != "" && cfg.KeyOwners[k] != d.ClusterID {
+				t.Errorf("%s: endpoint accepted with key %s claimed by %q", d.ClusterID, k, cfg.KeyOwners[k])
 			}
 		}
 		for _, p := range d.Accepted() {

@@ -51,6 +51,11 @@ type Runner struct {
 	Count int
 }
 
+// LabelBenchmark labels every object a benchmark creates with the
+// benchmark's name (and the server pod of an exposed pair with its
+// Service's name).
+const LabelBenchmark = "causeway.dev/benchmark"
+
 const (
 	iperfPort = 5201
 	rrPort    = 5301

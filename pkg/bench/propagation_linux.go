@@ -35,13 +35,13 @@ import (
 	"github.com/causeway-net/causeway/pkg/vip"
 )
 
-// Labels of the objects Propagation creates; Cleanup deletes by the first.
+// Labels of the objects Propagation creates (and LabelBenchmark);
+// Cleanup deletes by LabelBenchmark.
 const (
-	LabelBenchmark = "causeway.dev/benchmark"
-	labelRole      = "causeway.dev/benchmark-role"
-	benchmarkName  = "propagation"
-	namePrefix     = "propbench-"
-	withdrawName   = namePrefix + "withdraw"
+	labelRole     = "causeway.dev/benchmark-role"
+	benchmarkName = "propagation"
+	namePrefix    = "propbench-"
+	withdrawName  = namePrefix + "withdraw"
 )
 
 // Propagation measures, in a running lab, the two convergence targets of

@@ -20,8 +20,9 @@
 //     them) and Leases (to mirror the other clusters and see whether they
 //     are alive);
 //   - cluster scoped: create and delete VIPAllocations (clusterset VIPs are
-//     claimed atomically by name; see pkg/mcs) and GlobalCIDRs (global
-//     CIDRs, claimed the same way; see pkg/globalnet).
+//     claimed atomically by name; see pkg/mcs), GlobalCIDRs (global
+//     CIDRs, claimed the same way; see pkg/globalnet) and TunnelKeys (the
+//     gateways' tunnel public keys, named TunnelKeyName; see pkg/gateway).
 //
 // What RBAC cannot tell apart, two ValidatingAdmissionPolicies refuse for
 // member identities: OwnershipPolicy anything in another member's name (a
@@ -118,7 +119,7 @@ func OwnRules() []rbacv1.PolicyRule {
 func SharedRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"causeway.dev"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"causeway.dev"}, Resources: []string{"vipallocations", "globalcidrs"}, Verbs: []string{"create", "delete"}},
+		{APIGroups: []string{"causeway.dev"}, Resources: []string{"vipallocations", "globalcidrs", "tunnelkeys"}, Verbs: []string{"create", "delete"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
 	}

@@ -8,10 +8,12 @@ import (
 
 	"github.com/google/cel-go/cel"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/cel/environment"
 
+	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/clusterset"
@@ -205,5 +207,28 @@ func claimName(c string) string {
 func TestRecordBound(t *testing.T) {
 	if broker.MaxRecordItems != mcs.MaxRecordItems {
 		t.Fatalf("broker.MaxRecordItems = %d, mcs.MaxRecordItems = %d", broker.MaxRecordItems, mcs.MaxRecordItems)
+	}
+}
+
+// TestOwnershipPolicyTunnelKeys evaluates OwnershipPolicy's rules for
+// TunnelKey creations in-process: a member claims a key only labelled and
+// spec'd in its own name (TestClusterIdentity proves it, with deletes, on
+// an API server).
+func TestOwnershipPolicyTunnelKeys(t *testing.T) {
+	own := compilePolicy(t, broker.OwnershipPolicy())
+	params := clusterset.Object(addrpolicy.DefaultPolicy())
+	pub := "AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM="
+	for _, tc := range []struct {
+		label, spec string
+		accepted    bool
+	}{{"a", "a", true}, {"b", "b", false}, {"a", "b", false}, {"b", "a", false}, {"", "a", false}} {
+		k := &v1alpha1.TunnelKey{ObjectMeta: metav1.ObjectMeta{Name: broker.TunnelKeyName(pub), Labels: map[string]string{}},
+			Spec: v1alpha1.TunnelKeySpec{ClusterID: tc.spec, PublicKey: pub}}
+		if tc.label != "" {
+			k.Labels[broker.LabelClusterID] = tc.label
+		}
+		if got := own.refused("a", "CREATE", "tunnelkeys", k, params) < 0; got != tc.accepted {
+			t.Errorf("a claims a tunnel key labelled %q for cluster %q: accepted %v, want %v", tc.label, tc.spec, got, tc.accepted)
+		}
 	}
 }

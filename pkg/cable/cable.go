@@ -157,19 +157,53 @@ type KeyRotator interface {
 // Constructor creates a driver for a local endpoint.
 type Constructor func(ctx context.Context, local LocalEndpoint) (Driver, error)
 
-// Registry maps driver names to constructors.
-type Registry map[string]Constructor
+// Kind is a driver as the gateway knows it before creating one: its
+// constructor and what it needs of the node around the driver's own
+// state. Adding a driver touches package cable (a subpackage and the
+// drivers registry) only.
+type Kind struct {
+	// New creates the driver.
+	New Constructor
+	// Device, when set, names the tunnel device the driver creates
+	// whatever LocalEndpoint.Interface asks (ipsec: the one TUN
+	// kernel-libipsec creates per namespace); nil: Interface itself.
+	Device func(requested string) string
+	// Port, when non-zero, is the UDP port the driver listens on whatever
+	// LocalEndpoint.Port asks (ipsec: charon's IKE port); the gateway
+	// publishes it.
+	Port uint16
+	// RemoveStale, when set, removes what a killed driver process left
+	// outside the kernel for device (the embedded WireGuard's UAPI
+	// socket) and reports whether it removed anything.
+	RemoveStale func(device string) (bool, error)
+	// Keyed: peers are authenticated by the public key the driver
+	// publishes (WireGuard's, ipsec's X25519 key), so the gateway claims
+	// it in the broker and requires every remote's key to be claimed in
+	// its own name.
+	Keyed bool
+}
+
+// DeviceName is the tunnel device k creates when asked for requested.
+func (k Kind) DeviceName(requested string) string {
+	if k.Device == nil {
+		return requested
+	}
+	return k.Device(requested)
+}
+
+// Registry maps driver names to their kinds.
+type Registry map[string]Kind
 
 // ErrUnknownDriver is returned for names missing from a Registry.
 var ErrUnknownDriver = errors.New("unknown cable driver")
 
 // New creates the named driver.
 func (r Registry) New(ctx context.Context, name string, local LocalEndpoint) (Driver, error) {
-	c, ok := r[name]
-	if !ok {
+	k, ok := r[name]
+	if !ok || k.New == nil {
 		return nil, fmt.Errorf("create driver %q: %w", name, ErrUnknownDriver)
 	}
-	d, err := c(ctx, local)
+	d, err := k.New(ctx, local)
 	if err != nil {
 		return nil, fmt.Errorf("create driver %q: %w", name, err)
 	}

@@ -132,6 +132,17 @@ func TestRenderDefaults(t *testing.T) {
 	}
 }
 
+// TestRenderWithoutClusterID: without a clusterID the daemons get an
+// empty --cluster-id and read the About API.
+func TestRenderWithoutClusterID(t *testing.T) {
+	v := clusterValues()
+	delete(v, "clusterID")
+	cm := find(t, mustRender(t, v), "ConfigMap", "causeway-config")
+	if id, ok, _ := unstructured.NestedString(cm.Object, "data", "cluster-id"); !ok || id != "" {
+		t.Errorf("cluster-id %q (set %v), want empty", id, ok)
+	}
+}
+
 func TestRenderTuned(t *testing.T) {
 	objs := mustRender(t, tunedValues())
 	find(t, objs, "Namespace", kube.Namespace)
@@ -206,7 +217,6 @@ func TestBadValues(t *testing.T) {
 		set  func(v map[string]any)
 		want []string // all in the error
 	}{
-		{"no cluster ID", func(v map[string]any) { delete(v, "clusterID") }, []string{"/clusterID", "does not match pattern"}},
 		{"cluster ID not a DNS label", func(v map[string]any) { v["clusterID"] = "Bad_ID" }, []string{"/clusterID", "does not match pattern"}},
 		{"no pod CIDR", func(v map[string]any) { v["podCIDRs"] = []any{} }, []string{"/podCIDRs", "minItems"}},
 		{"not a CIDR", func(v map[string]any) { v["serviceCIDRs"] = []any{"10.96.0.0"} }, []string{"/serviceCIDRs/0"}},

@@ -33,7 +33,13 @@ func newBenchmarkCommand() *cobra.Command {
 		Long: `Measure the dataplane between two pods of the lab (by default a client pod of
 c1 and one of c3, so the path crosses the gateways' tunnel) and, in the same
 run, the same measurement over a raw veth pair between two fresh network
-namespaces. Every figure is reported with its ratio to that baseline.`,
+namespaces. Every figure is reported with its ratio to that baseline.
+
+A server pod in another cluster than the client is reached the way any
+pod reaches it in every lab shape, globalnet or not: through the
+clusterset VIP of a Service exported for the benchmark (the server pod
+labelled causeway.dev/benchmark, Service and ServiceExport
+causeway-bench-<pod> with the benchmark's ports), removed afterwards.`,
 	}
 	cmd.PersistentFlags().StringVar(&dir, "dir", dir, "the lab's state directory")
 	cmd.PersistentFlags().StringVar(&from, "from", "c1/demo/client", "client pod, <cluster>/<namespace>/<pod>")
@@ -48,27 +54,34 @@ namespaces. Every figure is reported with its ratio to that baseline.`,
 		P99US   float64 `json:"p99US,omitempty"`
 		Ratio   float64 `json:"ratioToVeth"`
 	}
-	setup := func(cmd *cobra.Command) (client, server bench.Endpoint, base *bench.Baseline, err error) {
+	setup := func(cmd *cobra.Command) (client, server bench.Endpoint, base *bench.Baseline, cleanup func(), err error) {
 		st, err := lab.Load(dir)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		if r.Self, err = os.Executable(); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		if r.IPerf3, err = exec.LookPath("iperf3"); err != nil {
-			return nil, nil, nil, fmt.Errorf("iperf3 is needed: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("iperf3 is needed: %w", err)
 		}
 		c, err := bench.NewLabPod(cmd.Context(), st, from)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		s, err := bench.NewLabPod(cmd.Context(), st, to)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
-		base, err = bench.NewBaseline(fmt.Sprintf("cwb%d-", os.Getpid()%100000))
-		return c, s, base, err
+		unexpose, err := s.ExposeTo(cmd.Context(), c, 2*time.Minute)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		if base, err = bench.NewBaseline(fmt.Sprintf("cwb%d-", os.Getpid()%100000)); err != nil {
+			unexpose()
+			return nil, nil, nil, nil, err
+		}
+		return c, s, base, func() { base.Close(); unexpose() }, nil
 	}
 	print := func(cmd *cobra.Command, rows []row, latency bool) error {
 		if output == "json" {
@@ -94,11 +107,11 @@ namespaces. Every figure is reported with its ratio to that baseline.`,
 		Short: "TCP throughput with iperf3 (1 and 4 streams by default)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, server, base, err := setup(cmd)
+			client, server, base, cleanup, err := setup(cmd)
 			if err != nil {
 				return err
 			}
-			defer base.Close()
+			defer cleanup()
 			var rows []row
 			for _, n := range streams {
 				b, err := r.MeasureThroughput(cmd.Context(), base.B, base.A, n)
@@ -124,11 +137,11 @@ namespaces. Every figure is reported with its ratio to that baseline.`,
 		Short: "UDP request/response latency (sequential round trips)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, server, base, err := setup(cmd)
+			client, server, base, cleanup, err := setup(cmd)
 			if err != nil {
 				return err
 			}
-			defer base.Close()
+			defer cleanup()
 			b, err := r.MeasureLatency(cmd.Context(), base.B, base.A)
 			if err != nil {
 				return err

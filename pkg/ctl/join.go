@@ -9,26 +9,23 @@ import (
 	"github.com/spf13/cobra"
 	"helm.sh/helm/v4/pkg/strvals"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/pkg/about"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/install"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
 
-// clusterIDProperty is the About API's ClusterProperty naming the cluster.
-var clusterIDProperty = schema.GroupVersionKind{Group: "about.k8s.io", Version: "v1alpha1", Kind: "ClusterProperty"}
-
 // joinFlags are join's flags.
 type joinFlags struct {
-	brokerKubeconfig, joinFile, kubeconfig, clusterID, namespace, out, brokerServer string
-	podCIDRs, serviceCIDRs, gatewayNodes, set                                       []string
-	timeout                                                                         time.Duration
+	brokerKubeconfig, joinFile, kubeconfig, clusterID, clusterSet, namespace, out, brokerServer string
+	podCIDRs, serviceCIDRs, gatewayNodes, set                                                   []string
+	timeout                                                                                     time.Duration
 }
 
 func newJoinCommand() *cobra.Command {
@@ -45,7 +42,10 @@ discover the pod CIDRs (the nodes' spec.podCIDRs) and service CIDRs (the
 API's ServiceCIDR objects) unless --pod-cidrs/--service-cidrs give them,
 label the --gateway-node nodes causeway.dev/gateway=true, install the CRDs
 and the Helm chart (server-side apply, field manager causewayctl; --set
-gives chart values), wait until every daemon's Pods are Ready, then until
+gives chart values; the About API's ClusterProperty CRD only when the
+cluster lacks it), write the About API's ClusterProperties
+cluster.clusterset.k8s.io (the cluster ID) and clusterset.k8s.io (the
+--clusterset name), wait until every daemon's Pods are Ready, then until
 the cluster's tunnel is up: a gateway active and connected to at least one
 other cluster (or active with none, while no other cluster's gateway is in
 the broker). --timeout bounds both waits; on timeout join names what is not
@@ -60,8 +60,9 @@ The gateway and MCS controller Pods mount the Secret (the daemons' own
 ServiceAccounts may not read Secrets); its key "kubeconfig" reads the
 token from its key "token", which the MCS controller rotates (it may patch
 this Secret and no other). The cluster ID is --cluster-id, the
-join file's, or the About API's ClusterProperty cluster.clusterset.k8s.io.
-Idempotent: joining again refreshes the credentials and the install.`,
+join file's, or the About API's ClusterProperty cluster.clusterset.k8s.io;
+join refuses, before changing anything, a cluster whose ClusterProperties
+name another ID or ClusterSet. Idempotent: joining again refreshes the credentials and the install.`,
 		Example: `  causewayctl join --join-file c1.join.yaml --kubeconfig c1.yaml --gateway-node node-0
   causewayctl join --broker-kubeconfig broker-admin.yaml --kubeconfig c1.yaml --cluster-id c1`,
 		Args: cobra.NoArgs,
@@ -72,6 +73,7 @@ Idempotent: joining again refreshes the credentials and the install.`,
 	fs.StringVar(&f.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig with admin rights on the broker API server (creates the broker identity only)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the joining cluster (required)")
 	fs.StringVar(&f.clusterID, "cluster-id", "", "the cluster's ID, a DNS label (default: the join file's, or the About API's cluster.clusterset.k8s.io)")
+	fs.StringVar(&f.clusterSet, "clusterset", about.DefaultClusterSet, "the ClusterSet's name, written to the About API's ClusterProperty clusterset.k8s.io")
 	fs.StringVar(&f.namespace, "namespace", kube.Namespace, "namespace of Causeway's objects in the joining cluster")
 	fs.StringVar(&f.out, "output", "", "also write the broker kubeconfig to this file (mode 0600)")
 	fs.StringSliceVar(&f.podCIDRs, "pod-cidrs", nil, "with --join-file: the cluster's pod CIDRs (default: the nodes' spec.podCIDRs)")
@@ -115,12 +117,15 @@ func (f *joinFlags) run(cmd *cobra.Command) error {
 		f.clusterID = id
 	}
 	if f.clusterID == "" {
-		if f.clusterID, err = aboutClusterID(ctx, cl); err != nil {
-			return err
+		if f.clusterID, err = about.ClusterID(ctx, cl); err != nil {
+			return fmt.Errorf("no --cluster-id: %w", err)
 		}
 	}
 	if msgs := validation.IsDNS1123Label(f.clusterID); len(msgs) > 0 {
 		return fmt.Errorf("cluster ID %q: %v", f.clusterID, msgs)
+	}
+	if _, err := about.Check(ctx, cl, f.clusterID, f.clusterSet); err != nil {
+		return err
 	}
 	if f.joinFile == "" {
 		admin, err := clientcmd.BuildConfigFromFlags("", f.brokerKubeconfig)
@@ -205,6 +210,10 @@ func (f *joinFlags) install(ctx context.Context, local *rest.Config, cl client.C
 		return err
 	}
 	say("installed the CRDs and the chart's %d objects (field manager %s)", len(objs), install.FieldOwner)
+	if err := about.Ensure(ctx, cl, f.clusterID, f.clusterSet); err != nil {
+		return err
+	}
+	say("ClusterProperties: %s=%s, %s=%s", about.ClusterIDProperty, f.clusterID, about.ClusterSetProperty, f.clusterSet)
 	deadline := time.Now().Add(f.timeout)
 	if err := install.WaitReady(ctx, cl, objs, f.timeout, func(s string) { say("%s", s) }); err != nil {
 		return err
@@ -274,18 +283,4 @@ with a fresh join file from deploy-broker, which recreates the identity.`,
 	cmd.Flags().StringVar(&brokerServer, "broker-server", "", "the broker API server's URL as uninstall reaches it (default: the Secret's, where the cluster's Pods reach it)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
-}
-
-// aboutClusterID reads ClusterProperty cluster.clusterset.k8s.io.
-func aboutClusterID(ctx context.Context, cl client.Client) (string, error) {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(clusterIDProperty)
-	if err := cl.Get(ctx, client.ObjectKey{Name: "cluster.clusterset.k8s.io"}, u); err != nil {
-		return "", fmt.Errorf("no --cluster-id and no About API ClusterProperty cluster.clusterset.k8s.io: %w", err)
-	}
-	v, _, _ := unstructured.NestedString(u.Object, "value")
-	if v == "" {
-		return "", fmt.Errorf("ClusterProperty cluster.clusterset.k8s.io has no value")
-	}
-	return v, nil
 }

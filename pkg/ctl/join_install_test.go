@@ -23,6 +23,7 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/about"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/install"
 	"github.com/causeway-net/causeway/pkg/kube"
@@ -234,7 +235,8 @@ func TestJoinFileInstall(t *testing.T) {
 	out := joinOut.String()
 	for _, want := range []string{"pod CIDRs from the nodes' spec.podCIDRs: [10.244.0.0/24 10.244.1.0/24]", "gateway nodes: [n0]",
 		"4/4 Pods Ready", "cluster c1: every daemon is Ready",
-		"tunnel: gateway n0 active; no other cluster's gateway in the broker yet", "cluster c1: the tunnel is up"} {
+		"tunnel: gateway n0 active; no other cluster's gateway in the broker yet", "cluster c1: the tunnel is up",
+		"ClusterProperties: cluster.clusterset.k8s.io=c1, clusterset.k8s.io=clusterset"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("join output lacks %q:\n%s", want, out)
 		}
@@ -245,6 +247,9 @@ func TestJoinFileInstall(t *testing.T) {
 	}
 	if cm.Data["cluster-id"] != "c1" || cm.Data["pod-cidrs"] != "10.244.0.0/24,10.244.1.0/24" || cm.Data["service-cidrs"] != svc {
 		t.Errorf("config %v, want c1, the nodes' pod CIDRs and service CIDR %s", cm.Data, svc)
+	}
+	if missing, err := about.Check(ctx, c1.Client, "c1", "clusterset"); err != nil || len(missing) > 0 {
+		t.Errorf("About API after join: missing %v, %v", missing, err)
 	}
 	n0 := &corev1.Node{}
 	if err := c1.Client.Get(ctx, client.ObjectKey{Name: "n0"}, n0); err != nil || n0.Labels[install.GatewayLabel] != "true" {
@@ -335,9 +340,20 @@ func TestJoinFileInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, crd := range crds {
-		if err := c1.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd); err == nil && crd.DeletionTimestamp == nil {
+		err := c1.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd)
+		switch {
+		case kube.SharedCRD(crd) && err != nil:
+			t.Errorf("uninstall deleted the shared CRD %s: %v", crd.Name, err)
+		case !kube.SharedCRD(crd) && err == nil && crd.DeletionTimestamp == nil:
 			t.Errorf("CRD %s not deleted", crd.Name)
 		}
+	}
+	// The cluster left the ClusterSet; its ID stays.
+	if id, err := about.ClusterID(ctx, c1.Client); err != nil || id != "c1" {
+		t.Errorf("cluster ID after uninstall: %q, %v; want c1", id, err)
+	}
+	if missing, err := about.Check(ctx, c1.Client, "c1", "x"); err != nil || len(missing) != 1 {
+		t.Errorf("ClusterProperty %s after uninstall: missing %v, %v; want it deleted", about.ClusterSetProperty, missing, err)
 	}
 	// The member's broker identity is revoked: its token is refused (the
 	// API server caches accepted tokens for 10 s).

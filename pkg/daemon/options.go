@@ -6,6 +6,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,9 +14,16 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/pkg/about"
+	"github.com/causeway-net/causeway/pkg/kube"
 )
 
 // Options are the flags every daemon takes.
@@ -24,7 +32,9 @@ type Options struct {
 	Kubeconfig string
 	// BrokerKubeconfig is this cluster's identity in the broker.
 	BrokerKubeconfig string
-	// ClusterID is this cluster's name in the ClusterSet (a DNS label).
+	// ClusterID is this cluster's name in the ClusterSet (a DNS label);
+	// empty: the About API's ClusterProperty cluster.clusterset.k8s.io in
+	// the local cluster (ResolveClusterID).
 	ClusterID string
 	// NodeName is the node the daemon runs on.
 	NodeName string
@@ -71,7 +81,7 @@ func DefaultOptions(metricsPort, healthPort int) Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the local cluster (empty: in-cluster config)")
 	fs.StringVar(&o.BrokerKubeconfig, "broker-kubeconfig", o.BrokerKubeconfig, "kubeconfig of this cluster's identity in the broker API server")
-	fs.StringVar(&o.ClusterID, "cluster-id", o.ClusterID, "this cluster's ID in the ClusterSet, a DNS label (required)")
+	fs.StringVar(&o.ClusterID, "cluster-id", o.ClusterID, "this cluster's ID in the ClusterSet, a DNS label (default: the local cluster's About API ClusterProperty cluster.clusterset.k8s.io)")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of the node this daemon runs on (default: $NODE_NAME or the hostname)")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of Causeway's objects in the local cluster")
 	fs.StringSliceVar(&o.PodCIDRs, "pod-cidrs", o.PodCIDRs, "the local cluster's pod CIDRs, comma separated")
@@ -86,10 +96,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate reports every malformed option at once.
 func (o *Options) Validate() error {
 	var errs []error
-	if o.ClusterID == "" {
-		errs = append(errs, errors.New("--cluster-id is required"))
-	} else if msgs := validation.IsDNS1123Label(o.ClusterID); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("--cluster-id %q: %s", o.ClusterID, strings.Join(msgs, "; ")))
+	if o.ClusterID != "" {
+		if err := validClusterID(o.ClusterID); err != nil {
+			errs = append(errs, fmt.Errorf("--cluster-id: %w", err))
+		}
 	}
 	if o.NodeName == "" {
 		errs = append(errs, errors.New("--node-name is required (or set NODE_NAME)"))
@@ -115,6 +125,51 @@ func (o *Options) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+func validClusterID(id string) error {
+	if msgs := validation.IsDNS1123Label(id); len(msgs) > 0 {
+		return fmt.Errorf("%q: %s", id, strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// ResolveClusterID fills an empty ClusterID from the local cluster's About
+// API (ClusterProperty cluster.clusterset.k8s.io, written by `causewayctl
+// join`), trying for up to ResolveTimeout while the API server is not
+// reachable.
+func (o *Options) ResolveClusterID(ctx context.Context) error {
+	if o.ClusterID != "" {
+		return nil
+	}
+	cfg, err := o.RESTConfig()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		return fmt.Errorf("local cluster client: %w", err)
+	}
+	var id string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, ResolveTimeout, true, func(ctx context.Context) (bool, error) {
+		id, err = about.ClusterID(ctx, c)
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return false, err
+		}
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no --cluster-id, and the local cluster's About API does not name it: %w", err)
+	}
+	if err := validClusterID(id); err != nil {
+		return fmt.Errorf("ClusterProperty %s: %w", about.ClusterIDProperty, err)
+	}
+	o.ClusterID = id
+	return nil
+}
+
+// ResolveTimeout bounds how long ResolveClusterID waits for the local API
+// server.
+const ResolveTimeout = time.Minute
 
 // ParsePrefixes parses CIDRs and refuses host bits, the default route and
 // duplicates.

@@ -17,8 +17,7 @@ func TestValidate(t *testing.T) {
 		mutate func(*Options)
 		want   string
 	}{
-		"no cluster id":     {func(o *Options) { o.ClusterID = "" }, "--cluster-id is required"},
-		"cluster id label":  {func(o *Options) { o.ClusterID = "C_1" }, `--cluster-id "C_1"`},
+		"cluster id label":  {func(o *Options) { o.ClusterID = "C_1" }, `--cluster-id: "C_1"`},
 		"host bits":         {func(o *Options) { o.PodCIDRs = []string{"10.244.1.1/16"} }, "host bits"},
 		"default route":     {func(o *Options) { o.ServiceCIDRs = []string{"0.0.0.0/0"} }, "default route"},
 		"not a cidr":        {func(o *Options) { o.ServiceCIDRs = []string{"banana"} }, "not a CIDR"},

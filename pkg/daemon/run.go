@@ -64,7 +64,8 @@ func (r *Runtime) readiness() (bool, map[string]string) {
 // ShutdownTimeout bounds how long a daemon may take to stop after SIGTERM.
 const ShutdownTimeout = 10 * time.Second
 
-// Run validates opts, sets up logging and the HTTP listener, and calls
+// Run validates opts, takes the cluster ID from the About API when
+// --cluster-id is empty, sets up logging and the HTTP listener, and calls
 // work with a context that ends on SIGTERM or SIGINT. Run returns work's
 // error; a context.Canceled caused by the signal counts as a clean stop.
 // The readiness check "startup" is not ready until work clears it.
@@ -79,6 +80,9 @@ func Run(component string, opts *Options, work func(ctx context.Context, rt *Run
 
 // RunContext is Run with a caller-owned context instead of signals.
 func RunContext(ctx context.Context, component string, opts *Options, work func(ctx context.Context, rt *Runtime) error) error {
+	if err := opts.ResolveClusterID(ctx); err != nil {
+		return err
+	}
 	log := opts.NewLogger(component)
 	// client-go and controller-runtime log through klog and logr: send
 	// both to the same structured handler.

@@ -53,6 +53,9 @@ type activeTerm struct {
 	// first NAT sync ran (a restarted active of this node: its
 	// connections were tracked under these rules and are kept).
 	adopted *bool
+	// keyInUse says why this node's tunnel key is not this cluster's in
+	// the broker (ErrKeyInUse); empty once claimed.
+	keyInUse string
 }
 
 var errLeaseNotFresh = errors.New("gateway lease not renewed for its duration: holding back publish and mirror")
@@ -323,6 +326,12 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		}
 		local.GlobalCIDRs, local.GlobalClaims = []netip.Prefix{t.global.CIDR}, claims
 	}
+	if e.cfg.keyed() {
+		// A remote's key must be its own claim in the broker.
+		if local.KeyOwners, err = e.keyOwners(ctx); err != nil {
+			return err
+		}
+	}
 	d := Compute(local, remotes)
 	var errs []error
 	if err := t.driver.Set(ctx, d.Connections); err != nil {
@@ -352,7 +361,19 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	// turns re-pointing every remote gateway. The renewal that makes the
 	// term certain again kicks a sync.
 	if e.leaseFresh() {
-		errs = append(errs, e.publishAndMirror(ctx, pol, remotes, d, e.directCIDRs(t), ownEP, ownCl, step)...)
+		// The key is claimed before the Endpoint announcing it is
+		// published; a key that is not ours is not published at all.
+		var claimErr error
+		if e.cfg.keyed() {
+			claimErr = e.claimKey(ctx, ownEP.PublicKey)
+			inUse := ""
+			if errors.Is(claimErr, ErrKeyInUse) {
+				inUse = claimErr.Error()
+			}
+			e.noteKeyInUse(ctx, t, inUse)
+		}
+		errs = append(errs, claimErr)
+		errs = append(errs, e.publishAndMirror(ctx, pol, remotes, d, e.directCIDRs(t), ownEP, ownCl, claimErr == nil, step)...)
 	} else {
 		errs = append(errs, errLeaseNotFresh)
 	}
@@ -392,21 +413,24 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 
 // +kubebuilder:rbac:groups=causeway.dev,resources=clustersetpolicies,verbs=get;create;update
 
-// publishAndMirror publishes this cluster to its broker namespace (remote
-// gateways wait for the Endpoint) while mirroring into the local cluster
-// (its own Endpoint first: the route agents wait for it). The two talk to
+// publishAndMirror publishes this cluster to its broker namespace (its
+// claims on the direct CIDRs, then the Endpoint remote gateways wait for;
+// only when publish is set) while mirroring into the local cluster (its
+// own Endpoint first: the route agents wait for it). The two talk to
 // different API servers. Both are bounded by apiTimeout.
-func (e *Engine) publishAndMirror(ctx context.Context, pol addrpolicy.Policy, remotes []Remote, d Desired, direct []netip.Prefix, ownEP v1alpha1.EndpointSpec, ownCl v1alpha1.ClusterSpec, step func(string)) []error {
+func (e *Engine) publishAndMirror(ctx context.Context, pol addrpolicy.Policy, remotes []Remote, d Desired, direct []netip.Prefix, ownEP v1alpha1.EndpointSpec, ownCl v1alpha1.ClusterSpec, publish bool, step func(string)) []error {
 	actx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	var errs []error
 	var pubErr error
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		pubErr = e.publish(actx, direct, ownEP, ownCl)
-	}()
+	if publish {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pubErr = e.publish(actx, direct, ownEP, ownCl)
+		}()
+	}
 	if err := e.mirror(actx, remotes, d); err != nil {
 		errs = append(errs, err)
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // directCIDRs are this cluster's CIDRs that remotes reach directly, each
-// claimed in the broker (a CIDRClaim, addrpolicy rule 6): its pod and
+// claimed in the broker (a CIDRClaim, addrpolicy rule 7): its pod and
 // service CIDRs, only the IPv6 ones under globalnet (the IPv4 ones are
 // reached through the global CIDR and claim nothing).
 func (e *Engine) directCIDRs(t *activeTerm) []netip.Prefix {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
-	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/daemon"
 )
 
@@ -35,6 +34,7 @@ const HealthPort = 9541
 type flags struct {
 	publicIP, privateIP, healthCheckIP string
 	port                               uint16
+	portSet                            bool // --port given
 	cableDriver, tunnelDevice          string
 	mtu                                int
 	stateDir, netns                    string
@@ -80,9 +80,7 @@ its health-check address, the globalnet rules, this cluster's Endpoint and
 global CIDR claim in the broker if this node published it, its Gateway
 object) and exits.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
-			if f.cableDriver == string(v1alpha1.CableIPsec) && !cmd.Flags().Changed("port") {
-				f.port = ipsec.IKEPort // charon's fixed IKE port
-			}
+			f.portSet = cmd.Flags().Changed("port")
 			cfg, err := f.config(&opts)
 			if err != nil {
 				return err
@@ -175,6 +173,12 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 		CandidateProbeInterval: f.candidateProbeInterval,
 		CandidateProbeMisses:   f.candidateProbeMisses,
 		Drivers:                drivers.Registry(),
+	}
+	if k := cfg.Drivers[f.cableDriver]; k.Port != 0 {
+		if f.portSet && f.port != k.Port {
+			errs = append(errs, fmt.Errorf("--port %d: the %s driver listens on %d", f.port, f.cableDriver, k.Port))
+		}
+		cfg.Port = k.Port
 	}
 	cfg.PodCIDRs, _ = daemon.ParsePrefixes(opts.PodCIDRs)
 	cfg.ServiceCIDRs, _ = daemon.ParsePrefixes(opts.ServiceCIDRs)

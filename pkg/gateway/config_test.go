@@ -3,12 +3,14 @@ package gateway
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
+	"github.com/causeway-net/causeway/pkg/daemon"
 	"github.com/causeway-net/causeway/pkg/nat"
 )
 
@@ -58,6 +60,27 @@ func TestAnnouncedDualStack(t *testing.T) {
 			if got := e.announced(tt.term); !slices.Equal(got, tt.want) {
 				t.Errorf("%s, %s: announced %v, want %v", driver, name, got, tt.want)
 			}
+		}
+	}
+}
+
+// A driver with a fixed port (ipsec: charon's IKE port) gets it without
+// --port, and a different --port is refused.
+func TestConfigDriverPort(t *testing.T) {
+	opts := daemon.DefaultOptions(0, 0)
+	opts.BrokerKubeconfig = "/nonexistent"
+	for _, tc := range []struct {
+		portSet bool
+		port    uint16
+		want    string
+	}{{false, 4500, ""}, {true, 500, ""}, {true, 4500, "--port 4500: the ipsec driver listens on 500"}} {
+		f := flags{cableDriver: "ipsec", port: tc.port, portSet: tc.portSet}
+		cfg, err := f.config(&opts)
+		if tc.want == "" && cfg.Port != ipsec.IKEPort {
+			t.Errorf("--port %d (given %v): port %d, want %d", tc.port, tc.portSet, cfg.Port, ipsec.IKEPort)
+		}
+		if got := err != nil && strings.Contains(err.Error(), "the ipsec driver listens on"); got != (tc.want != "") {
+			t.Errorf("--port %d (given %v): %v, want an error %q: %v", tc.port, tc.portSet, got, tc.want, err)
 		}
 	}
 }

@@ -295,7 +295,7 @@ func TestComputeGlobalnet(t *testing.T) {
 		t.Fatalf("connections = %+v, want c3 through its global CIDR", d.Connections)
 	}
 	// Dual-stack globalnet remotes: IPv6 pod and service CIDRs go into the
-	// tunnel as they are (addrpolicy rule 6); c4's overlap c3's older ones
+	// tunnel as they are (addrpolicy rule 8); c4's overlap c3's older ones
 	// and are left out, its global CIDR stays.
 	dual := func(id string, age int, pods6, svcs6 string) Remote {
 		r := globalRemote(id, age, "242."+id[1:]+".0.0/16", "242."+id[1:]+".0.0/16")
@@ -387,6 +387,36 @@ func TestVerdictCondition(t *testing.T) {
 	}
 	if valid.Condition(1).Status != "True" {
 		t.Fatal("valid condition not True")
+	}
+}
+
+// TestComputeKeySquat: c0 (older, and first by ID) announces c3's key,
+// which the broker's claims give c3: c0's Endpoint is refused
+// (KeyInUse), c3 keeps its connection, the driver sees no shared key. A
+// vxlan gateway does not check keys.
+func TestComputeKeySquat(t *testing.T) {
+	squat := remote("c0", -10, cl("c0", []string{"10.250.0.0/16"}, []string{"10.98.0.0/16"}),
+		ep("c0", "198.18.0.99", 4500, keyA, "10.250.0.0/16"))
+	keyed := local
+	keyed.KeyOwners = map[string]string{keyA: "c3"}
+	d := Compute(keyed, []Remote{squat, good3()})
+	if st := find(t, d, "c0"); st.Endpoint.Valid || st.Endpoint.Reason != v1alpha1.ReasonKeyInUse || !strings.Contains(st.Endpoint.Message, `"c3"`) {
+		t.Errorf("c0 endpoint = %+v, want KeyInUse naming c3", st.Endpoint)
+	}
+	if st := find(t, d, "c3"); !st.Endpoint.Valid {
+		t.Errorf("c3 endpoint = %+v, want Valid", st.Endpoint)
+	}
+	if len(d.Connections) != 1 || d.Connections[0].ClusterID != "c3" {
+		t.Errorf("connections = %+v, want c3's only", d.Connections)
+	}
+
+	vx := keyed
+	vx.CableDriver, vx.Port = "vxlan", 4789
+	e0, e3 := *squat.Endpoint, *good3().Endpoint
+	e0.CableDriver, e0.Port, e3.CableDriver, e3.Port = "vxlan", 4789, "vxlan", 4789
+	d = Compute(vx, []Remote{remote("c0", -10, nil, &e0), remote("c3", 0, nil, &e3)})
+	if len(d.Connections) != 2 {
+		t.Errorf("vxlan: connections = %+v, want both (no keys)", d.Connections)
 	}
 }
 

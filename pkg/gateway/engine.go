@@ -26,8 +26,6 @@ import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/cable"
-	"github.com/causeway-net/causeway/pkg/cable/ipsec"
-	"github.com/causeway-net/causeway/pkg/cable/wireguard"
 	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/nat"
@@ -165,7 +163,7 @@ func (c Config) validate() error {
 	if c.TunnelDevice == "" || len(c.TunnelDevice) > 15 {
 		errs = append(errs, fmt.Errorf("tunnel device %q: need 1 to 15 bytes", c.TunnelDevice))
 	}
-	if c.Drivers[c.CableDriver] == nil {
+	if _, ok := c.Drivers[c.CableDriver]; !ok {
 		errs = append(errs, fmt.Errorf("cable driver %q: %w", c.CableDriver, cable.ErrUnknownDriver))
 	}
 	if c.CandidateProbeMisses < 1 || c.CandidateProbeMisses > probeWindow {
@@ -185,13 +183,10 @@ func (c Config) validate() error {
 
 func (c Config) subnets() []netip.Prefix { return slices.Concat(c.PodCIDRs, c.ServiceCIDRs) }
 
-// device is the tunnel device the driver creates: TunnelDevice, except for
-// ipsec, whose device is charon's TUN (one per namespace).
+// device is the tunnel device the driver creates: TunnelDevice, unless
+// the driver names its own (cable.Kind.Device).
 func (c Config) device() string {
-	if c.CableDriver == string(v1alpha1.CableIPsec) {
-		return ipsec.TUNName
-	}
-	return c.TunnelDevice
+	return c.Drivers[c.CableDriver].DeviceName(c.TunnelDevice)
 }
 
 // Engine is one gateway candidate.
@@ -202,7 +197,9 @@ type Engine struct {
 	local  client.Client
 	kube   kubernetes.Interface
 	broker client.Client
-	bcache cache.Cache
+	// brokerAPI reads and writes the broker without the cache.
+	brokerAPI client.Client
+	bcache    cache.Cache
 	// lcache watches the local GlobalIngresses and nat applies the
 	// translation (globalnet only, else nil).
 	lcache   cache.Cache
@@ -254,6 +251,10 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker client: %w", err)
 	}
+	brokerAPI, err := client.New(cfg.Broker, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("broker API client: %w", err)
+	}
 	var lc cache.Cache
 	if cfg.Globalnet {
 		lc, err = cache.New(cfg.Local, cache.Options{Scheme: scheme, DefaultTransform: cache.TransformStripManagedFields()})
@@ -264,7 +265,7 @@ func New(cfg Config) (*Engine, error) {
 	eb := record.NewBroadcaster()
 	e := &Engine{
 		cfg: cfg, log: cfg.Log, m: newMetrics(cfg.Metrics),
-		local: local, kube: kc, broker: broker, bcache: bc, lcache: lc,
+		local: local, kube: kc, broker: broker, brokerAPI: brokerAPI, bcache: bc, lcache: lc,
 		nat:      nat.NewTable(nat.NewNftRunner(cfg.Netns), nat.NewMetrics(cfg.Metrics)),
 		events:   eb,
 		recorder: eb.NewRecorder(scheme, corev1.EventSource{Component: "causeway-gateway", Host: cfg.NodeName}),
@@ -314,6 +315,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		c    cache.Cache
 		objs []client.Object
 	}{{e.bcache, []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.ClusterSetPolicy{}, &v1alpha1.CIDRClaim{}}}}
+	if e.cfg.keyed() {
+		watched[0].objs = append(watched[0].objs, &v1alpha1.TunnelKey{})
+	}
 	if e.cfg.Globalnet {
 		watched[0].objs = append(watched[0].objs, &v1alpha1.GlobalCIDR{})
 		watched = append(watched, struct {
@@ -450,13 +454,13 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 	if e.cfg.Globalnet {
 		e.dropTranslation(ctx) // a killed active's rules stay in the kernel
 	}
-	if e.cfg.CableDriver == string(v1alpha1.CableWireGuard) {
-		// An embedded device dies with its process, its UAPI socket file
-		// does not.
-		if removed, err := wireguard.RemoveStaleSocket(e.cfg.device()); err != nil {
+	if remove := e.cfg.Drivers[e.cfg.CableDriver].RemoveStale; remove != nil {
+		// e.g. an embedded WireGuard device dies with its process, its
+		// UAPI socket file does not.
+		if removed, err := remove(e.cfg.device()); err != nil {
 			e.log.Warn("remove leftover tunnel", "err", err)
 		} else if removed {
-			e.log.Info("removed the UAPI socket a killed embedded WireGuard device left", "device", e.cfg.device())
+			e.log.Info("removed what a killed driver process left", "driver", e.cfg.CableDriver, "device", e.cfg.device())
 		}
 	}
 	if ok, err := linkExists(e.cfg.Netns, e.cfg.device()); err != nil || !ok {

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -19,6 +22,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.zx2c4.com/wireguard/wgctrl"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -236,7 +240,7 @@ func startEnv(t *testing.T) *env {
 		}
 		e.local[id] = c.DaemonConfig(t, "gateway")
 	}
-	for _, id := range []string{"c1", "c3", "c9"} {
+	for _, id := range []string{"c0", "c1", "c3", "c9"} {
 		kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, id)
 		if err != nil {
 			t.Fatal(err)
@@ -253,7 +257,7 @@ func (e *env) reset(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []client.Client{e.c1.Client, e.c3.Client, e.broker.Client} {
 		for _, obj := range []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.Gateway{}, &v1alpha1.CIDRClaim{}} {
-			for _, ns := range []string{"causeway-system", "cluster-c1", "cluster-c3", "cluster-c9"} {
+			for _, ns := range []string{"causeway-system", "cluster-c0", "cluster-c1", "cluster-c3", "cluster-c9"} {
 				if err := c.DeleteAllOf(ctx, obj, client.InNamespace(ns)); err != nil && !apierrors.IsNotFound(err) {
 					t.Logf("reset: %v", err)
 				}
@@ -489,6 +493,9 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	})
 
 	testLateOverlap(t, env, tp, c9, c9Cluster, driver)
+	if driver == "wireguard" {
+		testKeySquat(t, env, tp)
+	}
 
 	// Failover. Candidate b joins as passive and holds no tunnel.
 	// b never releases its lease: stopping it below simulates a crash.
@@ -522,6 +529,24 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 		t.Errorf("b is %s after a stopped", b.e.Role())
 	}
 	waitEndpointValid(t, env.c3.Client, "c1", metav1.ConditionTrue, v1alpha1.ReasonValid)
+	if driver == "wireguard" {
+		// Each candidate has its own key: b's claim came with its term,
+		// a's stays (a node releases only its own stale claims).
+		eventually(t, "tunnel keys of both c1 candidates", time.Minute, func() error {
+			var keys v1alpha1.TunnelKeyList
+			if err := env.broker.Client.List(ctx, &keys, client.MatchingLabels{v1alpha1.LabelClusterID: "c1"}); err != nil {
+				return err
+			}
+			nodes := map[string]int{}
+			for _, k := range keys.Items {
+				nodes[k.Labels[v1alpha1.LabelNode]]++
+			}
+			if nodes["c1-gw-a"] != 1 || nodes["c1-gw-b"] != 1 {
+				return fmt.Errorf("claims per node %v, want one each for c1-gw-a and c1-gw-b", nodes)
+			}
+			return nil
+		})
+	}
 
 	// 2. Crash of the active (no release: the lease must expire). a comes
 	// back as a passive candidate first.
@@ -586,6 +611,145 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	if _, err := gatewayObj(t, env.c3.Client, "c3-gw"); !apierrors.IsNotFound(err) {
 		t.Errorf("gateway object after cleanup: %v", err)
 	}
+}
+
+// testKeySquat: a member (c0, whose ID sorts before every other) copies
+// c3's published WireGuard key into its own Endpoint, with only its own
+// broker identity. It cannot take or drop c3's claim on the key; c1 and
+// c3 refuse c0's Endpoint (Valid=False KeyInUse, Warning Event) and c1
+// keeps its peer to c3 as it was, and traffic flows. Then a stale claim
+// of c1-gw-a (a key it no longer holds) is released by the active a,
+// while the claim of another c1 node stays.
+func testKeySquat(t *testing.T, env *env, tp *topo) {
+	ctx := context.Background()
+	victim := &v1alpha1.Endpoint{}
+	if err := env.broker.Client.Get(ctx, client.ObjectKey{Namespace: brokerNamespace("c3"), Name: "c3"}, victim); err != nil {
+		t.Fatal(err)
+	}
+	key := victim.Spec.PublicKey
+	claim := &v1alpha1.TunnelKey{}
+	if err := env.broker.Client.Get(ctx, client.ObjectKey{Name: broker.TunnelKeyName(key)}, claim); err != nil {
+		t.Fatalf("c3's tunnel key claim: %v", err)
+	}
+	if claim.Spec.ClusterID != "c3" || claim.Labels[v1alpha1.LabelNode] != "c3-gw" {
+		t.Fatalf("c3's tunnel key claim: %+v", claim)
+	}
+	before := wgPeers(t, tp.path(tp.gw1a), tp.dev("1a"))
+	if before[key] != netip.AddrPortFrom(wan3, 4500).String() {
+		t.Fatalf("c1's peers before the squat: %v, want c3's key at %s", before, wan3)
+	}
+
+	c0, err := client.New(env.identity["c0"], client.Options{Scheme: env.broker.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := &v1alpha1.TunnelKey{
+		ObjectMeta: metav1.ObjectMeta{Name: broker.TunnelKeyName(key), Labels: map[string]string{v1alpha1.LabelClusterID: "c0", v1alpha1.LabelNode: "evil"}},
+		Spec:       v1alpha1.TunnelKeySpec{ClusterID: "c0", PublicKey: key},
+	}
+	if err := c0.Create(ctx, mine); !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("c0 claims c3's key: err=%v, want AlreadyExists", err)
+	}
+	if err := c0.Delete(ctx, claim); !apierrors.IsForbidden(err) {
+		t.Fatalf("c0 deletes c3's key claim: err=%v, want Forbidden", err)
+	}
+	squat := &v1alpha1.Endpoint{
+		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNamespace("c0"), Name: "c0"},
+		Spec: v1alpha1.EndpointSpec{ClusterID: "c0", Hostname: "evil", CableDriver: v1alpha1.CableWireGuard,
+			PublicIP: "198.18.0.98", Port: 4500, PublicKey: key, Subnets: []string{"10.250.0.0/16"}},
+	}
+	if err := c0.Create(ctx, squat); err != nil {
+		t.Fatalf("c0 publishes its endpoint: %v", err)
+	}
+	for _, c := range []*kubetest.Cluster{env.c1, env.c3} {
+		waitEndpointValid(t, c.Client, "c0", metav1.ConditionFalse, v1alpha1.ReasonKeyInUse)
+		eventually(t, "KeyInUse event for c0", time.Minute, func() error {
+			evs, err := c.Kube.CoreV1().Events("causeway-system").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs.Items {
+				if ev.InvolvedObject.Name == "c0" && ev.InvolvedObject.Kind == "Endpoint" && ev.Reason == v1alpha1.ReasonKeyInUse && ev.Type == corev1.EventTypeWarning {
+					return nil
+				}
+			}
+			return fmt.Errorf("no KeyInUse event among %d", len(evs.Items))
+		})
+	}
+	waitEndpointValid(t, env.c1.Client, "c3", metav1.ConditionTrue, v1alpha1.ReasonValid)
+	if after := wgPeers(t, tp.path(tp.gw1a), tp.dev("1a")); !maps.Equal(after, before) {
+		t.Errorf("c1's peers after the squat: %v, want %v", after, before)
+	}
+	if err := tcpRoundTrip(tp.path(tp.p1), netip.AddrPortFrom(pod3, 8080)); err != nil {
+		t.Errorf("pod1 -> pod3 after the squat: %v", err)
+	}
+	if err := env.broker.Client.Delete(ctx, squat); err != nil {
+		t.Fatal(err)
+	}
+
+	// Stale claims: one of c1-gw-a on a key it no longer holds, one of
+	// another c1 node.
+	c1, err := client.New(env.identity["c1"], client.Options{Scheme: env.broker.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := func(node string, b byte) *v1alpha1.TunnelKey {
+		pub := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{b}, 32))
+		return &v1alpha1.TunnelKey{
+			ObjectMeta: metav1.ObjectMeta{Name: broker.TunnelKeyName(pub), Labels: map[string]string{v1alpha1.LabelClusterID: "c1", v1alpha1.LabelNode: node}},
+			Spec:       v1alpha1.TunnelKeySpec{ClusterID: "c1", PublicKey: pub},
+		}
+	}
+	old, other := stale("c1-gw-a", 1), stale("c1-gw-z", 2)
+	for _, k := range []*v1alpha1.TunnelKey{old, other} {
+		if err := c1.Create(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "c1-gw-a's stale claim released", time.Minute, func() error {
+		err := env.broker.Client.Get(ctx, client.ObjectKeyFromObject(old), &v1alpha1.TunnelKey{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	if err := env.broker.Client.Get(ctx, client.ObjectKeyFromObject(other), &v1alpha1.TunnelKey{}); err != nil {
+		t.Errorf("another node's claim: %v, want kept", err)
+	}
+	if err := c1.Delete(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wgPeers returns the WireGuard peers of dev in the namespace at nsPath:
+// public key → endpoint.
+func wgPeers(t *testing.T, nsPath, dev string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := netnsx.Do(nsPath, func() error {
+		wg, err := wgctrl.New()
+		if err != nil {
+			return err
+		}
+		defer wg.Close()
+		d, err := wg.Device(dev)
+		if err != nil {
+			return err
+		}
+		for _, p := range d.Peers {
+			ep := ""
+			if p.Endpoint != nil {
+				a := p.Endpoint.AddrPort()
+				ep = netip.AddrPortFrom(a.Addr().Unmap(), a.Port()).String()
+			}
+			out[p.PublicKey.String()] = ep
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("wireguard peers of %s: %v", dev, err)
+	}
+	return out
 }
 
 // roleAt reports when e reaches role (polled every 2 ms).
@@ -736,6 +900,17 @@ func testLateOverlap(t *testing.T, env *env, tp *topo, c9 client.Client, cluster
 	if err := c9.Update(ctx, cluster); err != nil {
 		t.Fatal(err)
 	}
+	// With wireguard, c9's key must be claimed in its name (else its
+	// Endpoint is refused: KeyInUse).
+	key := &v1alpha1.TunnelKey{
+		ObjectMeta: metav1.ObjectMeta{Name: broker.TunnelKeyName(keyB), Labels: map[string]string{v1alpha1.LabelClusterID: "c9", v1alpha1.LabelNode: "c9-gw"}},
+		Spec:       v1alpha1.TunnelKeySpec{ClusterID: "c9", PublicKey: keyB},
+	}
+	if driver == "wireguard" {
+		if err := c9.Create(ctx, key); err != nil {
+			t.Fatalf("c9 claims its tunnel key: %v", err)
+		}
+	}
 	ep := &v1alpha1.Endpoint{
 		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNamespace("c9"), Name: "c9"},
 		Spec: v1alpha1.EndpointSpec{ClusterID: "c9", Hostname: "c9-gw", CableDriver: v1alpha1.CableDriver(driver),
@@ -785,6 +960,11 @@ func testLateOverlap(t *testing.T, env *env, tp *topo, c9 client.Client, cluster
 	// c9 goes (as the broker's administrator removes a member's objects).
 	for _, obj := range []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.CIDRClaim{}} {
 		if err := env.broker.Client.DeleteAllOf(ctx, obj, client.InNamespace(brokerNamespace("c9"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if driver == "wireguard" {
+		if err := env.broker.Client.Delete(ctx, key); err != nil {
 			t.Fatal(err)
 		}
 	}

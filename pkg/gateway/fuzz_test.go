@@ -31,6 +31,7 @@ const fuzzLocalID = "c1"
 //	S <id> <cidr>...                  the Cluster's service CIDRs
 //	X <id> <cidr>...                  the Cluster's global CIDRs
 //	E <id> <clusterID> <age> <driver> <ip> <port> <key> <healthIP> <subnet>...
+//	T <key> <id>                      a broker claim on a tunnel key (any T line turns key claims on)
 //
 // Unparseable local CIDRs are dropped; everything remote is passed as
 // text, garbage included. Ports are parsed as int32 (anything else is 0).
@@ -104,6 +105,11 @@ func parseComputeSpec(spec string) (Local, []Remote) {
 			for _, p := range prefixes(f[3:]) {
 				loc.CIDRClaims[f[1]][p] = age(f[2])
 			}
+		case f[0] == "T" && len(f) >= 3:
+			if loc.KeyOwners == nil {
+				loc.KeyOwners = map[string]string{}
+			}
+			loc.KeyOwners[f[1]] = f[2]
 		case f[0] == "C" && len(f) >= 4:
 			r := remote(f[1])
 			c := cluster(r)
@@ -230,6 +236,16 @@ func checkDesired(t *testing.T, loc Local, remotes []Remote, d Desired) {
 			}
 			all = append(all, p)
 			owner[p] = c.ClusterID
+		}
+	}
+	// With key claims, every connection's key is its cluster's claim, so
+	// no two connections share one (the wireguard driver would refuse
+	// both).
+	if loc.KeyOwners != nil {
+		for _, c := range d.Connections {
+			if !c.PublicKey.IsZero() && loc.KeyOwners[c.PublicKey.String()] != c.ClusterID {
+				t.Fatalf("connection %q: key %s claimed by %q", c.ClusterID, c.PublicKey, loc.KeyOwners[c.PublicKey.String()])
+			}
 		}
 	}
 	for id := range d.HealthTargets {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/pkg/about"
 	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
@@ -245,8 +246,11 @@ func podState(p *corev1.Pod) string {
 // Uninstall removes from the member cluster what Apply and LabelGateways
 // made: the chart's cluster-scoped objects, namespace causeway-system
 // (with everything in it: workloads, config, the broker Secret), the
-// multicluster EndpointSlices of the MCS controller, the CRDs (and with
-// them every ServiceExport and ServiceImport) and the gateway label. The
+// multicluster EndpointSlices of the MCS controller, Causeway's and the
+// MCS API's CRDs (and with them every ServiceExport and ServiceImport),
+// the About API's ClusterProperty clusterset.k8s.io (the cluster is no
+// longer a member; its ID, cluster.clusterset.k8s.io, and the About API
+// CRD stay) and the gateway label. The
 // nodes' datapath (routes, devices, eBPF pins) is the daemons' own to
 // remove: CleanupNodes runs their --cleanup before.
 func Uninstall(ctx context.Context, c client.Client, progress func(string)) error {
@@ -271,12 +275,21 @@ func Uninstall(ctx context.Context, c client.Client, progress func(string)) erro
 	if err != nil {
 		return err
 	}
+	deleted := 0
 	for _, crd := range crds {
+		if kube.SharedCRD(crd) {
+			continue
+		}
 		if err := c.Delete(ctx, crd); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete CRD %s: %w", crd.Name, err)
 		}
+		deleted++
 	}
-	progress(fmt.Sprintf("deleted %d CRDs", len(crds)))
+	progress(fmt.Sprintf("deleted %d CRDs", deleted))
+	if err := about.Leave(ctx, c); err != nil {
+		return err
+	}
+	progress("deleted ClusterProperty " + about.ClusterSetProperty)
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes, client.HasLabels{GatewayLabel}); err != nil {
 		return fmt.Errorf("list gateway nodes: %w", err)

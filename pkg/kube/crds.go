@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	aboutv1alpha1 "github.com/causeway-net/causeway/api/about/v1alpha1"
 	"github.com/causeway-net/causeway/deploy"
 )
 
@@ -38,8 +39,16 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	return out, nil
 }
 
-// InstallCRDs creates or updates every embedded CRD and waits until each
-// is established.
+// SharedCRD reports whether crd is one Causeway ships for clusters that
+// lack it but does not own: the About API's ClusterProperty, which other
+// multi-cluster projects install too. InstallCRDs creates it only when
+// absent and never updates it; uninstall leaves it.
+func SharedCRD(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	return crd.Spec.Group == aboutv1alpha1.GroupVersion.Group
+}
+
+// InstallCRDs creates or updates every embedded CRD (a SharedCRD is only
+// created) and waits until each is established.
 func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 	crds, err := CRDs()
 	if err != nil {
@@ -55,6 +64,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 		switch {
 		case apierrors.IsNotFound(err):
 			_, err = api.Create(ctx, crd, metav1.CreateOptions{})
+		case err == nil && SharedCRD(crd):
 		case err == nil:
 			crd.ResourceVersion = existing.ResourceVersion
 			_, err = api.Update(ctx, crd, metav1.UpdateOptions{})

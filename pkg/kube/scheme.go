@@ -13,17 +13,20 @@ import (
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	aboutv1alpha1 "github.com/causeway-net/causeway/api/about/v1alpha1"
 	"github.com/causeway-net/causeway/api/v1alpha1"
 )
 
 // NewScheme returns a scheme with the built-in types, CRDs, Causeway's
-// types and both served versions of the MCS API.
+// types, the About API's ClusterProperty and both served versions of the
+// MCS API.
 func NewScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme,
 		apiextensionsv1.AddToScheme,
 		v1alpha1.AddToScheme,
+		aboutv1alpha1.AddToScheme,
 		mcsv1alpha1.Install,
 		mcsv1beta1.Install,
 	} {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/pkg/about"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/install"
@@ -73,8 +74,9 @@ func (s *State) renderChart(cluster string) ([]*unstructured.Unstructured, error
 // the broker with the member identity of ids, stores that identity as
 // Secret causeway-system/causeway-broker (its server the broker's
 // forwarder at netlab.APIAddress:6444, which every node and pod
-// reaches; the MCS controller rotates its token there), and applies the CRDs
-// and the chart rendered with ChartValues. The kubelets run the Pods.
+// reaches; the MCS controller rotates its token there), applies the CRDs
+// and the chart rendered with ChartValues, and writes the About API's
+// ClusterProperties. The kubelets run the Pods.
 func (s *State) installCauseway(ctx context.Context, ids map[string][]byte) error {
 	return forEach(s.Members(), func(name string) error {
 		objs, err := s.renderChart(name)
@@ -100,6 +102,9 @@ func (s *State) installCauseway(ctx context.Context, ids map[string][]byte) erro
 			return fmt.Errorf("cluster %s: %w", name, err)
 		}
 		if err := install.Apply(ctx, rc, cl, objs); err != nil {
+			return fmt.Errorf("cluster %s: %w", name, err)
+		}
+		if err := about.Ensure(ctx, cl, name, about.DefaultClusterSet); err != nil {
 			return fmt.Errorf("cluster %s: %w", name, err)
 		}
 		return nil

@@ -3,7 +3,7 @@
 // there equal to a desired state. It owns
 //
 //   - routes identified by rtnetlink protocol, table and optionally
-//     device (SyncRoutes, ListRoutes);
+//     device (SyncRoutes, ListRoutes), one per destination and metric;
 //   - a VXLAN device (EnsureVXLAN, DeleteVXLAN), the addresses of a device
 //     (SyncAddrs), and the static FDB and neighbour entries of a device
 //     (AddNeighbours, PruneNeighbours);

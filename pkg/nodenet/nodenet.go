@@ -15,14 +15,17 @@ type Owner struct {
 	Table int
 	// Link is a device index; 0 means owned routes of every device.
 	Link int
-	// Metric is the priority of every owned route.
-	Metric int
 }
 
-// Route is one desired route. There is one route per destination: a
-// later one with the same Dst wins.
+// Route is one desired route. There is one route per destination and
+// metric: a later one with the same Dst and Metric wins. One owner may
+// hold several routes to a destination with different metrics (the
+// kernel uses the lowest).
 type Route struct {
 	Dst netip.Prefix
+	// Metric is the route's priority ("metric" in `ip route`); 0 is the
+	// kernel's default, which for IPv6 is 1024 (read back as 0).
+	Metric int
 	// Via is an on-link next hop; invalid means a device route (scope
 	// link) straight out of Link.
 	Via netip.Addr
@@ -39,7 +42,7 @@ func (r Route) String() string {
 	var s string
 	switch {
 	case r.Link == 0:
-		return "unreachable " + r.Dst.String()
+		s = "unreachable " + r.Dst.String()
 	case r.Via.IsValid():
 		s = r.Dst.String() + " via " + r.Via.String()
 	default:
@@ -47,6 +50,9 @@ func (r Route) String() string {
 	}
 	if r.Src.IsValid() {
 		s += " src " + r.Src.String()
+	}
+	if r.Metric != 0 {
+		s += fmt.Sprintf(" metric %d", r.Metric)
 	}
 	return s
 }

@@ -21,14 +21,28 @@ func (o Owner) table() int {
 	return o.Table
 }
 
-// metric is the priority the kernel gives o's routes to dst: for IPv6,
-// 0 means its default, 1024.
-func (o Owner) metric(dst netip.Prefix) int {
-	if o.Metric == 0 && dst.Addr().Is6() {
-		return 1024
+// ipv6DefaultMetric is the metric the kernel gives an IPv6 route added
+// with none.
+const ipv6DefaultMetric = 1024
+
+// canonical is r with the metric as Route documents it: the kernel's
+// default metric of an IPv6 route written as 0, so a desired route and
+// the kernel's copy of it compare equal.
+func canonical(r Route) Route {
+	if r.Dst.Addr().Is6() && r.Metric == ipv6DefaultMetric {
+		r.Metric = 0
 	}
-	return o.Metric
+	return r
 }
+
+// routeKey is what tells two routes of one owner apart (the kernel's key
+// within a table, less TOS, which nobody here sets).
+type routeKey struct {
+	dst    netip.Prefix
+	metric int
+}
+
+func keyOf(r Route) routeKey { return routeKey{dst: r.Dst, metric: r.Metric} }
 
 // kernel is r as o installs it.
 func (o Owner) kernel(r Route) *netlink.Route {
@@ -36,7 +50,7 @@ func (o Owner) kernel(r Route) *netlink.Route {
 		Dst:      &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
 		Table:    o.table(),
 		Protocol: netlink.RouteProtocol(o.Protocol),
-		Priority: o.Metric,
+		Priority: r.Metric,
 		Type:     unix.RTN_UNICAST,
 		Scope:    netlink.SCOPE_UNIVERSE,
 	}
@@ -57,14 +71,14 @@ func (o Owner) kernel(r Route) *netlink.Route {
 	return nr
 }
 
-// desired reads an owned kernel route back as a Route; ok is false for
-// routes no Route describes (multipath, other types).
+// desired reads an owned kernel route back as a canonical Route; ok is
+// false for routes no Route describes (multipath, other types).
 func desired(r netlink.Route) (Route, bool) {
 	dst, ok := prefixOf(r.Dst)
 	if !ok {
 		return Route{}, false
 	}
-	out := Route{Dst: dst}
+	out := canonical(Route{Dst: dst, Metric: r.Priority})
 	switch {
 	case r.Type == unix.RTN_UNREACHABLE:
 		return out, true
@@ -115,31 +129,33 @@ func SyncRoutes(h *netlink.Handle, o Owner, want []Route) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	wantBy := map[netip.Prefix]Route{}
-	var order []netip.Prefix
+	wantBy := map[routeKey]Route{}
+	var order []routeKey
 	for _, r := range want {
-		if _, dup := wantBy[r.Dst]; !dup {
-			order = append(order, r.Dst)
+		r = canonical(r)
+		k := keyOf(r)
+		if _, dup := wantBy[k]; !dup {
+			order = append(order, k)
 		}
-		wantBy[r.Dst] = r
+		wantBy[k] = r
 	}
-	good := map[netip.Prefix]bool{}
+	good := map[routeKey]bool{}
 	var stale []netlink.Route
 	for _, r := range have {
 		d, ok := desired(r)
 		// IPv6 routes have no scope (the kernel reports universe).
-		if ok && !good[d.Dst] && wantBy[d.Dst] == d && r.Priority == o.metric(d.Dst) && (d.Dst.Addr().Is6() || r.Scope == o.kernel(d).Scope) {
-			good[d.Dst] = true
+		if ok && !good[keyOf(d)] && wantBy[keyOf(d)] == d && (d.Dst.Addr().Is6() || r.Scope == o.kernel(d).Scope) {
+			good[keyOf(d)] = true
 			continue
 		}
 		stale = append(stale, r)
 	}
 	var changes []string
 	var errs []error
-	replaced := map[netip.Prefix]bool{}
-	for _, dst := range order {
-		r := wantBy[dst]
-		if good[dst] {
+	replaced := map[routeKey]bool{}
+	for _, k := range order {
+		r := wantBy[k]
+		if good[k] {
 			continue
 		}
 		if r.Link == 0 && (r.Via.IsValid() || r.Src.IsValid()) {
@@ -150,13 +166,13 @@ func SyncRoutes(h *netlink.Handle, o Owner, want []Route) ([]string, error) {
 			errs = append(errs, fmt.Errorf("replace route %s: %w", r, err))
 			continue
 		}
-		replaced[dst] = true
+		replaced[k] = true
 		changes = append(changes, fmt.Sprintf("route %s set", r))
 	}
 	for _, r := range stale {
 		// A route replaced above under the same key (destination,
 		// table, metric) is already gone from the kernel.
-		if d, ok := desired(r); ok && replaced[d.Dst] && r.Priority == o.metric(d.Dst) {
+		if d, ok := desired(r); ok && replaced[keyOf(d)] {
 			continue
 		}
 		err := h.RouteDel(&r)
@@ -164,10 +180,10 @@ func SyncRoutes(h *netlink.Handle, o Owner, want []Route) ([]string, error) {
 			continue
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
+			errs = append(errs, fmt.Errorf("delete route %s metric %d: %w", r.Dst, r.Priority, err))
 			continue
 		}
-		changes = append(changes, fmt.Sprintf("route %s deleted", r.Dst))
+		changes = append(changes, fmt.Sprintf("route %s metric %d deleted", r.Dst, r.Priority))
 	}
 	return changes, errors.Join(errs...)
 }

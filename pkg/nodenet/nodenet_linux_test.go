@@ -115,7 +115,9 @@ func sortRoutes(rs []Route) []Route {
 
 // routeStates are desired route sets on links a and b: device routes,
 // on-link next hops, a preferred source, unreachable routes, IPv6, a
-// default route, re-pointed and retyped destinations.
+// default route, re-pointed and retyped destinations, one destination
+// with two metrics (a route over an unreachable fallback, as the route
+// agent holds them) and a changed metric.
 func routeStates(a, b int) [][]Route {
 	return [][]Route{
 		nil,
@@ -125,7 +127,23 @@ func routeStates(a, b int) [][]Route {
 		{{Dst: pfx("10.1.0.0/16")}, {Dst: pfx("10.3.0.0/16")}},
 		{{Dst: pfx("0.0.0.0/0"), Via: addr("10.0.0.254"), Link: a}, {Dst: pfx("10.3.0.0/16"), Via: addr("241.0.0.1"), Link: b}},
 		{{Dst: pfx("fd01::/64"), Link: a}, {Dst: pfx("fd02::/64"), Via: addr("fd00::2"), Link: a}, {Dst: pfx("10.2.0.0/16"), Link: a}},
+		{{Dst: pfx("10.1.0.0/16"), Via: addr("10.0.0.2"), Link: a}, {Dst: pfx("10.1.0.0/16"), Metric: 4096},
+			{Dst: pfx("fd01::/64"), Link: a}, {Dst: pfx("fd01::/64"), Metric: 4096}},
+		{{Dst: pfx("10.1.0.0/16"), Metric: 4096}, {Dst: pfx("fd01::/64"), Metric: 4096}},
+		{{Dst: pfx("10.1.0.0/16"), Via: addr("10.0.0.2"), Link: a, Metric: 50}, {Dst: pfx("fd01::/64"), Link: a, Metric: 50}},
 	}
+}
+
+// withMetric gives the routes of rs without a metric of their own metric m
+// (the route agent's 100).
+func withMetric(rs []Route, m int) []Route {
+	out := slices.Clone(rs)
+	for i := range out {
+		if out[i].Metric == 0 {
+			out[i].Metric = m
+		}
+	}
+	return out
 }
 
 // onLink keeps the routes out of link (an owner with a Link has no
@@ -153,13 +171,14 @@ func (ns *testNS) foreignNow(t *testing.T) string {
 		ns.ip(t, "route", "show", "table", "100", "dev", "veth-b")
 }
 
-// The owners of the callers: the route agent's (every link, metric 100)
-// and a cable driver's (its device, table 100, metric 0).
+// The owners of the callers: the route agent's (every link, metric 100
+// unless a route says otherwise) and a cable driver's (its device, table
+// 100, metric 0).
 func TestSyncRoutesConvergesFromAnyState(t *testing.T) {
 	ns := newNS(t)
 	foreign := ns.foreign(t)
 	a, b := ns.a.Attrs().Index, ns.b.Attrs().Index
-	agent := Owner{Protocol: 148, Metric: 100}
+	agent := Owner{Protocol: 148}
 	cable := Owner{Protocol: 157, Table: 100, Link: a}
 	type state struct{ agent, cable []Route }
 	var states []state
@@ -167,7 +186,7 @@ func TestSyncRoutesConvergesFromAnyState(t *testing.T) {
 		// The cable owner holds some of the same destinations in its
 		// own table, as on a gateway node.
 		other := onLink(routeStates(a, b)[(i+2)%len(routeStates(a, b))], a)
-		states = append(states, state{agent: rs, cable: other})
+		states = append(states, state{agent: withMetric(rs, 100), cable: other})
 	}
 	sync := func(t *testing.T, o Owner, want []Route) []string {
 		t.Helper()
@@ -206,11 +225,12 @@ func TestSyncRoutesRepairsDrift(t *testing.T) {
 	ns := newNS(t)
 	foreign := ns.foreign(t)
 	a := ns.a.Attrs().Index
-	o := Owner{Protocol: 148, Metric: 100}
+	o := Owner{Protocol: 148}
 	want := []Route{
-		{Dst: pfx("10.1.0.0/16"), Via: addr("10.0.0.2"), Link: a},
-		{Dst: pfx("10.2.0.0/16"), Link: a},
-		{Dst: pfx("10.3.0.0/16")},
+		{Dst: pfx("10.1.0.0/16"), Via: addr("10.0.0.2"), Link: a, Metric: 100},
+		{Dst: pfx("10.2.0.0/16"), Link: a, Metric: 100},
+		{Dst: pfx("10.3.0.0/16"), Metric: 100},
+		{Dst: pfx("10.3.0.0/16"), Metric: 4096},
 	}
 	if _, err := SyncRoutes(ns.h, o, want); err != nil {
 		t.Fatal(err)
@@ -223,6 +243,8 @@ func TestSyncRoutesRepairsDrift(t *testing.T) {
 		{"route", "replace", "10.3.0.0/16", "dev", "veth-a", "proto", "148", "metric", "100"},
 		{"route", "add", "10.77.0.0/16", "dev", "veth-a", "proto", "148"},
 		{"route", "add", "fd77::/64", "dev", "veth-a", "proto", "148"},
+		{"route", "del", "unreachable", "10.3.0.0/16", "proto", "148", "metric", "4096"},
+		{"route", "replace", "10.3.0.0/16", "dev", "veth-a", "proto", "148", "metric", "4096"},
 	} {
 		ns.ip(t, damage...)
 		changes, err := SyncRoutes(ns.h, o, want)
@@ -248,10 +270,11 @@ func TestSyncRoutesRepairsDrift(t *testing.T) {
 	}
 	// The kernel holds what `ip route` users see as the contract.
 	if got := ns.ip(t, "route", "show", "proto", "148"); !strings.Contains(got, "10.1.0.0/16 via 10.0.0.2 dev veth-a metric 100 onlink") ||
-		!strings.Contains(got, "unreachable 10.3.0.0/16 metric 100") || !strings.Contains(got, "10.2.0.0/16 dev veth-a scope link metric 100") {
+		!strings.Contains(got, "unreachable 10.3.0.0/16 metric 100") || !strings.Contains(got, "unreachable 10.3.0.0/16 metric 4096") ||
+		!strings.Contains(got, "10.2.0.0/16 dev veth-a scope link metric 100") {
 		t.Fatalf("ip route:\n%s", got)
 	}
-	if _, err := SyncRoutes(ns.h, Owner{Protocol: 148, Table: 0, Metric: 100}, []Route{{Dst: pfx("10.5.0.0/16"), Via: addr("10.0.0.2")}}); err == nil {
+	if _, err := SyncRoutes(ns.h, Owner{Protocol: 148, Table: 0}, []Route{{Dst: pfx("10.5.0.0/16"), Via: addr("10.0.0.2"), Metric: 100}}); err == nil {
 		t.Fatal("a next hop without a device was accepted")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	c3 := create(endpoint("c3", "g3", "", "10.245.0.0/16", "10.97.0.0/16"), &yes)
 	create(endpoint("c4", "g4", "", "10.244.0.0/16"), &no) // overlaps c1: refused by the gateway
 
-	dp := &FakeDataplane{}
+	dp := &fakeDataplane{}
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	var runner *Runner
@@ -132,7 +133,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	routesVia := func(via string, dsts ...string) func(DesiredState) bool {
 		return func(d DesiredState) bool {
 			routes := remoteRoutes(d)
-			if len(routes) != len(dsts) || len(d.Routes) != len(dsts)+1 {
+			if len(routes) != len(dsts) || len(routesAt(d, RouteMetric)) != len(dsts)+1 {
 				return false
 			}
 			for i, r := range routes {
@@ -160,9 +161,13 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 	if err := cl.Status().Update(ctx, c3); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("c3 withdrawn", func(d DesiredState) bool { return len(d.Routes) == 1 && len(remoteRoutes(d)) == 0 })
+	// Its fallbacks go with them: only the supernet's is left.
+	waitFor("c3 withdrawn", func(d DesiredState) bool {
+		return len(routesAt(d, RouteMetric)) == 1 && len(remoteRoutes(d)) == 0 && slices.Equal(fallbacks(t, d), []string{"242.0.0.0/8"})
+	})
 
-	// This node becomes the gateway: no routes, no peer.
+	// This node becomes the gateway: no routes, no peer; the fallbacks
+	// under pkg/cable's routes.
 	setValid(c3, true)
 	if err := cl.Status().Update(ctx, c3); err != nil {
 		t.Fatal(err)
@@ -172,7 +177,8 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("gateway role", func(d DesiredState) bool {
-		return d.Overlay.Peer == nil && len(d.Routes) == 1 && len(remoteRoutes(d)) == 0 && len(d.Rules.Chains["mangle"][ChainMSS]) == 4
+		return d.Overlay.Peer == nil && len(routesAt(d, RouteMetric)) == 1 && len(remoteRoutes(d)) == 0 && len(d.Rules.Chains["mangle"][ChainMSS]) == 4 &&
+			slices.Equal(fallbacks(t, d), []string{"10.97.0.0/16", "10.245.0.0/16", "242.0.0.0/8"})
 	})
 	if n := testutil.ToFloat64(m.GatewayChanges); n < 2 {
 		t.Errorf("gateway changes %v, want >= 2", n)
@@ -187,7 +193,7 @@ func TestAgentFollowsEndpoints(t *testing.T) {
 
 // A failed Set is retried (full) and the failure counted.
 func TestAgentRetriesFailedSet(t *testing.T) {
-	dp := &FakeDataplane{}
+	dp := &fakeDataplane{}
 	dp.FailWith(fmt.Errorf("netlink says no"))
 	m := NewMetrics(nil)
 	agent := NewAgent(AgentConfig{Node: Node{ClusterID: "c1", Name: "n2", IP: nodeW}, Dataplane: dp, Metrics: m,
@@ -223,7 +229,7 @@ func TestAgentRetriesFailedSet(t *testing.T) {
 // subnets of the last sync; a failed ForgetFlows is retried by the next
 // sync.
 func TestAgentForgetsFlowsWhenTheGatewayLeaseLeavesThisNode(t *testing.T) {
-	dp := &FakeDataplane{}
+	dp := &fakeDataplane{}
 	remote := endpoint("c3", "g3", "", "242.0.2.0/24")
 	setValid(remote, true)
 	eps := staticLister{*endpoint("c1", "n2", nodeW.String(), "242.0.0.0/24"), *remote}
@@ -284,7 +290,7 @@ func TestAgentForgetsFlowsWhenTheGatewayLeaseLeavesThisNode(t *testing.T) {
 // A Lease that leaves the node before the agent's first sync (a
 // restarted agent) is forgotten by that sync, with the subnets it reads.
 func TestAgentForgetsFlowsOfALeaseMovedBeforeItsFirstSync(t *testing.T) {
-	dp := &FakeDataplane{}
+	dp := &fakeDataplane{}
 	remote := endpoint("c3", "g3", "", "242.0.2.0/24")
 	setValid(remote, true)
 	eps := staticLister{*endpoint("c1", "n1", "172.18.1.11", "242.0.0.0/24"), *remote}

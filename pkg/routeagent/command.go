@@ -198,8 +198,9 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 	if err != nil {
 		return err
 	}
-	// The clusterset VIP ranges: the ClusterSet's policy as the gateway
-	// mirrored it here; a change restarts the agent (below).
+	// The clusterset VIP ranges and the globalnet supernet: the
+	// ClusterSet's policy as the gateway mirrored it here; a change
+	// restarts the agent (below).
 	reader, err := client.New(cfg, client.Options{Scheme: kube.NewScheme()})
 	if err != nil {
 		return fmt.Errorf("local client: %w", err)
@@ -209,7 +210,7 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		return err
 	}
 	params := Params{Device: f.device, VNI: f.vni, Port: f.port, OverlayMTU: f.overlayMTU, TunnelMTU: f.tunnelMTU,
-		Table: f.table, LocalCIDRs: local, VIPRange: policy.VIPRange}
+		Table: f.table, LocalCIDRs: local, VIPRange: policy.VIPRange, Supernet: policy.Supernet}
 	if _, err := os.Stat("/proc/sys/net/ipv6"); err == nil {
 		params.VIPRangeIPv6 = policy.VIPRangeIPv6 // not on nodes without IPv6
 	}

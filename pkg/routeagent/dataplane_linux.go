@@ -208,12 +208,12 @@ func (r *Report) add(changes []string, err error) error {
 }
 
 // syncRoutes makes the routes with RouteProtocol in the table exactly
-// want: via the overlay device, or unreachable.
+// want: via the overlay device, or unreachable, each at its metric.
 func (l *Linux) syncRoutes(link netlink.Link, want []Route, rep *Report) error {
 	var errs []error
 	routes := make([]nodenet.Route, 0, len(want))
 	for _, r := range want {
-		nr := nodenet.Route{Dst: r.Dst}
+		nr := nodenet.Route{Dst: r.Dst, Metric: r.Metric}
 		if r.Via.IsValid() {
 			if link == nil {
 				errs = append(errs, fmt.Errorf("route %s: no overlay device", r))
@@ -223,7 +223,7 @@ func (l *Linux) syncRoutes(link netlink.Link, want []Route, rep *Report) error {
 		}
 		routes = append(routes, nr)
 	}
-	owner := nodenet.Owner{Protocol: RouteProtocol, Table: l.cfg.Table, Metric: RouteMetric}
+	owner := nodenet.Owner{Protocol: RouteProtocol, Table: l.cfg.Table}
 	return errors.Join(append(errs, rep.add(nodenet.SyncRoutes(l.h, owner, routes)))...)
 }
 
@@ -309,8 +309,8 @@ func syncTables(ctx context.Context, ipt IPTables, name string, want Rules, rep 
 
 // Cleanup implements Dataplane: deletes the overlay device (with its FDB,
 // neighbours and the routes through it), every remaining route with
-// RouteProtocol in the table, and the owned chains with the jumps into
-// them. ip_forward and a loosened uplink rp_filter are left as they are.
+// RouteProtocol in the table (the unreachable ones, fallbacks included),
+// and the owned chains with the jumps into them. ip_forward and a loosened uplink rp_filter are left as they are.
 func (l *Linux) Cleanup(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -307,7 +307,8 @@ func TestDataplaneOverlayFailoverCleanup(t *testing.T) {
 		t.Fatalf("after failover: greeting %q, err %v; want n1", greeting, err)
 	}
 	routes := strings.TrimSpace(tb.sh(t, tb.nodeNS("n2"), "ip route show table all proto 148"))
-	if want := "10.245.0.0/16 via 241.18.1.11 dev vx-causeway metric 100 onlink \nunreachable 243.0.0.0/12 metric 100"; routes != want {
+	if want := "10.245.0.0/16 via 241.18.1.11 dev vx-causeway metric 100 onlink \nunreachable 10.245.0.0/16 metric 4096 \n" +
+		"unreachable 242.0.0.0/8 metric 4096 \nunreachable 243.0.0.0/12 metric 100"; routes != want {
 		t.Fatalf("routes after failover:\n%s\nwant\n%s", routes, want)
 	}
 	fdb := tb.sh(t, tb.nodeNS("n2"), "bridge fdb show dev "+DefaultDevice)

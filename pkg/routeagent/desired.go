@@ -32,6 +32,13 @@ const (
 	// active gateway the tunnel routes win at once, before the agent
 	// catches up, and the two never replace each other's routes.
 	RouteMetric = 100
+	// FallbackMetric is the priority of the unreachable fallback routes
+	// every node holds under its routes to remote clusters: above
+	// RouteMetric and above pkg/cable's routes (metric 0; the kernel's
+	// 1024 for IPv6), so they are used only while the real route is
+	// missing, and traffic for a remote never leaves by the default
+	// route (fail closed).
+	FallbackMetric = 4096
 	// DefaultTunnelMTU is the smallest MTU on the way between clusters
 	// (pkg/cable's WireGuard default), used for MSS clamping.
 	DefaultTunnelMTU = 1420
@@ -99,9 +106,12 @@ type Params struct {
 	// overlapping it are never routed (as for LocalCIDRs).
 	VIPRange netip.Prefix
 	// VIPRangeIPv6 is the IPv6 clusterset VIP range, routed unreachable on
-	// every node like VIPRange; zero routes none (the command's
-	// --vip-range-ipv6 defaults to addrpolicy.DefaultVIPRangeIPv6).
+	// every node like VIPRange; zero routes none.
 	VIPRangeIPv6 netip.Prefix
+	// Supernet is the ClusterSet's globalnet supernet, which holds
+	// nothing but global CIDRs: every node has an unreachable fallback
+	// route for it; zero picks addrpolicy.DefaultSupernet.
+	Supernet netip.Prefix
 }
 
 func (p Params) withDefaults() Params {
@@ -122,6 +132,9 @@ func (p Params) withDefaults() Params {
 	}
 	if !p.VIPRange.IsValid() {
 		p.VIPRange = netip.MustParsePrefix(addrpolicy.DefaultVIPRange)
+	}
+	if !p.Supernet.IsValid() {
+		p.Supernet = netip.MustParsePrefix(addrpolicy.DefaultSupernet)
 	}
 	return p
 }
@@ -174,17 +187,20 @@ type Peer struct {
 
 // Route is one route the agent owns. An invalid Via makes it an
 // unreachable route (the VIP range; remote subnets while no active
-// gateway is known: fail fast instead of leaking to a default route).
+// gateway is known: fail fast instead of leaking to a default route;
+// the fallbacks under the routes to remotes). Metric is RouteMetric or,
+// for a fallback, FallbackMetric.
 type Route struct {
-	Dst netip.Prefix
-	Via netip.Addr
+	Dst    netip.Prefix
+	Via    netip.Addr
+	Metric int
 }
 
 func (r Route) String() string {
 	if !r.Via.IsValid() {
-		return "unreachable " + r.Dst.String()
+		return fmt.Sprintf("unreachable %s metric %d", r.Dst, r.Metric)
 	}
-	return r.Dst.String() + " via " + r.Via.String()
+	return fmt.Sprintf("%s via %s metric %d", r.Dst, r.Via, r.Metric)
 }
 
 // Sysctl is one value the agent sets.
@@ -224,7 +240,7 @@ type DesiredState struct {
 	Overlay *Overlay
 	// RouteTable the routes live in (0 = main).
 	RouteTable int
-	// Routes sorted by destination.
+	// Routes sorted by destination, then metric.
 	Routes []Route
 	Rules  Rules
 	// Rules6 are the same chains for the IPv6 remote subnets, applied
@@ -302,6 +318,15 @@ func sortedKeys[V any](m map[string]V) []string {
 //     unreachable routes.
 //   - The active gateway node gets no routes: pkg/cable routes the remote
 //     subnets into the tunnel there.
+//   - Every node, the active gateway node too, has an unreachable
+//     fallback route at FallbackMetric for every remote subnet it routes
+//     (or pkg/cable routes) and for the globalnet supernet: while the
+//     real route is missing (tunnel down or gone, the gateway's cable
+//     not built, an overlay route removed) the lookup meets it instead
+//     of the default route, and the traffic is dropped with
+//     EHOSTUNREACH (fail closed). A remote that is not Valid gets neither
+//     (what it announces was not accepted, and an unreachable route for
+//     it could cut off addresses it has no right to).
 //   - Every node routes the clusterset VIP ranges (IPv4, and IPv6 when
 //     configured) unreachable: a VIP the
 //     eBPF connect hook knows is rewritten to a backend before the route
@@ -318,12 +343,28 @@ func sortedKeys[V any](m map[string]V) []string {
 //     link-local OverlayAddr6; IPv6 forwarding is turned on with them.
 func Compute(in Inputs) DesiredState {
 	p := in.Params.withDefaults()
-	d := DesiredState{RouteTable: p.Table, Routes: []Route{{Dst: p.VIPRange}}}
+	d := DesiredState{RouteTable: p.Table, Routes: []Route{{Dst: p.VIPRange, Metric: RouteMetric}}}
 	if p.VIPRangeIPv6.IsValid() {
-		d.Routes = append(d.Routes, Route{Dst: p.VIPRangeIPv6})
+		d.Routes = append(d.Routes, Route{Dst: p.VIPRangeIPv6, Metric: RouteMetric})
 	}
-	subnets, skipped := usableSubnets(in.Remotes, p.LocalCIDRs, p.VIPRange, p.VIPRangeIPv6)
+	g := guard{local: p.LocalCIDRs, vipRange: p.VIPRange, vipRange6: p.VIPRangeIPv6}
+	if in.NodeIP.IsValid() {
+		g.nodes = append(g.nodes, in.NodeIP)
+	}
+	if in.Gateway != nil && in.Gateway.NodeIP.IsValid() {
+		g.nodes = append(g.nodes, in.Gateway.NodeIP)
+	}
+	subnets, skipped := usableSubnets(in.Remotes, g)
 	d.Skipped = skipped
+	fallbacks := slices.Clone(subnets)
+	if why := g.unsafe(p.Supernet); why != "" {
+		d.Skipped = append(d.Skipped, fmt.Sprintf("globalnet supernet %s %s: no fallback route", p.Supernet, why))
+	} else {
+		fallbacks = append(fallbacks, p.Supernet)
+	}
+	for _, s := range fallbacks {
+		d.Routes = append(d.Routes, Route{Dst: s, Metric: FallbackMetric})
+	}
 	var subnets4, subnets6 []netip.Prefix
 	for _, s := range subnets {
 		if s.Addr().Is4() {
@@ -338,7 +379,8 @@ func Compute(in Inputs) DesiredState {
 		d.Rules6 = renderRules(subnets6, mtu-60)
 	}
 	if !in.NodeIP.Is4() {
-		d.Skipped = append(d.Skipped, fmt.Sprintf("node address %v is not IPv4: no overlay, no routes", in.NodeIP))
+		d.Skipped = append(d.Skipped, fmt.Sprintf("node address %v is not IPv4: no overlay, no routes but the unreachable ones", in.NodeIP))
+		sortRoutes(d.Routes)
 		return d
 	}
 	d.Overlay = &Overlay{
@@ -359,13 +401,13 @@ func Compute(in Inputs) DesiredState {
 		// pkg/cable owns the routes here.
 	case gw == nil || !gw.NodeIP.Is4():
 		for _, s := range subnets {
-			d.Routes = append(d.Routes, Route{Dst: s})
+			d.Routes = append(d.Routes, Route{Dst: s, Metric: RouteMetric})
 		}
 	case OverlayAddr(gw.NodeIP) == OverlayAddr(in.NodeIP):
 		d.Skipped = append(d.Skipped, fmt.Sprintf("gateway %s (%s) and this node (%s) share the overlay address %s",
 			gw.Hostname, gw.NodeIP, in.NodeIP, OverlayAddr(in.NodeIP)))
 		for _, s := range subnets {
-			d.Routes = append(d.Routes, Route{Dst: s})
+			d.Routes = append(d.Routes, Route{Dst: s, Metric: RouteMetric})
 		}
 	default:
 		peer := &Peer{NodeIP: gw.NodeIP, Address: OverlayAddr(gw.NodeIP), MAC: OverlayMAC(gw.NodeIP)}
@@ -374,15 +416,25 @@ func Compute(in Inputs) DesiredState {
 		}
 		d.Overlay.Peer = peer
 		for _, s := range subnets4 {
-			d.Routes = append(d.Routes, Route{Dst: s, Via: peer.Address})
+			d.Routes = append(d.Routes, Route{Dst: s, Via: peer.Address, Metric: RouteMetric})
 		}
 		for _, s := range subnets6 {
-			d.Routes = append(d.Routes, Route{Dst: s, Via: peer.Address6})
+			d.Routes = append(d.Routes, Route{Dst: s, Via: peer.Address6, Metric: RouteMetric})
 		}
 		d.LooseUplinkRPFilter = len(subnets) > 0
 	}
-	slices.SortFunc(d.Routes, func(a, b Route) int { return addrpolicy.ComparePrefix(a.Dst, b.Dst) })
+	sortRoutes(d.Routes)
 	return d
+}
+
+// sortRoutes sorts routes by destination, then metric.
+func sortRoutes(routes []Route) {
+	slices.SortFunc(routes, func(a, b Route) int {
+		if c := addrpolicy.ComparePrefix(a.Dst, b.Dst); c != 0 {
+			return c
+		}
+		return a.Metric - b.Metric
+	})
 }
 
 // usableSubnets returns the sorted, deduplicated remote subnets to
@@ -391,35 +443,58 @@ func Compute(in Inputs) DesiredState {
 // remotes come from; the agent does not re-arbitrate it (two remotes with
 // overlapping subnets are both routed: every remote subnet goes to the
 // same active gateway, whose tunnels carry what the policy accepted). It
-// keeps only safety checks of its own, for what it programs on the node:
-// a valid (not IPv4-mapped), canonical, non-default CIDR that never
-// overlaps a local CIDR (routing one would take the local pods or services
-// off this node) nor a VIP range (routed unreachable here).
-func usableSubnets(remotes []Remote, local []netip.Prefix, vipRange, vipRange6 netip.Prefix) ([]netip.Prefix, []string) {
+// keeps only the safety checks of g, for what it programs on the node.
+func usableSubnets(remotes []Remote, g guard) ([]netip.Prefix, []string) {
 	var out []netip.Prefix
 	var notes []string
 	for _, r := range remotes {
 		for _, s := range r.Subnets {
-			switch {
-			case !s.IsValid() || s.Addr().Is4In6():
-				notes = append(notes, fmt.Sprintf("%s: %v is not an IPv4 or IPv6 CIDR", r.ClusterID, s))
-			case s.Masked() != s || s.Bits() == 0:
-				notes = append(notes, fmt.Sprintf("%s: %s is not a canonical, non-default CIDR", r.ClusterID, s))
-			case slices.ContainsFunc(local, s.Overlaps):
-				notes = append(notes, fmt.Sprintf("%s: %s overlaps a local CIDR", r.ClusterID, s))
-			case s.Overlaps(vipRange):
-				notes = append(notes, fmt.Sprintf("%s: %s overlaps the VIP range %s", r.ClusterID, s, vipRange))
-			case vipRange6.IsValid() && s.Overlaps(vipRange6):
-				notes = append(notes, fmt.Sprintf("%s: %s overlaps the IPv6 VIP range %s", r.ClusterID, s, vipRange6))
-			default:
-				out = append(out, s)
+			if why := g.unsafe(s); why != "" {
+				notes = append(notes, fmt.Sprintf("%s: %v %s", r.ClusterID, s, why))
+				continue
 			}
+			out = append(out, s)
 		}
 	}
 	slices.SortFunc(out, addrpolicy.ComparePrefix)
 	out = slices.Compact(out)
 	slices.Sort(notes)
 	return out, notes
+}
+
+// guard is the agent's own check of a prefix before it routes it, into
+// the overlay or unreachable: a valid (not IPv4-mapped), canonical,
+// non-default CIDR that never overlaps a local CIDR (routing one would
+// take the local pods or services off this node) nor a VIP range (routed
+// unreachable here), and contains no node address of this cluster it
+// knows (this node's, the active gateway node's: routing one would cut
+// the node off the node network, or loop the overlay into itself).
+type guard struct {
+	local               []netip.Prefix
+	vipRange, vipRange6 netip.Prefix
+	nodes               []netip.Addr
+}
+
+// unsafe says why s must not be routed, or "" when it may.
+func (g guard) unsafe(s netip.Prefix) string {
+	switch {
+	case !s.IsValid() || s.Addr().Is4In6():
+		return "is not an IPv4 or IPv6 CIDR"
+	case s.Masked() != s || s.Bits() == 0:
+		return "is not a canonical, non-default CIDR"
+	case slices.ContainsFunc(g.local, s.Overlaps):
+		return "overlaps a local CIDR"
+	case s.Overlaps(g.vipRange):
+		return "overlaps the VIP range " + g.vipRange.String()
+	case g.vipRange6.IsValid() && s.Overlaps(g.vipRange6):
+		return "overlaps the IPv6 VIP range " + g.vipRange6.String()
+	}
+	for _, a := range g.nodes {
+		if s.Contains(a) {
+			return "contains the node address " + a.String()
+		}
+	}
+	return ""
 }
 
 // renderRules builds the owned chains for the usable remote subnets.

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/causeway-net/causeway/pkg/lab"
 )
@@ -30,6 +32,9 @@ var (
 	ifIndex     = regexp.MustCompile(`^\d+: `)
 	volatile    = regexp.MustCompile(` (link-netnsid \d+|expires \S+|valid_lft \S+ preferred_lft \S+)`)
 	bpfID       = regexp.MustCompile(`"id":\d+,?`)
+	// nftElements is a set's or map's element list, which nft wraps
+	// over lines by width: listed one element per line instead.
+	nftElements = regexp.MustCompile(`elements = \{([^}]*)\}`)
 	// netfilterTool names the commands the daemons (and kube-proxy) run
 	// and wait for: one caught running is not state (comm is cut at 15
 	// bytes: ip6tables-resto, xtables-nft-mul).
@@ -103,6 +108,14 @@ func (l *Lab) kernelState() (kernelState, error) {
 
 // add normalises the lines of out that keep accepts (all when nil).
 func (ks kernelState) add(key, out string, keep func(string) bool) {
+	out = nftElements.ReplaceAllStringFunc(out, func(set string) string {
+		inner := nftElements.FindStringSubmatch(set)[1]
+		var lines []string
+		for _, e := range strings.Split(inner, ",") {
+			lines = append(lines, "element "+strings.Join(strings.Fields(e), " "))
+		}
+		return strings.Join(lines, "\n")
+	})
 	for _, s := range strings.Split(out, "\n") {
 		s = strings.TrimSpace(s)
 		if s == "" || strings.Contains(s, "fe80::") || (keep != nil && !keep(s)) {
@@ -145,6 +158,40 @@ func cgroupProcesses(dir string) ([]string, error) {
 // diff describes how b differs from ks ("" when they are equal): the
 // lines of each listing only one of them has (as many times as it has
 // more of them).
+// without is ks without the lines that name an address in one of
+// prefixes (e.g. one cluster's subnets and gateway addresses): a line
+// goes when any of its words, cut at characters that are not part of an
+// address, parses as an address or prefix inside one of prefixes.
+func (ks kernelState) without(prefixes ...netip.Prefix) kernelState {
+	names := func(s string) bool {
+		for _, w := range strings.FieldsFunc(s, func(r rune) bool {
+			return !(r == '.' || r == ':' || r == '/' || unicode.Is(unicode.ASCII_Hex_Digit, r))
+		}) {
+			p, err := netip.ParsePrefix(w)
+			if err != nil {
+				a, aerr := netip.ParseAddr(w)
+				if aerr != nil {
+					continue
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			if slices.ContainsFunc(prefixes, func(q netip.Prefix) bool { return q.Bits() <= p.Bits() && q.Contains(p.Addr()) }) {
+				return true
+			}
+		}
+		return false
+	}
+	out := kernelState{}
+	for k, lines := range ks {
+		for _, s := range lines {
+			if !names(s) {
+				out[k] = append(out[k], s)
+			}
+		}
+	}
+	return out
+}
+
 func (ks kernelState) diff(b kernelState) string {
 	var keys []string
 	for k := range ks {

@@ -201,6 +201,11 @@ func TestLab(t *testing.T) {
 				t.Errorf("%s: node %s not Ready", cluster, n.Name)
 			}
 		}
+		// The About API names the cluster, as kubectl shows it.
+		out, err := l.run("lab", "kubectl", cluster, "--", "get", "clusterproperties", "cluster.clusterset.k8s.io", "-o", "jsonpath={.spec.value}")
+		if err != nil || strings.TrimSpace(out) != cluster {
+			t.Errorf("%s: kubectl get clusterproperties cluster.clusterset.k8s.io: %q, %v", cluster, out, err)
+		}
 	}
 
 	for _, cluster := range []string{"c1", "c2"} {
