@@ -19,12 +19,17 @@ const (
 	// supernet.
 	ReasonCIDRNotAllowed = "CIDRNotAllowed"
 	// ReasonOverlappingCIDR: a CIDR overlaps this cluster's (pod, service
-	// or global), a global CIDR the broker assigned to another cluster, or
-	// an older cluster's.
+	// or global), a global CIDR the broker assigned to another cluster, a
+	// CIDR another cluster claimed earlier (CIDRClaim), or an older
+	// cluster's global CIDR (pkg/addrpolicy).
 	ReasonOverlappingCIDR = "OverlappingCIDR"
 	// ReasonUnclaimedGlobalCIDR: a Cluster announces a global CIDR that
 	// the broker does not hold a claim for in that cluster's name.
 	ReasonUnclaimedGlobalCIDR = "GlobalCIDRNotClaimed"
+	// ReasonCIDRNotClaimed: a pod or service CIDR a cluster announces
+	// directly lies inside no CIDRClaim of that cluster in the broker, so
+	// it has no age to settle overlaps by (pkg/addrpolicy rule 7).
+	ReasonCIDRNotClaimed = "CIDRNotClaimed"
 	// ReasonInvalidCluster: the Endpoint's Cluster is invalid, so the
 	// Endpoint is refused too.
 	ReasonInvalidCluster = "InvalidCluster"

@@ -2,6 +2,7 @@ package addrpolicy
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
@@ -315,6 +316,35 @@ func TestDecide(t *testing.T) {
 			remotes: []Remote{both("c4", 0, "10.4.0.0/16", "fd00:10:244:2::/80"), {ClusterID: "c2", Cluster: dual(1, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
 				Endpoint: endpoint(1, "fd00:10:244:2::/64")}},
 			want: map[string]string{"c2/C": ok, "c2/E": v1alpha1.ReasonOverlappingCIDR, "c4/C": ok}},
+		// The broker's CIDR claims (rule 7 with Config.CIDRClaims).
+		{name: "claims: an old cluster adding an overlapping CIDR late loses it, keeps the rest", cfg: withClaims(base, "c2 0 10.2.0.0/16", "c2 100 10.5.0.0/16", "c3 50 10.5.0.0/16"),
+			remotes:  []Remote{both("c2", 0, "10.2.0.0/16", "10.5.0.0/16"), both("c3", 50, "10.5.0.0/16")},
+			want:     map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": ok, "c3/E": ok},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("10.2.0.0/16"), "c3": pfxs("10.5.0.0/16")}},
+		{name: "claims: an old cluster whose only CIDR is claimed later than a newer cluster's is refused", cfg: withClaims(base, "c2 100 10.5.0.0/16", "c3 50 10.5.128.0/17"),
+			remotes: []Remote{both("c2", 0, "10.5.0.0/16"), both("c3", 50, "10.5.128.0/17")},
+			want:    map[string]string{"c2/C": v1alpha1.ReasonOverlappingCIDR, "c2/E": v1alpha1.ReasonInvalidCluster, "c3/C": ok, "c3/E": ok}},
+		{name: "claims: an unclaimed CIDR is left out, a cluster without claims refused", cfg: withClaims(base, "c2 0 10.2.0.0/16"),
+			remotes:  []Remote{both("c2", 0, "10.2.0.0/16", "10.6.0.0/16"), both("c3", 0, "10.3.0.0/16")},
+			want:     map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": v1alpha1.ReasonCIDRNotClaimed, "c3/E": v1alpha1.ReasonInvalidCluster},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("10.2.0.0/16")}},
+		{name: "claims: an exact tie, both lose", cfg: withClaims(base, "c2 5 10.5.0.0/16", "c3 5 10.5.0.0/24", "c3 5 10.3.0.0/16"),
+			remotes:  []Remote{both("c2", 0, "10.5.0.0/16"), both("c3", 1, "10.5.0.0/24", "10.3.0.0/16")},
+			want:     map[string]string{"c2/C": v1alpha1.ReasonOverlappingCIDR, "c2/E": v1alpha1.ReasonInvalidCluster, "c3/C": ok, "c3/E": ok},
+			accepted: map[string][]netip.Prefix{"c3": pfxs("10.3.0.0/16")}},
+		{name: "claims: a claim not announced still holds its space", cfg: withClaims(base, "c2 0 10.5.0.0/16", "c3 1 10.5.0.0/16"),
+			remotes: []Remote{both("c2", 0, "10.2.0.0/16"), both("c3", 1, "10.5.0.0/16")},
+			want:    map[string]string{"c2/C": v1alpha1.ReasonCIDRNotClaimed, "c3/C": v1alpha1.ReasonOverlappingCIDR}},
+		{name: "claims: an endpoint alone is settled by the claims too", cfg: withClaims(base, "c2 100 10.5.0.0/16", "c2 0 10.2.0.0/16", "c3 50 10.5.0.0/16"),
+			remotes:  []Remote{epOnly("c2", 0, "10.5.0.0/16", "10.2.0.0/16"), epOnly("c4", 0, "10.4.0.0/16"), both("c3", 50, "10.5.0.0/16")},
+			want:     map[string]string{"c2/E": ok, "c3/C": ok, "c3/E": ok, "c4/E": v1alpha1.ReasonCIDRNotClaimed},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("10.2.0.0/16"), "c3": pfxs("10.5.0.0/16")}},
+		{name: "claims: a globalnet cluster's IPv4 pod and service CIDRs are not looked at, its IPv6 ones are claimed", cfg: withClaims(gn, "c2 9 fd00:10:244:2::/64", "c3 1 fd00:10:96:3::/112", "c3 1 fd00:10:96:2::/120"),
+			remotes: []Remote{{ClusterID: "c2", Cluster: dual(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"), Endpoint: endpoint(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112")},
+				{ClusterID: "c3", Cluster: dual(1, "242.3.0.0/16", "fd00:10:96:3::/112", "fd00:10:96:2::/120"), Endpoint: endpoint(1, "242.3.0.0/16", "fd00:10:96:3::/112", "fd00:10:96:2::/120")}},
+			want: map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": ok, "c3/E": ok},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("242.2.0.0/16", "fd00:10:244:2::/64"),
+				"c3": pfxs("242.3.0.0/16", "fd00:10:96:2::/120", "fd00:10:96:3::/112")}},
 		// Keys (rule 6).
 		{name: "keys: each endpoint with its own claimed key", cfg: keys,
 			remotes: []Remote{keyed(both("c3", 1, "10.3.0.0/16"), keyC3), keyed(both("c4", 2, "10.4.0.0/16"), keyC4)},
@@ -414,6 +444,9 @@ func checkInvariants(t *testing.T, cfg Config, remotes []Remote, ds []Decision) 
 			if !within(p, cfg.Policy.Supernet) && (slices.ContainsFunc(DefaultReserved(), p.Overlaps) || !cfg.Policy.allowed(p)) {
 				t.Errorf("%s: accepted %s, reserved or outside the allowed space", d.ClusterID, p)
 			}
+			if cfg.CIDRClaims != nil && !within(p, cfg.Policy.Supernet) && !slices.ContainsFunc(slices.Collect(maps.Keys(cfg.CIDRClaims[d.ClusterID])), func(q netip.Prefix) bool { return within(p, q) }) {
+				t.Errorf("%s: accepted %s, claimed by no CIDR claim of its cluster", d.ClusterID, p)
+			}
 			for _, o := range ds[i+1:] {
 				for _, q := range o.Accepted() {
 					if p.Overlaps(q) {
@@ -468,6 +501,22 @@ func mustPolicy(t testing.TB, spec v1alpha1.ClusterSetPolicySpec) Policy {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// withClaims is cfg with the broker's CIDR claims, each "<id> <age in
+// minutes> <cidr>" (none: an empty, non-nil record).
+func withClaims(cfg Config, claims ...string) Config {
+	cfg.CIDRClaims = map[string]map[netip.Prefix]time.Time{}
+	for _, c := range claims {
+		f := strings.Fields(c)
+		var age int
+		fmt.Sscan(f[1], &age)
+		if cfg.CIDRClaims[f[0]] == nil {
+			cfg.CIDRClaims[f[0]] = map[netip.Prefix]time.Time{}
+		}
+		cfg.CIDRClaims[f[0]][netip.MustParsePrefix(f[2])] = t0.Add(time.Duration(age) * time.Minute)
+	}
+	return cfg
 }
 
 // withLocal is cfg with more local CIDRs.

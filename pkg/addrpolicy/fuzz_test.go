@@ -15,11 +15,13 @@ import (
 //	L <cidr>...           local pod/service CIDRs
 //	G <cidr>...           local global CIDRs
 //	K <id> <cidr>...      a broker claim (any K line turns globalnet on)
+//	P <id> <age> <cidr>...  the broker's CIDR claims of a cluster (any P
+//	                        line turns them on: Config.CIDRClaims)
 //	C <id> <age> <cidr>...  the Cluster's pod CIDRs
 //	X <id> <age> <cidr>...  the Cluster's global CIDRs
 //	E <id> <age> <cidr>...  the Endpoint's subnets
 //	T <key> <id>          a broker claim on a tunnel key (any T line turns key claims on)
-//	P <id> <key>          the Endpoint's public key
+//	W <id> <key>          the Endpoint's public key
 //
 // Unparseable configuration CIDRs are dropped; remote CIDRs are passed as
 // text, garbage included.
@@ -59,12 +61,23 @@ func parseSpec(spec string) (Config, []Remote) {
 				cfg.Claims = map[string][]netip.Prefix{}
 			}
 			cfg.Claims[f[1]] = append(cfg.Claims[f[1]], prefixes(f[2:])...)
+		case f[0] == "P" && len(f) >= 3:
+			age, _ := strconv.Atoi(f[2])
+			if cfg.CIDRClaims == nil {
+				cfg.CIDRClaims = map[string]map[netip.Prefix]time.Time{}
+			}
+			if cfg.CIDRClaims[f[1]] == nil {
+				cfg.CIDRClaims[f[1]] = map[netip.Prefix]time.Time{}
+			}
+			for _, p := range prefixes(f[3:]) {
+				cfg.CIDRClaims[f[1]][p] = t0.Add(time.Duration(age%10000) * time.Minute)
+			}
 		case f[0] == "T" && len(f) >= 3:
 			if cfg.KeyOwners == nil {
 				cfg.KeyOwners = map[string]string{}
 			}
 			cfg.KeyOwners[f[1]] = f[2]
-		case f[0] == "P" && len(f) >= 3:
+		case f[0] == "W" && len(f) >= 3:
 			r := remote(f[1])
 			if r.Endpoint == nil {
 				r.Endpoint = &Endpoint{Created: t0}

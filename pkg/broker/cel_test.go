@@ -2,6 +2,8 @@ package broker_test
 
 import (
 	"fmt"
+	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/cel-go/cel"
@@ -140,6 +142,22 @@ func FuzzClaimNames(f *testing.F) {
 		if got := bounds.refused("a", "CREATE", "vipallocations", vipAllocation(name, "a"), params) < 0; got != want {
 			t.Fatalf("VIP allocation %q: admission accepts %v, the Go parser and policy %v (%v)", name, got, want, err)
 		}
+
+		// A CIDRClaim of the CIDR its name stands for (else of the
+		// name with "/" for the first "-"): accepted exactly when the
+		// name parses and importers accept the CIDR as a pod CIDR.
+		cidr := strings.Replace(name, "-", "/", 1)
+		p, err = addrpolicy.ParseCIDRClaimName(name)
+		if err == nil {
+			if addrpolicy.CIDRClaimName(p) != name {
+				t.Fatalf("ParseCIDRClaimName(%q) = %s, whose name is %q", name, p, addrpolicy.CIDRClaimName(p))
+			}
+			cidr = p.String()
+		}
+		want = err == nil && directAccepted(pol, cidr)
+		if got := bounds.refused("a", "CREATE", "cidrclaims", cidrClaimObj("a", name, "a", cidr), params) < 0; got != want {
+			t.Fatalf("CIDR claim %q of %s: admission accepts %v, the Go parser and policy %v (%v)", name, cidr, got, want, err)
+		}
 	})
 }
 
@@ -154,18 +172,34 @@ func TestBoundsPolicyCIDRs(t *testing.T) {
 		for _, c := range []string{"10.244.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.1.0/24", "100.64.0.0/10", "fd00:10:244::/64",
 			"8.8.8.0/24", "0.0.0.0/1", "10.0.0.0/7", "243.0.0.0/12", "243.16.0.0/20", "242.0.0.0/8", "242.1.0.0/24", "fd00::/16",
 			"fd63:6175:7365::/64", "10.244.0.1/16", "::ffff:10.0.0.0/104", "127.0.0.0/8"} {
-			d := addrpolicy.Decide(addrpolicy.Config{Policy: pol}, []addrpolicy.Remote{{ClusterID: "a",
-				Cluster: &addrpolicy.Cluster{PodCIDRs: []string{c}, ServiceCIDRs: []string{c}}}})
-			importers := d[0].Cluster.Valid
+			importers := directAccepted(pol, c)
 			admission := bounds.refused("a", "CREATE", "clusters", clusterObj("a", []string{c}, []string{c}, nil), params) < 0
-			if importers && !admission {
-				t.Errorf("policy %s: admission refuses pod CIDR %s, which importers accept", pol.VIPRange, c)
+			if importers != admission {
+				t.Errorf("policy %s: pod CIDR %s: admission accepts %v, importers %v", pol.VIPRange, c, admission, importers)
 			}
-			if !importers && admission {
-				t.Errorf("policy %s: admission accepts pod CIDR %s, which importers refuse (%s)", pol.VIPRange, c, d[0].Cluster.Message)
+			claimed := bounds.refused("a", "CREATE", "cidrclaims", cidrClaimObj("a", claimName(c), "a", c), params) < 0
+			if importers != claimed {
+				t.Errorf("policy %s: CIDR claim of %s: admission accepts %v, importers %v", pol.VIPRange, c, claimed, importers)
 			}
 		}
 	}
+}
+
+// directAccepted reports whether importers (addrpolicy rules 1 and 2)
+// accept c as a pod and service CIDR under pol.
+func directAccepted(pol addrpolicy.Policy, c string) bool {
+	d := addrpolicy.Decide(addrpolicy.Config{Policy: pol}, []addrpolicy.Remote{{ClusterID: "a",
+		Cluster: &addrpolicy.Cluster{PodCIDRs: []string{c}, ServiceCIDRs: []string{c}}}})
+	return d[0].Cluster.Valid
+}
+
+// claimName is the CIDRClaim name of c, or c with "-" for "/" when c is
+// no CIDR or not canonical.
+func claimName(c string) string {
+	if p, err := netip.ParsePrefix(c); err == nil && p == p.Masked() && !p.Addr().Is4In6() {
+		return addrpolicy.CIDRClaimName(p)
+	}
+	return strings.Replace(c, "/", "-", 1)
 }
 
 // TestRecordBound: admission refuses a record object exactly where the

@@ -67,9 +67,10 @@ func Claim(ctx context.Context, bc client.Client, clusterID, uid string) error {
 
 // Leave removes, through the member's own identity (bc), what the member
 // cluster clusterID wrote in the broker: every Causeway object of its
-// broker namespace, its Leases (the claim among them), the global CIDRs
-// and tunnel keys it claimed; last its ServiceAccount, so every token it
-// was issued (bc's among them) stops working at once. Clusterset VIPs stay: they
+// broker namespace (its CIDRClaims among them: the CIDRs are released),
+// its Leases (the claim among them), the global CIDRs and tunnel keys it
+// claimed; last its ServiceAccount, so every token it was issued (bc's
+// among them) stops working at once. Clusterset VIPs stay: they
 // belong to the ClusterSet's Services, not to one exporter. The namespace
 // and roles are the broker administrator's (`causewayctl deploy-broker`,
 // which also recreates the ServiceAccount for the next join).

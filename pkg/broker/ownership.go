@@ -46,8 +46,8 @@ var memberVariable = admissionregistrationv1.Variable{
 //     (TunnelKeyName) is checked by its readers (KeyOwners); its CRD
 //     holds the name to 64 lowercase hex digits;
 //   - announcements in its own namespace (Cluster, Endpoint,
-//     ServiceExportRecord, which RBAC already confines there): their
-//     spec.clusterID is <id>, a LabelClusterID label, when set, is <id>,
+//     ServiceExportRecord, CIDRClaim, which RBAC already confines there):
+//     their spec.clusterID is <id>, a LabelClusterID label, when set, is <id>,
 //     and the Cluster and Endpoint are named <id>.
 //
 // A refusal is Forbidden (403) and names the rule. BoundsPolicy checks
@@ -67,7 +67,7 @@ func OwnershipPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 					rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
 						"vipallocations", "globalcidrs", "tunnelkeys"),
 					rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						"clusters", "endpoints", "serviceexportrecords"),
+						"clusters", "endpoints", "serviceexportrecords", "cidrclaims"),
 				},
 			},
 			MatchConditions: []admissionregistrationv1.MatchCondition{memberMatch},

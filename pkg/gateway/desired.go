@@ -45,6 +45,12 @@ type Local struct {
 	// refused (ReasonUnclaimedGlobalCIDR). nil: globalnet is off
 	// ClusterSet-wide and the check is skipped.
 	GlobalClaims map[string][]netip.Prefix
+	// CIDRClaims maps a cluster ID to the pod and service CIDRs the
+	// broker's CIDRClaims record it claims, each with the claim's
+	// creation time: overlaps between remotes' direct CIDRs are settled
+	// by them (addrpolicy rule 7, Config.CIDRClaims; nil: by the age of
+	// the Cluster objects).
+	CIDRClaims map[string]map[netip.Prefix]time.Time
 	// KeyOwners maps a tunnel public key to the cluster the broker's
 	// TunnelKey claims give it (broker.KeyOwners). A remote Endpoint
 	// announcing a key not claimed in its name is refused
@@ -65,13 +71,14 @@ type Local struct {
 func (l Local) policy() addrpolicy.Config {
 	return addrpolicy.Config{
 		LocalCIDRs: l.Subnets, NodeCIDRs: l.NodeCIDRs, GlobalCIDRs: l.GlobalCIDRs, Claims: l.GlobalClaims,
-		KeyOwners: l.KeyOwners, Policy: l.Policy,
+		CIDRClaims: l.CIDRClaims, KeyOwners: l.KeyOwners, Policy: l.Policy,
 	}
 }
 
 // Remote is one cluster as read from the broker: its Cluster and its
-// Endpoint, either of which may be missing. Created is the age used to
-// settle overlaps (the older object wins).
+// Endpoint, either of which may be missing. Their creation times are the
+// age global CIDRs are settled by (the older object wins); direct CIDRs
+// are settled by the broker's CIDR claims (Local.CIDRClaims).
 type Remote struct {
 	// ClusterID is the cluster whose broker namespace the objects came
 	// from (the only identity allowed to write them).
@@ -125,7 +132,7 @@ var valid = Verdict{Valid: true, Reason: v1alpha1.ReasonValid, Message: "accepte
 // Compute checks what concerns the pairing with this gateway (clusterID,
 // cable driver, public address and port, key, health-check address); every
 // decision about subnets — syntax, reserved ranges, overlaps with this
-// cluster and between remotes (oldest wins), global CIDRs and their
+// cluster and between remotes (the older claim wins), global CIDRs and their
 // claims, an Endpoint inside its Cluster, the health-check address inside
 // the Endpoint's subnets — and whether an Endpoint's key is claimed in its
 // cluster's name is pkg/addrpolicy's (Decide). An object refused here

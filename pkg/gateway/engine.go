@@ -314,7 +314,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	watched := []struct {
 		c    cache.Cache
 		objs []client.Object
-	}{{e.bcache, []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.ClusterSetPolicy{}}}}
+	}{{e.bcache, []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.ClusterSetPolicy{}, &v1alpha1.CIDRClaim{}}}}
 	if e.cfg.keyed() {
 		watched[0].objs = append(watched[0].objs, &v1alpha1.TunnelKey{})
 	}

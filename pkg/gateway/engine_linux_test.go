@@ -37,6 +37,7 @@ import (
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/internal/testserve"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/kube"
@@ -255,7 +256,7 @@ func startEnv(t *testing.T) *env {
 func (e *env) reset(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []client.Client{e.c1.Client, e.c3.Client, e.broker.Client} {
-		for _, obj := range []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.Gateway{}} {
+		for _, obj := range []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.Gateway{}, &v1alpha1.CIDRClaim{}} {
 			for _, ns := range []string{"causeway-system", "cluster-c0", "cluster-c1", "cluster-c3", "cluster-c9"} {
 				if err := c.DeleteAllOf(ctx, obj, client.InNamespace(ns)); err != nil && !apierrors.IsNotFound(err) {
 					t.Logf("reset: %v", err)
@@ -377,6 +378,27 @@ func TestGatewayEngine(t *testing.T) {
 func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	ctx := context.Background()
 	health1a, health1b, health3 := netip.MustParseAddr("10.244.255.1"), netip.MustParseAddr("10.244.255.2"), netip.MustParseAddr("10.245.255.1")
+	// c9, a member without a gateway here, joined before c1 and c3: its
+	// Cluster and its claim on its pod CIDR are the oldest of the
+	// broker (creation times count in seconds).
+	c9, err := client.New(env.identity["c9"], client.Options{Scheme: env.broker.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c9Cluster := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNamespace("c9"), Name: "c9"},
+		Spec:       v1alpha1.ClusterSpec{ClusterID: "c9", PodCIDRs: []string{"10.9.0.0/16"}, ServiceCIDRs: []string{"10.109.0.0/16"}},
+	}
+	if err := c9.Create(ctx, c9Cluster); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"10.9.0.0/16", "10.109.0.0/16"} {
+		if err := c9.Create(ctx, c9Claim("c9", p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
+
 	start := time.Now()
 	a := env.startGateway(t, tp, driver, "c1", "c1-gw-a", tp.gw1a, "1a", wan1a, health1a, true)
 	g3 := env.startGateway(t, tp, driver, "c3", "c3-gw", tp.gw3, "3", wan3, health3, true)
@@ -427,10 +449,6 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 		Spec: v1alpha1.EndpointSpec{ClusterID: "c9", Hostname: "evil", CableDriver: v1alpha1.CableDriver(driver),
 			PublicIP: "198.18.0.99", Port: 4500, PublicKey: keyA, Subnets: []string{"0.0.0.0/0"}},
 	}
-	c9, err := client.New(env.identity["c9"], client.Options{Scheme: env.broker.Client.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := c9.Create(ctx, bad.DeepCopy()); !apierrors.IsForbidden(err) {
 		t.Fatalf("c9 announces the default route: err=%v, want Forbidden by the broker", err)
 	}
@@ -474,6 +492,7 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 		return fmt.Errorf("still there: %v", err)
 	})
 
+	testLateOverlap(t, env, tp, c9, c9Cluster, driver)
 	if driver == "wireguard" {
 		testKeySquat(t, env, tp)
 	}
@@ -850,4 +869,110 @@ func (p *probe) gapSince(t0 time.Time) time.Duration {
 		prev = p.replies[i].at
 	}
 	return gap
+}
+
+// c9Claim is member id's CIDRClaim on cidr.
+func c9Claim(id, cidr string) *v1alpha1.CIDRClaim {
+	return &v1alpha1.CIDRClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNamespace(id), Name: addrpolicy.CIDRClaimName(netip.MustParsePrefix(cidr))},
+		Spec:       v1alpha1.CIDRClaimSpec{CIDR: cidr, ClusterID: id},
+	}
+}
+
+// testLateOverlap: c9, the oldest member, with only its own broker
+// identity, adds c3's pod CIDR to its Cluster and Endpoint. c1 keeps
+// routing it to c3 (pod1 -> pod3), and accepts c9 for its own CIDRs
+// only, saying why the other was left out: first unclaimed, then
+// claimed, but later than c3's claim. c9 cannot forge an older claim:
+// not in c3's namespace, not in c3's name.
+func testLateOverlap(t *testing.T, env *env, tp *topo, c9 client.Client, cluster *v1alpha1.Cluster, driver string) {
+	ctx := context.Background()
+	if err := c9.Create(ctx, c9Claim("c3", c3Pods.String())); !apierrors.IsForbidden(err) {
+		t.Fatalf("c9 claims in c3's namespace: err=%v, want Forbidden", err)
+	}
+	forged := c9Claim("c9", "10.8.0.0/16")
+	forged.Spec.ClusterID = "c3"
+	if err := c9.Create(ctx, forged); !apierrors.IsForbidden(err) {
+		t.Fatalf("c9 claims in c3's name: err=%v, want Forbidden", err)
+	}
+
+	cluster.Spec.PodCIDRs = []string{"10.9.0.0/16", c3Pods.String()}
+	if err := c9.Update(ctx, cluster); err != nil {
+		t.Fatal(err)
+	}
+	// With wireguard, c9's key must be claimed in its name (else its
+	// Endpoint is refused: KeyInUse).
+	key := &v1alpha1.TunnelKey{
+		ObjectMeta: metav1.ObjectMeta{Name: broker.TunnelKeyName(keyB), Labels: map[string]string{v1alpha1.LabelClusterID: "c9", v1alpha1.LabelNode: "c9-gw"}},
+		Spec:       v1alpha1.TunnelKeySpec{ClusterID: "c9", PublicKey: keyB},
+	}
+	if driver == "wireguard" {
+		if err := c9.Create(ctx, key); err != nil {
+			t.Fatalf("c9 claims its tunnel key: %v", err)
+		}
+	}
+	ep := &v1alpha1.Endpoint{
+		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNamespace("c9"), Name: "c9"},
+		Spec: v1alpha1.EndpointSpec{ClusterID: "c9", Hostname: "c9-gw", CableDriver: v1alpha1.CableDriver(driver),
+			PublicIP: "198.18.0.99", Port: 4500, PublicKey: keyB, Subnets: []string{"10.9.0.0/16", "10.109.0.0/16", c3Pods.String()}},
+	}
+	if err := c9.Create(ctx, ep); err != nil {
+		t.Fatal(err)
+	}
+	leftOut := func(reason, why string) {
+		t.Helper()
+		eventually(t, "c1's mirror of c9 leaves out "+c3Pods.String()+" ("+reason+")", time.Minute, func() error {
+			var cl v1alpha1.Cluster
+			if err := env.c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: "c9"}, &cl); err != nil {
+				return err
+			}
+			cond := validCond(cl.Status.Conditions)
+			if cond == nil || cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, "left out: "+c3Pods.String()+" "+why) {
+				return fmt.Errorf("cluster condition %+v", cond)
+			}
+			var mep v1alpha1.Endpoint
+			if err := env.c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: "c9"}, &mep); err != nil {
+				return err
+			}
+			if cond := validCond(mep.Status.Conditions); cond == nil || cond.Status != metav1.ConditionTrue ||
+				!slices.Equal(mep.Spec.Subnets, []string{"10.9.0.0/16", "10.109.0.0/16"}) {
+				return fmt.Errorf("endpoint subnets %v, condition %+v", mep.Spec.Subnets, cond)
+			}
+			return nil
+		})
+		waitEndpointValid(t, env.c1.Client, "c3", metav1.ConditionTrue, v1alpha1.ReasonValid)
+		if err := tcpRoundTrip(tp.path(tp.p1), netip.AddrPortFrom(pod3, 8080)); err != nil {
+			t.Fatalf("c1 -> c3 after c9 announced %s (%s): %v", c3Pods, reason, err)
+		}
+	}
+	leftOut(v1alpha1.ReasonCIDRNotClaimed, "is not claimed by cluster \"c9\"")
+	if err := c9.Create(ctx, c9Claim("c9", c3Pods.String())); err != nil {
+		t.Fatal(err)
+	}
+	leftOut(v1alpha1.ReasonOverlappingCIDR, "(claimed")
+	var last v1alpha1.Cluster
+	if err := env.c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: "c9"}, &last); err == nil {
+		if cond := validCond(last.Status.Conditions); cond != nil && !strings.Contains(cond.Message, `claimed earlier by cluster "c3"`) {
+			t.Errorf("c9's condition does not name c3's older claim: %s", cond.Message)
+		}
+	}
+
+	// c9 goes (as the broker's administrator removes a member's objects).
+	for _, obj := range []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.CIDRClaim{}} {
+		if err := env.broker.Client.DeleteAllOf(ctx, obj, client.InNamespace(brokerNamespace("c9"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if driver == "wireguard" {
+		if err := env.broker.Client.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "mirror of c9's endpoint removed", time.Minute, func() error {
+		err := env.c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: "c9"}, &v1alpha1.Endpoint{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
 }

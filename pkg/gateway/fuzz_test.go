@@ -26,6 +26,7 @@ const fuzzLocalID = "c1"
 //	L <cidr>...                       local pod/service CIDRs
 //	G <cidr>...                       local global CIDRs
 //	K <id> <cidr>...                  a broker claim (any K line turns globalnet on)
+//	P <id> <age> <cidr>...            the broker's CIDR claims of a cluster (any P line turns them on)
 //	C <id> <clusterID> <age> <cidr>...  the Cluster's pod CIDRs
 //	S <id> <cidr>...                  the Cluster's service CIDRs
 //	X <id> <cidr>...                  the Cluster's global CIDRs
@@ -94,6 +95,16 @@ func parseComputeSpec(spec string) (Local, []Remote) {
 				loc.GlobalClaims = map[string][]netip.Prefix{}
 			}
 			loc.GlobalClaims[f[1]] = append(loc.GlobalClaims[f[1]], prefixes(f[2:])...)
+		case f[0] == "P" && len(f) >= 3:
+			if loc.CIDRClaims == nil {
+				loc.CIDRClaims = map[string]map[netip.Prefix]time.Time{}
+			}
+			if loc.CIDRClaims[f[1]] == nil {
+				loc.CIDRClaims[f[1]] = map[netip.Prefix]time.Time{}
+			}
+			for _, p := range prefixes(f[3:]) {
+				loc.CIDRClaims[f[1]][p] = age(f[2])
+			}
 		case f[0] == "T" && len(f) >= 3:
 			if loc.KeyOwners == nil {
 				loc.KeyOwners = map[string]string{}
