@@ -89,7 +89,7 @@ test-unit: ## unit tests only (no root, no apiservers)
 # and a loaded CI machine would fuzz less rather than fail.
 FUZZ_TARGETS = ./pkg/addrpolicy:FuzzDecide ./pkg/addrpolicy:FuzzCheckRecord ./pkg/gateway:FuzzCompute ./pkg/cable:FuzzValidate \
 	./pkg/mcs:FuzzMerge ./pkg/mcs:FuzzSourceFromRecord ./pkg/mcs:FuzzJoinRecord ./pkg/routeagent:FuzzParseSave ./pkg/routeagent:FuzzPlanIptables \
-	./pkg/routeagent:FuzzVIPDesired ./pkg/broker:FuzzClaimNames
+	./pkg/routeagent:FuzzVIPDesired ./pkg/broker:FuzzClaimNames ./pkg/globalnet:FuzzRules
 FUZZTIME ?= 2000x
 
 fuzz: ## run every fuzz target for FUZZTIME executions (default 2000x) each

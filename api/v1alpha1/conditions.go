@@ -19,17 +19,27 @@ const (
 	// supernet.
 	ReasonCIDRNotAllowed = "CIDRNotAllowed"
 	// ReasonOverlappingCIDR: a CIDR overlaps this cluster's (pod, service
-	// or global), a global CIDR the broker assigned to another cluster, or
-	// an older cluster's.
+	// or global), a global CIDR the broker assigned to another cluster, a
+	// CIDR another cluster claimed earlier (CIDRClaim), or an older
+	// cluster's global CIDR (pkg/addrpolicy).
 	ReasonOverlappingCIDR = "OverlappingCIDR"
 	// ReasonUnclaimedGlobalCIDR: a Cluster announces a global CIDR that
 	// the broker does not hold a claim for in that cluster's name.
 	ReasonUnclaimedGlobalCIDR = "GlobalCIDRNotClaimed"
+	// ReasonCIDRNotClaimed: a pod or service CIDR a cluster announces
+	// directly lies inside no CIDRClaim of that cluster in the broker, so
+	// it has no age to settle overlaps by (pkg/addrpolicy rule 7).
+	ReasonCIDRNotClaimed = "CIDRNotClaimed"
 	// ReasonInvalidCluster: the Endpoint's Cluster is invalid, so the
 	// Endpoint is refused too.
 	ReasonInvalidCluster = "InvalidCluster"
 	// ReasonInvalidKey: the public key is not a WireGuard key.
 	ReasonInvalidKey = "InvalidKey"
+	// ReasonKeyInUse: the Endpoint's public key is claimed in the broker
+	// by another cluster (a TunnelKey in its name), or by nobody while the
+	// broker holds key claims: the cluster that claimed the key first
+	// keeps it.
+	ReasonKeyInUse = "KeyInUse"
 	// ReasonInvalidAddress: an IP address or port is malformed.
 	ReasonInvalidAddress = "InvalidAddress"
 	// ConditionAllocated is True when a GlobalIngress holds its addresses.
@@ -46,4 +56,7 @@ const (
 	LabelClusterID = "causeway.dev/cluster-id"
 	// LabelGatewayNode marks nodes that may run a gateway.
 	LabelGatewayNode = "causeway.dev/gateway"
+	// LabelNode names the node an object belongs to (a TunnelKey: the
+	// gateway node holding the private key).
+	LabelNode = "causeway.dev/node"
 )

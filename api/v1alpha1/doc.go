@@ -2,7 +2,9 @@
 // version v1alpha1: the Cluster a member announces, the Endpoint of its
 // active gateway, the Gateway status each gateway candidate reports, the
 // ServiceExportRecord a cluster publishes for each exported Service, and
-// the VIPAllocation that claims a clusterset VIP in the broker.
+// the claims in the broker: the VIPAllocation of a clusterset VIP, the
+// GlobalCIDR of a global CIDR, the TunnelKey of a gateway's tunnel public
+// key.
 //
 // In the broker every cluster writes only into its own namespace
 // (cluster-<id>); the gateway mirrors the other clusters' objects into the

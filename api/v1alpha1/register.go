@@ -18,6 +18,8 @@ func AddToScheme(s *runtime.Scheme) error {
 		&ServiceExportRecord{}, &ServiceExportRecordList{},
 		&VIPAllocation{}, &VIPAllocationList{},
 		&GlobalCIDR{}, &GlobalCIDRList{},
+		&CIDRClaim{}, &CIDRClaimList{},
+		&TunnelKey{}, &TunnelKeyList{},
 		&GlobalIngress{}, &GlobalIngressList{},
 		&ClusterSetPolicy{}, &ClusterSetPolicyList{},
 	)

@@ -40,24 +40,55 @@
 //     (ReasonInvalidCIDR). Without a Cluster object the Endpoint stands on
 //     its own. An Endpoint's health-check address lies inside its subnets
 //     (ReasonInvalidAddress).
-//  6. Remotes against each other (ReasonOverlappingCIDR): a cluster's claim
-//     is its Cluster's CIDRs (its Endpoint's subnets when it has no Cluster
+//  6. Keys (ReasonKeyInUse): with key claims on (Config.KeyOwners not
+//     nil) an Endpoint announcing a public key is refused unless the
+//     broker holds the claim on that key in its cluster's name: a key
+//     claimed by another cluster, or by nobody, is in use elsewhere or not
+//     proven to be the announcer's. The claim is first come, first served
+//     (the API server's unique names), so a cluster copying another's
+//     published key never displaces the tunnel to its owner. A refused
+//     Endpoint holds no subnets against the other remotes (rule 7).
+//  7. Remotes against each other (ReasonOverlappingCIDR,
+//     ReasonCIDRNotClaimed). With the broker's CIDR claims
+//     (Config.CIDRClaims not nil: one CIDRClaim object per pod or service
+//     CIDR a member announces directly, created when it first claimed
+//     it, immutable while held, deleted when released or on leave) the
+//     overlap is settled once, by that record, CIDR by CIDR: each direct
+//     CIDR of a remote is as old as the oldest claim of its cluster that
+//     contains it (none: ReasonCIDRNotClaimed) and loses to any other
+//     cluster's claim overlapping it that is older (an exact tie: both
+//     lose) — announced or not, valid or not: a claim is the broker's
+//     record, and a newer claim never takes a CIDR away from an older
+//     one. A lost CIDR is left out: the Cluster's verdict lacks it, the
+//     Endpoint's subnets inside it are not routed, the messages say what
+//     was left out and why, and the object is refused (with the reason of
+//     its first lost CIDR) only when it loses all its CIDRs. An old
+//     member adding a CIDR that overlaps a newer member's claimed one
+//     therefore gets nothing for it and keeps the rest. Global CIDRs are
+//     settled as a whole, as below, by the age of their Cluster (they
+//     cannot overlap a direct CIDR: rule 2); an Endpoint without a
+//     Cluster object settles its subnets outside the supernet by the
+//     claims, those inside it as a whole by its own age.
+//     Without the record (Config.CIDRClaims nil) a cluster's claim is its
+//     Cluster's CIDRs (its Endpoint's subnets when it has no Cluster
 //     object), aged by the creation time of that object. Claims are
 //     settled oldest first, ties broken by the lower cluster ID: a claim
-//     overlapping an accepted one is refused whole (a working tunnel is
-//     never broken by a newcomer, and every cluster of the ClusterSet
-//     reaches the same verdicts). A refused object claims nothing.
+//     overlapping an accepted one is refused whole. A refused object
+//     claims nothing. Either way a working tunnel is never broken by a
+//     newcomer, and every cluster of the ClusterSet reaches the same
+//     verdicts.
 //
 // With globalnet, a Cluster that announces global CIDRs is reached through
 // them for IPv4: they are its CIDRs for every rule above, its Endpoint must
 // announce subnets inside them, and its IPv4 pod and service CIDRs are not
-// looked at (they may overlap anybody's).
+// looked at (they may overlap anybody's, and need no claim).
 //
-//  7. Globalnet is IPv4 only, so a globalnet Cluster's IPv6 pod and
+//  8. Globalnet is IPv4 only, so a globalnet Cluster's IPv6 pod and
 //     service CIDRs are its direct CIDRs: reached as they are, through the
 //     tunnel, they are checked like any CIDR (rules 1, 2 and 4) and settled
-//     against the other remotes (rule 6, with the Cluster's age) as a
-//     claim of their own. When they fail, only they are left out: the
+//     against the other remotes (rule 7: by their claims, or without the
+//     record with the Cluster's age as a claim of their own). When they
+//     fail, only they are left out: the
 //     Cluster and its Endpoint stay Valid for their global CIDRs, the
 //     verdicts' Subnets lack the IPv6 CIDRs (and the Endpoint's IPv6
 //     subnets inside them), and the messages say what was left out and
@@ -76,6 +107,9 @@
 // weigh against the other exporters of a ClusterSetIP Service: at most
 // RemoteWeightFactor (9) times their sum, so at most 90 % of the VIP's
 // connections.
+//
+// CIDRClaimName (claimname.go) is the broker object name of a CIDRClaim,
+// the DNS-safe form of its CIDR.
 //
 // The seed corpora of FuzzDecide and FuzzCheckRecord (testdata/fuzz) run
 // with every go test; go test -fuzz FuzzDecide ./pkg/addrpolicy/ explores
@@ -157,6 +191,22 @@ type Config struct {
 	// empty, non-nil map means nobody owns a global CIDR, so any
 	// announced global CIDR is refused.
 	Claims map[string][]netip.Prefix
+	// CIDRClaims maps a cluster ID to the pod and service CIDRs the
+	// broker records it claims (one CIDRClaim object per CIDR in the
+	// member's namespace), each with the time it was first claimed (the
+	// object's creationTimestamp). Rule 7 ages a remote's direct CIDRs by
+	// them. nil means the broker records no CIDR claims: rule 7 then ages
+	// a cluster's CIDRs by its Cluster object, as before claims existed;
+	// an empty, non-nil map means nobody claims a CIDR, so every direct
+	// CIDR is left out (ReasonCIDRNotClaimed).
+	CIDRClaims map[string]map[netip.Prefix]time.Time
+	// KeyOwners maps a tunnel public key (the text an Endpoint
+	// publishes) to the cluster the broker holds its claim for (one
+	// cluster-scoped TunnelKey per key, named after it). nil means keys
+	// are not claimed here (a driver without keys) and the key rule is
+	// skipped; a non-nil map refuses every Endpoint whose key it does not
+	// give to that Endpoint's cluster.
+	KeyOwners map[string]string
 }
 
 // WithDefaults returns c with the default policy when it has none.
@@ -195,6 +245,9 @@ type Cluster struct {
 // address) leaves it out of the Remote: it then claims nothing.
 type Endpoint struct {
 	Subnets []string
+	// PublicKey is the tunnel public key the Endpoint announces; empty
+	// for a driver without keys.
+	PublicKey string
 	// HealthCheckIP, when valid, must lie inside Subnets
 	// (ReasonInvalidAddress): it is probed through the tunnel.
 	HealthCheckIP netip.Addr

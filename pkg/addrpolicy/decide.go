@@ -35,12 +35,19 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 		// d is the decision refused whole when the claim loses, or,
 		// for a direct claim, whose verdicts lose subs.
 		d *Decision
-		// direct: the IPv6 CIDRs of a globalnet cluster (rule 6), left
+		// direct: the IPv6 CIDRs of a globalnet cluster (rule 8), left
 		// out rather than refused when the claim loses.
 		direct bool
 	}
+	// settled are a cluster's direct CIDRs settled one by one against
+	// the broker's CIDR claims (rule 7, cfg.CIDRClaims not nil).
+	type settled struct {
+		id   string
+		subs []netip.Prefix
+	}
 	out := make([]Decision, 0, len(rs))
 	var claims []claim
+	var direct []settled
 	for i := 0; i < len(rs); {
 		j := i + 1
 		for j < len(rs) && rs[j].ClusterID == rs[i].ClusterID {
@@ -66,34 +73,92 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 		// cv is the Cluster's verdict as its Endpoint sees it; nil when
 		// there is no Cluster object.
 		var cv *Verdict
-		var direct []netip.Prefix
+		var direct6 []netip.Prefix
+		global := r.Cluster != nil && len(r.Cluster.GlobalCIDRs) > 0
 		if c := r.Cluster; c != nil {
 			if c.Refused != "" {
 				cv = &Verdict{Message: c.Refused}
 			} else {
-				d.Cluster, direct = cfg.checkCluster(r.ClusterID, c)
+				d.Cluster, direct6 = cfg.checkCluster(r.ClusterID, c)
 				cv = d.Cluster
 			}
 		}
 		if e := r.Endpoint; e != nil {
-			d.Endpoint = cfg.checkEndpoint(r.ClusterID, e, cv, r.Cluster != nil && len(r.Cluster.GlobalCIDRs) > 0)
+			d.Endpoint = cfg.checkEndpoint(r.ClusterID, e, cv, global)
+			if v := cfg.checkKey(r.ClusterID, e.PublicKey); d.Endpoint.Valid && v != nil {
+				d.Endpoint = v
+			}
 		}
 		out = append(out, d)
 		switch {
+		case cv != nil && cv.Valid && cfg.CIDRClaims != nil:
+			// Global CIDRs are settled as a whole, by the Cluster's
+			// age; every direct CIDR by its own claim.
+			mine := slices.Clone(cv.Subnets)
+			if global {
+				own := slices.DeleteFunc(mine, func(p netip.Prefix) bool { return slices.Contains(direct6, p) })
+				claims = append(claims, claim{id: r.ClusterID, created: r.Cluster.Created, subs: own})
+				mine = direct6
+			}
+			if len(mine) > 0 {
+				direct = append(direct, settled{id: r.ClusterID, subs: mine})
+			}
 		case cv != nil && cv.Valid:
-			own := slices.DeleteFunc(slices.Clone(cv.Subnets), func(p netip.Prefix) bool { return slices.Contains(direct, p) })
+			own := slices.DeleteFunc(slices.Clone(cv.Subnets), func(p netip.Prefix) bool { return slices.Contains(direct6, p) })
 			claims = append(claims, claim{id: r.ClusterID, created: r.Cluster.Created, subs: own})
-			if len(direct) > 0 {
-				claims = append(claims, claim{id: r.ClusterID, created: r.Cluster.Created, subs: direct, direct: true})
+			if len(direct6) > 0 {
+				claims = append(claims, claim{id: r.ClusterID, created: r.Cluster.Created, subs: direct6, direct: true})
+			}
+		case cv == nil && d.Endpoint != nil && d.Endpoint.Valid && cfg.CIDRClaims != nil:
+			// An Endpoint alone: its subnets in the supernet as a
+			// whole, by the Endpoint's age; the others by their claims.
+			var inSupernet, mine []netip.Prefix
+			for _, p := range d.Endpoint.Subnets {
+				if within(p, cfg.Policy.Supernet) {
+					inSupernet = append(inSupernet, p)
+				} else {
+					mine = append(mine, p)
+				}
+			}
+			if len(inSupernet) > 0 {
+				claims = append(claims, claim{id: r.ClusterID, created: r.Endpoint.Created, subs: inSupernet})
+			}
+			if len(mine) > 0 {
+				direct = append(direct, settled{id: r.ClusterID, subs: mine})
 			}
 		case cv == nil && d.Endpoint != nil && d.Endpoint.Valid:
 			claims = append(claims, claim{id: r.ClusterID, created: r.Endpoint.Created, subs: d.Endpoint.Subnets})
 		}
 	}
 	// out is sorted by cluster ID and complete: point the claims at it.
+	find := func(id string) *Decision {
+		n, _ := slices.BinarySearchFunc(out, id, func(d Decision, id string) int { return strings.Compare(d.ClusterID, id) })
+		return &out[n]
+	}
 	for k := range claims {
-		n, _ := slices.BinarySearchFunc(out, claims[k].id, func(d Decision, id string) int { return strings.Compare(d.ClusterID, id) })
-		claims[k].d = &out[n]
+		claims[k].d = find(claims[k].id)
+	}
+
+	// Direct CIDRs against the broker's record: each on its own, so the
+	// order does not matter.
+	for _, s := range direct {
+		var lost []netip.Prefix
+		var reason string
+		var whys []string
+		for _, p := range s.subs {
+			r, why := cfg.settle(s.id, p)
+			if r == "" {
+				continue
+			}
+			if reason == "" {
+				reason = r
+			}
+			lost = append(lost, p)
+			whys = append(whys, why)
+		}
+		if len(lost) > 0 {
+			leaveOut(find(s.id), lost, reason, strings.Join(whys, "; "))
+		}
 	}
 
 	// Remotes against each other: oldest first, ties by cluster ID (unique
@@ -126,7 +191,7 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 		}
 		d := c.d
 		if c.direct {
-			leaveOut(d, c.subs, conflict)
+			leaveOut(d, c.subs, v1alpha1.ReasonOverlappingCIDR, conflict)
 			continue
 		}
 		if d.Cluster != nil {
@@ -143,7 +208,7 @@ func Decide(cfg Config, remotes []Remote) []Decision {
 
 // checkCluster applies the per-object rules to a Cluster. Of a globalnet
 // Cluster it also returns the IPv6 pod and service CIDRs it is reached at
-// directly (rule 6), part of the verdict's Subnets; when they fail a rule
+// directly (rule 8), part of the verdict's Subnets; when they fail a rule
 // they are left out of the verdict instead, and its message says why.
 func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix) {
 	cidrs := slices.Concat(c.PodCIDRs, c.ServiceCIDRs)
@@ -196,17 +261,73 @@ func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix)
 	return verdict, direct
 }
 
-// leaveOut takes a globalnet cluster's direct IPv6 CIDRs out of its
-// verdicts, which stay Valid: its Cluster no longer claims them, its
-// Endpoint's subnets inside them are not routed, and each message says
-// why.
-func leaveOut(d *Decision, direct []netip.Prefix, why string) {
+// settle is rule 7 for one direct CIDR p of cluster id under the
+// broker's CIDR claims: p is as old as the oldest claim of id containing
+// it, and loses to any other cluster's claim overlapping it that is as
+// old or older. It returns why p is left out (reason and message), or ""
+// when it is kept. A claim loses only to older ones, so a newer claim
+// never takes a CIDR away; only the release of an older claim gives one.
+func (cfg Config) settle(id string, p netip.Prefix) (reason, why string) {
+	var age time.Time
+	claimed := false
+	for q, at := range cfg.CIDRClaims[id] {
+		if within(p, q) && (!claimed || at.Before(age)) {
+			age, claimed = at, true
+		}
+	}
+	if !claimed {
+		return v1alpha1.ReasonCIDRNotClaimed, fmt.Sprintf("%s is not claimed by cluster %q in the broker", p, id)
+	}
+	// The oldest rival claim (then by cluster ID, then by CIDR) names
+	// the conflict, whatever the maps' order.
+	var rival string
+	var rq netip.Prefix
+	var rat time.Time
+	for owner, cs := range cfg.CIDRClaims {
+		if owner == id {
+			continue
+		}
+		for q, at := range cs {
+			if !q.Overlaps(p) || at.After(age) {
+				continue
+			}
+			if rival == "" || cmp.Or(at.Compare(rat), strings.Compare(owner, rival), ComparePrefix(q, rq)) < 0 {
+				rival, rq, rat = owner, q, at
+			}
+		}
+	}
+	if rival == "" {
+		return "", ""
+	}
+	if rat.Equal(age) {
+		return v1alpha1.ReasonOverlappingCIDR, fmt.Sprintf("%s overlaps %s, claimed by cluster %q in the broker at the same time (%s): neither is routed",
+			p, rq, rival, age.UTC().Format(time.RFC3339))
+	}
+	return v1alpha1.ReasonOverlappingCIDR, fmt.Sprintf("%s (claimed %s) overlaps %s, claimed earlier by cluster %q in the broker (%s)",
+		p, age.UTC().Format(time.RFC3339), rq, rival, rat.UTC().Format(time.RFC3339))
+}
+
+// leaveOut takes lost CIDRs (rules 7 and 8: a cluster's direct CIDRs
+// unclaimed or lost to an older claim, a globalnet cluster's direct IPv6
+// CIDRs) out of
+// its verdicts, which stay Valid while they keep a CIDR: its Cluster no
+// longer claims them, its Endpoint's subnets inside them are not routed,
+// and each message says what was left out and why. A verdict left with
+// nothing is refused with reason (its Endpoint with ReasonInvalidCluster
+// when it is the Cluster).
+func leaveOut(d *Decision, lost []netip.Prefix, reason, why string) {
 	inside := func(p netip.Prefix) bool {
-		return slices.ContainsFunc(direct, func(q netip.Prefix) bool { return within(p, q) })
+		return slices.ContainsFunc(lost, func(q netip.Prefix) bool { return within(p, q) })
 	}
 	if v := d.Cluster; v != nil && v.Valid {
 		v.Subnets = slices.DeleteFunc(v.Subnets, inside)
-		v.Message = fmt.Sprintf("accepted; IPv6 CIDRs %v left out: %s", direct, why)
+		v.Message = fmt.Sprintf("accepted; CIDRs %v left out: %s", lost, why)
+		if len(v.Subnets) == 0 {
+			d.Cluster = refuse(reason, "%s", why)
+			if d.Endpoint != nil && d.Endpoint.Valid {
+				d.Endpoint = refuse(v1alpha1.ReasonInvalidCluster, "cluster %q is invalid: %s", d.ClusterID, why)
+			}
+		}
 	}
 	if v := d.Endpoint; v != nil && v.Valid {
 		var out []netip.Prefix
@@ -217,10 +338,10 @@ func leaveOut(d *Decision, direct []netip.Prefix, why string) {
 		}
 		switch {
 		case len(out) == len(v.Subnets):
-			d.Endpoint = refuse(v1alpha1.ReasonOverlappingCIDR, "%s", why)
+			d.Endpoint = refuse(reason, "%s", why)
 		case len(out) > 0:
 			v.Subnets = slices.DeleteFunc(v.Subnets, inside)
-			v.Message = fmt.Sprintf("accepted; IPv6 subnets %v left out: %s", out, why)
+			v.Message = fmt.Sprintf("accepted; subnets %v left out: %s", out, why)
 		}
 	}
 }
@@ -228,7 +349,7 @@ func leaveOut(d *Decision, direct []netip.Prefix, why string) {
 // checkEndpoint applies the per-object rules to an Endpoint, then checks
 // it against its Cluster's verdict cv (nil: no Cluster object). The
 // Endpoint of a globalnet Cluster (global) has its IPv6 subnets outside
-// cv's Subnets left out (the Cluster's IPv6 CIDRs were, rule 6) rather
+// cv's Subnets left out (the Cluster's IPv6 CIDRs were, rule 8) rather
 // than refused.
 func (cfg Config) checkEndpoint(id string, e *Endpoint, cv *Verdict, global bool) *Verdict {
 	subnets, note := e.Subnets, ""
@@ -285,6 +406,22 @@ func (cfg Config) checkEndpointSubnets(id string, subnets []string, hc netip.Add
 		}
 	}
 	return accept(subs)
+}
+
+// checkKey is the key rule (6): with key claims on, the Endpoint of
+// cluster id announcing key must hold the broker's claim on it. nil: the
+// key passes.
+func (cfg Config) checkKey(id, key string) *Verdict {
+	if cfg.KeyOwners == nil || key == "" {
+		return nil
+	}
+	switch owner, ok := cfg.KeyOwners[key]; {
+	case !ok:
+		return refuse(v1alpha1.ReasonKeyInUse, "public key %s is not claimed by cluster %q in the broker (no TunnelKey)", truncate(key, 60), id)
+	case owner != id:
+		return refuse(v1alpha1.ReasonKeyInUse, "public key %s is claimed by cluster %q in the broker", truncate(key, 60), owner)
+	}
+	return nil
 }
 
 // space is which part of the address space a CIDR may lie in (rule 2).

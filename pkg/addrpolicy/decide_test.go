@@ -2,6 +2,7 @@ package addrpolicy
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
@@ -72,6 +73,22 @@ func epOnly(id string, age int, subnets ...string) Remote {
 
 func clOnly(id string, c *Cluster) Remote { return Remote{ClusterID: id, Cluster: c} }
 
+// Tunnel public keys of the key rule's tests.
+const (
+	keyLocal = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="
+	keyC3    = "AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM="
+	keyC4    = "BAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQ="
+	keyFree  = "CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk="
+)
+
+// keyed is r with its Endpoint announcing key.
+func keyed(r Remote, key string) Remote {
+	e := *r.Endpoint
+	e.PublicKey = key
+	r.Endpoint = &e
+	return r
+}
+
 const ok = v1alpha1.ReasonValid
 
 // verdicts renders decisions as "id/C" and "id/E" → reason ("-" when
@@ -121,6 +138,10 @@ func TestDecide(t *testing.T) {
 	gn := base
 	gn.GlobalCIDRs = pfxs("242.1.0.0/16")
 	gn.Claims = claims
+	// Key claims: c1 (this cluster) holds keyLocal, c3 keyC3, c4 keyC4;
+	// nobody keyFree.
+	keys := base
+	keys.KeyOwners = map[string]string{keyLocal: "c1", keyC3: "c3", keyC4: "c4"}
 	for _, tc := range []struct {
 		name    string
 		cfg     Config
@@ -258,7 +279,7 @@ func TestDecide(t *testing.T) {
 			want:    map[string]string{"c2/E": v1alpha1.ReasonCIDRNotAllowed, "c3/E": ok, "c4/E": v1alpha1.ReasonUnclaimedGlobalCIDR}},
 		{name: "globalnet: the VIP range is no global CIDR", cfg: Config{Claims: map[string][]netip.Prefix{"c2": pfxs("243.0.0.0/16")}},
 			remotes: []Remote{clOnly("c2", global(0, "243.0.0.0/16"))}, want: map[string]string{"c2/C": v1alpha1.ReasonInvalidCIDR}},
-		// Globalnet, dual-stack (rule 6): IPv6 reached directly.
+		// Globalnet, dual-stack (rule 8): IPv6 reached directly.
 		{name: "globalnet: IPv6 pod and service CIDRs are reached directly", cfg: gn,
 			remotes: []Remote{{ClusterID: "c2", Cluster: dual(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
 				Endpoint: endpoint(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112")}},
@@ -295,6 +316,63 @@ func TestDecide(t *testing.T) {
 			remotes: []Remote{both("c4", 0, "10.4.0.0/16", "fd00:10:244:2::/80"), {ClusterID: "c2", Cluster: dual(1, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"),
 				Endpoint: endpoint(1, "fd00:10:244:2::/64")}},
 			want: map[string]string{"c2/C": ok, "c2/E": v1alpha1.ReasonOverlappingCIDR, "c4/C": ok}},
+		// The broker's CIDR claims (rule 7 with Config.CIDRClaims).
+		{name: "claims: an old cluster adding an overlapping CIDR late loses it, keeps the rest", cfg: withClaims(base, "c2 0 10.2.0.0/16", "c2 100 10.5.0.0/16", "c3 50 10.5.0.0/16"),
+			remotes:  []Remote{both("c2", 0, "10.2.0.0/16", "10.5.0.0/16"), both("c3", 50, "10.5.0.0/16")},
+			want:     map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": ok, "c3/E": ok},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("10.2.0.0/16"), "c3": pfxs("10.5.0.0/16")}},
+		{name: "claims: an old cluster whose only CIDR is claimed later than a newer cluster's is refused", cfg: withClaims(base, "c2 100 10.5.0.0/16", "c3 50 10.5.128.0/17"),
+			remotes: []Remote{both("c2", 0, "10.5.0.0/16"), both("c3", 50, "10.5.128.0/17")},
+			want:    map[string]string{"c2/C": v1alpha1.ReasonOverlappingCIDR, "c2/E": v1alpha1.ReasonInvalidCluster, "c3/C": ok, "c3/E": ok}},
+		{name: "claims: an unclaimed CIDR is left out, a cluster without claims refused", cfg: withClaims(base, "c2 0 10.2.0.0/16"),
+			remotes:  []Remote{both("c2", 0, "10.2.0.0/16", "10.6.0.0/16"), both("c3", 0, "10.3.0.0/16")},
+			want:     map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": v1alpha1.ReasonCIDRNotClaimed, "c3/E": v1alpha1.ReasonInvalidCluster},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("10.2.0.0/16")}},
+		{name: "claims: an exact tie, both lose", cfg: withClaims(base, "c2 5 10.5.0.0/16", "c3 5 10.5.0.0/24", "c3 5 10.3.0.0/16"),
+			remotes:  []Remote{both("c2", 0, "10.5.0.0/16"), both("c3", 1, "10.5.0.0/24", "10.3.0.0/16")},
+			want:     map[string]string{"c2/C": v1alpha1.ReasonOverlappingCIDR, "c2/E": v1alpha1.ReasonInvalidCluster, "c3/C": ok, "c3/E": ok},
+			accepted: map[string][]netip.Prefix{"c3": pfxs("10.3.0.0/16")}},
+		{name: "claims: a claim not announced still holds its space", cfg: withClaims(base, "c2 0 10.5.0.0/16", "c3 1 10.5.0.0/16"),
+			remotes: []Remote{both("c2", 0, "10.2.0.0/16"), both("c3", 1, "10.5.0.0/16")},
+			want:    map[string]string{"c2/C": v1alpha1.ReasonCIDRNotClaimed, "c3/C": v1alpha1.ReasonOverlappingCIDR}},
+		{name: "claims: an endpoint alone is settled by the claims too", cfg: withClaims(base, "c2 100 10.5.0.0/16", "c2 0 10.2.0.0/16", "c3 50 10.5.0.0/16"),
+			remotes:  []Remote{epOnly("c2", 0, "10.5.0.0/16", "10.2.0.0/16"), epOnly("c4", 0, "10.4.0.0/16"), both("c3", 50, "10.5.0.0/16")},
+			want:     map[string]string{"c2/E": ok, "c3/C": ok, "c3/E": ok, "c4/E": v1alpha1.ReasonCIDRNotClaimed},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("10.2.0.0/16"), "c3": pfxs("10.5.0.0/16")}},
+		{name: "claims: a globalnet cluster's IPv4 pod and service CIDRs are not looked at, its IPv6 ones are claimed", cfg: withClaims(gn, "c2 9 fd00:10:244:2::/64", "c3 1 fd00:10:96:3::/112", "c3 1 fd00:10:96:2::/120"),
+			remotes: []Remote{{ClusterID: "c2", Cluster: dual(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112"), Endpoint: endpoint(0, "242.2.0.0/16", "fd00:10:244:2::/64", "fd00:10:96:2::/112")},
+				{ClusterID: "c3", Cluster: dual(1, "242.3.0.0/16", "fd00:10:96:3::/112", "fd00:10:96:2::/120"), Endpoint: endpoint(1, "242.3.0.0/16", "fd00:10:96:3::/112", "fd00:10:96:2::/120")}},
+			want: map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": ok, "c3/E": ok},
+			accepted: map[string][]netip.Prefix{"c2": pfxs("242.2.0.0/16", "fd00:10:244:2::/64"),
+				"c3": pfxs("242.3.0.0/16", "fd00:10:96:2::/120", "fd00:10:96:3::/112")}},
+		// Keys (rule 6).
+		{name: "keys: each endpoint with its own claimed key", cfg: keys,
+			remotes: []Remote{keyed(both("c3", 1, "10.3.0.0/16"), keyC3), keyed(both("c4", 2, "10.4.0.0/16"), keyC4)},
+			want:    map[string]string{"c3/C": ok, "c3/E": ok, "c4/C": ok, "c4/E": ok}},
+		{name: "keys: a squatter of another cluster's key is refused, the owner keeps its tunnel", cfg: keys,
+			// c0 sorts first and is older: neither rescues it.
+			remotes: []Remote{keyed(both("c0", 0, "10.10.0.0/16"), keyC3), keyed(both("c3", 1, "10.3.0.0/16"), keyC3)},
+			want:    map[string]string{"c0/C": ok, "c0/E": v1alpha1.ReasonKeyInUse, "c3/C": ok, "c3/E": ok}},
+		{name: "keys: a squatter of this cluster's key is refused", cfg: keys,
+			remotes: []Remote{keyed(epOnly("c2", 0, "10.2.0.0/16"), keyLocal)},
+			want:    map[string]string{"c2/E": v1alpha1.ReasonKeyInUse}},
+		{name: "keys: an unclaimed key is refused while keys are claimed", cfg: keys,
+			remotes: []Remote{keyed(epOnly("c2", 0, "10.2.0.0/16"), keyFree)},
+			want:    map[string]string{"c2/E": v1alpha1.ReasonKeyInUse}},
+		{name: "keys: not checked without claims", cfg: base,
+			remotes: []Remote{keyed(epOnly("c2", 0, "10.2.0.0/16"), keyFree)},
+			want:    map[string]string{"c2/E": ok}},
+		{name: "keys: an endpoint without a key (vxlan) is not checked", cfg: keys,
+			remotes: []Remote{epOnly("c2", 0, "10.2.0.0/16")},
+			want:    map[string]string{"c2/E": ok}},
+		{name: "keys: an endpoint refused for its key claims no subnets", cfg: keys,
+			// c2 is older and overlaps c3; refused for its key, it
+			// does not take c3's subnets.
+			remotes: []Remote{keyed(epOnly("c2", 0, "10.3.0.0/16"), keyC3), keyed(epOnly("c3", 1, "10.3.0.0/16"), keyC3)},
+			want:    map[string]string{"c2/E": v1alpha1.ReasonKeyInUse, "c3/E": ok}},
+		{name: "keys: a bad CIDR is reported before the key", cfg: keys,
+			remotes: []Remote{keyed(epOnly("c2", 0, "0.0.0.0/0"), keyFree)},
+			want:    map[string]string{"c2/E": v1alpha1.ReasonInvalidCIDR}},
 		{name: "a plain cluster may not announce the supernet", cfg: base,
 			remotes: []Remote{{ClusterID: "c2", Cluster: global(0, "242.2.0.0/16"), Endpoint: endpoint(0, "242.2.0.0/16")}, both("c3", 1, "242.2.0.0/24")},
 			want:    map[string]string{"c2/C": ok, "c2/E": ok, "c3/C": v1alpha1.ReasonCIDRNotAllowed}},
@@ -317,7 +395,7 @@ func TestDecide(t *testing.T) {
 					t.Errorf("%s accepted %v, want %v", d.ClusterID, d.Accepted(), a)
 				}
 			}
-			checkInvariants(t, tc.cfg, want)
+			checkInvariants(t, tc.cfg, tc.remotes, want)
 			// The verdicts depend on the set of inputs, not their order.
 			rng := rand.New(rand.NewPCG(uint64(len(tc.name)), 7))
 			for range 50 {
@@ -331,9 +409,15 @@ func TestDecide(t *testing.T) {
 }
 
 // checkInvariants holds for any input: what is accepted is routable.
-func checkInvariants(t *testing.T, cfg Config, ds []Decision) {
+func checkInvariants(t *testing.T, cfg Config, remotes []Remote, ds []Decision) {
 	t.Helper()
 	cfg = cfg.WithDefaults()
+	keyOf := map[string]string{}
+	for _, r := range remotes {
+		if r.Endpoint != nil {
+			keyOf[r.ClusterID] = r.Endpoint.PublicKey
+		}
+	}
 	for i, d := range ds {
 		if i > 0 && ds[i-1].ClusterID >= d.ClusterID {
 			t.Errorf("decisions not sorted by unique cluster ID: %s after %s", d.ClusterID, ds[i-1].ClusterID)
@@ -345,6 +429,11 @@ func checkInvariants(t *testing.T, cfg Config, ds []Decision) {
 				}
 			}
 		}
+		if e := d.Endpoint; e != nil && e.Valid && cfg.KeyOwners != nil {
+			if k := keyOf[d.ClusterID]; k != "" && cfg.KeyOwners[k] != d.ClusterID {
+				t.Errorf("%s: endpoint accepted with key %s claimed by %q", d.ClusterID, k, cfg.KeyOwners[k])
+			}
+		}
 		for _, p := range d.Accepted() {
 			if p.Bits() == 0 || p != p.Masked() || p.Overlaps(cfg.Policy.VIPRange) || p.Overlaps(cfg.Policy.VIPRangeIPv6) {
 				t.Errorf("%s: accepted %s", d.ClusterID, p)
@@ -354,6 +443,9 @@ func checkInvariants(t *testing.T, cfg Config, ds []Decision) {
 			}
 			if !within(p, cfg.Policy.Supernet) && (slices.ContainsFunc(DefaultReserved(), p.Overlaps) || !cfg.Policy.allowed(p)) {
 				t.Errorf("%s: accepted %s, reserved or outside the allowed space", d.ClusterID, p)
+			}
+			if cfg.CIDRClaims != nil && !within(p, cfg.Policy.Supernet) && !slices.ContainsFunc(slices.Collect(maps.Keys(cfg.CIDRClaims[d.ClusterID])), func(q netip.Prefix) bool { return within(p, q) }) {
+				t.Errorf("%s: accepted %s, claimed by no CIDR claim of its cluster", d.ClusterID, p)
 			}
 			for _, o := range ds[i+1:] {
 				for _, q := range o.Accepted() {
@@ -409,6 +501,22 @@ func mustPolicy(t testing.TB, spec v1alpha1.ClusterSetPolicySpec) Policy {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// withClaims is cfg with the broker's CIDR claims, each "<id> <age in
+// minutes> <cidr>" (none: an empty, non-nil record).
+func withClaims(cfg Config, claims ...string) Config {
+	cfg.CIDRClaims = map[string]map[netip.Prefix]time.Time{}
+	for _, c := range claims {
+		f := strings.Fields(c)
+		var age int
+		fmt.Sscan(f[1], &age)
+		if cfg.CIDRClaims[f[0]] == nil {
+			cfg.CIDRClaims[f[0]] = map[netip.Prefix]time.Time{}
+		}
+		cfg.CIDRClaims[f[0]][netip.MustParsePrefix(f[2])] = t0.Add(time.Duration(age) * time.Minute)
+	}
+	return cfg
 }
 
 // withLocal is cfg with more local CIDRs.

@@ -15,9 +15,13 @@ import (
 //	L <cidr>...           local pod/service CIDRs
 //	G <cidr>...           local global CIDRs
 //	K <id> <cidr>...      a broker claim (any K line turns globalnet on)
+//	P <id> <age> <cidr>...  the broker's CIDR claims of a cluster (any P
+//	                        line turns them on: Config.CIDRClaims)
 //	C <id> <age> <cidr>...  the Cluster's pod CIDRs
 //	X <id> <age> <cidr>...  the Cluster's global CIDRs
 //	E <id> <age> <cidr>...  the Endpoint's subnets
+//	T <key> <id>          a broker claim on a tunnel key (any T line turns key claims on)
+//	W <id> <key>          the Endpoint's public key
 //
 // Unparseable configuration CIDRs are dropped; remote CIDRs are passed as
 // text, garbage included.
@@ -57,6 +61,28 @@ func parseSpec(spec string) (Config, []Remote) {
 				cfg.Claims = map[string][]netip.Prefix{}
 			}
 			cfg.Claims[f[1]] = append(cfg.Claims[f[1]], prefixes(f[2:])...)
+		case f[0] == "P" && len(f) >= 3:
+			age, _ := strconv.Atoi(f[2])
+			if cfg.CIDRClaims == nil {
+				cfg.CIDRClaims = map[string]map[netip.Prefix]time.Time{}
+			}
+			if cfg.CIDRClaims[f[1]] == nil {
+				cfg.CIDRClaims[f[1]] = map[netip.Prefix]time.Time{}
+			}
+			for _, p := range prefixes(f[3:]) {
+				cfg.CIDRClaims[f[1]][p] = t0.Add(time.Duration(age%10000) * time.Minute)
+			}
+		case f[0] == "T" && len(f) >= 3:
+			if cfg.KeyOwners == nil {
+				cfg.KeyOwners = map[string]string{}
+			}
+			cfg.KeyOwners[f[1]] = f[2]
+		case f[0] == "W" && len(f) >= 3:
+			r := remote(f[1])
+			if r.Endpoint == nil {
+				r.Endpoint = &Endpoint{Created: t0}
+			}
+			r.Endpoint.PublicKey = f[2]
 		case (f[0] == "C" || f[0] == "X" || f[0] == "E") && len(f) >= 3:
 			age, _ := strconv.Atoi(f[2])
 			at := t0.Add(time.Duration(age%10000) * time.Minute)
@@ -95,7 +121,7 @@ func FuzzDecide(f *testing.F) {
 	f.Fuzz(func(t *testing.T, spec string) {
 		cfg, remotes := parseSpec(spec)
 		want := Decide(cfg, remotes)
-		checkInvariants(t, cfg, want)
+		checkInvariants(t, cfg, remotes, want)
 		rng := rand.New(rand.NewPCG(uint64(len(spec)), 1))
 		for range 4 {
 			if got := Decide(cfg, shuffled(rng, remotes)); !reflect.DeepEqual(got, want) {

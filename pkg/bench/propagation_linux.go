@@ -38,10 +38,10 @@ import (
 // Labels of the objects Propagation creates (and LabelBenchmark);
 // Cleanup deletes by LabelBenchmark.
 const (
-	labelRole      = "causeway.dev/benchmark-role"
-	benchmarkName  = "propagation"
-	namePrefix     = "propbench-"
-	withdrawName   = namePrefix + "withdraw"
+	labelRole     = "causeway.dev/benchmark-role"
+	benchmarkName = "propagation"
+	namePrefix    = "propbench-"
+	withdrawName  = namePrefix + "withdraw"
 )
 
 // Propagation measures, in a running lab, the two convergence targets of

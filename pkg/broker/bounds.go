@@ -51,6 +51,8 @@ const (
 //     (Forbidden): the rules 1 and 2 of pkg/addrpolicy, which importers
 //     apply again with what admission cannot know (other members' claims,
 //     their own networks);
+//   - a CIDRClaim not named addrpolicy.CIDRClaimName of its spec.cidr, or
+//     whose CIDR is not a pod or service CIDR as above (Forbidden);
 //   - a ServiceExportRecord with more than MaxRecordItems endpoint items,
 //     not named <namespace>.<name> (head) or
 //     <namespace>.<name>.<revision>-<index> (part), with exported labels
@@ -84,7 +86,7 @@ func BoundsPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{
 					rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create}, "vipallocations", "globalcidrs"),
 					rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						"clusters", "endpoints", "serviceexportrecords"),
+						"clusters", "endpoints", "serviceexportrecords", "cidrclaims"),
 				},
 			},
 			MatchConditions: []admissionregistrationv1.MatchCondition{memberMatch},
@@ -116,6 +118,10 @@ func BoundsPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 				{Reason: &forbidden, Expression: is("clusters") + "object.spec.?globalCIDRs.orValue([]).all(c, " + globalCIDR("c") + ")",
 					MessageExpression: "'cluster ' + variables.member + ' announces global CIDRs ' + object.spec.globalCIDRs.filter(c, !(" + globalCIDR("c") + ")).join(', ') + " +
 						"' that are not /' + string(variables.cidrBits) + ' blocks of the globalnet supernet ' + string(variables.supernet) + " + policy},
+				{Reason: &forbidden, Expression: is("cidrclaims") + cidrClaimName(name, "object.spec.cidr"),
+					MessageExpression: "'CIDR claim ' + object.metadata.name + ' is not named after its CIDR ' + object.spec.cidr + ' (<IPv4 network>-<bits>, or v6-<eight groups of four hex digits>-<bits>)'"},
+				{Reason: &forbidden, Expression: is("cidrclaims") + directCIDR("object.spec.cidr"),
+					MessageExpression: "'cluster ' + variables.member + ' claims CIDR ' + object.spec.cidr + ' outside the ClusterSet\\'s ' + variables.space + ' (canonical, at least /8 or /16)' + " + policy},
 				{Reason: &forbidden, Expression: is("endpoints") + "object.spec.subnets.all(c, " + endpointSubnet("c") + ")",
 					MessageExpression: "'cluster ' + variables.member + ' announces endpoint subnets ' + object.spec.subnets.filter(c, !(" + endpointSubnet("c") + ")).join(', ') + " +
 						"' outside the ClusterSet\\'s ' + variables.space + ' (canonical, at least /8 or /16)' + " + policy},
@@ -180,6 +186,16 @@ func directCIDR(c string) string { return "(" + routable(c) + " && " + inAllowed
 // (addrpolicy.Policy.IsGlobalCIDR).
 func globalCIDR(c string) string {
 	return fmt.Sprintf("(%[1]s && variables.supernet.containsCIDR(cidr(%[2]s)) && cidr(%[2]s).prefixLength() == variables.cidrBits)", wellFormed(c), c)
+}
+
+// cidrClaimName is the CEL test that the object name (a string
+// expression) is addrpolicy.CIDRClaimName of the CIDR string c: for IPv4
+// c with "-" for "/"; for IPv6 "v6-", eight groups of four lower-case hex
+// digits and the length, standing for the same prefix as c.
+func cidrClaimName(name, c string) string {
+	v6 := name + ".substring(3, 42).replace('-', ':') + '/' + " + name + ".substring(43)"
+	return fmt.Sprintf("(%[1]s.startsWith('v6-') ? (%[1]s.matches('^v6-[0-9a-f]{4}(-[0-9a-f]{4}){7}-(0|[1-9][0-9]{0,2})$') && isCIDR(%[3]s) && isCIDR(%[2]s) && cidr(%[3]s) == cidr(%[2]s)) : %[1]s.replace('-', '/', 1) == %[2]s)",
+		name, c, v6)
 }
 
 // endpointSubnet is the CEL test of an Endpoint subnet string c: inside

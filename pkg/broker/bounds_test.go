@@ -88,6 +88,13 @@ func clusterObj(id string, pods, svcs, globals []string) *v1alpha1.Cluster {
 		Spec: v1alpha1.ClusterSpec{ClusterID: id, PodCIDRs: pods, ServiceCIDRs: svcs, GlobalCIDRs: globals}}
 }
 
+// cidrClaimObj is a CIDRClaim named name in member ns's namespace, in
+// owner's name, claiming cidr.
+func cidrClaimObj(ns, name, owner, cidr string) *v1alpha1.CIDRClaim {
+	return &v1alpha1.CIDRClaim{ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace(ns), Name: name, Labels: map[string]string{broker.LabelClusterID: ns}},
+		Spec: v1alpha1.CIDRClaimSpec{CIDR: cidr, ClusterID: owner}}
+}
+
 func endpointObj(id string, subnets ...string) *v1alpha1.Endpoint {
 	return &v1alpha1.Endpoint{ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace(id), Name: id, Labels: map[string]string{broker.LabelClusterID: id}},
 		Spec: v1alpha1.EndpointSpec{ClusterID: id, Hostname: "gw", CableDriver: v1alpha1.CableWireGuard, PublicIP: "198.18.1.10", Port: 4500,
@@ -196,6 +203,25 @@ func TestMemberBounds(t *testing.T) {
 		{name: "endpoint: the default route", update: true, c: a, obj: endpointObj("a", "0.0.0.0/0"), want: "Forbidden: cluster a announces endpoint subnets 0.0.0.0/0"},
 		{name: "endpoint: supernet and beyond", update: true, c: a, obj: endpointObj("a", "242.0.0.0/8"), want: "Forbidden: cluster a announces endpoint subnets 242.0.0.0/8"},
 		{name: "endpoint: big backendConfig", update: true, c: a, obj: backendConfig, want: "Invalid: an Endpoint's backendConfig"},
+		// CIDR claims: in the member's namespace and name, named after
+		// a pod or service CIDR of the allowed space.
+		{name: "CIDR claim", c: a, obj: cidrClaimObj("a", addrpolicy.CIDRClaimName(mustPrefix("10.244.0.0/16")), "a", "10.244.0.0/16")},
+		{name: "IPv6 CIDR claim", c: a, obj: cidrClaimObj("a", addrpolicy.CIDRClaimName(mustPrefix("fd00:10:244::/64")), "a", "fd00:10:244::/64")},
+		{name: "CIDR claim named after another CIDR", c: a, obj: cidrClaimObj("a", "10.245.0.0-16", "a", "10.244.0.0/16"),
+			want: "Forbidden: CIDR claim 10.245.0.0-16 is not named after its CIDR 10.244.0.0/16"},
+		{name: "IPv6 CIDR claim named after another length", c: a, obj: cidrClaimObj("a", "v6-fd00-0010-0244-0000-0000-0000-0000-0000-48", "a", "fd00:10:244::/64"),
+			want: "Forbidden: CIDR claim v6-fd00-0010-0244-0000-0000-0000-0000-0000-48 is not named after its CIDR"},
+		{name: "IPv6 CIDR claim in short form", c: a, obj: cidrClaimObj("a", "v6-fd00-10-244--64", "a", "fd00:10:244::/64"),
+			want: "Forbidden: CIDR claim v6-fd00-10-244--64 is not named after its CIDR"},
+		{name: "CIDR claim outside the allowed space", c: a, obj: cidrClaimObj("a", "8.0.0.0-8", "a", "8.0.0.0/8"),
+			want: "Forbidden: cluster a claims CIDR 8.0.0.0/8 outside the ClusterSet's allowed space 10.0.0.0/8, fd00::/8"},
+		{name: "CIDR claim with host bits", c: a, obj: cidrClaimObj("a", "10.1.0.1-16", "a", "10.1.0.1/16"), want: "Forbidden: cluster a claims CIDR 10.1.0.1/16"},
+		{name: "CIDR claim of the supernet", c: a, obj: cidrClaimObj("a", "242.1.0.0-16", "a", "242.1.0.0/16"), want: "Forbidden: cluster a claims CIDR 242.1.0.0/16"},
+		{name: "CIDR claim in another's name", c: a, obj: cidrClaimObj("a", "10.8.0.0-16", "b", "10.8.0.0/16"),
+			want: "Forbidden: cluster a may only announce itself: its CIDRClaim names cluster b"},
+		{name: "CIDR claim in another's namespace", c: a, obj: cidrClaimObj("b", "10.8.0.0-16", "b", "10.8.0.0/16"), want: `Forbidden: cannot create resource "cidrclaims"`},
+		{name: "CIDR claim: its CIDR changed", update: true, c: a, obj: cidrClaimObj("a", addrpolicy.CIDRClaimName(mustPrefix("10.244.0.0/16")), "a", "10.244.0.0/17"),
+			want: "Invalid: cidr is immutable"},
 		// Export records: bounded, named after their Service, in the
 		// member's name.
 		{name: "record", c: a, obj: recordObj("a", "kubecon", "web", 1)},
@@ -335,6 +361,20 @@ func TestQuota(t *testing.T) {
 		}
 		if i == pol.Quotas.Objects && !apierrors.IsForbidden(err) {
 			t.Errorf("a creates one Lease more than its quota: err=%v, want Forbidden", err)
+		}
+	}
+	// CIDR claims too: as many as the object quota.
+	if _, ok := q.Spec.Hard["count/cidrclaims.causeway.dev"]; !ok {
+		t.Errorf("a's quota does not count CIDR claims: %v", q.Spec.Hard)
+	}
+	for i := range pol.Quotas.Objects + 1 {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i), 0, 0}), 16)
+		err := a.Create(ctx, cidrClaimObj("a", addrpolicy.CIDRClaimName(p), "a", p.String()))
+		if i < pol.Quotas.Objects && err != nil {
+			t.Fatalf("a claims CIDR %d of %d: %v", i+1, pol.Quotas.Objects, err)
+		}
+		if i == pol.Quotas.Objects && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: "+broker.QuotaName)) {
+			t.Errorf("a claims one CIDR more than its quota: err=%v, want Forbidden by the quota", err)
 		}
 	}
 	// The administrator raises the quota: every member's follows.

@@ -14,23 +14,25 @@
 // gets a ServiceAccount there. Its rights (OwnRules, SharedRules):
 //
 //   - in its own namespace: read and write Causeway's objects (Cluster,
-//     Endpoint, ServiceExportRecord, …) and its Leases (the MCS
+//     Endpoint, ServiceExportRecord, CIDRClaim, …) and its Leases (the MCS
 //     controller's liveness Lease), read its ResourceQuota;
 //   - everywhere: read Causeway's objects (the ClusterSetPolicy among
 //     them) and Leases (to mirror the other clusters and see whether they
 //     are alive);
 //   - cluster scoped: create and delete VIPAllocations (clusterset VIPs are
-//     claimed atomically by name; see pkg/mcs) and GlobalCIDRs (global
-//     CIDRs, claimed the same way; see pkg/globalnet).
+//     claimed atomically by name; see pkg/mcs), GlobalCIDRs (global
+//     CIDRs, claimed the same way; see pkg/globalnet) and TunnelKeys (the
+//     gateways' tunnel public keys, named TunnelKeyName; see pkg/gateway).
 //
 // What RBAC cannot tell apart, two ValidatingAdmissionPolicies refuse for
 // member identities: OwnershipPolicy anything in another member's name (a
 // claim not labelled with its cluster ID, a delete of another's claim, a
-// Cluster, Endpoint or record naming another cluster), BoundsPolicy
-// anything outside the ClusterSet's policy (a global CIDR claim that is not
-// a block of the configured size inside the supernet, a VIP allocation
-// outside the VIP ranges, pod, service and endpoint CIDRs outside the
-// allowed space, oversized objects). The member's ResourceQuota bounds how
+// Cluster, Endpoint, record or CIDR claim naming another cluster),
+// BoundsPolicy anything outside the ClusterSet's policy (a global CIDR
+// claim that is not a block of the configured size inside the supernet, a
+// VIP allocation outside the VIP ranges, pod, service and endpoint CIDRs
+// and CIDR claims outside the allowed space, a CIDR claim not named after
+// its CIDR, oversized objects). The member's ResourceQuota bounds how
 // many objects it holds. It can therefore never create, change or delete
 // another cluster's objects, nor claim what the policy does not give it.
 //
@@ -117,7 +119,7 @@ func OwnRules() []rbacv1.PolicyRule {
 func SharedRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"causeway.dev"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"causeway.dev"}, Resources: []string{"vipallocations", "globalcidrs"}, Verbs: []string{"create", "delete"}},
+		{APIGroups: []string{"causeway.dev"}, Resources: []string{"vipallocations", "globalcidrs", "tunnelkeys"}, Verbs: []string{"create", "delete"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
 	}

@@ -207,6 +207,45 @@ func TestClusterIdentity(t *testing.T) {
 	if err := b.Delete(ctx, claim("b", "b")); err != nil {
 		t.Errorf("b releases its global CIDR claim: %v", err)
 	}
+	// Tunnel keys: the same, and a key's owner is whoever claimed it
+	// first (names are unique).
+	tunnelKey := func(label, spec, pub string) *causewayv1alpha1.TunnelKey {
+		return &causewayv1alpha1.TunnelKey{
+			ObjectMeta: metav1.ObjectMeta{Name: broker.TunnelKeyName(pub), Labels: map[string]string{broker.LabelClusterID: label, causewayv1alpha1.LabelNode: "n0"}},
+			Spec:       causewayv1alpha1.TunnelKeySpec{ClusterID: spec, PublicKey: pub}}
+	}
+	keyA, keyB := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("a", 32))), base64.StdEncoding.EncodeToString([]byte(strings.Repeat("b", 32)))
+	for _, k := range []*causewayv1alpha1.TunnelKey{tunnelKey("b", "b", keyB), tunnelKey("a", "b", keyB), tunnelKey("b", "a", keyB)} {
+		if err := a.Create(ctx, k); !apierrors.IsForbidden(err) {
+			t.Errorf("a claims a tunnel key labelled %s for cluster %s: err=%v, want Forbidden", k.Labels[broker.LabelClusterID], k.Spec.ClusterID, err)
+		}
+	}
+	misnamed := tunnelKey("a", "a", keyA)
+	misnamed.Name = "not-a-hash"
+	if err := a.Create(ctx, misnamed); !apierrors.IsInvalid(err) {
+		t.Errorf("a claims a tunnel key not named after a hash: err=%v, want Invalid", err)
+	}
+	if err := b.Create(ctx, tunnelKey("b", "b", keyB)); err != nil {
+		t.Fatalf("b claims its tunnel key: %v", err)
+	}
+	if err := a.Create(ctx, tunnelKey("a", "a", keyB)); !apierrors.IsAlreadyExists(err) {
+		t.Errorf("a claims b's tunnel key in its own name: err=%v, want AlreadyExists", err)
+	}
+	if err := a.Delete(ctx, tunnelKey("b", "b", keyB)); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "claim of cluster b") {
+		t.Errorf("a deletes b's tunnel key: err=%v, want Forbidden", err)
+	}
+	stolenKey := &causewayv1alpha1.TunnelKey{}
+	if err := a.Get(ctx, client.ObjectKeyFromObject(tunnelKey("b", "b", keyB)), stolenKey); err != nil {
+		t.Fatal(err)
+	}
+	stolenKey.Labels[broker.LabelClusterID] = "a"
+	if err := a.Update(ctx, stolenKey); !apierrors.IsForbidden(err) {
+		t.Errorf("a relabels b's tunnel key: err=%v, want Forbidden", err)
+	}
+	if err := a.Create(ctx, tunnelKey("a", "a", keyA)); err != nil {
+		t.Fatalf("a claims its tunnel key: %v", err)
+	}
+
 	kc, err := broker.EnsureClusterIdentity(ctx, api.Config, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +256,18 @@ func TestClusterIdentity(t *testing.T) {
 	}
 	if cfg, err := clientcmd.RESTConfigFromKubeConfig(moved); err != nil || cfg.Host != "https://127.0.0.1:6444" {
 		t.Errorf("WithServer: host %v, %v", cfg, err)
+	}
+
+	// a leaves: its tunnel key goes, b's stays.
+	if err := broker.Leave(ctx, a, "a"); err != nil {
+		t.Fatalf("a leaves: %v", err)
+	}
+	var keys causewayv1alpha1.TunnelKeyList
+	if err := api.Client.List(ctx, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if owners := broker.KeyOwners(keys.Items); len(owners) != 1 || owners[keyB] != "b" {
+		t.Errorf("tunnel keys after a left: %v, want only b's", owners)
 	}
 }
 
@@ -254,4 +305,27 @@ func typeName(o client.Object) string {
 		return "Lease"
 	}
 	return "object"
+}
+
+func TestTunnelKeyName(t *testing.T) {
+	// sha256 of 32 zero bytes.
+	if got, want := broker.TunnelKeyName("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="), "66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"; got != want {
+		t.Errorf("TunnelKeyName(zero key) = %s, want %s", got, want)
+	}
+	if got := broker.TunnelKeyName("not base64!"); got != "" {
+		t.Errorf("TunnelKeyName(garbage) = %q, want empty", got)
+	}
+	pub := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
+	key := func(name, owner string) causewayv1alpha1.TunnelKey {
+		return causewayv1alpha1.TunnelKey{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: causewayv1alpha1.TunnelKeySpec{ClusterID: owner, PublicKey: pub}}
+	}
+	deleting := key(broker.TunnelKeyName(pub), "c")
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	// A key claimed under a name that is not its hash claims nothing.
+	if got := broker.KeyOwners([]causewayv1alpha1.TunnelKey{key(strings.Repeat("0", 64), "a"), key(broker.TunnelKeyName(pub), "b")}); len(got) != 1 || got[pub] != "b" {
+		t.Errorf("KeyOwners = %v, want only b's correctly named claim", got)
+	}
+	if got := broker.KeyOwners([]causewayv1alpha1.TunnelKey{deleting}); len(got) != 0 {
+		t.Errorf("KeyOwners of a claim being deleted = %v, want none", got)
+	}
 }

@@ -2,14 +2,18 @@ package broker_test
 
 import (
 	"fmt"
+	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/cel-go/cel"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/cel/environment"
 
+	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/clusterset"
@@ -138,6 +142,22 @@ func FuzzClaimNames(f *testing.F) {
 		if got := bounds.refused("a", "CREATE", "vipallocations", vipAllocation(name, "a"), params) < 0; got != want {
 			t.Fatalf("VIP allocation %q: admission accepts %v, the Go parser and policy %v (%v)", name, got, want, err)
 		}
+
+		// A CIDRClaim of the CIDR its name stands for (else of the
+		// name with "/" for the first "-"): accepted exactly when the
+		// name parses and importers accept the CIDR as a pod CIDR.
+		cidr := strings.Replace(name, "-", "/", 1)
+		p, err = addrpolicy.ParseCIDRClaimName(name)
+		if err == nil {
+			if addrpolicy.CIDRClaimName(p) != name {
+				t.Fatalf("ParseCIDRClaimName(%q) = %s, whose name is %q", name, p, addrpolicy.CIDRClaimName(p))
+			}
+			cidr = p.String()
+		}
+		want = err == nil && directAccepted(pol, cidr)
+		if got := bounds.refused("a", "CREATE", "cidrclaims", cidrClaimObj("a", name, "a", cidr), params) < 0; got != want {
+			t.Fatalf("CIDR claim %q of %s: admission accepts %v, the Go parser and policy %v (%v)", name, cidr, got, want, err)
+		}
 	})
 }
 
@@ -152,18 +172,34 @@ func TestBoundsPolicyCIDRs(t *testing.T) {
 		for _, c := range []string{"10.244.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.1.0/24", "100.64.0.0/10", "fd00:10:244::/64",
 			"8.8.8.0/24", "0.0.0.0/1", "10.0.0.0/7", "243.0.0.0/12", "243.16.0.0/20", "242.0.0.0/8", "242.1.0.0/24", "fd00::/16",
 			"fd63:6175:7365::/64", "10.244.0.1/16", "::ffff:10.0.0.0/104", "127.0.0.0/8"} {
-			d := addrpolicy.Decide(addrpolicy.Config{Policy: pol}, []addrpolicy.Remote{{ClusterID: "a",
-				Cluster: &addrpolicy.Cluster{PodCIDRs: []string{c}, ServiceCIDRs: []string{c}}}})
-			importers := d[0].Cluster.Valid
+			importers := directAccepted(pol, c)
 			admission := bounds.refused("a", "CREATE", "clusters", clusterObj("a", []string{c}, []string{c}, nil), params) < 0
-			if importers && !admission {
-				t.Errorf("policy %s: admission refuses pod CIDR %s, which importers accept", pol.VIPRange, c)
+			if importers != admission {
+				t.Errorf("policy %s: pod CIDR %s: admission accepts %v, importers %v", pol.VIPRange, c, admission, importers)
 			}
-			if !importers && admission {
-				t.Errorf("policy %s: admission accepts pod CIDR %s, which importers refuse (%s)", pol.VIPRange, c, d[0].Cluster.Message)
+			claimed := bounds.refused("a", "CREATE", "cidrclaims", cidrClaimObj("a", claimName(c), "a", c), params) < 0
+			if importers != claimed {
+				t.Errorf("policy %s: CIDR claim of %s: admission accepts %v, importers %v", pol.VIPRange, c, claimed, importers)
 			}
 		}
 	}
+}
+
+// directAccepted reports whether importers (addrpolicy rules 1 and 2)
+// accept c as a pod and service CIDR under pol.
+func directAccepted(pol addrpolicy.Policy, c string) bool {
+	d := addrpolicy.Decide(addrpolicy.Config{Policy: pol}, []addrpolicy.Remote{{ClusterID: "a",
+		Cluster: &addrpolicy.Cluster{PodCIDRs: []string{c}, ServiceCIDRs: []string{c}}}})
+	return d[0].Cluster.Valid
+}
+
+// claimName is the CIDRClaim name of c, or c with "-" for "/" when c is
+// no CIDR or not canonical.
+func claimName(c string) string {
+	if p, err := netip.ParsePrefix(c); err == nil && p == p.Masked() && !p.Addr().Is4In6() {
+		return addrpolicy.CIDRClaimName(p)
+	}
+	return strings.Replace(c, "/", "-", 1)
 }
 
 // TestRecordBound: admission refuses a record object exactly where the
@@ -171,5 +207,28 @@ func TestBoundsPolicyCIDRs(t *testing.T) {
 func TestRecordBound(t *testing.T) {
 	if broker.MaxRecordItems != mcs.MaxRecordItems {
 		t.Fatalf("broker.MaxRecordItems = %d, mcs.MaxRecordItems = %d", broker.MaxRecordItems, mcs.MaxRecordItems)
+	}
+}
+
+// TestOwnershipPolicyTunnelKeys evaluates OwnershipPolicy's rules for
+// TunnelKey creations in-process: a member claims a key only labelled and
+// spec'd in its own name (TestClusterIdentity proves it, with deletes, on
+// an API server).
+func TestOwnershipPolicyTunnelKeys(t *testing.T) {
+	own := compilePolicy(t, broker.OwnershipPolicy())
+	params := clusterset.Object(addrpolicy.DefaultPolicy())
+	pub := "AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM="
+	for _, tc := range []struct {
+		label, spec string
+		accepted    bool
+	}{{"a", "a", true}, {"b", "b", false}, {"a", "b", false}, {"b", "a", false}, {"", "a", false}} {
+		k := &v1alpha1.TunnelKey{ObjectMeta: metav1.ObjectMeta{Name: broker.TunnelKeyName(pub), Labels: map[string]string{}},
+			Spec: v1alpha1.TunnelKeySpec{ClusterID: tc.spec, PublicKey: pub}}
+		if tc.label != "" {
+			k.Labels[broker.LabelClusterID] = tc.label
+		}
+		if got := own.refused("a", "CREATE", "tunnelkeys", k, params) < 0; got != tc.accepted {
+			t.Errorf("a claims a tunnel key labelled %q for cluster %q: accepted %v, want %v", tc.label, tc.spec, got, tc.accepted)
+		}
 	}
 }

@@ -67,9 +67,10 @@ func Claim(ctx context.Context, bc client.Client, clusterID, uid string) error {
 
 // Leave removes, through the member's own identity (bc), what the member
 // cluster clusterID wrote in the broker: every Causeway object of its
-// broker namespace, its Leases (the claim among them) and the global
-// CIDRs it claimed; last its ServiceAccount, so every token it was issued
-// (bc's among them) stops working at once. Clusterset VIPs stay: they
+// broker namespace (its CIDRClaims among them: the CIDRs are released),
+// its Leases (the claim among them), the global CIDRs and tunnel keys it
+// claimed; last its ServiceAccount, so every token it was issued (bc's
+// among them) stops working at once. Clusterset VIPs stay: they
 // belong to the ClusterSet's Services, not to one exporter. The namespace
 // and roles are the broker administrator's (`causewayctl deploy-broker`,
 // which also recreates the ServiceAccount for the next join).
@@ -106,6 +107,17 @@ func Leave(ctx context.Context, bc client.Client, clusterID string) error {
 		if c := &cidrs.Items[i]; c.Spec.ClusterID == clusterID {
 			if err := bc.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("delete global CIDR %s in the broker: %w", c.Name, err)
+			}
+		}
+	}
+	var keys v1alpha1.TunnelKeyList
+	if err := bc.List(ctx, &keys); err != nil {
+		return fmt.Errorf("list tunnel keys in the broker: %w", err)
+	}
+	for i := range keys.Items {
+		if k := &keys.Items[i]; k.Spec.ClusterID == clusterID {
+			if err := bc.Delete(ctx, k); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete tunnel key %s in the broker: %w", k.Name, err)
 			}
 		}
 	}

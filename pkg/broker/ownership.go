@@ -35,16 +35,19 @@ var memberVariable = admissionregistrationv1.Variable{
 // its own name where RBAC cannot: for requests of a member identity it
 // checks
 //
-//   - claims (the cluster-scoped VIPAllocations and GlobalCIDRs the shared
-//     rules let every member create and delete): the object carries
-//     LabelClusterID = <id> on create (a GlobalCIDR also spec.clusterID =
-//     <id>), an update keeps it, and a delete (or update) concerns an
-//     object labelled <id>. Claims without the label (made by an
-//     administrator, or before this policy) are nobody's: only an
-//     administrator deletes them;
+//   - claims (the cluster-scoped VIPAllocations, GlobalCIDRs and
+//     TunnelKeys the shared rules let every member create and delete): the
+//     object carries LabelClusterID = <id> on create (a GlobalCIDR or
+//     TunnelKey also spec.clusterID = <id>), an update keeps it, and a
+//     delete (or update) concerns an object labelled <id>. Claims without
+//     the label (made by an administrator, or before this policy) are
+//     nobody's: only an administrator deletes them. CEL has no hash, so
+//     that a TunnelKey is named after its spec.publicKey
+//     (TunnelKeyName) is checked by its readers (KeyOwners); its CRD
+//     holds the name to 64 lowercase hex digits;
 //   - announcements in its own namespace (Cluster, Endpoint,
-//     ServiceExportRecord, which RBAC already confines there): their
-//     spec.clusterID is <id>, a LabelClusterID label, when set, is <id>,
+//     ServiceExportRecord, CIDRClaim, which RBAC already confines there):
+//     their spec.clusterID is <id>, a LabelClusterID label, when set, is <id>,
 //     and the Cluster and Endpoint are named <id>.
 //
 // A refusal is Forbidden (403) and names the rule. BoundsPolicy checks
@@ -62,15 +65,15 @@ func OwnershipPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{
 					rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
-						"vipallocations", "globalcidrs"),
+						"vipallocations", "globalcidrs", "tunnelkeys"),
 					rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						"clusters", "endpoints", "serviceexportrecords"),
+						"clusters", "endpoints", "serviceexportrecords", "cidrclaims"),
 				},
 			},
 			MatchConditions: []admissionregistrationv1.MatchCondition{memberMatch},
 			Variables: []admissionregistrationv1.Variable{
 				memberVariable,
-				{Name: "claim", Expression: "request.resource.resource in ['vipallocations', 'globalcidrs']"},
+				{Name: "claim", Expression: "request.resource.resource in ['vipallocations', 'globalcidrs', 'tunnelkeys']"},
 				{Name: "newOwner", Expression: "request.operation == 'DELETE' ? '' : " + owner("object")},
 				{Name: "oldOwner", Expression: "request.operation == 'CREATE' ? '' : " + owner("oldObject")},
 			},
@@ -79,8 +82,8 @@ func OwnershipPolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 					MessageExpression: fmt.Sprintf("'cluster ' + variables.member + ' may only write claims labelled %s=' + variables.member", LabelClusterID)},
 				{Reason: &forbidden, Expression: "!variables.claim || request.operation == 'CREATE' || variables.oldOwner == variables.member",
 					MessageExpression: "'cluster ' + variables.member + ' may not change or delete a claim of ' + (variables.oldOwner == '' ? 'nobody' : 'cluster ' + variables.oldOwner)"},
-				{Reason: &forbidden, Expression: "request.resource.resource != 'globalcidrs' || request.operation == 'DELETE' || object.spec.clusterID == variables.member",
-					MessageExpression: "'cluster ' + variables.member + ' may only claim global CIDRs in its own name'"},
+				{Reason: &forbidden, Expression: "!(request.resource.resource in ['globalcidrs', 'tunnelkeys']) || request.operation == 'DELETE' || object.spec.clusterID == variables.member",
+					MessageExpression: "'cluster ' + variables.member + ' may only claim ' + (request.resource.resource == 'tunnelkeys' ? 'tunnel keys' : 'global CIDRs') + ' in its own name'"},
 				{Reason: &forbidden, Expression: "variables.claim || variables.newOwner == '' || variables.newOwner == variables.member",
 					MessageExpression: fmt.Sprintf("'cluster ' + variables.member + ' may not label its ' + request.kind.kind + ' %s=' + variables.newOwner", LabelClusterID)},
 				{Reason: &forbidden, Expression: "variables.claim || object.spec.clusterID == variables.member",

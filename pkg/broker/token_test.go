@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,7 +20,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/daemon"
 	"github.com/causeway-net/causeway/pkg/kube"
@@ -168,10 +171,21 @@ func TestTokenRotation(t *testing.T) {
 		t.Errorf("c1 deleting c2's ServiceAccount: %v, want Forbidden", err)
 	}
 
+	// Leaving releases the member's CIDR claims too.
+	claim := &v1alpha1.CIDRClaim{ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace("c1"), Name: addrpolicy.CIDRClaimName(netip.MustParsePrefix("10.244.0.0/16"))},
+		Spec: v1alpha1.CIDRClaimSpec{CIDR: "10.244.0.0/16", ClusterID: "c1"}}
+	if err := own.Create(ctx, claim); err != nil {
+		t.Fatalf("c1 claims its pod CIDR: %v", err)
+	}
+
 	// Leaving revokes every token of the identity: the join file's, the
 	// rotated one, the one just used to leave.
 	if err := broker.Leave(ctx, own, "c1"); err != nil {
 		t.Fatal(err)
+	}
+	var claims v1alpha1.CIDRClaimList
+	if err := b.Client.List(ctx, &claims, client.InNamespace(broker.Namespace("c1"))); err != nil || len(claims.Items) != 0 {
+		t.Errorf("CIDR claims of c1 after leave: %d, %v; want none", len(claims.Items), err)
 	}
 	for what, tok := range map[string]string{"join file": tokenOf(t, join), "rotated": second} {
 		unauthorized(t, tokenConfig(b.Config, tok), what+" token after leave")

@@ -176,6 +176,11 @@ type Kind struct {
 	// outside the kernel for device (the embedded WireGuard's UAPI
 	// socket) and reports whether it removed anything.
 	RemoveStale func(device string) (bool, error)
+	// Keyed: peers are authenticated by the public key the driver
+	// publishes (WireGuard's, ipsec's X25519 key), so the gateway claims
+	// it in the broker and requires every remote's key to be claimed in
+	// its own name.
+	Keyed bool
 }
 
 // DeviceName is the tunnel device k creates when asked for requested.

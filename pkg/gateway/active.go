@@ -53,6 +53,9 @@ type activeTerm struct {
 	// first NAT sync ran (a restarted active of this node: its
 	// connections were tracked under these rules and are kept).
 	adopted *bool
+	// keyInUse says why this node's tunnel key is not this cluster's in
+	// the broker (ErrKeyInUse); empty once claimed.
+	keyInUse string
 }
 
 var errLeaseNotFresh = errors.New("gateway lease not renewed for its duration: holding back publish and mirror")
@@ -307,7 +310,14 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	// new active gateway without waiting for the broker round trip.
 	ownEP, ownCl := e.localEndpoint(t, t.driver.PublicKey()), e.localCluster(t)
 	remotes = withOwn(remotes, e.cfg.ClusterID, ownEP, ownCl)
-	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), NodeCIDRs: t.nodeNets, CableDriver: e.cfg.CableDriver, Port: e.cfg.Port, Policy: pol}
+	// Overlaps between remotes are settled by the broker's record of
+	// who claimed a CIDR first.
+	cidrClaims, err := e.readCIDRClaims(ctx)
+	if err != nil {
+		return err
+	}
+	local := Local{ClusterID: e.cfg.ClusterID, Subnets: e.cfg.subnets(), NodeCIDRs: t.nodeNets, CableDriver: e.cfg.CableDriver, Port: e.cfg.Port, Policy: pol,
+		CIDRClaims: cidrClaims}
 	if t.global != nil {
 		// A remote's global CIDRs must be its own claims in the broker.
 		claims, err := globalnet.Claims(ctx, e.broker, pol)
@@ -315,6 +325,12 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 			return err
 		}
 		local.GlobalCIDRs, local.GlobalClaims = []netip.Prefix{t.global.CIDR}, claims
+	}
+	if e.cfg.keyed() {
+		// A remote's key must be its own claim in the broker.
+		if local.KeyOwners, err = e.keyOwners(ctx); err != nil {
+			return err
+		}
 	}
 	d := Compute(local, remotes)
 	var errs []error
@@ -345,7 +361,19 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	// turns re-pointing every remote gateway. The renewal that makes the
 	// term certain again kicks a sync.
 	if e.leaseFresh() {
-		errs = append(errs, e.publishAndMirror(ctx, pol, remotes, d, ownEP, ownCl, step)...)
+		// The key is claimed before the Endpoint announcing it is
+		// published; a key that is not ours is not published at all.
+		var claimErr error
+		if e.cfg.keyed() {
+			claimErr = e.claimKey(ctx, ownEP.PublicKey)
+			inUse := ""
+			if errors.Is(claimErr, ErrKeyInUse) {
+				inUse = claimErr.Error()
+			}
+			e.noteKeyInUse(ctx, t, inUse)
+		}
+		errs = append(errs, claimErr)
+		errs = append(errs, e.publishAndMirror(ctx, pol, remotes, d, e.directCIDRs(t), ownEP, ownCl, claimErr == nil, step)...)
 	} else {
 		errs = append(errs, errLeaseNotFresh)
 	}
@@ -385,21 +413,24 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 
 // +kubebuilder:rbac:groups=causeway.dev,resources=clustersetpolicies,verbs=get;create;update
 
-// publishAndMirror publishes this cluster to its broker namespace (remote
-// gateways wait for the Endpoint) while mirroring into the local cluster
-// (its own Endpoint first: the route agents wait for it). The two talk to
+// publishAndMirror publishes this cluster to its broker namespace (its
+// claims on the direct CIDRs, then the Endpoint remote gateways wait for;
+// only when publish is set) while mirroring into the local cluster (its
+// own Endpoint first: the route agents wait for it). The two talk to
 // different API servers. Both are bounded by apiTimeout.
-func (e *Engine) publishAndMirror(ctx context.Context, pol addrpolicy.Policy, remotes []Remote, d Desired, ownEP v1alpha1.EndpointSpec, ownCl v1alpha1.ClusterSpec, step func(string)) []error {
+func (e *Engine) publishAndMirror(ctx context.Context, pol addrpolicy.Policy, remotes []Remote, d Desired, direct []netip.Prefix, ownEP v1alpha1.EndpointSpec, ownCl v1alpha1.ClusterSpec, publish bool, step func(string)) []error {
 	actx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	var errs []error
 	var pubErr error
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		pubErr = e.publish(actx, ownEP, ownCl)
-	}()
+	if publish {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pubErr = e.publish(actx, direct, ownEP, ownCl)
+		}()
+	}
 	if err := e.mirror(actx, remotes, d); err != nil {
 		errs = append(errs, err)
 	}
@@ -469,10 +500,14 @@ func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
 	return nil
 }
 
-// publish writes this cluster's Endpoint, then its Cluster, to its broker
-// namespace.
-func (e *Engine) publish(ctx context.Context, ep v1alpha1.EndpointSpec, cl v1alpha1.ClusterSpec) error {
+// publish writes this cluster's claims on its direct CIDRs, its
+// Endpoint, then its Cluster, to its broker namespace: the importers
+// route a direct CIDR only once it is claimed.
+func (e *Engine) publish(ctx context.Context, direct []netip.Prefix, ep v1alpha1.EndpointSpec, cl v1alpha1.ClusterSpec) error {
 	ns := brokerNamespace(e.cfg.ClusterID)
+	if err := e.claimCIDRs(ctx, direct); err != nil {
+		return fmt.Errorf("publish CIDR claims: %w", err)
+	}
 	if err := upsertEndpoint(ctx, e.broker, ns, e.cfg.ClusterID, ep, nil); err != nil {
 		return fmt.Errorf("publish endpoint: %w", err)
 	}

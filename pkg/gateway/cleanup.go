@@ -33,10 +33,8 @@ func (e *Engine) Cleanup(ctx context.Context) error {
 	ep := &v1alpha1.Endpoint{}
 	key := client.ObjectKey{Namespace: brokerNamespace(e.cfg.ClusterID), Name: e.cfg.ClusterID}
 	// Read straight from the API (the broker cache is not started here).
-	direct, err := client.New(e.cfg.Broker, client.Options{Scheme: e.local.Scheme()})
-	if err != nil {
-		errs = append(errs, err)
-	} else if err := direct.Get(ctx, key, ep); err == nil && ep.Spec.Hostname == e.cfg.NodeName {
+	direct := e.brokerAPI
+	if err := direct.Get(ctx, key, ep); err == nil && ep.Spec.Hostname == e.cfg.NodeName {
 		if err := direct.Delete(ctx, ep); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete broker endpoint: %w", err))
 		}

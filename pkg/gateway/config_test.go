@@ -9,8 +9,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
-	"github.com/causeway-net/causeway/pkg/daemon"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
+	"github.com/causeway-net/causeway/pkg/daemon"
 	"github.com/causeway-net/causeway/pkg/nat"
 )
 

@@ -45,6 +45,18 @@ type Local struct {
 	// refused (ReasonUnclaimedGlobalCIDR). nil: globalnet is off
 	// ClusterSet-wide and the check is skipped.
 	GlobalClaims map[string][]netip.Prefix
+	// CIDRClaims maps a cluster ID to the pod and service CIDRs the
+	// broker's CIDRClaims record it claims, each with the claim's
+	// creation time: overlaps between remotes' direct CIDRs are settled
+	// by them (addrpolicy rule 7, Config.CIDRClaims; nil: by the age of
+	// the Cluster objects).
+	CIDRClaims map[string]map[netip.Prefix]time.Time
+	// KeyOwners maps a tunnel public key to the cluster the broker's
+	// TunnelKey claims give it (broker.KeyOwners). A remote Endpoint
+	// announcing a key not claimed in its name is refused
+	// (ReasonKeyInUse). nil: keys are not checked (a driver without
+	// keys).
+	KeyOwners map[string]string
 	// Policy is the ClusterSet's policy (allowed space, VIP ranges,
 	// supernet); the zero value picks addrpolicy.DefaultPolicy().
 	Policy addrpolicy.Policy
@@ -59,13 +71,14 @@ type Local struct {
 func (l Local) policy() addrpolicy.Config {
 	return addrpolicy.Config{
 		LocalCIDRs: l.Subnets, NodeCIDRs: l.NodeCIDRs, GlobalCIDRs: l.GlobalCIDRs, Claims: l.GlobalClaims,
-		Policy: l.Policy,
+		CIDRClaims: l.CIDRClaims, KeyOwners: l.KeyOwners, Policy: l.Policy,
 	}
 }
 
 // Remote is one cluster as read from the broker: its Cluster and its
-// Endpoint, either of which may be missing. Created is the age used to
-// settle overlaps (the older object wins).
+// Endpoint, either of which may be missing. Their creation times are the
+// age global CIDRs are settled by (the older object wins); direct CIDRs
+// are settled by the broker's CIDR claims (Local.CIDRClaims).
 type Remote struct {
 	// ClusterID is the cluster whose broker namespace the objects came
 	// from (the only identity allowed to write them).
@@ -119,10 +132,11 @@ var valid = Verdict{Valid: true, Reason: v1alpha1.ReasonValid, Message: "accepte
 // Compute checks what concerns the pairing with this gateway (clusterID,
 // cable driver, public address and port, key, health-check address); every
 // decision about subnets — syntax, reserved ranges, overlaps with this
-// cluster and between remotes (oldest wins), global CIDRs and their
+// cluster and between remotes (the older claim wins), global CIDRs and their
 // claims, an Endpoint inside its Cluster, the health-check address inside
-// the Endpoint's subnets — is pkg/addrpolicy's (Decide). An object
-// refused here claims no subnets there.
+// the Endpoint's subnets — and whether an Endpoint's key is claimed in its
+// cluster's name is pkg/addrpolicy's (Decide). An object refused here
+// claims no subnets there.
 func Compute(local Local, remotes []Remote) Desired {
 	rs := slices.Clone(remotes)
 	slices.SortFunc(rs, func(a, b Remote) int { return strings.Compare(a.ClusterID, b.ClusterID) })
@@ -159,6 +173,9 @@ func Compute(local Local, remotes []Remote) Desired {
 			if v.Valid {
 				conns[i], health[i] = conn, hc
 				pr.Endpoint = &addrpolicy.Endpoint{Subnets: e.Subnets, HealthCheckIP: hc, Created: r.EndpointCreated}
+				if !conn.PublicKey.IsZero() {
+					pr.Endpoint.PublicKey = e.PublicKey
+				}
 			} else {
 				st.Endpoint = &v
 			}

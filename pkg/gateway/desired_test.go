@@ -206,6 +206,53 @@ func TestComputeRemoteOverlapOldestWins(t *testing.T) {
 	}
 }
 
+// With the broker's CIDR claims an older cluster adding a CIDR late,
+// overlapping a newer cluster's claimed one, gets nothing for it: the
+// newer cluster keeps it, the older keeps its other CIDRs. The claims
+// are read as cidrClaims reads the broker's objects, forgeries dropped.
+func TestComputeCIDRClaims(t *testing.T) {
+	claim := func(ns, name, cidr, id string, age int) v1alpha1.CIDRClaim {
+		c := v1alpha1.CIDRClaim{Spec: v1alpha1.CIDRClaimSpec{CIDR: cidr, ClusterID: id}}
+		c.Namespace, c.Name, c.CreationTimestamp.Time = ns, name, t0.Add(time.Duration(age)*time.Minute)
+		return c
+	}
+	lc := local
+	lc.CIDRClaims = cidrClaims([]v1alpha1.CIDRClaim{
+		claim("cluster-old", "10.2.0.0-16", "10.2.0.0/16", "old", 0),
+		claim("cluster-old", "10.5.0.0-16", "10.5.0.0/16", "old", 100),
+		claim("cluster-new", "10.5.0.0-16", "10.5.0.0/16", "new", 50),
+		// Forgeries, none of which counts: an old claim in another
+		// member's name, a name that is not the CIDR's, outside a
+		// member namespace.
+		claim("cluster-old", "10.6.0.0-16", "10.6.0.0/16", "new", 0),
+		claim("cluster-old", "10.5.0.0-17", "10.5.0.0/16", "old", 0),
+		claim("default", "10.5.0.0-16", "10.5.0.0/16", "old", 0),
+	})
+	if got := len(lc.CIDRClaims["old"]) + len(lc.CIDRClaims["new"]); got != 3 || len(lc.CIDRClaims) != 2 {
+		t.Fatalf("claims read = %v, want the 3 honest ones", lc.CIDRClaims)
+	}
+	old := remote("old", 0, cl("old", []string{"10.2.0.0/16", "10.5.0.0/16"}, nil), ep("old", "198.18.5.10", 4500, keyA, "10.2.0.0/16", "10.5.0.0/16"))
+	young := remote("new", 50, cl("new", []string{"10.5.0.0/16"}, nil), ep("new", "198.18.6.10", 4500, keyB, "10.5.0.0/16"))
+	d := Compute(lc, []Remote{old, young})
+	got := map[string][]netip.Prefix{}
+	for _, c := range d.Connections {
+		got[c.ClusterID] = c.Subnets
+	}
+	want := map[string][]netip.Prefix{"old": {netip.MustParsePrefix("10.2.0.0/16")}, "new": {netip.MustParsePrefix("10.5.0.0/16")}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("connections %v, want %v", got, want)
+	}
+	if v := find(t, d, "old").Cluster; !v.Valid || !strings.Contains(v.Message, "left out: 10.5.0.0/16") || !strings.Contains(v.Message, `claimed earlier by cluster "new"`) {
+		t.Errorf("old cluster's verdict %+v, want Valid saying 10.5.0.0/16 was left out for new's older claim", v)
+	}
+	// Without a claim the CIDR is not routed at all.
+	lc.CIDRClaims = map[string]map[netip.Prefix]time.Time{}
+	d = Compute(lc, []Remote{young})
+	if v := find(t, d, "new").Cluster; v.Valid || v.Reason != v1alpha1.ReasonCIDRNotClaimed || len(d.Connections) != 0 {
+		t.Errorf("unclaimed: cluster %+v, connections %v", v, d.Connections)
+	}
+}
+
 // Compute hands the subnet decisions to pkg/addrpolicy with the local
 // global CIDRs and the broker's claims; a remote with global CIDRs is
 // reached through them only.
@@ -248,7 +295,7 @@ func TestComputeGlobalnet(t *testing.T) {
 		t.Fatalf("connections = %+v, want c3 through its global CIDR", d.Connections)
 	}
 	// Dual-stack globalnet remotes: IPv6 pod and service CIDRs go into the
-	// tunnel as they are (addrpolicy rule 6); c4's overlap c3's older ones
+	// tunnel as they are (addrpolicy rule 8); c4's overlap c3's older ones
 	// and are left out, its global CIDR stays.
 	dual := func(id string, age int, pods6, svcs6 string) Remote {
 		r := globalRemote(id, age, "242."+id[1:]+".0.0/16", "242."+id[1:]+".0.0/16")
@@ -268,7 +315,7 @@ func TestComputeGlobalnet(t *testing.T) {
 		}
 		delete(want, c.ClusterID)
 	}
-	if st := find(t, d, "c4"); len(want) > 0 || !st.Endpoint.Valid || !strings.Contains(st.Endpoint.Message, "IPv6 subnets [fd00:10:96:4::/112 fd00:10:244:3::/64] left out") {
+	if st := find(t, d, "c4"); len(want) > 0 || !st.Endpoint.Valid || !strings.Contains(st.Endpoint.Message, "subnets [fd00:10:96:4::/112 fd00:10:244:3::/64] left out") {
 		t.Errorf("connections missing %v; c4's endpoint %+v", want, st.Endpoint)
 	}
 
@@ -340,6 +387,36 @@ func TestVerdictCondition(t *testing.T) {
 	}
 	if valid.Condition(1).Status != "True" {
 		t.Fatal("valid condition not True")
+	}
+}
+
+// TestComputeKeySquat: c0 (older, and first by ID) announces c3's key,
+// which the broker's claims give c3: c0's Endpoint is refused
+// (KeyInUse), c3 keeps its connection, the driver sees no shared key. A
+// vxlan gateway does not check keys.
+func TestComputeKeySquat(t *testing.T) {
+	squat := remote("c0", -10, cl("c0", []string{"10.250.0.0/16"}, []string{"10.98.0.0/16"}),
+		ep("c0", "198.18.0.99", 4500, keyA, "10.250.0.0/16"))
+	keyed := local
+	keyed.KeyOwners = map[string]string{keyA: "c3"}
+	d := Compute(keyed, []Remote{squat, good3()})
+	if st := find(t, d, "c0"); st.Endpoint.Valid || st.Endpoint.Reason != v1alpha1.ReasonKeyInUse || !strings.Contains(st.Endpoint.Message, `"c3"`) {
+		t.Errorf("c0 endpoint = %+v, want KeyInUse naming c3", st.Endpoint)
+	}
+	if st := find(t, d, "c3"); !st.Endpoint.Valid {
+		t.Errorf("c3 endpoint = %+v, want Valid", st.Endpoint)
+	}
+	if len(d.Connections) != 1 || d.Connections[0].ClusterID != "c3" {
+		t.Errorf("connections = %+v, want c3's only", d.Connections)
+	}
+
+	vx := keyed
+	vx.CableDriver, vx.Port = "vxlan", 4789
+	e0, e3 := *squat.Endpoint, *good3().Endpoint
+	e0.CableDriver, e0.Port, e3.CableDriver, e3.Port = "vxlan", 4789, "vxlan", 4789
+	d = Compute(vx, []Remote{remote("c0", -10, nil, &e0), remote("c3", 0, nil, &e3)})
+	if len(d.Connections) != 2 {
+		t.Errorf("vxlan: connections = %+v, want both (no keys)", d.Connections)
 	}
 }
 

@@ -197,7 +197,9 @@ type Engine struct {
 	local  client.Client
 	kube   kubernetes.Interface
 	broker client.Client
-	bcache cache.Cache
+	// brokerAPI reads and writes the broker without the cache.
+	brokerAPI client.Client
+	bcache    cache.Cache
 	// lcache watches the local GlobalIngresses and nat applies the
 	// translation (globalnet only, else nil).
 	lcache   cache.Cache
@@ -249,6 +251,10 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker client: %w", err)
 	}
+	brokerAPI, err := client.New(cfg.Broker, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("broker API client: %w", err)
+	}
 	var lc cache.Cache
 	if cfg.Globalnet {
 		lc, err = cache.New(cfg.Local, cache.Options{Scheme: scheme, DefaultTransform: cache.TransformStripManagedFields()})
@@ -259,7 +265,7 @@ func New(cfg Config) (*Engine, error) {
 	eb := record.NewBroadcaster()
 	e := &Engine{
 		cfg: cfg, log: cfg.Log, m: newMetrics(cfg.Metrics),
-		local: local, kube: kc, broker: broker, bcache: bc, lcache: lc,
+		local: local, kube: kc, broker: broker, brokerAPI: brokerAPI, bcache: bc, lcache: lc,
 		nat:      nat.NewTable(nat.NewNftRunner(cfg.Netns), nat.NewMetrics(cfg.Metrics)),
 		events:   eb,
 		recorder: eb.NewRecorder(scheme, corev1.EventSource{Component: "causeway-gateway", Host: cfg.NodeName}),
@@ -308,7 +314,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	watched := []struct {
 		c    cache.Cache
 		objs []client.Object
-	}{{e.bcache, []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.ClusterSetPolicy{}}}}
+	}{{e.bcache, []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.ClusterSetPolicy{}, &v1alpha1.CIDRClaim{}}}}
+	if e.cfg.keyed() {
+		watched[0].objs = append(watched[0].objs, &v1alpha1.TunnelKey{})
+	}
 	if e.cfg.Globalnet {
 		watched[0].objs = append(watched[0].objs, &v1alpha1.GlobalCIDR{})
 		watched = append(watched, struct {

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -19,6 +22,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.zx2c4.com/wireguard/wgctrl"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -33,6 +37,7 @@ import (
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/internal/testserve"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/kube"
@@ -235,7 +240,7 @@ func startEnv(t *testing.T) *env {
 		}
 		e.local[id] = c.DaemonConfig(t, "gateway")
 	}
-	for _, id := range []string{"c1", "c3", "c9"} {
+	for _, id := range []string{"c0", "c1", "c3", "c9"} {
 		kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, id)
 		if err != nil {
 			t.Fatal(err)
@@ -251,8 +256,8 @@ func startEnv(t *testing.T) *env {
 func (e *env) reset(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []client.Client{e.c1.Client, e.c3.Client, e.broker.Client} {
-		for _, obj := range []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.Gateway{}} {
-			for _, ns := range []string{"causeway-system", "cluster-c1", "cluster-c3", "cluster-c9"} {
+		for _, obj := range []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.Gateway{}, &v1alpha1.CIDRClaim{}} {
+			for _, ns := range []string{"causeway-system", "cluster-c0", "cluster-c1", "cluster-c3", "cluster-c9"} {
 				if err := c.DeleteAllOf(ctx, obj, client.InNamespace(ns)); err != nil && !apierrors.IsNotFound(err) {
 					t.Logf("reset: %v", err)
 				}
@@ -373,6 +378,27 @@ func TestGatewayEngine(t *testing.T) {
 func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	ctx := context.Background()
 	health1a, health1b, health3 := netip.MustParseAddr("10.244.255.1"), netip.MustParseAddr("10.244.255.2"), netip.MustParseAddr("10.245.255.1")
+	// c9, a member without a gateway here, joined before c1 and c3: its
+	// Cluster and its claim on its pod CIDR are the oldest of the
+	// broker (creation times count in seconds).
+	c9, err := client.New(env.identity["c9"], client.Options{Scheme: env.broker.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c9Cluster := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNamespace("c9"), Name: "c9"},
+		Spec:       v1alpha1.ClusterSpec{ClusterID: "c9", PodCIDRs: []string{"10.9.0.0/16"}, ServiceCIDRs: []string{"10.109.0.0/16"}},
+	}
+	if err := c9.Create(ctx, c9Cluster); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"10.9.0.0/16", "10.109.0.0/16"} {
+		if err := c9.Create(ctx, c9Claim("c9", p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
+
 	start := time.Now()
 	a := env.startGateway(t, tp, driver, "c1", "c1-gw-a", tp.gw1a, "1a", wan1a, health1a, true)
 	g3 := env.startGateway(t, tp, driver, "c3", "c3-gw", tp.gw3, "3", wan3, health3, true)
@@ -423,10 +449,6 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 		Spec: v1alpha1.EndpointSpec{ClusterID: "c9", Hostname: "evil", CableDriver: v1alpha1.CableDriver(driver),
 			PublicIP: "198.18.0.99", Port: 4500, PublicKey: keyA, Subnets: []string{"0.0.0.0/0"}},
 	}
-	c9, err := client.New(env.identity["c9"], client.Options{Scheme: env.broker.Client.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := c9.Create(ctx, bad.DeepCopy()); !apierrors.IsForbidden(err) {
 		t.Fatalf("c9 announces the default route: err=%v, want Forbidden by the broker", err)
 	}
@@ -470,6 +492,11 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 		return fmt.Errorf("still there: %v", err)
 	})
 
+	testLateOverlap(t, env, tp, c9, c9Cluster, driver)
+	if driver == "wireguard" {
+		testKeySquat(t, env, tp)
+	}
+
 	// Failover. Candidate b joins as passive and holds no tunnel.
 	// b never releases its lease: stopping it below simulates a crash.
 	b := env.startGateway(t, tp, driver, "c1", "c1-gw-b", tp.gw1b, "1b", wan1b, health1b, false)
@@ -502,6 +529,24 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 		t.Errorf("b is %s after a stopped", b.e.Role())
 	}
 	waitEndpointValid(t, env.c3.Client, "c1", metav1.ConditionTrue, v1alpha1.ReasonValid)
+	if driver == "wireguard" {
+		// Each candidate has its own key: b's claim came with its term,
+		// a's stays (a node releases only its own stale claims).
+		eventually(t, "tunnel keys of both c1 candidates", time.Minute, func() error {
+			var keys v1alpha1.TunnelKeyList
+			if err := env.broker.Client.List(ctx, &keys, client.MatchingLabels{v1alpha1.LabelClusterID: "c1"}); err != nil {
+				return err
+			}
+			nodes := map[string]int{}
+			for _, k := range keys.Items {
+				nodes[k.Labels[v1alpha1.LabelNode]]++
+			}
+			if nodes["c1-gw-a"] != 1 || nodes["c1-gw-b"] != 1 {
+				return fmt.Errorf("claims per node %v, want one each for c1-gw-a and c1-gw-b", nodes)
+			}
+			return nil
+		})
+	}
 
 	// 2. Crash of the active (no release: the lease must expire). a comes
 	// back as a passive candidate first.
@@ -566,6 +611,145 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	if _, err := gatewayObj(t, env.c3.Client, "c3-gw"); !apierrors.IsNotFound(err) {
 		t.Errorf("gateway object after cleanup: %v", err)
 	}
+}
+
+// testKeySquat: a member (c0, whose ID sorts before every other) copies
+// c3's published WireGuard key into its own Endpoint, with only its own
+// broker identity. It cannot take or drop c3's claim on the key; c1 and
+// c3 refuse c0's Endpoint (Valid=False KeyInUse, Warning Event) and c1
+// keeps its peer to c3 as it was, and traffic flows. Then a stale claim
+// of c1-gw-a (a key it no longer holds) is released by the active a,
+// while the claim of another c1 node stays.
+func testKeySquat(t *testing.T, env *env, tp *topo) {
+	ctx := context.Background()
+	victim := &v1alpha1.Endpoint{}
+	if err := env.broker.Client.Get(ctx, client.ObjectKey{Namespace: brokerNamespace("c3"), Name: "c3"}, victim); err != nil {
+		t.Fatal(err)
+	}
+	key := victim.Spec.PublicKey
+	claim := &v1alpha1.TunnelKey{}
+	if err := env.broker.Client.Get(ctx, client.ObjectKey{Name: broker.TunnelKeyName(key)}, claim); err != nil {
+		t.Fatalf("c3's tunnel key claim: %v", err)
+	}
+	if claim.Spec.ClusterID != "c3" || claim.Labels[v1alpha1.LabelNode] != "c3-gw" {
+		t.Fatalf("c3's tunnel key claim: %+v", claim)
+	}
+	before := wgPeers(t, tp.path(tp.gw1a), tp.dev("1a"))
+	if before[key] != netip.AddrPortFrom(wan3, 4500).String() {
+		t.Fatalf("c1's peers before the squat: %v, want c3's key at %s", before, wan3)
+	}
+
+	c0, err := client.New(env.identity["c0"], client.Options{Scheme: env.broker.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := &v1alpha1.TunnelKey{
+		ObjectMeta: metav1.ObjectMeta{Name: broker.TunnelKeyName(key), Labels: map[string]string{v1alpha1.LabelClusterID: "c0", v1alpha1.LabelNode: "evil"}},
+		Spec:       v1alpha1.TunnelKeySpec{ClusterID: "c0", PublicKey: key},
+	}
+	if err := c0.Create(ctx, mine); !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("c0 claims c3's key: err=%v, want AlreadyExists", err)
+	}
+	if err := c0.Delete(ctx, claim); !apierrors.IsForbidden(err) {
+		t.Fatalf("c0 deletes c3's key claim: err=%v, want Forbidden", err)
+	}
+	squat := &v1alpha1.Endpoint{
+		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNamespace("c0"), Name: "c0"},
+		Spec: v1alpha1.EndpointSpec{ClusterID: "c0", Hostname: "evil", CableDriver: v1alpha1.CableWireGuard,
+			PublicIP: "198.18.0.98", Port: 4500, PublicKey: key, Subnets: []string{"10.250.0.0/16"}},
+	}
+	if err := c0.Create(ctx, squat); err != nil {
+		t.Fatalf("c0 publishes its endpoint: %v", err)
+	}
+	for _, c := range []*kubetest.Cluster{env.c1, env.c3} {
+		waitEndpointValid(t, c.Client, "c0", metav1.ConditionFalse, v1alpha1.ReasonKeyInUse)
+		eventually(t, "KeyInUse event for c0", time.Minute, func() error {
+			evs, err := c.Kube.CoreV1().Events("causeway-system").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs.Items {
+				if ev.InvolvedObject.Name == "c0" && ev.InvolvedObject.Kind == "Endpoint" && ev.Reason == v1alpha1.ReasonKeyInUse && ev.Type == corev1.EventTypeWarning {
+					return nil
+				}
+			}
+			return fmt.Errorf("no KeyInUse event among %d", len(evs.Items))
+		})
+	}
+	waitEndpointValid(t, env.c1.Client, "c3", metav1.ConditionTrue, v1alpha1.ReasonValid)
+	if after := wgPeers(t, tp.path(tp.gw1a), tp.dev("1a")); !maps.Equal(after, before) {
+		t.Errorf("c1's peers after the squat: %v, want %v", after, before)
+	}
+	if err := tcpRoundTrip(tp.path(tp.p1), netip.AddrPortFrom(pod3, 8080)); err != nil {
+		t.Errorf("pod1 -> pod3 after the squat: %v", err)
+	}
+	if err := env.broker.Client.Delete(ctx, squat); err != nil {
+		t.Fatal(err)
+	}
+
+	// Stale claims: one of c1-gw-a on a key it no longer holds, one of
+	// another c1 node.
+	c1, err := client.New(env.identity["c1"], client.Options{Scheme: env.broker.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := func(node string, b byte) *v1alpha1.TunnelKey {
+		pub := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{b}, 32))
+		return &v1alpha1.TunnelKey{
+			ObjectMeta: metav1.ObjectMeta{Name: broker.TunnelKeyName(pub), Labels: map[string]string{v1alpha1.LabelClusterID: "c1", v1alpha1.LabelNode: node}},
+			Spec:       v1alpha1.TunnelKeySpec{ClusterID: "c1", PublicKey: pub},
+		}
+	}
+	old, other := stale("c1-gw-a", 1), stale("c1-gw-z", 2)
+	for _, k := range []*v1alpha1.TunnelKey{old, other} {
+		if err := c1.Create(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "c1-gw-a's stale claim released", time.Minute, func() error {
+		err := env.broker.Client.Get(ctx, client.ObjectKeyFromObject(old), &v1alpha1.TunnelKey{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	if err := env.broker.Client.Get(ctx, client.ObjectKeyFromObject(other), &v1alpha1.TunnelKey{}); err != nil {
+		t.Errorf("another node's claim: %v, want kept", err)
+	}
+	if err := c1.Delete(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wgPeers returns the WireGuard peers of dev in the namespace at nsPath:
+// public key → endpoint.
+func wgPeers(t *testing.T, nsPath, dev string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := netnsx.Do(nsPath, func() error {
+		wg, err := wgctrl.New()
+		if err != nil {
+			return err
+		}
+		defer wg.Close()
+		d, err := wg.Device(dev)
+		if err != nil {
+			return err
+		}
+		for _, p := range d.Peers {
+			ep := ""
+			if p.Endpoint != nil {
+				a := p.Endpoint.AddrPort()
+				ep = netip.AddrPortFrom(a.Addr().Unmap(), a.Port()).String()
+			}
+			out[p.PublicKey.String()] = ep
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("wireguard peers of %s: %v", dev, err)
+	}
+	return out
 }
 
 // roleAt reports when e reaches role (polled every 2 ms).
@@ -685,4 +869,110 @@ func (p *probe) gapSince(t0 time.Time) time.Duration {
 		prev = p.replies[i].at
 	}
 	return gap
+}
+
+// c9Claim is member id's CIDRClaim on cidr.
+func c9Claim(id, cidr string) *v1alpha1.CIDRClaim {
+	return &v1alpha1.CIDRClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNamespace(id), Name: addrpolicy.CIDRClaimName(netip.MustParsePrefix(cidr))},
+		Spec:       v1alpha1.CIDRClaimSpec{CIDR: cidr, ClusterID: id},
+	}
+}
+
+// testLateOverlap: c9, the oldest member, with only its own broker
+// identity, adds c3's pod CIDR to its Cluster and Endpoint. c1 keeps
+// routing it to c3 (pod1 -> pod3), and accepts c9 for its own CIDRs
+// only, saying why the other was left out: first unclaimed, then
+// claimed, but later than c3's claim. c9 cannot forge an older claim:
+// not in c3's namespace, not in c3's name.
+func testLateOverlap(t *testing.T, env *env, tp *topo, c9 client.Client, cluster *v1alpha1.Cluster, driver string) {
+	ctx := context.Background()
+	if err := c9.Create(ctx, c9Claim("c3", c3Pods.String())); !apierrors.IsForbidden(err) {
+		t.Fatalf("c9 claims in c3's namespace: err=%v, want Forbidden", err)
+	}
+	forged := c9Claim("c9", "10.8.0.0/16")
+	forged.Spec.ClusterID = "c3"
+	if err := c9.Create(ctx, forged); !apierrors.IsForbidden(err) {
+		t.Fatalf("c9 claims in c3's name: err=%v, want Forbidden", err)
+	}
+
+	cluster.Spec.PodCIDRs = []string{"10.9.0.0/16", c3Pods.String()}
+	if err := c9.Update(ctx, cluster); err != nil {
+		t.Fatal(err)
+	}
+	// With wireguard, c9's key must be claimed in its name (else its
+	// Endpoint is refused: KeyInUse).
+	key := &v1alpha1.TunnelKey{
+		ObjectMeta: metav1.ObjectMeta{Name: broker.TunnelKeyName(keyB), Labels: map[string]string{v1alpha1.LabelClusterID: "c9", v1alpha1.LabelNode: "c9-gw"}},
+		Spec:       v1alpha1.TunnelKeySpec{ClusterID: "c9", PublicKey: keyB},
+	}
+	if driver == "wireguard" {
+		if err := c9.Create(ctx, key); err != nil {
+			t.Fatalf("c9 claims its tunnel key: %v", err)
+		}
+	}
+	ep := &v1alpha1.Endpoint{
+		ObjectMeta: metav1.ObjectMeta{Namespace: brokerNamespace("c9"), Name: "c9"},
+		Spec: v1alpha1.EndpointSpec{ClusterID: "c9", Hostname: "c9-gw", CableDriver: v1alpha1.CableDriver(driver),
+			PublicIP: "198.18.0.99", Port: 4500, PublicKey: keyB, Subnets: []string{"10.9.0.0/16", "10.109.0.0/16", c3Pods.String()}},
+	}
+	if err := c9.Create(ctx, ep); err != nil {
+		t.Fatal(err)
+	}
+	leftOut := func(reason, why string) {
+		t.Helper()
+		eventually(t, "c1's mirror of c9 leaves out "+c3Pods.String()+" ("+reason+")", time.Minute, func() error {
+			var cl v1alpha1.Cluster
+			if err := env.c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: "c9"}, &cl); err != nil {
+				return err
+			}
+			cond := validCond(cl.Status.Conditions)
+			if cond == nil || cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, "left out: "+c3Pods.String()+" "+why) {
+				return fmt.Errorf("cluster condition %+v", cond)
+			}
+			var mep v1alpha1.Endpoint
+			if err := env.c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: "c9"}, &mep); err != nil {
+				return err
+			}
+			if cond := validCond(mep.Status.Conditions); cond == nil || cond.Status != metav1.ConditionTrue ||
+				!slices.Equal(mep.Spec.Subnets, []string{"10.9.0.0/16", "10.109.0.0/16"}) {
+				return fmt.Errorf("endpoint subnets %v, condition %+v", mep.Spec.Subnets, cond)
+			}
+			return nil
+		})
+		waitEndpointValid(t, env.c1.Client, "c3", metav1.ConditionTrue, v1alpha1.ReasonValid)
+		if err := tcpRoundTrip(tp.path(tp.p1), netip.AddrPortFrom(pod3, 8080)); err != nil {
+			t.Fatalf("c1 -> c3 after c9 announced %s (%s): %v", c3Pods, reason, err)
+		}
+	}
+	leftOut(v1alpha1.ReasonCIDRNotClaimed, "is not claimed by cluster \"c9\"")
+	if err := c9.Create(ctx, c9Claim("c9", c3Pods.String())); err != nil {
+		t.Fatal(err)
+	}
+	leftOut(v1alpha1.ReasonOverlappingCIDR, "(claimed")
+	var last v1alpha1.Cluster
+	if err := env.c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: "c9"}, &last); err == nil {
+		if cond := validCond(last.Status.Conditions); cond != nil && !strings.Contains(cond.Message, `claimed earlier by cluster "c3"`) {
+			t.Errorf("c9's condition does not name c3's older claim: %s", cond.Message)
+		}
+	}
+
+	// c9 goes (as the broker's administrator removes a member's objects).
+	for _, obj := range []client.Object{&v1alpha1.Endpoint{}, &v1alpha1.Cluster{}, &v1alpha1.CIDRClaim{}} {
+		if err := env.broker.Client.DeleteAllOf(ctx, obj, client.InNamespace(brokerNamespace("c9"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if driver == "wireguard" {
+		if err := env.broker.Client.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "mirror of c9's endpoint removed", time.Minute, func() error {
+		err := env.c1.Client.Get(ctx, client.ObjectKey{Namespace: "causeway-system", Name: "c9"}, &v1alpha1.Endpoint{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
 }

@@ -26,10 +26,12 @@ const fuzzLocalID = "c1"
 //	L <cidr>...                       local pod/service CIDRs
 //	G <cidr>...                       local global CIDRs
 //	K <id> <cidr>...                  a broker claim (any K line turns globalnet on)
+//	P <id> <age> <cidr>...            the broker's CIDR claims of a cluster (any P line turns them on)
 //	C <id> <clusterID> <age> <cidr>...  the Cluster's pod CIDRs
 //	S <id> <cidr>...                  the Cluster's service CIDRs
 //	X <id> <cidr>...                  the Cluster's global CIDRs
 //	E <id> <clusterID> <age> <driver> <ip> <port> <key> <healthIP> <subnet>...
+//	T <key> <id>                      a broker claim on a tunnel key (any T line turns key claims on)
 //
 // Unparseable local CIDRs are dropped; everything remote is passed as
 // text, garbage included. Ports are parsed as int32 (anything else is 0).
@@ -93,6 +95,21 @@ func parseComputeSpec(spec string) (Local, []Remote) {
 				loc.GlobalClaims = map[string][]netip.Prefix{}
 			}
 			loc.GlobalClaims[f[1]] = append(loc.GlobalClaims[f[1]], prefixes(f[2:])...)
+		case f[0] == "P" && len(f) >= 3:
+			if loc.CIDRClaims == nil {
+				loc.CIDRClaims = map[string]map[netip.Prefix]time.Time{}
+			}
+			if loc.CIDRClaims[f[1]] == nil {
+				loc.CIDRClaims[f[1]] = map[netip.Prefix]time.Time{}
+			}
+			for _, p := range prefixes(f[3:]) {
+				loc.CIDRClaims[f[1]][p] = age(f[2])
+			}
+		case f[0] == "T" && len(f) >= 3:
+			if loc.KeyOwners == nil {
+				loc.KeyOwners = map[string]string{}
+			}
+			loc.KeyOwners[f[1]] = f[2]
 		case f[0] == "C" && len(f) >= 4:
 			r := remote(f[1])
 			c := cluster(r)
@@ -219,6 +236,16 @@ func checkDesired(t *testing.T, loc Local, remotes []Remote, d Desired) {
 			}
 			all = append(all, p)
 			owner[p] = c.ClusterID
+		}
+	}
+	// With key claims, every connection's key is its cluster's claim, so
+	// no two connections share one (the wireguard driver would refuse
+	// both).
+	if loc.KeyOwners != nil {
+		for _, c := range d.Connections {
+			if !c.PublicKey.IsZero() && loc.KeyOwners[c.PublicKey.String()] != c.ClusterID {
+				t.Fatalf("connection %q: key %s claimed by %q", c.ClusterID, c.PublicKey, loc.KeyOwners[c.PublicKey.String()])
+			}
 		}
 	}
 	for id := range d.HealthTargets {

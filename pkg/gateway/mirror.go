@@ -18,7 +18,7 @@ import (
 // Endpoints (own cluster included), each with its Valid condition. A
 // remote's Valid Endpoint is mirrored with the subnets the policy accepted
 // as its spec.subnets (those the cable routes: a globalnet cluster's IPv6
-// subnets left out by addrpolicy rule 6 are not among them), so the route
+// subnets left out by addrpolicy rule 8 are not among them), so the route
 // agents and the MCS controller, which follow the mirror, reach exactly
 // what the tunnel carries. A refusal that is new or changed also gets a
 // Warning Event on the mirrored object. Errors for one object do not stop

@@ -21,6 +21,9 @@ type gatewayStatus struct {
 	role  v1alpha1.HAStatus
 	local *v1alpha1.EndpointSpec
 	conns []v1alpha1.Connection
+	// keyInUse, when set, says why the tunnel key is not published
+	// (ErrKeyInUse): Ready is False with ReasonKeyInUse.
+	keyInUse string
 }
 
 // connStatus decides a connection's state from the driver and the health
@@ -93,7 +96,7 @@ func (e *Engine) writeStatus(ctx context.Context, t *activeTerm, force bool) {
 		key = t.driver.PublicKey()
 	}
 	ep := e.localEndpoint(t, key)
-	st := gatewayStatus{role: v1alpha1.HAStatusActive, local: &ep, conns: e.connections(ctx, t)}
+	st := gatewayStatus{role: v1alpha1.HAStatusActive, local: &ep, conns: e.connections(ctx, t), keyInUse: t.keyInUse}
 	if !force && sameShape(st, t.lastStatus) && time.Since(t.lastWritten) < e.cfg.StatusMaxAge {
 		return
 	}
@@ -106,7 +109,7 @@ func (e *Engine) writeStatus(ctx context.Context, t *activeTerm, force bool) {
 
 // sameShape compares two statuses ignoring RTT figures and messages.
 func sameShape(a, b gatewayStatus) bool {
-	if a.role != b.role || !reflect.DeepEqual(a.local, b.local) || len(a.conns) != len(b.conns) {
+	if a.role != b.role || a.keyInUse != b.keyInUse || !reflect.DeepEqual(a.local, b.local) || len(a.conns) != len(b.conns) {
 		return false
 	}
 	for i := range a.conns {
@@ -143,7 +146,10 @@ func (e *Engine) writeGateway(ctx context.Context, st gatewayStatus) error {
 	gw.Status.Connections = st.conns
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Passive", Message: "standing by",
 		ObservedGeneration: gw.Generation}
-	if st.role == v1alpha1.HAStatusActive {
+	switch {
+	case st.role == v1alpha1.HAStatusActive && st.keyInUse != "":
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, v1alpha1.ReasonKeyInUse, "endpoint not published: "+st.keyInUse
+	case st.role == v1alpha1.HAStatusActive:
 		ready.Reason, ready.Message = "Active", fmt.Sprintf("active with %d connections", len(st.conns))
 	}
 	meta.SetStatusCondition(&gw.Status.Conditions, ready)

@@ -132,6 +132,9 @@ func (c claims) take(owner string, ins []nat.Ingress, pods []nat.PodIngress) err
 		if h, ok := c[other+" "+addr]; other != "" && ok {
 			return fmt.Errorf("global IP %s is used by %s the other way", addr, h)
 		}
+		if other != "" && own[other+" "+addr] {
+			return fmt.Errorf("global IP %s is used both ways", addr)
+		}
 	}
 	for _, k := range keys {
 		if _, ok := c[k]; !ok {

@@ -3,6 +3,7 @@ package nat
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
 
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/internal/rawsock"
@@ -23,14 +25,15 @@ import (
 // (20 times each), all counted in the kernel; medians (p50) and p90 over
 // the samples. Baselines in the same run: iptables-restore of the
 // one-IP-per-Service equivalent (10 000 DNAT rules), and an equal sync
-// (compile, diff, the canary probe: the floor of any sync).
+// (compile, diff, the canary probe: the floor of any sync). Counts (one
+// knftables ListElements per set and map) is timed too.
 func BenchmarkSync10k(b *testing.B) {
 	tp := newTopo(b)
 	ctx := context.Background()
 	cfg := manyPortsConfig(b, 10_000)
 	extra := Ingress{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.250:2000"), Target: netip.MustParseAddrPort("10.97.0.1:80")}
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
-	var full, adds, removes, equal, ipt []time.Duration
+	var full, adds, removes, equal, ipt, counted []time.Duration
 	timed := func(samples *[]time.Duration, f func()) {
 		start := time.Now()
 		f()
@@ -63,10 +66,13 @@ func BenchmarkSync10k(b *testing.B) {
 				}
 			})
 		}
-		counts, err := tab.Counts(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
+		var counts map[string]int
+		timed(&counted, func() {
+			var err error
+			if counts, err = tab.Counts(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
 		elems = 0
 		for _, n := range counts {
 			elems += n
@@ -90,6 +96,7 @@ func BenchmarkSync10k(b *testing.B) {
 	b.ReportMetric(f.P50MS/it.P50MS, "full/iptables")
 	b.ReportMetric(in.P50MS/eq.P50MS, "incremental/equal-sync")
 	b.ReportMetric(float64(elems), "kernel-elements")
+	b.ReportMetric(bench.NewStats(counted).P50MS, "counts-ms")
 }
 
 // baselineRules is the one-IP-per-Service ruleset: n DNAT rules in chain
@@ -210,4 +217,50 @@ func connectLoop(tb testing.TB, tp topo, addr netip.AddrPort, n int) time.Durati
 		tb.Fatal(err)
 	}
 	return d
+}
+
+// BenchmarkCompileDiff10k: the Go side of an incremental sync at 10 000
+// ports: validate and pack the Config, diff it against the applied one,
+// queue the diff on a knftables transaction and write its nft text (what
+// Run hands to nft).
+// The Ingress list is shuffled (callers build it from informer caches, in
+// no particular order).
+func BenchmarkCompileDiff10k(b *testing.B) {
+	cfg := manyPortsConfig(b, 10_000)
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(cfg.Ingress), func(i, j int) { cfg.Ingress[i], cfg.Ingress[j] = cfg.Ingress[j], cfg.Ingress[i] })
+	old, err := cfg.compile()
+	if err != nil {
+		b.Fatal(err)
+	}
+	next := withIngress(cfg, Ingress{Protocol: "tcp", Global: ap("242.0.1.250:2000"), Target: ap("10.97.0.1:80")})
+	for b.Loop() {
+		d, err := next.compile()
+		if err != nil {
+			b.Fatal(err)
+		}
+		tx := knftables.NewFake(knftables.IPv4Family, TableName).NewTransaction()
+		probeCanary(tx)
+		if added, _ := addDiff(tx, old, d); added != 4 || tx.String() == "" {
+			b.Fatalf("added %d", added)
+		}
+	}
+}
+
+// BenchmarkFullTransaction10k: the Go side of a full sync at 10 000
+// ports (40 002 elements): compile the Config, queue the whole table on a
+// knftables transaction and write its nft text (what Run hands to nft).
+func BenchmarkFullTransaction10k(b *testing.B) {
+	cfg := manyPortsConfig(b, 10_000)
+	for b.Loop() {
+		d, err := cfg.compile()
+		if err != nil {
+			b.Fatal(err)
+		}
+		tx := knftables.NewFake(knftables.IPv4Family, TableName).NewTransaction()
+		addFull(tx, d)
+		if tx.String() == "" {
+			b.Fatal("empty transaction")
+		}
+	}
 }

@@ -2,7 +2,6 @@ package nat
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -34,30 +33,6 @@ func BenchmarkGlobalAddresses(b *testing.B) {
 	b.ReportMetric(float64(services), "per-service-IPs")
 	b.ReportMetric(float64(services)/float64(ours), "per-service/ours")
 	b.ReportMetric(float64(services*ports)/float64(ours), "ports/IP")
-}
-
-// BenchmarkCompileDiff10k: the pure part of an incremental sync at 10 000
-// ports: validate and pack the Config, diff it against the applied one.
-// The Ingress list is shuffled (callers build it from informer caches, in
-// no particular order).
-func BenchmarkCompileDiff10k(b *testing.B) {
-	cfg := manyPortsConfig(b, 10_000)
-	rng := rand.New(rand.NewPCG(1, 2))
-	rng.Shuffle(len(cfg.Ingress), func(i, j int) { cfg.Ingress[i], cfg.Ingress[j] = cfg.Ingress[j], cfg.Ingress[i] })
-	old, err := cfg.compile()
-	if err != nil {
-		b.Fatal(err)
-	}
-	next := withIngress(cfg, Ingress{Protocol: "tcp", Global: ap("242.0.1.250:2000"), Target: ap("10.97.0.1:80")})
-	for b.Loop() {
-		d, err := next.compile()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, added, _ := renderDiff(old, d); added != 4 {
-			b.Fatalf("added %d", added)
-		}
-	}
 }
 
 // manyPortsConfig is a config of n tcp ports: n/2 Services of two ports each,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -162,24 +163,6 @@ func (d *desired) elementCount() int {
 	return n
 }
 
-// strings is d's elements as nft prints them (key → value, "" for sets).
-func (d *desired) strings() map[string]map[string]string {
-	kinds := elemKinds()
-	out := map[string]map[string]string{}
-	for name, m := range d.elems {
-		out[name] = map[string]string{}
-		for _, e := range m {
-			var b strings.Builder
-			writeKey(&b, kinds[name], e.k)
-			key := b.String()
-			b.Reset()
-			writeValue(&b, kinds[name], e.v)
-			out[name][key] = b.String()
-		}
-	}
-	return out
-}
-
 // compile validates c and turns it into elements. It refuses a Config
 // whose maps would be ambiguous: the allocator's invariant (all global
 // ports of one ClusterIP on one global IP, distinct) is checked here, so
@@ -322,14 +305,34 @@ type keyConflict struct {
 }
 
 func (c *keyConflict) describe(kind elemKind) string {
-	var b strings.Builder
-	b.WriteString("key ")
-	writeKey(&b, kind, c.k)
-	b.WriteString(" has two values, ")
-	writeValue(&b, kind, c.a)
-	b.WriteString(" and ")
-	writeValue(&b, kind, c.b)
-	return b.String()
+	return fmt.Sprintf("key %s has two values, %s and %s",
+		strings.Join(keyFields(kind, c.k), " . "), strings.Join(valueFields(kind, c.a), " . "), strings.Join(valueFields(kind, c.b), " . "))
+}
+
+// keyFields is the packed key k as nft writes it, one string per
+// concatenated field (a knftables.Element's Key).
+func keyFields(kind elemKind, k uint64) []string {
+	switch kind {
+	case kindPrefix:
+		return []string{netip.PrefixFrom(addrFromIndex(uint32(k>>8)), int(k&0xff)).String()}
+	case kindAddrAddr:
+		return []string{addrFromIndex(uint32(k)).String()}
+	default:
+		return []string{addrFromIndex(uint32(k >> 16)).String(), strconv.Itoa(int(k & 0xffff))}
+	}
+}
+
+// valueFields is the packed value v as nft writes it (a
+// knftables.Element's Value); nil for a set.
+func valueFields(kind elemKind, v uint32) []string {
+	switch kind {
+	case kindPrefix:
+		return nil
+	case kindAddrPortPort:
+		return []string{strconv.Itoa(int(v))}
+	default:
+		return []string{addrFromIndex(v).String()}
+	}
 }
 
 // sortUnique sorts es by key in place and drops exact duplicates; a key

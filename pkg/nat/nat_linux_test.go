@@ -387,3 +387,38 @@ func TestReleasedPairNeverLeaksClusterIP(t *testing.T) {
 		t.Errorf("late reply %q of a released pair reached the remote client from %s", buf[:n], from)
 	}
 }
+
+// TestRunnerStaysInItsNamespace: knftables (knftables.New's checks, the
+// transactions, the listing) runs in the runner's namespace only: the
+// table appears in gw and nowhere else, and a runner whose namespace
+// cannot be entered runs nothing.
+func TestRunnerStaysInItsNamespace(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	cfg, _ := baseConfig(t)
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	ctx := context.Background()
+	if _, err := tab.Sync(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+	if out := tp.in(t, "gw", "nft", "list", "tables"); !strings.Contains(out, "table ip "+TableName) {
+		t.Errorf("gw lacks the table: %q", out)
+	}
+	for _, role := range []string{"client", "pod"} {
+		if out := tp.in(t, role, "nft", "list", "tables"); out != "" {
+			t.Errorf("%s holds tables: %q", role, out)
+		}
+	}
+	if counts, err := tab.Counts(ctx); err != nil || counts[MapPodIn] != 1 {
+		t.Errorf("counts in gw: %v, %v", counts, err)
+	}
+
+	lost := NewTable(NewNftRunner(tp.path("gone")), nil)
+	if _, err := lost.Sync(ctx, cfg); err == nil || !strings.Contains(err.Error(), "netns") {
+		t.Errorf("sync in a missing namespace: %v, want the namespace's error", err)
+	}
+	if _, err := lost.Counts(ctx); err == nil {
+		t.Error("counts in a missing namespace succeeded")
+	}
+}

@@ -106,8 +106,7 @@ type Params struct {
 	// overlapping it are never routed (as for LocalCIDRs).
 	VIPRange netip.Prefix
 	// VIPRangeIPv6 is the IPv6 clusterset VIP range, routed unreachable on
-	// every node like VIPRange; zero routes none (the command's
-	// --vip-range-ipv6 defaults to addrpolicy.DefaultVIPRangeIPv6).
+	// every node like VIPRange; zero routes none.
 	VIPRangeIPv6 netip.Prefix
 	// Supernet is the ClusterSet's globalnet supernet, which holds
 	// nothing but global CIDRs: every node has an unreachable fallback

@@ -262,6 +262,7 @@ func TestLab(t *testing.T) {
 	l.checkKubectlLogsExec(ctx)
 	l.checkMCS(ctx)
 	l.checkPropagation(ctx)
+	l.checkPairBenchmarks(ctx)
 	l.checkBrokerOutage(ctx)
 	l.checkConflictAndHeadless(ctx)
 	l.checkHeadlessHostnames(ctx)

@@ -82,3 +82,45 @@ func (l *Lab) checkPropagation(ctx context.Context) {
 		}
 	}
 }
+
+// checkPairBenchmarks runs `causewayctl benchmark throughput` and
+// `latency` between c1's and c3's client pods (the README's commands,
+// shortened) in this lab's shape: each reports the veth baseline and the
+// pair's figure with a positive ratio, and removes the Service and
+// ServiceExport it created to reach the server pod.
+func (l *Lab) checkPairBenchmarks(ctx context.Context) {
+	l.t.Helper()
+	for _, args := range [][]string{
+		{"benchmark", "throughput", "--streams", "1", "--duration", "2s", "-o", "json"},
+		{"benchmark", "latency", "--count", "200", "-o", "json"},
+	} {
+		cmd := exec.Command(l.ctl, args...)
+		cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			l.t.Fatalf("%v: %v\n%s%s", args, err, stderr.String(), stdout.String())
+		}
+		l.t.Logf("%v:\n%s", args, stdout.String())
+		var rows []struct {
+			Path  string  `json:"path"`
+			Ratio float64 `json:"ratioToVeth"`
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &rows); err != nil {
+			l.t.Fatalf("%v: output is not JSON: %v\n%s", args, err, stdout.String())
+		}
+		if len(rows) != 2 || rows[1].Ratio <= 0 || !strings.Contains(rows[1].Path, "clusterset VIP") {
+			l.t.Errorf("%v: rows %+v, want the baseline and c1 → c3 through a clusterset VIP with a positive ratio", args, rows)
+		}
+	}
+	for _, cluster := range []string{"c1", "c3"} {
+		for _, list := range []client.ObjectList{&corev1.ServiceList{}, &mcsv1beta1.ServiceExportList{}} {
+			if err := l.Client(cluster).List(ctx, list, client.InNamespace("demo"), client.HasLabels{bench.LabelBenchmark}); err != nil {
+				l.t.Fatal(err)
+			}
+			if n := meta.LenList(list); n > 0 {
+				l.t.Errorf("%s: %d benchmark objects left behind (%T)", cluster, n, list)
+			}
+		}
+	}
+}

@@ -22,6 +22,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/globalnet"
 	"github.com/causeway-net/causeway/pkg/kube"
@@ -128,12 +129,13 @@ func TestRedTeam(t *testing.T) {
 	c2Addr := firstHost(t, honestEndpoint.Spec.Subnets[0])
 	// untouched checks the victim's and the third cluster's kernels
 	// and their traffic after an attack.
-	untouched := func(what string) {
+	untouched := func(what string, also ...netip.Prefix) {
 		t.Helper()
+		space := append(slices.Clone(c2Space), also...)
 		// The route agents and gateways act on a change within a
 		// second; give a wrong one time to show.
 		time.Sleep(3 * time.Second)
-		d := before.without(c2Space...).diff(l.importerState(vip).without(c2Space...))
+		d := before.without(space...).diff(l.importerState(vip).without(space...))
 		if d != "" {
 			t.Errorf("%s: c1's and c3's kernels changed:\n%s", what, d)
 		}
@@ -223,20 +225,43 @@ func TestRedTeam(t *testing.T) {
 	}
 
 	// 4. c3's pod CIDR, without globalnet: c3's claim is older.
-	if !announce("c3's pod CIDR", func(c *v1alpha1.ClusterSpec) {
-		c.GlobalCIDRs = nil
-		c.PodCIDRs = []string{"10.245.0.0/16"}
-	}, func(e *v1alpha1.EndpointSpec) {
-		e.Subnets = []string{"10.245.0.0/16"}
-		e.HealthCheckIP = "10.245.0.1"
-	}) {
-		refusedEverywhere("c3's pod CIDR", v1alpha1.ReasonOverlappingCIDR, v1alpha1.ReasonInvalidCluster, "CIDRNotClaimed")
+	// … unclaimed: refused everywhere. Then claimed by c2 (a claim of
+	// its own, in its own namespace, which admission lets through): c3
+	// (globalnet: reached through its global CIDR, its IPv4 pod CIDR
+	// claims nothing) refuses its own space; c1 may take the claim as
+	// c2's direct space — it routes none of c3's traffic, which crosses
+	// at c3's global addresses.
+	c3Pods := netip.MustParsePrefix("10.245.0.0/16")
+	announceC3Pods := func(what string) bool {
+		return announce(what, func(c *v1alpha1.ClusterSpec) {
+			c.GlobalCIDRs = nil
+			c.PodCIDRs = []string{c3Pods.String()}
+		}, func(e *v1alpha1.EndpointSpec) {
+			e.Subnets = []string{c3Pods.String()}
+			e.HealthCheckIP = firstHost(t, c3Pods.String()).String()
+		})
+	}
+	if !announceC3Pods("c3's pod CIDR") {
+		refusedEverywhere("c3's pod CIDR", v1alpha1.ReasonOverlappingCIDR, v1alpha1.ReasonCIDRNotClaimed, v1alpha1.ReasonInvalidCluster)
 	}
 	untouched("c3's pod CIDR announced by c2")
+	cc := &v1alpha1.CIDRClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: addrpolicy.CIDRClaimName(c3Pods),
+		Labels: map[string]string{broker.LabelClusterID: "c2"}},
+		Spec: v1alpha1.CIDRClaimSpec{CIDR: c3Pods.String(), ClusterID: "c2"}}
+	if err := att.Create(ctx, cc); err != nil {
+		t.Fatalf("c2 claims %s in its own namespace: %v", c3Pods, err)
+	}
+	if !announceC3Pods("c3's pod CIDR, claimed by c2") {
+		refusedBy("c3's pod CIDR, claimed by c2", "c3", v1alpha1.ReasonOverlappingCIDR, v1alpha1.ReasonInvalidCluster)
+	}
+	untouched("c3's pod CIDR, claimed by c2", c3Pods)
+	if err := att.Delete(ctx, cc); err != nil {
+		t.Fatal(err)
+	}
 
 	// 5. c1's tunnel public key in c2's Endpoint.
 	if !announce("c1's public key", nil, func(e *v1alpha1.EndpointSpec) { e.PublicKey = victimEP.Spec.PublicKey }) {
-		refusedEverywhere("c1's public key", "KeyInUse")
+		refusedEverywhere("c1's public key", v1alpha1.ReasonKeyInUse)
 	}
 	untouched("c1's public key announced by c2")
 	announce("back to c2's honest objects", nil, nil)

@@ -15,9 +15,9 @@ import (
 // "ipsec").
 func Registry() cable.Registry {
 	return cable.Registry{
-		string(v1alpha1.CableWireGuard): {New: wireguard.New, RemoveStale: wireguard.RemoveStaleSocket},
+		string(v1alpha1.CableWireGuard): {New: wireguard.New, RemoveStale: wireguard.RemoveStaleSocket, Keyed: true},
 		string(v1alpha1.CableVXLAN):     {New: vxlan.New},
-		string(v1alpha1.CableIPsec): {New: ipsec.New, Port: ipsec.IKEPort,
+		string(v1alpha1.CableIPsec): {New: ipsec.New, Port: ipsec.IKEPort, Keyed: true,
 			Device: func(string) string { return ipsec.TUNName }},
 	}
 }

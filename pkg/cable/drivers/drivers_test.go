@@ -16,6 +16,12 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("driver %q missing", name)
 		}
 	}
+	// A driver that authenticates peers by key claims it in the broker.
+	for name, keyed := range map[v1alpha1.CableDriver]bool{v1alpha1.CableWireGuard: true, v1alpha1.CableVXLAN: false, v1alpha1.CableIPsec: true} {
+		if r[string(name)].Keyed != keyed {
+			t.Errorf("driver %q: Keyed = %v, want %v", name, r[string(name)].Keyed, keyed)
+		}
+	}
 	_, err := r.New(context.Background(), "gre", cable.LocalEndpoint{})
 	if !errors.Is(err, cable.ErrUnknownDriver) {
 		t.Fatalf("gre: err %v, want ErrUnknownDriver", err)

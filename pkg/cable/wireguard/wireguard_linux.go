@@ -257,31 +257,43 @@ func (d *Driver) RotateKey(ctx context.Context) (cable.Key, error) {
 // Set implements cable.Driver.
 func (d *Driver) Set(ctx context.Context, conns []cable.Connection) error {
 	valid, verr := cable.Validate(conns, cable.Requirements{PublicKey: true})
-	var errs []error
-	seenKey := map[cable.Key]string{}
-	own := cable.Key(d.key.PublicKey())
-	valid = slices.DeleteFunc(valid, func(c cable.Connection) bool {
-		if other, dup := seenKey[c.PublicKey]; dup {
-			errs = append(errs, &cable.ValidationError{ClusterID: c.ClusterID, Reason: "public key already used by " + other})
-			return true
-		}
-		if c.PublicKey == own {
-			errs = append(errs, &cable.ValidationError{ClusterID: c.ClusterID, Reason: "public key is the local key"})
-			return true
-		}
-		seenKey[c.PublicKey] = c.ClusterID
-		return false
-	})
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return errors.New("wireguard: driver closed")
 	}
+	valid, errs := uniqueKeys(valid, cable.Key(d.key.PublicKey()))
 	if err := d.apply(valid); err != nil {
 		return fmt.Errorf("wireguard %s: %w", d.local.Interface, err)
 	}
 	d.conns = valid
 	return errors.Join(append(errs, verr)...)
+}
+
+// uniqueKeys drops the connections WireGuard cannot tell apart: a peer
+// is its public key, so connections sharing one are all refused (which
+// cluster holds the key is the caller's policy to decide before Set —
+// pkg/addrpolicy's key rule — never the driver's to guess), as is one
+// announcing own, the local key.
+func uniqueKeys(conns []cable.Connection, own cable.Key) ([]cable.Connection, []error) {
+	users := map[cable.Key][]string{}
+	for _, c := range conns {
+		users[c.PublicKey] = append(users[c.PublicKey], c.ClusterID)
+	}
+	var errs []error
+	out := slices.DeleteFunc(slices.Clone(conns), func(c cable.Connection) bool {
+		switch {
+		case c.PublicKey == own:
+			errs = append(errs, &cable.ValidationError{ClusterID: c.ClusterID, Reason: "public key is the local key"})
+			return true
+		case len(users[c.PublicKey]) > 1:
+			others := slices.DeleteFunc(slices.Clone(users[c.PublicKey]), func(id string) bool { return id == c.ClusterID })
+			errs = append(errs, &cable.ValidationError{ClusterID: c.ClusterID, Reason: fmt.Sprintf("public key also announced by %v", others)})
+			return true
+		}
+		return false
+	})
+	return out, errs
 }
 
 func (d *Driver) apply(conns []cable.Connection) error {

@@ -1,0 +1,106 @@
+package globalnet
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/nat"
+)
+
+// FuzzRules: whatever GlobalIngress objects the cluster holds (written by
+// the MCS controller, or by hand), Rules never panics, returns a Config
+// that pkg/nat accepts whole (one bad object never stops every
+// translation), accounts for every live object (translated or skipped),
+// and does not depend on the objects' order.
+func FuzzRules(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2})
+	f.Add([]byte{7, 0, 1, 7, 0, 1, 7, 0, 1, 200, 3, 3, 9, 9, 9})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		layout, err := nat.ClusterLayout(netip.MustParsePrefix("242.0.1.0/24"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := fuzzIngresses(data)
+		cfg, skipped := Rules(layout, in, []netip.Prefix{netip.MustParsePrefix("242.0.2.0/24"), netip.MustParsePrefix("fd00::/64")})
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("Rules gave a Config nat refuses: %v\ninput %+v", err, in)
+		}
+		// Every live object not skipped has all its entries in cfg.
+		isSkipped := map[string]bool{}
+		for _, sk := range skipped {
+			name, _, _ := strings.Cut(sk, ": ")
+			isSkipped[name] = true
+		}
+		global := map[netip.AddrPort]bool{}
+		for _, i := range cfg.Ingress {
+			global[i.Global] = true
+		}
+		pods := map[netip.Addr]bool{}
+		for _, p := range cfg.Pods {
+			pods[p.Pod] = true
+		}
+		for _, gi := range in {
+			if gi.Spec.ReleasedAt != nil || isSkipped[gi.Namespace+"/"+gi.Name] {
+				continue
+			}
+			for _, p := range gi.Spec.Ports {
+				if a := netip.AddrPortFrom(netip.MustParseAddr(gi.Spec.IP), uint16(p.GlobalPort)); !global[a] {
+					t.Fatalf("%s neither skipped nor translated: %s missing\n%+v", gi.Name, a, cfg)
+				}
+			}
+			for _, p := range gi.Spec.Pods {
+				if !pods[netip.MustParseAddr(p.PodIP)] {
+					t.Fatalf("%s neither skipped nor translated: pod %s missing\n%+v", gi.Name, p.PodIP, cfg)
+				}
+			}
+		}
+		rev := slices.Clone(in)
+		slices.Reverse(rev)
+		cfg2, skipped2 := Rules(layout, rev, []netip.Prefix{netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("242.0.2.0/24")})
+		slices.SortFunc(cfg2.Remote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+		slices.SortFunc(cfg.Remote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+		if !reflect.DeepEqual(cfg, cfg2) || !slices.Equal(skipped, skipped2) {
+			t.Fatalf("Rules depends on the input order:\n%+v %v\n%+v %v", cfg, skipped, cfg2, skipped2)
+		}
+	})
+}
+
+// fuzzIngresses decodes data into GlobalIngress objects, 5 bytes each:
+// global IP, ClusterIP, protocol and port, global port, and whether it
+// is released or carries a pod address. Addresses come from small sets
+// (inside and outside the layout's ingress range, its health-check and
+// egress addresses, IPv6, garbage) so that objects contend for them.
+func fuzzIngresses(data []byte) []v1alpha1.GlobalIngress {
+	globals := []string{"242.0.1.2", "242.0.1.3", "242.0.1.1", "242.0.1.253", "242.0.2.2", "fd00::2", "", "nope"}
+	targets := []string{"10.96.0.10", "10.96.0.11", "10.96.0.12", "fd00:96::1", "", "10.96.0.10/32"}
+	protos := []string{"TCP", "UDP", "SCTP", "ICMP", ""}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var out []v1alpha1.GlobalIngress
+	for i := 0; i+5 <= len(data) && len(out) < 16; i += 5 {
+		b := data[i : i+5]
+		spec := v1alpha1.GlobalIngressSpec{IP: globals[int(b[0])%len(globals)], ClusterIP: targets[int(b[1])%len(targets)]}
+		if b[4]&1 == 0 {
+			spec.Ports = []v1alpha1.GlobalIngressPort{{Protocol: protos[int(b[2])%len(protos)], Port: int32(b[2]) % 4 * 20,
+				GlobalPort: 1020 + int32(b[3])%8}}
+		}
+		if b[4]&2 != 0 {
+			spec.Pods = []v1alpha1.GlobalPodAddress{{PodIP: targets[int(b[3])%len(targets)], GlobalIP: globals[int(b[2])%len(globals)]}}
+		}
+		if b[4]&4 != 0 {
+			now := metav1.NewMicroTime(t0)
+			spec.ReleasedAt = &now
+		}
+		out = append(out, v1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: fmt.Sprintf("s%d", len(out)),
+			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(b[4]>>3) * time.Second))}, Spec: spec})
+	}
+	return out
+}
