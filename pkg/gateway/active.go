@@ -257,7 +257,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	}
 	if e.cfg.Globalnet && t.global == nil {
 		// Before the driver: the tunnel carries the global CIDR.
-		cidr, err := globalnet.Claim(ctx, e.broker, e.broker, pol, e.cfg.subnets(), e.cfg.ClusterID)
+		cidr, err := globalnet.ClaimCIDR(ctx, e.broker, e.broker, pol, e.cfg.subnets(), e.cfg.ClusterID)
 		if err != nil {
 			// Nothing is programmed or published without it; the
 			// Gateway object says why (the sync retries with backoff).
@@ -320,7 +320,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 		CIDRClaims: cidrClaims}
 	if t.global != nil {
 		// A remote's global CIDRs must be its own claims in the broker.
-		claims, err := globalnet.Claims(ctx, e.broker, pol)
+		claims, err := globalnet.ClaimedCIDRs(ctx, e.broker, pol)
 		if err != nil {
 			return err
 		}

@@ -41,7 +41,7 @@ func (e *Engine) Cleanup(ctx context.Context) error {
 		// The cluster's last active gateway leaves: its global CIDR
 		// goes back to the supernet.
 		if e.cfg.Globalnet {
-			if err := globalnet.Release(ctx, direct, direct, e.cfg.ClusterID); err != nil {
+			if err := globalnet.ReleaseCIDR(ctx, direct, direct, e.cfg.ClusterID); err != nil {
 				errs = append(errs, err)
 			}
 		}

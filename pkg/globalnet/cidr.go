@@ -1,7 +1,7 @@
 // Package globalnet is globalnet's pure policy and its broker claim. When
 // clusters share pod and service CIDRs, each one is reached only through
 // a global CIDR of the ClusterSet policy's supernet
-// (pkg/addrpolicy.Policy): Claim takes this cluster's in the broker
+// (pkg/addrpolicy.Policy): ClaimCIDR takes this cluster's in the broker
 // (atomically, one GlobalCIDR object per range; run by the active
 // gateway), AssignIngress and its siblings (ingress.go) allocate the
 // exported Services' global addresses inside it (run by the globalnet
@@ -59,7 +59,7 @@ func block(pol addrpolicy.Policy, i uint32) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), pol.GlobalCIDRBits)
 }
 
-// Claims reads every GlobalCIDR claim of the broker and returns those
+// ClaimedCIDRs reads every GlobalCIDR claim of the broker and returns those
 // that count under the ClusterSet's policy: cluster ID → its global CIDRs,
 // sorted. A claim counts when its name is a global CIDR of the policy (a
 // block of exactly its size inside its supernet: the broker's admission
@@ -67,7 +67,7 @@ func block(pol addrpolicy.Policy, i uint32) netip.Prefix {
 // and it is among its cluster's Quotas.GlobalCIDRs oldest claims (by
 // creation time, then name): a member's further claims change nothing for
 // anybody.
-func Claims(ctx context.Context, c client.Reader, pol addrpolicy.Policy) (map[string][]netip.Prefix, error) {
+func ClaimedCIDRs(ctx context.Context, c client.Reader, pol addrpolicy.Policy) (map[string][]netip.Prefix, error) {
 	var list v1alpha1.GlobalCIDRList
 	if err := c.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list GlobalCIDRs: %w", err)
@@ -97,22 +97,22 @@ func Claims(ctx context.Context, c client.Reader, pol addrpolicy.Policy) (map[st
 	return out, nil
 }
 
-// Claim returns clusterID's global CIDR: the one it already holds in the
+// ClaimCIDR returns clusterID's global CIDR: the one it already holds in the
 // broker (stable across restarts and gateway failovers), or a free one of
 // the policy's supernet it claims now by creating its GlobalCIDR. Only the
 // active gateway claims, so a cluster has one claim; should it hold more
 // (two gateways active at once for a moment, or claims that do not count
-// under the policy), the first that counts (Claims) is kept and every
+// under the policy), the first that counts (ClaimedCIDRs) is kept and every
 // other claim in its name released. The supernet must not overlap
 // avoid (the cluster's own pod and service CIDRs). read may be a cache;
 // writes go to the API server through w.
-func Claim(ctx context.Context, read client.Reader, w client.Writer, pol addrpolicy.Policy, avoid []netip.Prefix, clusterID string) (netip.Prefix, error) {
+func ClaimCIDR(ctx context.Context, read client.Reader, w client.Writer, pol addrpolicy.Policy, avoid []netip.Prefix, clusterID string) (netip.Prefix, error) {
 	for _, a := range avoid {
 		if a.Overlaps(pol.Supernet) {
 			return netip.Prefix{}, fmt.Errorf("the ClusterSet's globalnet supernet %s overlaps this cluster's %s", pol.Supernet, a)
 		}
 	}
-	claims, err := Claims(ctx, read, pol)
+	claims, err := ClaimedCIDRs(ctx, read, pol)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
@@ -160,8 +160,8 @@ func Claim(ctx context.Context, read client.Reader, w client.Writer, pol addrpol
 	return netip.Prefix{}, fmt.Errorf("cluster %q: %w (%d ranges of /%d in %s)", clusterID, ErrSupernetExhausted, n, pol.GlobalCIDRBits, pol.Supernet)
 }
 
-// Release deletes every GlobalCIDR clusterID holds (the cluster leaves).
-func Release(ctx context.Context, read client.Reader, w client.Writer, clusterID string) error {
+// ReleaseCIDR deletes every GlobalCIDR clusterID holds (the cluster leaves).
+func ReleaseCIDR(ctx context.Context, read client.Reader, w client.Writer, clusterID string) error {
 	var list v1alpha1.GlobalCIDRList
 	if err := read.List(ctx, &list); err != nil {
 		return fmt.Errorf("list GlobalCIDRs: %w", err)

@@ -76,7 +76,7 @@ func TestClaimsCount(t *testing.T) {
 	mk("242.0.2.0-25", "c2") // the wrong size
 	mk("243.0.0.0-24", "c2") // outside the supernet
 	mk("242.0.3.0-24", "c3")
-	claims, err := Claims(ctx, broker.Client, pol)
+	claims, err := ClaimedCIDRs(ctx, broker.Client, pol)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,19 +84,19 @@ func TestClaimsCount(t *testing.T) {
 		t.Fatalf("Claims = %v, want %s", claims, want)
 	}
 	// c1's Claim keeps the claim that counts and releases the other.
-	got, err := Claim(ctx, broker.Client, broker.Client, pol, nil, "c1")
+	got, err := ClaimCIDR(ctx, broker.Client, broker.Client, pol, nil, "c1")
 	if err != nil || got != netip.MustParsePrefix("242.0.5.0/24") {
-		t.Fatalf("Claim(c1) = %v, %v", got, err)
+		t.Fatalf("ClaimCIDR(c1) = %v, %v", got, err)
 	}
 	if err := broker.Client.Get(ctx, client.ObjectKey{Name: "242.0.1.0-24"}, &v1alpha1.GlobalCIDR{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("c1's extra claim not released: %v", err)
 	}
 	// A new member skips every taken name, counting or not.
-	got, err = Claim(ctx, broker.Client, broker.Client, pol, nil, "c4")
+	got, err = ClaimCIDR(ctx, broker.Client, broker.Client, pol, nil, "c4")
 	if err != nil || got != netip.MustParsePrefix("242.0.0.0/24") {
-		t.Fatalf("Claim(c4) = %v, %v", got, err)
+		t.Fatalf("ClaimCIDR(c4) = %v, %v", got, err)
 	}
-	if _, err := Claim(ctx, broker.Client, broker.Client, pol, []netip.Prefix{netip.MustParsePrefix("242.0.128.0/17")}, "c5"); err == nil {
+	if _, err := ClaimCIDR(ctx, broker.Client, broker.Client, pol, []netip.Prefix{netip.MustParsePrefix("242.0.128.0/17")}, "c5"); err == nil {
 		t.Fatal("a supernet overlapping the cluster's own CIDRs was accepted")
 	}
 }
@@ -104,7 +104,7 @@ func TestClaimsCount(t *testing.T) {
 // TestClaimRace claims global CIDRs for more clusters than the supernet
 // holds, all at the same moment, against a real API server: every range
 // goes to exactly one cluster, the rest get ErrSupernetExhausted, a second
-// Claim returns the same range (stable), and Release frees it.
+// ClaimCIDR returns the same range (stable), and ReleaseCIDR frees it.
 func TestClaimRace(t *testing.T) {
 	broker := kubetest.Start(t, "broker")
 	ctx := context.Background()
@@ -119,7 +119,7 @@ func TestClaimRace(t *testing.T) {
 			<-start
 			// Six clusters, four ranges: several start their
 			// search at the same range.
-			got[i], errs[i] = Claim(ctx, broker.Client, broker.Client, pl, nil, fmt.Sprintf("c%d", i))
+			got[i], errs[i] = ClaimCIDR(ctx, broker.Client, broker.Client, pl, nil, fmt.Sprintf("c%d", i))
 		})
 	}
 	close(start)
@@ -142,7 +142,7 @@ func TestClaimRace(t *testing.T) {
 	if len(owner) != 4 || exhausted != 2 {
 		t.Fatalf("%d ranges claimed, %d exhausted; want 4 and 2", len(owner), exhausted)
 	}
-	claims, err := Claims(ctx, broker.Client, pl)
+	claims, err := ClaimedCIDRs(ctx, broker.Client, pl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestClaimRace(t *testing.T) {
 		if len(claims[id]) != 1 || claims[id][0] != p {
 			t.Errorf("broker claims of %s = %v, want [%s]", id, claims[id], p)
 		}
-		again, err := Claim(ctx, broker.Client, broker.Client, pl, nil, id)
+		again, err := ClaimCIDR(ctx, broker.Client, broker.Client, pl, nil, id)
 		if err != nil || again != p {
 			t.Errorf("second Claim for %s = %v, %v; want %s", id, again, err, p)
 		}
@@ -163,10 +163,10 @@ func TestClaimRace(t *testing.T) {
 		leaving, freed = i, p
 		break
 	}
-	if err := Release(ctx, broker.Client, broker.Client, fmt.Sprintf("c%d", leaving)); err != nil {
+	if err := ReleaseCIDR(ctx, broker.Client, broker.Client, fmt.Sprintf("c%d", leaving)); err != nil {
 		t.Fatal(err)
 	}
-	next, err := Claim(ctx, broker.Client, broker.Client, pl, nil, "late")
+	next, err := ClaimCIDR(ctx, broker.Client, broker.Client, pl, nil, "late")
 	if err != nil || next != freed {
 		t.Fatalf("Claim after release = %v, %v; want %s", next, err, freed)
 	}

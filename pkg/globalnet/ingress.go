@@ -17,10 +17,10 @@ import (
 // allocation the globalnet controller (pkg/globalnet/controller) makes
 // and persists in GlobalIngress objects. Its verbs are its own: Assign
 // (hand out or keep a Service's addresses), Replay (re-hold persisted
-// ones after a restart), Free (give them back). Claim and Release name
-// this cluster's global CIDR in the broker (cidr.go), Allocate and
-// Release the clusterset VIPs (pkg/mcs) and pkg/nat's Allocator methods
-// underneath.
+// ones after a restart), Free (give them back). ClaimCIDR and
+// ReleaseCIDR are this cluster's global CIDR in the broker (cidr.go);
+// Allocate and Release are the clusterset VIPs' (pkg/mcs) and pkg/nat's
+// Allocator methods underneath.
 
 // NewIngressAllocator returns the allocator of a cluster's global CIDR:
 // the ingress range of nat.ClusterLayout (the layout the gateway uses),
