@@ -26,6 +26,7 @@ import (
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/gateway"
+	globalnetcontroller "github.com/causeway-net/causeway/pkg/globalnet/controller"
 	"github.com/causeway-net/causeway/pkg/kube"
 	mcscontroller "github.com/causeway-net/causeway/pkg/mcs/controller"
 	"github.com/causeway-net/causeway/pkg/routeagent"
@@ -75,6 +76,7 @@ var commands = map[string]func() *cobra.Command{
 	"/usr/local/bin/gateway":        gateway.NewCommand,
 	"/usr/local/bin/route-agent":    routeagent.NewCommand,
 	"/usr/local/bin/mcs-controller": mcscontroller.NewCommand,
+	"/usr/local/bin/globalnet":      globalnetcontroller.NewCommand,
 }
 
 var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
@@ -85,11 +87,15 @@ var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 // under a ServiceAccount of the chart, whatever the values.
 func TestWorkloadFlags(t *testing.T) {
 	for name, values := range valueSets() {
-		t.Run(name, func(t *testing.T) { testWorkloadFlags(t, render(t, values)) })
+		globalnet := false
+		if g, ok := values["globalnet"].(map[string]any); ok {
+			globalnet, _ = g["enabled"].(bool)
+		}
+		t.Run(name, func(t *testing.T) { testWorkloadFlags(t, render(t, values), globalnet) })
 	}
 }
 
-func testWorkloadFlags(t *testing.T, objs []*unstructured.Unstructured) {
+func testWorkloadFlags(t *testing.T, objs []*unstructured.Unstructured, globalnet bool) {
 	config := map[string]string{}
 	accounts := map[string]bool{}
 	var pods []struct {
@@ -187,6 +193,9 @@ func testWorkloadFlags(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	slices.Sort(ran)
 	want := []string{"/usr/local/bin/gateway", "/usr/local/bin/mcs-controller", "/usr/local/bin/route-agent"}
+	if globalnet { // the globalnet controller runs only with globalnet on
+		want = []string{"/usr/local/bin/gateway", "/usr/local/bin/globalnet", "/usr/local/bin/mcs-controller", "/usr/local/bin/route-agent"}
+	}
 	if !slices.Equal(ran, want) {
 		t.Errorf("workloads run %v, want %v", ran, want)
 	}
