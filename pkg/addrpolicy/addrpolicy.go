@@ -56,8 +56,8 @@
 //     overlap is settled once, by that record, CIDR by CIDR: each direct
 //     CIDR of a remote is as old as the oldest claim of its cluster that
 //     contains it (none: ReasonCIDRNotClaimed) and loses to any other
-//     cluster's claim overlapping it that is older (an exact tie: both
-//     lose) — announced or not, valid or not: a claim is the broker's
+//     cluster's claim overlapping it that is older (an exact tie: the
+//     lower cluster ID wins) — announced or not, valid or not: a claim is the broker's
 //     record, and a newer claim never takes a CIDR away from an older
 //     one. A lost CIDR is left out: the Cluster's verdict lacks it, the
 //     Endpoint's subnets inside it are not routed, the messages say what

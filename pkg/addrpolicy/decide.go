@@ -263,8 +263,10 @@ func (cfg Config) checkCluster(id string, c *Cluster) (*Verdict, []netip.Prefix)
 
 // settle is rule 7 for one direct CIDR p of cluster id under the
 // broker's CIDR claims: p is as old as the oldest claim of id containing
-// it, and loses to any other cluster's claim overlapping it that is as
-// old or older. It returns why p is left out (reason and message), or ""
+// it, and loses to any other cluster's claim overlapping it that is
+// older, or as old with a lower cluster ID (claim times have whole
+// seconds: two members joining together must not both lose). It
+// returns why p is left out (reason and message), or ""
 // when it is kept. A claim loses only to older ones, so a newer claim
 // never takes a CIDR away; only the release of an older claim gives one.
 func (cfg Config) settle(id string, p netip.Prefix) (reason, why string) {
@@ -288,7 +290,7 @@ func (cfg Config) settle(id string, p netip.Prefix) (reason, why string) {
 			continue
 		}
 		for q, at := range cs {
-			if !q.Overlaps(p) || at.After(age) {
+			if !q.Overlaps(p) || at.After(age) || (at.Equal(age) && owner > id) {
 				continue
 			}
 			if rival == "" || cmp.Or(at.Compare(rat), strings.Compare(owner, rival), ComparePrefix(q, rq)) < 0 {
@@ -300,8 +302,8 @@ func (cfg Config) settle(id string, p netip.Prefix) (reason, why string) {
 		return "", ""
 	}
 	if rat.Equal(age) {
-		return v1alpha1.ReasonOverlappingCIDR, fmt.Sprintf("%s overlaps %s, claimed by cluster %q in the broker at the same time (%s): neither is routed",
-			p, rq, rival, age.UTC().Format(time.RFC3339))
+		return v1alpha1.ReasonOverlappingCIDR, fmt.Sprintf("%s overlaps %s, claimed in the broker at the same time (%s) by cluster %q, whose ID sorts first",
+			p, rq, age.UTC().Format(time.RFC3339), rival)
 	}
 	return v1alpha1.ReasonOverlappingCIDR, fmt.Sprintf("%s (claimed %s) overlaps %s, claimed earlier by cluster %q in the broker (%s)",
 		p, age.UTC().Format(time.RFC3339), rq, rival, rat.UTC().Format(time.RFC3339))
