@@ -21,6 +21,7 @@ import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/broker"
+	globalnetcontroller "github.com/causeway-net/causeway/pkg/globalnet/controller"
 	"github.com/causeway-net/causeway/pkg/mcs/controller"
 )
 
@@ -48,8 +49,8 @@ func run(t *testing.T, args ...string) (string, error) {
 func TestExportAndShow(t *testing.T) {
 	all := kubetest.StartMany(t, "c1", "c2", "broker")
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	t.Cleanup(func() { cancel(); <-done; <-done })
+	done := make(chan error, 3)
+	t.Cleanup(func() { cancel(); <-done; <-done; <-done })
 	var kubeconfigs []string
 	for _, id := range []string{"c1", "c2"} {
 		c := all[id]
@@ -73,6 +74,12 @@ func TestExportAndShow(t *testing.T) {
 		go func() { done <- mc.Run(ctx) }()
 		kubeconfigs = append(kubeconfigs, "--kubeconfig", id+"="+c.AdminKubeconfig)
 	}
+	// c1's globalnet controller assigns its exports' global addresses.
+	gn, err := globalnetcontroller.New(all["c1"].Config, globalnetcontroller.Config{ClusterID: "c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- gn.Run(ctx) }()
 	// Globalnet as the gateways would mirror it: c1 owns 242.0.1.0/24, and
 	// c2 reaches c1 through a Valid Endpoint with exactly that subnet.
 	c1 := all["c1"].Client
