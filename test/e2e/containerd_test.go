@@ -55,8 +55,8 @@ func TestLabContainerd(t *testing.T) {
 		if err := l.Client(cluster).List(ctx, pods, client.InNamespace("causeway-system")); err != nil {
 			t.Fatal(err)
 		}
-		if len(pods.Items) != 4 {
-			t.Errorf("%s: %d Pods in causeway-system, want 4 (2 route agents, a gateway, the MCS controller)", cluster, len(pods.Items))
+		if len(pods.Items) != 5 {
+			t.Errorf("%s: %d Pods in causeway-system, want 5 (2 route agents, a gateway, the MCS and globalnet controllers)", cluster, len(pods.Items))
 		}
 		for _, p := range pods.Items {
 			for _, cs := range p.Status.ContainerStatuses {
