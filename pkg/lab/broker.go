@@ -28,10 +28,11 @@ func (s *State) ClusterSetPolicy() addrpolicy.Policy { return addrpolicy.Default
 // (EnforceQuotas) it announces every cluster in order and returns each
 // one's kubeconfig (the broker on the root namespace's loopback) by
 // cluster name. Only then (installCauseway) are the credentials handed
-// to the daemons: when two clusters' CIDRs overlap, gateways keep the
-// older one, so c1 must be announced before any gateway publishes (c1
-// before c2, as users of the lab expect; the gateways update these
-// objects later).
+// to the daemons: when two clusters' CIDRs overlap, the ClusterSet keeps
+// the older claim (of the same second: the lower cluster ID), so c1's
+// CIDRs must be claimed before any gateway claims c2's (c1 before c2,
+// as users of the lab expect; the gateways adopt these claims and
+// update the Cluster objects later).
 func (s *State) joinBroker(ctx context.Context) (map[string][]byte, error) {
 	admin, err := s.RESTConfig("broker")
 	if err != nil {
@@ -72,6 +73,21 @@ func (s *State) announce(ctx context.Context, bc client.Client, cluster string) 
 	}
 	if err := bc.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("announce cluster %s in the broker: %w", cluster, err)
+	}
+	// The CIDR claims the gateway makes (pkg/gateway claimCIDRs): every
+	// pod and service CIDR, under globalnet the IPv6 ones only.
+	for _, p := range append(c.PodCIDRs(), c.ServiceCIDRs()...) {
+		if s.Globalnet && p.Addr().Is4() {
+			continue
+		}
+		claim := &v1alpha1.CIDRClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace(cluster), Name: addrpolicy.CIDRClaimName(p),
+				Labels: map[string]string{v1alpha1.LabelClusterID: cluster}},
+			Spec: v1alpha1.CIDRClaimSpec{CIDR: p.String(), ClusterID: cluster},
+		}
+		if err := bc.Create(ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("claim %s for cluster %s in the broker: %w", p, cluster, err)
+		}
 	}
 	return nil
 }
