@@ -45,3 +45,29 @@ func ParseCIDRClaimName(name string) (netip.Prefix, error) {
 	}
 	return p, nil
 }
+
+// DirectCIDRs are the CIDRs of subnets (a cluster's pod and service
+// CIDRs) that remotes reach directly, each claimed in the broker (rule
+// 7): all of them, or under globalnet the IPv6 ones only (the IPv4 ones
+// are reached through the global CIDR and claim nothing).
+func DirectCIDRs(subnets []netip.Prefix, globalnet bool) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range subnets {
+		if !globalnet || p.Addr().Is6() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ValidPrefixes are the CIDRs of ss that parse, masked; the others are
+// skipped (for subnets an object already had checked by Decide).
+func ValidPrefixes(ss []string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ss))
+	for _, s := range ss {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}

@@ -27,3 +27,13 @@ func TestCIDRClaimName(t *testing.T) {
 		}
 	}
 }
+
+func TestDirectCIDRs(t *testing.T) {
+	subnets := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/64"), netip.MustParsePrefix("10.96.0.0/16")}
+	if got := DirectCIDRs(subnets, false); len(got) != 3 {
+		t.Errorf("without globalnet: %v, want all of %v", got, subnets)
+	}
+	if got := DirectCIDRs(subnets, true); len(got) != 1 || got[0] != subnets[1] {
+		t.Errorf("under globalnet: %v, want the IPv6 one only", got)
+	}
+}

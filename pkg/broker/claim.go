@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
 
@@ -126,4 +128,14 @@ func Leave(ctx context.Context, bc client.Client, clusterID string) error {
 		return fmt.Errorf("revoke the broker identity %s/%s: %w", ns, ServiceAccountName, err)
 	}
 	return nil
+}
+
+// NewCIDRClaim is cluster clusterID's CIDRClaim on p in its broker
+// namespace, named addrpolicy.CIDRClaimName(p), as the gateway writes it.
+func NewCIDRClaim(clusterID string, p netip.Prefix) *v1alpha1.CIDRClaim {
+	return &v1alpha1.CIDRClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace(clusterID), Name: addrpolicy.CIDRClaimName(p),
+			Labels: map[string]string{LabelClusterID: clusterID}},
+		Spec: v1alpha1.CIDRClaimSpec{CIDR: p.String(), ClusterID: clusterID},
+	}
 }

@@ -180,12 +180,7 @@ func (e *Engine) announced(t *activeTerm) []netip.Prefix {
 	if t.global != nil {
 		out = append(out, t.global.CIDR)
 	}
-	for _, p := range e.cfg.subnets() {
-		if p.Addr().Is6() || t.global == nil {
-			out = append(out, p)
-		}
-	}
-	return out
+	return append(out, e.directCIDRs(t)...)
 }
 
 // healthIP is the health-check address: the global CIDR's under

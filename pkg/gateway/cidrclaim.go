@@ -4,23 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/broker"
 )
 
 // directCIDRs are this cluster's CIDRs that remotes reach directly, each
-// claimed in the broker (a CIDRClaim, addrpolicy rule 7): its pod and
-// service CIDRs, only the IPv6 ones under globalnet (the IPv4 ones are
-// reached through the global CIDR and claim nothing).
+// claimed in the broker (addrpolicy.DirectCIDRs).
 func (e *Engine) directCIDRs(t *activeTerm) []netip.Prefix {
-	return slices.DeleteFunc(e.announced(t), func(p netip.Prefix) bool { return t.global != nil && p == t.global.CIDR })
+	return addrpolicy.DirectCIDRs(e.cfg.subnets(), t.global != nil)
 }
 
 // claimCIDRs makes this cluster's CIDRClaims in its broker namespace the
@@ -51,10 +48,7 @@ func (e *Engine) claimCIDRs(ctx context.Context, direct []netip.Prefix) error {
 		e.log.Info("released CIDR claim", "name", c.Name, "cidr", c.Spec.CIDR)
 	}
 	for name, p := range want {
-		c := &v1alpha1.CIDRClaim{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{v1alpha1.LabelClusterID: e.cfg.ClusterID}},
-			Spec:       v1alpha1.CIDRClaimSpec{CIDR: p.String(), ClusterID: e.cfg.ClusterID},
-		}
+		c := broker.NewCIDRClaim(e.cfg.ClusterID, p)
 		// AlreadyExists: claimed meanwhile (another candidate's term, or
 		// a cache behind); a claim of ours under that name that was
 		// being deleted is created at the next sync.

@@ -74,18 +74,9 @@ func (s *State) announce(ctx context.Context, bc client.Client, cluster string) 
 	if err := bc.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("announce cluster %s in the broker: %w", cluster, err)
 	}
-	// The CIDR claims the gateway makes (pkg/gateway claimCIDRs): every
-	// pod and service CIDR, under globalnet the IPv6 ones only.
-	for _, p := range append(c.PodCIDRs(), c.ServiceCIDRs()...) {
-		if s.Globalnet && p.Addr().Is4() {
-			continue
-		}
-		claim := &v1alpha1.CIDRClaim{
-			ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace(cluster), Name: addrpolicy.CIDRClaimName(p),
-				Labels: map[string]string{v1alpha1.LabelClusterID: cluster}},
-			Spec: v1alpha1.CIDRClaimSpec{CIDR: p.String(), ClusterID: cluster},
-		}
-		if err := bc.Create(ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
+	// The CIDR claims the gateway makes (pkg/gateway claimCIDRs).
+	for _, p := range addrpolicy.DirectCIDRs(append(c.PodCIDRs(), c.ServiceCIDRs()...), s.Globalnet) {
+		if err := bc.Create(ctx, broker.NewCIDRClaim(cluster, p)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("claim %s for cluster %s in the broker: %w", p, cluster, err)
 		}
 	}

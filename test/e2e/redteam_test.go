@@ -22,7 +22,6 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/globalnet"
 	"github.com/causeway-net/causeway/pkg/kube"
@@ -245,9 +244,7 @@ func TestRedTeam(t *testing.T) {
 		refusedEverywhere("c3's pod CIDR", v1alpha1.ReasonOverlappingCIDR, v1alpha1.ReasonCIDRNotClaimed, v1alpha1.ReasonInvalidCluster)
 	}
 	untouched("c3's pod CIDR announced by c2")
-	cc := &v1alpha1.CIDRClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: addrpolicy.CIDRClaimName(c3Pods),
-		Labels: map[string]string{broker.LabelClusterID: "c2"}},
-		Spec: v1alpha1.CIDRClaimSpec{CIDR: c3Pods.String(), ClusterID: "c2"}}
+	cc := broker.NewCIDRClaim("c2", c3Pods)
 	if err := att.Create(ctx, cc); err != nil {
 		t.Fatalf("c2 claims %s in its own namespace: %v", c3Pods, err)
 	}

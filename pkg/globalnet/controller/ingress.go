@@ -21,6 +21,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/globalnet"
 	"github.com/causeway-net/causeway/pkg/nat"
 )
@@ -59,7 +60,7 @@ func (c *Controller) ownCluster(ctx context.Context) (global netip.Prefix, podCI
 	}
 	for _, s := range cl.Spec.GlobalCIDRs {
 		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() {
-			return p.Masked(), parsePrefixes(cl.Spec.PodCIDRs), true, nil
+			return p.Masked(), addrpolicy.ValidPrefixes(cl.Spec.PodCIDRs), true, nil
 		}
 	}
 	return netip.Prefix{}, nil, false, nil
@@ -283,16 +284,6 @@ func (c *Controller) waitingRequests() []reconcile.Request {
 	out := make([]reconcile.Request, 0, len(c.alloc.waiting))
 	for k := range c.alloc.waiting {
 		out = append(out, reconcile.Request{NamespacedName: k})
-	}
-	return out
-}
-
-func parsePrefixes(in []string) []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(in))
-	for _, s := range in {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-		}
 	}
 	return out
 }

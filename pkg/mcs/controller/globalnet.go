@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net/netip"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -55,20 +55,10 @@ func (c *Controller) reach(ctx context.Context, id string) mcs.Reach {
 			r.NoTunnel = fmt.Sprintf("its gateway endpoint is not valid (%s: %s)", valid.Reason, valid.Message)
 		default:
 			r.Tunnel = true
-			r.Subnets = parsePrefixes(ep.Spec.Subnets)
+			r.Subnets = addrpolicy.ValidPrefixes(ep.Spec.Subnets)
 		}
 	}
 	return r
-}
-
-func parsePrefixes(in []string) []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(in))
-	for _, s := range in {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-		}
-	}
-	return out
 }
 
 // onMirror maps a mirrored Cluster or Endpoint of another cluster (named

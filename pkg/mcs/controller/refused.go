@@ -25,8 +25,8 @@ func (c *Controller) recordPolicy(ctx context.Context) addrpolicy.Config {
 	cfg := addrpolicy.Config{Policy: c.cfg.Policy}
 	var own causewayv1alpha1.Cluster
 	if c.local.Get(ctx, types.NamespacedName{Namespace: c.cfg.Namespace, Name: c.cfg.ClusterID}, &own) == nil {
-		cfg.LocalCIDRs = append(parsePrefixes(own.Spec.PodCIDRs), parsePrefixes(own.Spec.ServiceCIDRs)...)
-		cfg.GlobalCIDRs = parsePrefixes(own.Spec.GlobalCIDRs)
+		cfg.LocalCIDRs = append(addrpolicy.ValidPrefixes(own.Spec.PodCIDRs), addrpolicy.ValidPrefixes(own.Spec.ServiceCIDRs)...)
+		cfg.GlobalCIDRs = addrpolicy.ValidPrefixes(own.Spec.GlobalCIDRs)
 	}
 	return cfg
 }
