@@ -21,6 +21,7 @@ import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/daemon"
+	"github.com/causeway-net/causeway/pkg/inspect"
 )
 
 // MetricsPort is the gateway's default /metrics port (127.0.0.1).
@@ -132,6 +133,7 @@ object) and exits.`,
 	fs.IntVar(&f.candidateProbeMisses, "candidate-probe-misses", f.candidateProbeMisses, "unanswered probes in a row (with no lease renewal seen for as long) after which a passive candidate takes the lease over before it expires, 1 to 10")
 	fs.BoolVar(&f.globalnet, "globalnet", f.globalnet, "reach this cluster only through a global CIDR of the ClusterSet policy's supernet (for clusters whose pod/service CIDRs overlap another member's)")
 	fs.BoolVar(&f.cleanup, "cleanup", false, "remove everything this gateway created and exit")
+	cmd.AddCommand(inspect.NewCommand())
 	return cmd
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/causeway-net/causeway/pkg/vip"
 )
 
 // BPFFS is the lab's own bpffs mount. Each node's route agent sees its
@@ -25,7 +27,7 @@ func (s *State) NodeBPFFS(cluster, node string) string {
 // VIPPinDir is a node's VIP pin directory: the route agent's default
 // <bpffs>/causeway/vip in NodeBPFFS.
 func (s *State) VIPPinDir(cluster, node string) string {
-	return filepath.Join(s.NodeBPFFS(cluster, node), "causeway", "vip")
+	return vip.PinDir(s.NodeBPFFS(cluster, node))
 }
 
 func (s *State) mountBPFFS() error {

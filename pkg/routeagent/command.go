@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/daemon"
+	"github.com/causeway-net/causeway/pkg/inspect"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/vip"
 )
@@ -62,7 +62,7 @@ func (f *flags) pinDir() string {
 	if f.vipPinDir != "" {
 		return f.vipPinDir
 	}
-	return filepath.Join(f.bpffs, "causeway", "vip")
+	return vip.PinDir(f.bpffs)
 }
 
 // NewCommand returns the route agent's command.
@@ -122,6 +122,7 @@ it changes. --cleanup removes everything it owns on the node and exits.`,
 		log.Info("cleanup done")
 		return nil
 	}
+	cmd.AddCommand(inspect.NewCommand())
 	return cmd
 }
 

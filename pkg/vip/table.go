@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"path/filepath"
 )
 
 // Proto is the IP protocol number of a service port.
@@ -135,3 +136,7 @@ func validate(desired map[ServiceKey]Service, lim Limits) error {
 	}
 	return nil
 }
+
+// PinDir is where the VIP datapath pins its maps and links under a bpffs
+// mount (the route agent's default, and what `inspect` reads).
+func PinDir(bpffs string) string { return filepath.Join(bpffs, "causeway", "vip") }
