@@ -116,9 +116,11 @@ type Status struct {
 	// LastHandshake is the time of the latest handshake; zero if none or
 	// if the driver has no handshake.
 	LastHandshake time.Time
-	// RxBytes and TxBytes count tunnel payload; -1 where the driver
-	// cannot count per connection.
-	RxBytes, TxBytes int64
+	// RxBytes and TxBytes count tunnel payload, RxPackets and TxPackets
+	// its packets; -1 where the driver cannot count per connection. They
+	// may restart from zero (a peer re-added, an SA rekeyed).
+	RxBytes, TxBytes     int64
+	RxPackets, TxPackets int64
 }
 
 // Driver is a tunnel driver bound to one LocalEndpoint.

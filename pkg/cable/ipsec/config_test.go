@@ -168,8 +168,19 @@ func TestParseSA(t *testing.T) {
 	child.Set("state", "INSTALLED")
 	child.Set("bytes-in", "100")
 	child.Set("bytes-out", "250")
+	child.Set("packets-in", "3")
+	child.Set("packets-out", "5")
+	// A CHILD_SA being rekeyed: its counters add to the new one's.
+	old := vici.NewMessage()
+	old.Set("name", "cw-b")
+	old.Set("state", "REKEYED")
+	old.Set("bytes-in", "1000")
+	old.Set("bytes-out", "2000")
+	old.Set("packets-in", "10")
+	old.Set("packets-out", "20")
 	children := vici.NewMessage()
 	children.Set("cw-b-3", child)
+	children.Set("cw-b-2", old)
 	ike := vici.NewMessage()
 	ike.Set("state", "ESTABLISHED")
 	ike.Set("established", "42")
@@ -180,7 +191,8 @@ func TestParseSA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := SA{Conn: "cw-b", State: "ESTABLISHED", Established: 42e9, ChildInstalled: true, BytesIn: 100, BytesOut: 250}
+	want := SA{Conn: "cw-b", State: "ESTABLISHED", Established: 42e9, ChildInstalled: true, BytesIn: 1100, BytesOut: 2250,
+		PacketsIn: 13, PacketsOut: 25}
 	if len(sas) != 1 || sas[0] != want {
 		t.Fatalf("got %+v, want %+v", sas, want)
 	}

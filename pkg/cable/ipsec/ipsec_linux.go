@@ -438,8 +438,8 @@ func listSAs(ctx context.Context, s *vici.Session) ([]SA, error) {
 // Connections implements cable.Driver from list-sas: connected when an
 // IKE_SA of the connection is ESTABLISHED with an INSTALLED CHILD_SA
 // (otherwise connecting); LastHandshake is when that IKE_SA was
-// established; bytes are summed over the connection's CHILD_SAs (they
-// restart from zero on rekeying).
+// established; bytes and packets are summed over the connection's
+// CHILD_SAs (they restart from zero on rekeying).
 func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -460,6 +460,8 @@ func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 			}
 			st.RxBytes += sa.BytesIn
 			st.TxBytes += sa.BytesOut
+			st.RxPackets += sa.PacketsIn
+			st.TxPackets += sa.PacketsOut
 			if sa.State == "ESTABLISHED" && sa.ChildInstalled {
 				st.Connected = true
 				if t := now.Add(-sa.Established); t.After(st.LastHandshake) {

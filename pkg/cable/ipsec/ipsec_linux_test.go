@@ -137,7 +137,8 @@ func TestIPsecDetails(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(st) != 1 || !st[0].Connected || st[0].LastHandshake.IsZero() || st[0].RxBytes <= 0 || st[0].TxBytes <= 0 {
+		if len(st) != 1 || !st[0].Connected || st[0].LastHandshake.IsZero() || st[0].RxBytes <= 0 || st[0].TxBytes <= 0 ||
+			st[0].RxPackets <= 0 || st[0].TxPackets <= 0 {
 			return fmt.Errorf("status after traffic: %+v", st)
 		}
 		return nil

@@ -109,8 +109,11 @@ type SA struct {
 	State       string // IKE_SA state, e.g. ESTABLISHED, CONNECTING
 	Established time.Duration
 	// ChildInstalled is true when at least one CHILD_SA is INSTALLED.
-	ChildInstalled    bool
-	BytesIn, BytesOut int64
+	ChildInstalled bool
+	// BytesIn, BytesOut, PacketsIn and PacketsOut are summed over the
+	// CHILD_SAs.
+	BytesIn, BytesOut     int64
+	PacketsIn, PacketsOut int64
 }
 
 // ParseSA parses one list-sa event message ({<conn>: {...}}).
@@ -139,7 +142,8 @@ func ParseSA(m *vici.Message) ([]SA, error) {
 				if st, _ := c.Get("state").(string); st == "INSTALLED" {
 					sa.ChildInstalled = true
 				}
-				for key, dst := range map[string]*int64{"bytes-in": &sa.BytesIn, "bytes-out": &sa.BytesOut} {
+				for key, dst := range map[string]*int64{"bytes-in": &sa.BytesIn, "bytes-out": &sa.BytesOut,
+					"packets-in": &sa.PacketsIn, "packets-out": &sa.PacketsOut} {
 					if s, ok := c.Get(key).(string); ok {
 						n, err := strconv.ParseInt(s, 10, 64)
 						if err != nil {

@@ -193,7 +193,8 @@ func owned(mac net.HardwareAddr) bool {
 // Connections implements cable.Driver. VXLAN has no handshake: a
 // connection is reported connected when its FDB entry and its routes
 // (via the next hop of each subnet's family) are all programmed. Byte
-// counters are not kept per remote (-1).
+// and packet counters are not kept per remote (-1): the device counts
+// all remotes together.
 func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -227,7 +228,7 @@ func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 			ok = ok && haveRoute[p] == nextHop(c.Endpoint.Addr(), p)
 		}
 		out = append(out, cable.Status{ClusterID: c.ClusterID, Endpoint: c.Endpoint, Subnets: c.Subnets,
-			Connected: ok, RxBytes: -1, TxBytes: -1})
+			Connected: ok, RxBytes: -1, TxBytes: -1, RxPackets: -1, TxPackets: -1})
 	}
 	return out, nil
 }

@@ -385,7 +385,8 @@ func peerEqual(p wgtypes.Peer, c cable.Connection) bool {
 func ptr[T any](v T) *T { return &v }
 
 // Connections implements cable.Driver with handshake times and byte
-// counters read from the device.
+// counters read from the device; WireGuard counts no packets per peer
+// (-1).
 func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -402,7 +403,7 @@ func (d *Driver) Connections(ctx context.Context) ([]cable.Status, error) {
 	}
 	var out []cable.Status
 	for _, c := range d.conns {
-		st := cable.Status{ClusterID: c.ClusterID, Endpoint: c.Endpoint, Subnets: c.Subnets}
+		st := cable.Status{ClusterID: c.ClusterID, Endpoint: c.Endpoint, Subnets: c.Subnets, RxPackets: -1, TxPackets: -1}
 		if p, ok := peers[wgtypes.Key(c.PublicKey)]; ok {
 			st.LastHandshake = p.LastHandshakeTime
 			st.RxBytes, st.TxBytes = p.ReceiveBytes, p.TransmitBytes

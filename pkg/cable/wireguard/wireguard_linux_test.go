@@ -112,7 +112,8 @@ func TestHandshakeStatusAndKeyRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st) != 1 || st[0].ClusterID != "b" || st[0].LastHandshake.IsZero() || st[0].RxBytes == 0 || st[0].TxBytes == 0 || !st[0].Connected {
+	if len(st) != 1 || st[0].ClusterID != "b" || st[0].LastHandshake.IsZero() || st[0].RxBytes == 0 || st[0].TxBytes == 0 || !st[0].Connected ||
+		st[0].RxPackets != -1 || st[0].TxPackets != -1 {
 		t.Fatalf("status after traffic: %+v", st)
 	}
 	// AllowedIPs are exactly the peer's subnets.
