@@ -139,6 +139,7 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 	e.setRole(v1alpha1.HAStatusPassive)
 	e.m.active.Set(0)
+	e.view.clear()
 	t.prober.Close()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), 5*time.Second)
 	defer cancel()
@@ -277,6 +278,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 			return err
 		}
 		t.driver = d
+		e.view.setDriver(d)
 		step("driver")
 	}
 	if hc := e.healthIP(t); hc.IsValid() {
@@ -395,6 +397,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	}
 	t.endpoints = programmed
 	t.desired = d
+	e.view.setRefused(refusals(e.cfg.ClusterID, d))
 	invalid := 0
 	for _, c := range d.Clusters {
 		if c.Endpoint != nil && !c.Endpoint.Valid {

@@ -209,6 +209,9 @@ type Engine struct {
 
 	trigger chan struct{} // capacity 1: "something changed, sync"
 
+	// view is what the tunnel metrics read of the active term.
+	view termView
+
 	// driverMu serialises the driver's lifetimes (leftover removal and
 	// an active term never overlap).
 	driverMu sync.Mutex
@@ -271,6 +274,12 @@ func New(cfg Config) (*Engine, error) {
 		recorder: eb.NewRecorder(scheme, corev1.EventSource{Component: "causeway-gateway", Host: cfg.NodeName}),
 		trigger:  make(chan struct{}, 1),
 		role:     v1alpha1.HAStatusPassive,
+	}
+	if cfg.Metrics != nil {
+		dev := cfg.device()
+		cfg.Metrics.MustRegister(newTunnelCollector(&e.view, dev, func() (deviceCounters, error) {
+			return readDeviceCounters(cfg.Netns, dev)
+		}, cfg.Log))
 	}
 	return e, nil
 }

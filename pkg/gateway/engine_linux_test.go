@@ -277,6 +277,34 @@ type gw struct {
 	err    error // Run's result, once done is closed
 }
 
+// series returns the values of metric name in the candidate's registry,
+// keyed by their labels ("k=v,k=v"; "" without labels).
+func (g *gw) series(t *testing.T, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := g.e.cfg.Metrics.(prometheus.Gatherer).Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			v := m.GetGauge().GetValue()
+			if m.Counter != nil {
+				v = m.GetCounter().GetValue()
+			}
+			out[strings.Join(labels, ",")] = v
+		}
+	}
+	return out
+}
+
 func (g *gw) stop(t *testing.T) {
 	g.cancel()
 	select {
@@ -437,6 +465,23 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	if g, _ := gatewayObj(t, env.c1.Client, "c1-gw-a"); g != nil && len(g.Status.Connections) == 1 {
 		t.Logf("%s: c1-gw-a -> c3 %s rtt %+v", driver, g.Status.Connections[0].Status, *g.Status.Connections[0].LatencyRTT)
 	}
+	// Its metrics, read from the driver and the device at scrape time:
+	// the device counted the traffic; WireGuard also per remote, with
+	// the handshake; VXLAN counts nothing per remote.
+	if got := a.series(t, "causeway_gateway_tunnel_device_receive_packets_total")["device="+tp.dev("1a")]; got == 0 {
+		t.Errorf("%s: tunnel device received no packets: %v", driver, a.series(t, "causeway_gateway_tunnel_device_receive_packets_total"))
+	}
+	rx, hs := a.series(t, "causeway_gateway_tunnel_receive_bytes_total"), a.series(t, "causeway_gateway_tunnel_last_handshake_timestamp_seconds")
+	switch driver {
+	case "wireguard":
+		if rx["remote_cluster=c3"] == 0 || hs["remote_cluster=c3"] < float64(start.Unix()) {
+			t.Errorf("wireguard: bytes from c3 %v, handshake %v", rx, hs)
+		}
+	case "vxlan":
+		if len(rx) != 0 || len(hs) != 0 {
+			t.Errorf("vxlan: per-remote bytes %v or handshake %v", rx, hs)
+		}
+	}
 
 	// A bad remote: c9 announces the default route. The broker's
 	// admission refuses it from c9's own identity (pkg/broker
@@ -481,6 +526,13 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	if err := tcpRoundTrip(tp.path(tp.p1), netip.AddrPortFrom(pod3, 8080)); err != nil {
 		t.Fatalf("c3 broken by the bad remote: %v", err)
 	}
+	refusedC9 := "kind=Endpoint,reason=" + v1alpha1.ReasonInvalidCIDR + ",remote_cluster=c9"
+	eventually(t, "c9 reported refused", 10*time.Second, func() error {
+		if got := a.series(t, "causeway_gateway_remote_refused"); got[refusedC9] != 1 || len(got) != 1 {
+			return fmt.Errorf("refused remotes %v, want only %s", got, refusedC9)
+		}
+		return nil
+	})
 	if err := env.broker.Client.Delete(ctx, bad); err != nil {
 		t.Fatal(err)
 	}
@@ -490,6 +542,12 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 			return nil
 		}
 		return fmt.Errorf("still there: %v", err)
+	})
+	eventually(t, "no remote reported refused", 10*time.Second, func() error {
+		if got := a.series(t, "causeway_gateway_remote_refused"); len(got) != 0 {
+			return fmt.Errorf("refused remotes after the bad Endpoint went: %v", got)
+		}
+		return nil
 	})
 
 	testLateOverlap(t, env, tp, c9, c9Cluster, driver)
@@ -512,6 +570,9 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	})
 	if out, _ := exec.Command("ip", "-n", tp.gw1b, "link", "show", tp.dev("1b")).CombinedOutput(); !strings.Contains(string(out), "does not exist") {
 		t.Errorf("passive candidate has a tunnel device: %s", out)
+	}
+	if got := b.series(t, "causeway_gateway_tunnel_device_receive_packets_total"); len(got) != 0 {
+		t.Errorf("passive candidate reports a tunnel device: %v", got)
 	}
 
 	probe := startProbe(t, tp.path(tp.p3), netip.AddrPortFrom(anycast1, 7777))

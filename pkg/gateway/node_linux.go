@@ -64,6 +64,24 @@ func linkExists(nsPath, dev string) (bool, error) {
 	return err == nil, err
 }
 
+// readDeviceCounters reads the kernel's counters of device dev.
+func readDeviceCounters(nsPath, dev string) (deviceCounters, error) {
+	h, err := netnsx.Handle(nsPath)
+	if err != nil {
+		return deviceCounters{}, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return deviceCounters{}, fmt.Errorf("find tunnel device %s: %w", dev, err)
+	}
+	st := l.Attrs().Statistics
+	if st == nil {
+		return deviceCounters{}, fmt.Errorf("tunnel device %s: no statistics", dev)
+	}
+	return deviceCounters{RxBytes: st.RxBytes, TxBytes: st.TxBytes, RxPackets: st.RxPackets, TxPackets: st.TxPackets}, nil
+}
+
 // nodeNetworks returns the networks of addrs as configured in the
 // namespace: the prefix of the interface address equal to each one (a
 // public address behind NAT, on no interface, stands for itself, /32 or

@@ -14,4 +14,6 @@ func ensureHealthAddr(string, string, netip.Addr) error { return errNotLinux }
 
 func linkExists(string, string) (bool, error) { return false, errNotLinux }
 
+func readDeviceCounters(string, string) (deviceCounters, error) { return deviceCounters{}, errNotLinux }
+
 func nodeNetworks(string, ...netip.Addr) ([]netip.Prefix, error) { return nil, errNotLinux }
