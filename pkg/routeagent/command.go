@@ -19,7 +19,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -279,13 +278,7 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		// Close keeps the programs attached and the maps pinned: VIPs keep
 		// working while the agent restarts.
 		defer table.Close()
-		services := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "causeway", Subsystem: "route_agent",
-			Name: "vip_services", Help: "Clusterset VIP service ports in the eBPF datapath."})
-		leftOut := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "causeway", Subsystem: "route_agent",
-			Name: "vip_imports_left_out", Help: "ServiceImports left out of the eBPF datapath because its maps are full (the newest, remote-only first)."})
-		ignored := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "causeway", Subsystem: "route_agent",
-			Name: "vip_inputs_ignored", Help: "VIP inputs never programmed: addresses outside the VIP ranges or held by an older import, EndpointSlices not written by the MCS controller for their import, imports whose weights do not fit."})
-		rt.Metrics.MustRegister(services, leftOut, ignored)
+		vipMetrics := NewVIPMetrics(rt.Metrics, table)
 		vipCfg := VIPConfig{ClusterID: opts.ClusterID, Ranges: []netip.Prefix{policy.VIPRange, policy.VIPRangeIPv6}}
 		var lastLeftOut int
 		// src is set before the runner runs (the go statement below).
@@ -293,8 +286,7 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		vipRunner := NewRunner(RunnerConfig{MinInterval: f.minInterval, FullInterval: f.fullInterval}, func(ctx context.Context, _ bool) error {
 			st, err := SyncVIPs(ctx, vipCfg, src, table)
 			rt.SetReady("vip", err)
-			leftOut.Set(float64(len(st.LeftOut)))
-			ignored.Set(float64(st.Ignored))
+			vipMetrics.observe(st, err)
 			if len(st.LeftOut) != lastLeftOut {
 				if len(st.LeftOut) > 0 {
 					rt.Log.Warn("VIP table full: imports left out", "count", len(st.LeftOut), "limits", table.Limits(),
@@ -303,9 +295,6 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 					rt.Log.Info("VIP table holds every import again")
 				}
 				lastLeftOut = len(st.LeftOut)
-			}
-			if err == nil {
-				services.Set(float64(len(st.Services)))
 			}
 			return err
 		})

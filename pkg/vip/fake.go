@@ -85,6 +85,13 @@ func applyOps(m mapState, o ops) {
 // Limits implements Table.
 func (f *Fake) Limits() Limits { return f.limits }
 
+// Usage implements Table.
+func (f *Fake) Usage() Limits {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return Limits{Services: uint32(len(f.maps.services)), Backends: uint32(len(f.maps.backends))}
+}
+
 // Close implements Table.
 func (f *Fake) Close() error {
 	f.mu.Lock()

@@ -499,6 +499,16 @@ func (k *Kernel) Services() (map[ServiceKey]Service, error) {
 // MaxBackends).
 func (k *Kernel) Limits() Limits { return k.limits }
 
+// Usage implements Table: the entries of vip_services and vip_backends
+// as the last Set that succeeded left them (after a Set that failed
+// half-way, until the next one re-reads the maps, what they held before
+// it).
+func (k *Kernel) Usage() Limits {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return Limits{Services: uint32(len(k.state.services)), Backends: uint32(len(k.state.backends))}
+}
+
 // LastOps returns the map writes of the last Set that changed anything.
 func (k *Kernel) LastOps() OpCounts {
 	k.mu.Lock()

@@ -533,6 +533,9 @@ func TestKernelRestartAdoptsAndCleanup(t *testing.T) {
 	if !reflect.DeepEqual(got, desired) {
 		t.Fatalf("adopted maps hold %v, want %v", got, desired)
 	}
+	if u := k2.Usage(); u != (Limits{Services: 1, Backends: 2}) {
+		t.Errorf("adopted maps' usage %+v, want 1 service, 2 backend slots", u)
+	}
 	mustSet(t, k2, desired)
 	if ops := k2.LastOps(); ops.Total() != 0 {
 		t.Errorf("setting the adopted state again wrote %+v, want nothing", ops)

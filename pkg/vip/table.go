@@ -84,6 +84,9 @@ type Table interface {
 	// Limits are the most entries the table holds: Set refuses a desired
 	// state beyond them (ErrInvalid), so callers fit theirs within.
 	Limits() Limits
+	// Usage is how many of them it holds: services, and backend slots
+	// (one per distinct backend of each service).
+	Usage() Limits
 	// Close releases the Table's resources. The kernel implementation leaves
 	// the programs attached and the maps pinned, so the datapath keeps
 	// working until a new Table adopts them or Cleanup removes them.
