@@ -146,6 +146,32 @@ func (a *Allocator) Owners() int { return len(a.owners) }
 // IPsInUse is the number of ingress IPs carrying a port pair or held whole.
 func (a *Allocator) IPsInUse() int { return a.inUse }
 
+// Usage is how much of an Allocator's range is held.
+type Usage struct {
+	// IPs is the size of the ingress range; PairIPs of them carry port
+	// pairs, WholeIPs are held whole.
+	IPs, PairIPs, WholeIPs int
+	// Pairs is how many IP:port pairs the range has (IPs × ports per
+	// IP: what it holds when no IP is held whole); PairsInUse are held.
+	Pairs, PairsInUse int
+}
+
+// Usage counts what the allocator holds (O(ingress IPs)).
+func (a *Allocator) Usage() Usage {
+	u := Usage{IPs: a.ips.Len(), Pairs: a.ips.Len() * a.ports.Len()}
+	for _, s := range a.slots {
+		switch {
+		case s == nil:
+		case s.whole != "":
+			u.WholeIPs++
+		case s.owners > 0:
+			u.PairIPs++
+			u.PairsInUse += a.ports.Len() - s.free
+		}
+	}
+	return u
+}
+
 // Allocate makes owner hold n distinct ports on one ingress IP and returns
 // them. An owner that holds k ports already keeps them: k == n returns
 // them unchanged, k < n adds n-k ports on the same IP (the held ports

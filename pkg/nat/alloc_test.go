@@ -296,6 +296,10 @@ func checkInvariants(t *testing.T, a *Allocator) {
 	if a.IPsInUse() != len(whole)+len(withPorts) {
 		t.Fatalf("IPsInUse %d, counted %d", a.IPsInUse(), len(whole)+len(withPorts))
 	}
+	want := Usage{IPs: a.ips.Len(), PairIPs: len(withPorts), WholeIPs: len(whole), Pairs: a.ips.Len() * a.ports.Len(), PairsInUse: len(held)}
+	if u := a.Usage(); u != want {
+		t.Fatalf("Usage %+v, counted %+v", u, want)
+	}
 }
 
 // BenchmarkAllocate100k: 50 000 Services of two ports (100 000 pairs) in

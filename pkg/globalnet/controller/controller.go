@@ -183,6 +183,9 @@ func New(local *rest.Config, cfg Config) (*Controller, error) {
 			waiting: map[types.NamespacedName]bool{},
 		},
 	}
+	if cfg.Metrics != nil {
+		cfg.Metrics.MustRegister(newPoolCollector(&c.alloc))
+	}
 	if err := c.setup(); err != nil {
 		return nil, err
 	}

@@ -48,3 +48,50 @@ func (m *metrics) observe(d time.Duration, err error) {
 	}
 	m.lastSuccess.SetToCurrentTime()
 }
+
+// poolCollector reports at scrape time how much of the global pool the
+// allocator holds: the ingress range of this cluster's global CIDR,
+// whose IPs carry the exports' IP:port pairs or are held whole by
+// headless backing pods. Only the leader, once it has built its
+// allocator, reports it (a standby replica, or a cluster whose gateway
+// has claimed no global CIDR yet, reports none).
+type poolCollector struct {
+	alloc                          *allocation
+	ips, ipsUsed, pairs, pairsUsed *prometheus.Desc
+}
+
+func newPoolCollector(alloc *allocation) *poolCollector {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName("causeway", "globalnet_controller", name), help, labels, nil)
+	}
+	return &poolCollector{
+		alloc:     alloc,
+		ips:       desc("pool_ips", "Global IPs of the pool: the ingress range of this cluster's global CIDR."),
+		ipsUsed:   desc("pool_ips_used", "Global IPs of the pool in use, by use: carrying IP:port pairs of exported Services (pairs), held whole by a backing pod of a headless one (whole).", "use"),
+		pairs:     desc("pool_pairs", "Global IP:port pairs of the pool (its IPs × ports per IP; IPs held whole carry none)."),
+		pairsUsed: desc("pool_pairs_used", "Global IP:port pairs held by exported Services' ports."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.ips, c.ipsUsed, c.pairs, c.pairsUsed} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	c.alloc.mu.Lock()
+	if c.alloc.pool == nil {
+		c.alloc.mu.Unlock()
+		return
+	}
+	u := c.alloc.pool.Usage()
+	c.alloc.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.ips, prometheus.GaugeValue, float64(u.IPs))
+	ch <- prometheus.MustNewConstMetric(c.ipsUsed, prometheus.GaugeValue, float64(u.PairIPs), "pairs")
+	ch <- prometheus.MustNewConstMetric(c.ipsUsed, prometheus.GaugeValue, float64(u.WholeIPs), "whole")
+	ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.GaugeValue, float64(u.Pairs))
+	ch <- prometheus.MustNewConstMetric(c.pairsUsed, prometheus.GaugeValue, float64(u.PairsInUse))
+}
