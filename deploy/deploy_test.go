@@ -47,7 +47,7 @@ func valueSets() map[string]map[string]any {
 			"globalnet": map[string]any{"enabled": true},
 			"gateway": map[string]any{"nodeSelector": map[string]any{"causeway.dev/gateway": nil, "role": "edge"}, "metricsPort": 19531,
 				"extraArgs": []any{"--public-ip=203.0.113.7"}},
-			"routeAgent":    map[string]any{"extraArgs": []any{"--iptables-backend=nft"}},
+			"routeAgent":    map[string]any{"metricsBind": "node", "extraArgs": []any{"--iptables-backend=nft"}},
 			"mcsController": map[string]any{"replicas": 2, "extraArgs": []any{"--workers=4"}},
 		},
 	}
@@ -91,11 +91,19 @@ func TestWorkloadFlags(t *testing.T) {
 		if g, ok := values["globalnet"].(map[string]any); ok {
 			globalnet, _ = g["enabled"].(bool)
 		}
-		t.Run(name, func(t *testing.T) { testWorkloadFlags(t, render(t, values), globalnet) })
+		// Host-network daemons whose metrics the values put on the
+		// node's address (metricsBind "node").
+		onNode := map[string]bool{}
+		for key, daemon := range map[string]string{"gateway": "gateway", "routeAgent": "route-agent"} {
+			if v, ok := values[key].(map[string]any); ok && v["metricsBind"] == "node" {
+				onNode[daemon] = true
+			}
+		}
+		t.Run(name, func(t *testing.T) { testWorkloadFlags(t, render(t, values), globalnet, onNode) })
 	}
 }
 
-func testWorkloadFlags(t *testing.T, objs []*unstructured.Unstructured, globalnet bool) {
+func testWorkloadFlags(t *testing.T, objs []*unstructured.Unstructured, globalnet bool, onNode map[string]bool) {
 	config := map[string]string{}
 	accounts := map[string]bool{}
 	var pods []struct {
@@ -176,11 +184,17 @@ func testWorkloadFlags(t *testing.T, objs []*unstructured.Unstructured, globalne
 				}
 			}
 			// Metrics and pprof stay off a host-network Pod's node
-			// interfaces; the probes reach the health listener.
+			// interfaces, unless the values put them on the node's
+			// address (status.hostIP) alone; the probes reach the health
+			// listener.
 			metrics, _ := cmd.Flags().GetString("metrics-addr")
 			health, _ := cmd.Flags().GetString("health-addr")
-			if host, _, _ := net.SplitHostPort(metrics); p.spec.HostNetwork && host != "127.0.0.1" {
-				t.Errorf("%s/%s: host network with --metrics-addr %q, want 127.0.0.1", p.name, c.Name, metrics)
+			want := "127.0.0.1"
+			if onNode[c.Name] {
+				want = "192.0.2.10"
+			}
+			if host, _, _ := net.SplitHostPort(metrics); p.spec.HostNetwork && host != want {
+				t.Errorf("%s/%s: host network with --metrics-addr %q, want %s", p.name, c.Name, metrics, want)
 			}
 			_, healthPort, _ := net.SplitHostPort(health)
 			for _, probe := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {

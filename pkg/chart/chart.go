@@ -69,6 +69,7 @@ func Load() (*helmchart.Chart, error) {
 var applyOrder = []string{
 	"Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding",
 	"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap", "DaemonSet", "Deployment",
+	"PodMonitor", "PrometheusRule",
 }
 
 // Render renders the embedded chart into namespace kube.Namespace with

@@ -89,9 +89,7 @@ func RunContext(ctx context.Context, component string, opts *Options, work func(
 	klog.SetSlogLogger(log)
 	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	rt := &Runtime{Log: log, Metrics: reg, notReady: map[string]string{"startup": "not started"}}
+	rt := &Runtime{Log: log, Metrics: NewRegistry(), notReady: map[string]string{"startup": "not started"}}
 
 	// Metrics (and pprof) on one listener, by default on loopback only: a
 	// host-network daemon's metrics listener is otherwise open on every
@@ -164,6 +162,15 @@ func RunContext(ctx context.Context, component string, opts *Options, work func(
 }
 
 func on(addr string) bool { return addr != "" && addr != "0" }
+
+// NewRegistry returns the registry a daemon serves on /metrics: the Go
+// runtime's and the process's collectors, to which the daemon adds its
+// own.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
 
 // mux serves /metrics, /healthz, /readyz and, with profiling, pprof.
 func (r *Runtime) mux(profiling bool) *http.ServeMux {

@@ -68,3 +68,15 @@ readinessProbe:
 {{- define "causeway.configChecksum" -}}
 causeway.dev/config-checksum: {{ include (print .Template.BasePath "/config.yaml") . | sha256sum }}
 {{- end -}}
+
+{{/*
+The --metrics-addr of a host-network daemon (its values): 127.0.0.1, or
+the node's address (HOST_IP, status.hostIP) with metricsBind "node".
+*/}}
+{{- define "causeway.hostMetricsAddr" -}}
+{{- if eq .metricsBind "node" -}}
+$(HOST_IP):{{ .metricsPort }}
+{{- else -}}
+127.0.0.1:{{ .metricsPort }}
+{{- end -}}
+{{- end -}}
