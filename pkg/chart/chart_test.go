@@ -32,8 +32,11 @@ func tunedValues() map[string]any {
 		"logLevel":  "debug",
 		"gateway": map[string]any{"nodeSelector": map[string]any{"role": "edge"}, "metricsPort": 19531, "healthPort": 19541,
 			"extraArgs": []any{"--public-ip=203.0.113.7"}},
-		"routeAgent":    map[string]any{"extraArgs": []any{"--iptables-backend=nft"}, "resources": map[string]any{"requests": map[string]any{"cpu": "10m"}}},
+		"routeAgent": map[string]any{"metricsBind": "node", "extraArgs": []any{"--iptables-backend=nft"},
+			"resources": map[string]any{"requests": map[string]any{"cpu": "10m"}}},
 		"mcsController": map[string]any{"replicas": 2},
+		"monitoring": map[string]any{"podMonitors": map[string]any{"enabled": true, "interval": "15s"},
+			"prometheusRule": map[string]any{"enabled": true}, "grafanaDashboard": map[string]any{"enabled": true, "annotations": map[string]any{"grafana_folder": "Causeway"}}},
 	}
 }
 
@@ -181,7 +184,7 @@ func TestRenderTuned(t *testing.T) {
 		t.Errorf("gateway mounts Secrets %v, want causeway-broker alone", secrets)
 	}
 	ra := find(t, objs, "DaemonSet", "causeway-route-agent")
-	for _, a := range []string{"--tunnel-mtu=1300", "--iptables-backend=nft"} {
+	for _, a := range []string{"--tunnel-mtu=1300", "--iptables-backend=nft", "--metrics-addr=$(HOST_IP):9532"} {
 		if !slices.Contains(args(t, ra), a) {
 			t.Errorf("route agent args %v lack %s", args(t, ra), a)
 		}
@@ -274,6 +277,10 @@ func TestBadValues(t *testing.T) {
 		{"extra arg not a flag", func(v map[string]any) { v["gateway"] = map[string]any{"extraArgs": []any{"public-ip=1.2.3.4"}} },
 			[]string{"/gateway/extraArgs/0"}},
 		{"bad log level", func(v map[string]any) { v["logLevel"] = "verbose" }, []string{"/logLevel"}},
+		{"metrics on every interface", func(v map[string]any) { v["gateway"] = map[string]any{"metricsBind": "all"} }, []string{"/gateway/metricsBind"}},
+		{"scrape interval not a duration", func(v map[string]any) {
+			v["monitoring"] = map[string]any{"podMonitors": map[string]any{"interval": "30"}}
+		}, []string{"/monitoring/podMonitors/interval"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := clusterValues()
