@@ -2,14 +2,17 @@ package ctl
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/lab"
 )
 
 // clusterSetFlags say which clusters a command talks to:
@@ -34,6 +37,8 @@ func (f *clusterSetFlags) addFlags(fs *pflag.FlagSet) {
 type memberCluster struct {
 	Name   string
 	Client client.Client
+	// Config is the cluster's client configuration (pods/exec).
+	Config *rest.Config
 }
 
 // clusters returns the clusters named by the flags, sorted by name.
@@ -53,7 +58,7 @@ func (f *clusterSetFlags) clusters() ([]memberCluster, error) {
 			return fmt.Errorf("cluster %s given twice", name)
 		}
 		seen[name] = true
-		out = append(out, memberCluster{Name: name, Client: c})
+		out = append(out, memberCluster{Name: name, Client: c, Config: rc})
 		return nil
 	}
 	for _, kc := range f.kubeconfigs {
@@ -128,11 +133,24 @@ func labClusters() ([]memberCluster, error) {
 	}
 	var out []memberCluster
 	for _, name := range st.Members() {
-		c, err := st.Client(name)
+		rc, err := st.RESTConfig(name)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, memberCluster{Name: name, Client: c})
+		c, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, memberCluster{Name: name, Client: c, Config: rc})
 	}
 	return out, nil
+}
+
+// loadLab is the local lab's state ($CAUSEWAY_LAB_DIR or lab.DefaultDir).
+func loadLab() (*lab.State, error) {
+	dir := lab.DefaultDir
+	if d := os.Getenv("CAUSEWAY_LAB_DIR"); d != "" {
+		dir = d
+	}
+	return lab.Load(dir)
 }

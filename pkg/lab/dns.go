@@ -99,7 +99,7 @@ const ImageCauseway = "ghcr.io/causeway-net/causeway"
 // Deployments of the chart) with the binaries built next to
 // causewayctl: command /usr/local/bin/<daemon> runs DaemonBinary(daemon).
 func (s *State) registerCauseway(reg *apps.Registry) {
-	reg.Register(ImageCauseway, apps.BinariesIn("/usr/local/bin", filepath.Dir(s.Self)))
+	reg.RegisterBinaries(ImageCauseway, "/usr/local/bin", filepath.Dir(s.Self))
 }
 
 // CausewayNamespace holds Causeway's own objects in every cluster.

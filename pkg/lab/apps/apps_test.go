@@ -214,7 +214,20 @@ func TestBinariesIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := NewRegistry("/usr/bin/causewayctl")
-	r.Register("ghcr.io/causeway-net/causeway", BinariesIn("/usr/local/bin", dir))
+	r.RegisterBinaries("ghcr.io/causeway-net/causeway", "/usr/local/bin", dir)
+	// kubectl exec: the image's programs are the host's copies, by path
+	// or bare name; anything else comes from the host's PATH.
+	for name, want := range map[string]string{"/usr/local/bin/route-agent": filepath.Join(dir, "route-agent"), "route-agent": filepath.Join(dir, "route-agent")} {
+		if p, err := r.ExecPath("ghcr.io/causeway-net/causeway:v1", name); err != nil || p != want {
+			t.Errorf("ExecPath(%s) = %q, %v; want %s", name, p, err, want)
+		}
+	}
+	if p, err := r.ExecPath("ghcr.io/causeway-net/causeway:v1", "sh"); err != nil || filepath.Dir(p) == dir {
+		t.Errorf("ExecPath(sh) = %q, %v; want the host's sh", p, err)
+	}
+	if _, err := r.ExecPath("busybox", "/usr/local/bin/route-agent"); err == nil {
+		t.Error("ExecPath of another image's program found Causeway's")
+	}
 	c := Container{Command: []string{"/usr/local/bin/route-agent"}, Args: []string{"--node-name=n0"}, Env: []string{"A=1"}}
 	cmd, err := r.Command("ghcr.io/causeway-net/causeway:latest", c)
 	if err != nil || cmd.Path != filepath.Join(dir, "route-agent") || !slices.Equal(cmd.Args, []string{"--node-name=n0"}) || !slices.Equal(cmd.Env, []string{"A=1"}) {

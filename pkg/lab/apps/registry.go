@@ -61,13 +61,18 @@ type Launcher func(Container) (Command, error)
 // Registry maps image names to launchers.
 type Registry struct {
 	launchers map[string]Launcher
+	// programs are the images registered with RegisterBinaries: where
+	// their programs live in the image and on the host.
+	programs map[string]programDirs
 }
+
+type programDirs struct{ image, host string }
 
 // NewRegistry returns a registry with the built-in programs, run as
 // `<self> lab app <name> …`, where self is the path of the causewayctl
 // binary (os.Executable()).
 func NewRegistry(self string) *Registry {
-	r := &Registry{launchers: map[string]Launcher{}}
+	r := &Registry{launchers: map[string]Launcher{}, programs: map[string]programDirs{}}
 	r.Register(ImageWhereami, func(c Container) (Command, error) {
 		port := int32(8080)
 		if len(c.Ports) > 0 {
@@ -96,6 +101,41 @@ func NewRegistry(self string) *Registry {
 // binary built for the lab.
 func (r *Registry) Register(image string, l Launcher) {
 	r.launchers[ImageName(image)] = l
+}
+
+// RegisterBinaries registers an image whose programs live in imageDir
+// (e.g. "/usr/local/bin" of Causeway's image) as the programs of dir on
+// the host: containers run them (BinariesIn), and ExecPath finds them
+// for `kubectl exec`.
+func (r *Registry) RegisterBinaries(image, imageDir, dir string) {
+	r.Register(image, BinariesIn(imageDir, dir))
+	r.programs[ImageName(image)] = programDirs{image: imageDir, host: dir}
+}
+
+// ExecPath is the host program `kubectl exec` runs for command name in
+// a container of image: a program of an image registered with
+// RegisterBinaries (its path in the image, or its bare name) is the
+// host's copy; anything else is looked up in the host's PATH (the lab
+// runs host programs in its pods).
+func (r *Registry) ExecPath(image, name string) (string, error) {
+	if d, ok := r.programs[ImageName(image)]; ok {
+		prog := strings.TrimPrefix(name, d.image+"/")
+		if prog != "" && !strings.Contains(prog, "/") {
+			if p := filepath.Join(d.host, prog); fileExists(p) {
+				return p, nil
+			}
+		}
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("command %q not found on the host (the lab runs host programs in the pod): %w", name, err)
+	}
+	return path, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // Images lists the registered image names, sorted.

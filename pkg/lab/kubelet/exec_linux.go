@@ -39,9 +39,9 @@ var _ remotecommand.Executor = (*executor)(nil)
 // the client as the command's exit code.
 func (e *executor) ExecInContainer(ctx context.Context, _, _, _ string, cmd []string, stdin io.Reader, stdout, stderr io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
 	k := e.k
-	path, err := exec.LookPath(cmd[0])
+	path, err := k.cfg.Apps.ExecPath(e.container.Image, cmd[0])
 	if err != nil {
-		return fmt.Errorf("command %q not found on the host (the lab runs host programs in the pod): %w", cmd[0], err)
+		return err
 	}
 	netns, cgroup := k.sandbox(e.pod)
 	env, err := k.env(ctx, e.pod, e.container, e.pod.Status.PodIP)
