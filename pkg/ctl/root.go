@@ -26,6 +26,6 @@ or <svc>.<ns>.svc.clusterset.local.`,
 		SilenceUsage: true,
 	}
 	root.AddCommand(newVersionCommand(), newLabCommand(), newBenchmarkCommand())
-	root.AddCommand(newExportCommand(), newUnexportCommand(), newShowCommand(), newDeployBrokerCommand(), newJoinCommand(), newUninstallCommand(), newDiagnoseCommand())
+	root.AddCommand(newExportCommand(), newUnexportCommand(), newShowCommand(), newDeployBrokerCommand(), newJoinCommand(), newUninstallCommand(), newDiagnoseCommand(), newGatherCommand())
 	return root
 }

@@ -260,6 +260,7 @@ func TestLab(t *testing.T) {
 		return nil
 	})
 	l.checkKubectlLogsExec(ctx)
+	l.checkNodeViews(ctx)
 	l.checkMCS(ctx)
 	l.checkPropagation(ctx)
 	l.checkPairBenchmarks(ctx)
