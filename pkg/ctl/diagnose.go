@@ -251,10 +251,11 @@ func linkState(l nodeview.Link, ok bool) string {
 	return fmt.Sprintf("up, mtu %d", l.MTU)
 }
 
-// overlayDevice is the route agent's --device (its default otherwise).
+// overlayDevice is the route agent's --vxlan-device (its default
+// otherwise).
 func overlayDevice(pod *corev1.Pod) string {
 	for _, a := range pod.Spec.Containers[0].Args {
-		if d, ok := strings.CutPrefix(a, "--device="); ok {
+		if d, ok := strings.CutPrefix(a, "--vxlan-device="); ok {
 			return d
 		}
 	}

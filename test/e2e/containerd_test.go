@@ -17,7 +17,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/internal/imagebuild"
-	"github.com/causeway-net/causeway/pkg/lab/apps"
+	"github.com/causeway-net/causeway/lab/apps"
 )
 
 // TestLabContainerd: `lab up --runtime containerd` runs every node with
@@ -101,7 +101,7 @@ func (l *Lab) kubectlCurl(t *testing.T, cluster, url string, want ...string) {
 	script := fmt.Sprintf(`exec 3<>/dev/tcp/%s/80 && printf 'GET / HTTP/1.0\r\nHost: %s\r\n\r\n' >&3 && timeout 3 cat <&3`, host, host)
 	seen := map[string]bool{}
 	waitForWithin(t, 2*time.Minute, fmt.Sprintf("%s answered by %v from %s", url, want, cluster), func() error {
-		out, err := l.run("lab", "kubectl", cluster, "--", "exec", "-n", "demo", "client", "--", "bash", "-c", script)
+		out, err := l.lab("kubectl", cluster, "--", "exec", "-n", "demo", "client", "--", "bash", "-c", script)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
 		}

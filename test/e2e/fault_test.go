@@ -18,8 +18,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/lab/apps"
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
+	"github.com/causeway-net/causeway/lab/apps"
+	"github.com/causeway-net/causeway/lab/netlab"
 )
 
 // Fault bounds of TestFaults. A fault that needs no failover costs no

@@ -27,7 +27,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/internal/procmem"
-	"github.com/causeway-net/causeway/pkg/bench"
+	"github.com/causeway-net/causeway/lab/bench"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
