@@ -60,7 +60,7 @@ func TestTenantCannotFeedTheVIPTable(t *testing.T) {
 	}
 	ours := rendered[0].DeepCopy()
 
-	table := vip.NewFake(vip.Limits{})
+	var table fakeVIPTable
 	src, err := WatchVIPInputs(ctx, kc.DaemonConfig(t, "route-agent"), func() {})
 	if err != nil {
 		t.Fatal(err)
