@@ -6,6 +6,11 @@
 // The binaries come from hack/k8s-binaries.sh ($CAUSEWAY_K8S_BIN). Under
 // `go test -short` tests that need a control plane are skipped; otherwise
 // missing binaries fail the test.
+//
+// Beside the control planes: Daemons runs a test's in-process daemons,
+// and objects.go writes what a cluster's other actors would (a user's
+// Services and ServiceExports, the EndpointSlice controller's slices, the
+// gateway's mirrored Cluster) and polls for the outcome (Eventually).
 package kubetest
 
 import (

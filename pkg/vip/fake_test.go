@@ -3,7 +3,6 @@ package vip
 import (
 	"context"
 	"errors"
-	"maps"
 	"sync"
 )
 
@@ -11,35 +10,15 @@ import (
 // programs fail connect()/sendmsg() with EHOSTUNREACH for it.
 var ErrNoBackends = errors.New("service has no backends")
 
-// Fake is an in-memory Table for controller tests. It holds the same two maps
-// as the kernel, applies Set through the same diff and order, and resolves
-// destinations with the programs' lookup rules (Lookup).
+// Fake is the in-memory model of the kernel's maps that this package's
+// tests drive: it holds the same two maps, applies Set through the same
+// validation, diff and order as Kernel.Set, and resolves destinations
+// with the programs' lookup rules (Lookup).
 type Fake struct {
 	mu     sync.Mutex
 	limits Limits
 	maps   mapState
 	last   OpCounts
-	sets   int
-	closed bool
-}
-
-// OpCounts counts the map writes one Set made.
-type OpCounts struct {
-	PutServices, PutBackends, DeleteServices, DeleteBackends int
-}
-
-// Total is the number of map operations.
-func (c OpCounts) Total() int {
-	return c.PutServices + c.PutBackends + c.DeleteServices + c.DeleteBackends
-}
-
-func countOps(o ops) OpCounts {
-	return OpCounts{
-		PutServices:    len(o.putServices),
-		PutBackends:    len(o.putBackends),
-		DeleteServices: len(o.deleteServices),
-		DeleteBackends: len(o.deleteBackends),
-	}
 }
 
 // NewFake returns an empty Fake whose maps hold at most lim entries (zero:
@@ -48,48 +27,19 @@ func NewFake(lim Limits) *Fake {
 	return &Fake{limits: lim, maps: newMapState()}
 }
 
-var _ Table = (*Fake)(nil)
-
-// Set implements Table.
+// Set is Table.Set on the in-memory maps.
 func (f *Fake) Set(ctx context.Context, desired map[ServiceKey]Service) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := validate(desired, f.limits); err != nil {
+	if err := Validate(desired, f.limits); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed {
-		return errors.New("vip fake: closed")
-	}
 	o := plan(f.maps, desired)
 	applyOps(f.maps, o)
 	f.last = countOps(o)
-	f.sets++
-	return nil
-}
-
-// applyOps applies o to m in order.
-func applyOps(m mapState, o ops) {
-	maps.Copy(m.backends, o.putBackends)
-	maps.Copy(m.services, o.putServices)
-	for _, k := range o.deleteServices {
-		delete(m.services, k)
-	}
-	for _, k := range o.deleteBackends {
-		delete(m.backends, k)
-	}
-}
-
-// Limits implements Table.
-func (f *Fake) Limits() Limits { return f.limits }
-
-// Close implements Table.
-func (f *Fake) Close() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
 	return nil
 }
 
@@ -117,9 +67,25 @@ func (f *Fake) LastOps() OpCounts {
 	return f.last
 }
 
-// Sets returns how many times Set succeeded.
-func (f *Fake) Sets() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.sets
+// lookup resolves dst as the programs do: ok is false when dst is no service
+// (the socket call proceeds unchanged); err is ErrNoBackends when the service
+// has none (the call fails with EHOSTUNREACH). rSlot picks the slot (rSlot %
+// count), rCoin>>1 the slot's backend or its alias: random for connect(),
+// derived from the socket cookie for sendmsg().
+func (m mapState) lookup(dst ServiceKey, rSlot, rCoin uint32) (b Backend, ok bool, err error) {
+	s, found := m.services[dst]
+	if !found {
+		return Backend{}, false, nil
+	}
+	if s.Count == 0 {
+		return Backend{}, true, ErrNoBackends
+	}
+	sl, found := m.backends[backendKey{ID: s.ID, Slot: rSlot % s.Count}]
+	if !found {
+		return Backend{}, true, ErrNoBackends
+	}
+	if rCoin>>1 < sl.Threshold {
+		return Backend{Addr: sl.Backend.Addr, Port: sl.Backend.Port}, true, nil
+	}
+	return sl.Alias, true, nil
 }
