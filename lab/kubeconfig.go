@@ -36,6 +36,11 @@ func (s *State) MergedKubeconfig() (*clientcmdapi.Config, error) {
 	if members := s.Members(); len(members) > 0 {
 		out.CurrentContext = members[0]
 	}
+	// Certificates and keys inline: the file is all a user of the lab's
+	// clusters needs, readable anywhere it is copied.
+	if err := clientcmdapi.FlattenConfig(out); err != nil {
+		return nil, fmt.Errorf("inline the certificates: %w", err)
+	}
 	return out, nil
 }
 

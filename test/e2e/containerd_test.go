@@ -23,7 +23,8 @@ import (
 // TestLabContainerd: `lab up --runtime containerd` runs every node with
 // a real kubelet and containerd, the chart's Pods from Causeway's image
 // (built here as `make image` builds it), and traffic crosses clusters
-// by clusterset VIP; `lab down` gives the host its sysctls back.
+// by clusterset VIP, causewayctl's node views work through the real
+// kubelet's exec; `lab down` gives the host its sysctls back.
 func TestLabContainerd(t *testing.T) {
 	sysctls := readSysctls(t)
 	// Registered first, so it runs after the lab's `lab down`.
@@ -91,6 +92,9 @@ func TestLabContainerd(t *testing.T) {
 		t.Fatalf("export from c2: %v\n%s", err, out)
 	}
 	l.kubectlCurl(t, "c3", "http://"+vip, "c1", "c2")
+	// The node views through pods/exec into containers of the image,
+	// as a user without root.
+	l.checkUnprivilegedCLI(l.activeGateway(ctx, "c1"))
 }
 
 // kubectlCurl gets url from cluster's demo client Pod (kubectl exec: the

@@ -264,6 +264,7 @@ func TestLab(t *testing.T) {
 	l.checkKubectlLogsExec(ctx)
 	l.checkNodeViews(ctx)
 	l.checkMCS(ctx)
+	l.checkKubectlDNS(ctx)
 	l.checkPropagation(ctx)
 	l.checkPairBenchmarks(ctx)
 	l.checkBrokerOutage(ctx)

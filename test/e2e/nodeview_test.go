@@ -10,6 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/pkg/nodeview"
 )
@@ -78,6 +83,83 @@ func (l *Lab) checkNodeViews(ctx context.Context) {
 	}
 	if e := strings.TrimSpace(files["errors.txt"]); e != "" {
 		t.Errorf("gather could not collect:\n%s", e)
+	}
+	l.checkUnprivilegedCLI(node)
+}
+
+// checkUnprivilegedCLI runs the node views as a user without root, with
+// nothing but a copy of the merged kubeconfig (no lab state, no bpffs):
+// everything goes through the Kubernetes API.
+func (l *Lab) checkUnprivilegedCLI(gatewayNode string) {
+	t := l.t
+	merged, err := l.lab("kubeconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "causeway-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	b, err := os.ReadFile(strings.TrimSpace(merged))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	as := func(args ...string) (string, error) {
+		cmd := exec.Command(l.ctl, args...)
+		cmd.Dir = dir
+		cmd.Env = []string{"KUBECONFIG=" + kubeconfig, "HOME=" + dir, "PATH=/usr/bin:/bin"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, args := range [][]string{
+		{"show", "vips", "--node", "c3/n1"},
+		{"show", "node", "c1/" + gatewayNode, "-o", "json"},
+		{"diagnose"},
+		{"gather", "-o", filepath.Join(dir, "gather.tar.gz")},
+	} {
+		out, err := as(args...)
+		if err != nil {
+			t.Errorf("as uid 65534: causewayctl %s: %v\n%s", strings.Join(args, " "), err, out)
+			continue
+		}
+		if args[1] == "node" {
+			var v nodeview.Node
+			if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Routes) == 0 || v.Sysctls["net.ipv4.ip_forward"] != "1" {
+				t.Errorf("as uid 65534: show node: %v, %d routes, sysctls %v", err, len(v.Routes), v.Sysctls)
+			}
+		}
+	}
+}
+
+// checkKubectlDNS: kubectl exec into a lab pod sees the pod's own
+// resolv.conf (the cluster's DNS), so nslookup of a clusterset name
+// answers the ServiceImport's VIP.
+func (l *Lab) checkKubectlDNS(ctx context.Context) {
+	t := l.t
+	si := &mcsv1beta1.ServiceImport{}
+	if err := l.Client("c3").Get(ctx, client.ObjectKey{Namespace: "demo", Name: "whereami"}, si); err != nil || len(si.Spec.IPs) == 0 {
+		t.Fatalf("c3 ServiceImport demo/whereami: %v %v", err, si.Spec.IPs)
+	}
+	dns := &corev1.Service{}
+	if err := l.Client("c3").Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-dns"}, dns); err != nil {
+		t.Fatal(err)
+	}
+	out, err := l.lab("kubectl", "c3", "--", "-n", "demo", "exec", "client", "--", "cat", "/etc/resolv.conf")
+	if err != nil || !strings.Contains(out, "nameserver "+dns.Spec.ClusterIP) {
+		t.Errorf("kubectl exec cat /etc/resolv.conf: %v, want nameserver %s\n%s", err, dns.Spec.ClusterIP, out)
+	}
+	out, err = l.lab("kubectl", "c3", "--", "-n", "demo", "exec", "client", "--", "nslookup", "whereami.demo.svc.clusterset.local")
+	if err != nil || !strings.Contains(out, si.Spec.IPs[0]) {
+		t.Errorf("kubectl exec nslookup whereami.demo.svc.clusterset.local: %v, want %s\n%s", err, si.Spec.IPs[0], out)
 	}
 }
 
