@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -67,6 +68,15 @@ func (s metricSet) has(name string) bool {
 	return false
 }
 
+// noVIPTable is an empty vip.Table: the route agent's VIP metrics only
+// need one to describe themselves.
+type noVIPTable struct{}
+
+func (noVIPTable) Set(context.Context, map[vip.ServiceKey]vip.Service) error { return nil }
+func (noVIPTable) Limits() vip.Limits                                        { return vip.Limits{} }
+func (noVIPTable) Usage() vip.Limits                                         { return vip.Limits{} }
+func (noVIPTable) Close() error                                              { return nil }
+
 // recorder registers on a registry and remembers the collectors, so the
 // kind of each (histogram or not) is known without any observation.
 type recorder struct {
@@ -127,7 +137,7 @@ func registeredMetrics(t *testing.T, kc *kubetest.Cluster) metricSet {
 		},
 		"route-agent": func(reg prometheus.Registerer) error {
 			routeagent.NewMetrics(reg)
-			routeagent.NewVIPMetrics(reg, vip.NewFake(vip.Limits{}))
+			routeagent.NewVIPMetrics(reg, noVIPTable{})
 			return nil
 		},
 		"mcs-controller": func(reg prometheus.Registerer) error {

@@ -4,11 +4,13 @@
 # commands do the whole set-up on a fresh machine. Packages already
 # installed are left alone; nothing is installed when all are present.
 # mmdebstrap builds the container image's Debian base (hack/image/base.sh);
-# runc and containernetworking-plugins run `lab up --runtime containerd`'s pods.
+# runc and containernetworking-plugins run `lab up --runtime containerd`'s pods;
+# dnsutils, socat and netcat-openbsd are the tools test manifests run in
+# lab pods through kubectl exec (the lab runs host programs in its pods).
 set -euo pipefail
 
 packages=(iptables nftables ipset conntrack iproute2 iputils-ping ethtool curl mmdebstrap
-  dnsutils iperf3 wireguard-tools clang-19 llvm-19 libbpf-dev bpftool runc containernetworking-plugins
+  dnsutils socat netcat-openbsd iperf3 wireguard-tools clang-19 llvm-19 libbpf-dev bpftool runc containernetworking-plugins
   strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins)
 
 missing=()

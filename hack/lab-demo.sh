@@ -6,12 +6,16 @@
 # VIP and name, answered by both clusters, through the gateways' WireGuard
 # tunnels.
 set -euo pipefail
+lab=${CAUSEWAY_LAB:-bin/causeway-lab}
 ctl=${CAUSEWAYCTL:-bin/causewayctl}
 
-$ctl lab up
+$lab up
+# causewayctl talks to the lab's clusters like to any: through a kubeconfig.
+KUBECONFIG=$($lab kubeconfig)
+export KUBECONFIG
 echo
 echo "=== c3 asks for whereami.demo.svc.clusterset.local before anyone exported it"
-$ctl lab exec c3/demo/client -- curl -s -m 3 http://whereami.demo.svc.clusterset.local \
+$lab exec c3/demo/client -- curl -s -m 3 http://whereami.demo.svc.clusterset.local \
   || echo "(no answer: nothing is shared until a cluster opts in)"
 
 echo
@@ -19,7 +23,7 @@ echo "=== c1 exports demo/whereami (a ServiceExport)"
 $ctl export demo/whereami --cluster c1
 vip=""
 for _ in $(seq 1 100); do
-  vip=$($ctl lab kubectl c3 -- get serviceimports.multicluster.x-k8s.io -n demo whereami \
+  vip=$($lab kubectl c3 -- get serviceimports.multicluster.x-k8s.io -n demo whereami \
         -o jsonpath='{.spec.ips[0]}' 2>/dev/null || true)
   [ -n "$vip" ] && break
   sleep 0.1
@@ -33,7 +37,7 @@ curl_until() {
   local from=$1 url=$2; shift 2
   local want=("$@") seen="" out
   for _ in $(seq 1 60); do
-    if out=$($ctl lab exec "$from/demo/client" -- curl -s -m 3 "$url"); then
+    if out=$($lab exec "$from/demo/client" -- curl -s -m 3 "$url"); then
       echo "  $from: curl $url -> $out"
       for c in "${want[@]}"; do
         [[ "$out" == *"\"cluster\":\"$c\""* && "$seen" != *"$c"* ]] && seen="$seen $c"
@@ -44,7 +48,7 @@ curl_until() {
     fi
     sleep 0.3
   done
-  echo "cross-cluster traffic did not work: $url from $from never answered by all of ${want[*]} (see: $ctl lab status, $ctl diagnose)"
+  echo "cross-cluster traffic did not work: $url from $from never answered by all of ${want[*]} (see: $lab status, $ctl diagnose)"
   return 1
 }
 

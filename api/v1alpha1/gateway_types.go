@@ -58,6 +58,11 @@ type Connection struct {
 type GatewayStatus struct {
 	// HAStatus is this candidate's role.
 	HAStatus HAStatus `json:"haStatus,omitempty"`
+	// TunnelDevice is the network device this candidate's tunnels use
+	// on its node (set while active).
+	// +optional
+	// +kubebuilder:validation:MaxLength=15
+	TunnelDevice string `json:"tunnelDevice,omitempty"`
 	// LocalEndpoint is what this gateway publishes when active.
 	// +optional
 	LocalEndpoint *EndpointSpec `json:"localEndpoint,omitempty"`

@@ -6,6 +6,11 @@
 // The binaries come from hack/k8s-binaries.sh ($CAUSEWAY_K8S_BIN). Under
 // `go test -short` tests that need a control plane are skipped; otherwise
 // missing binaries fail the test.
+//
+// Beside the control planes: Daemons runs a test's in-process daemons,
+// and objects.go writes what a cluster's other actors would (a user's
+// Services and ServiceExports, the EndpointSlice controller's slices, the
+// gateway's mirrored Cluster) and polls for the outcome (Eventually).
 package kubetest
 
 import (
@@ -29,8 +34,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/lab/controlplane"
 	"github.com/causeway-net/causeway/pkg/chart"
-	"github.com/causeway-net/causeway/pkg/controlplane"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
 

@@ -18,10 +18,10 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/lab/controlplane"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/clusterset"
-	"github.com/causeway-net/causeway/pkg/controlplane"
 	"github.com/causeway-net/causeway/pkg/globalnet"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )

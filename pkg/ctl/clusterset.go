@@ -1,14 +1,21 @@
 package ctl
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/causeway-net/causeway/pkg/about"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
 
@@ -18,8 +25,8 @@ import (
 //	--context name             (repeatable; contexts of $KUBECONFIG / ~/.kube/config)
 //
 // Every command of the ClusterSet (show, export, …) shares them. With
-// neither, the clusters of the local lab are used ($CAUSEWAY_LAB_DIR or
-// /var/lib/causeway/lab).
+// neither, every context of the default kubeconfig whose cluster is a
+// member is used (memberContexts).
 type clusterSetFlags struct {
 	kubeconfigs []string
 	contexts    []string
@@ -34,6 +41,8 @@ func (f *clusterSetFlags) addFlags(fs *pflag.FlagSet) {
 type memberCluster struct {
 	Name   string
 	Client client.Client
+	// Config is the cluster's client configuration (pods/exec).
+	Config *rest.Config
 }
 
 // clusters returns the clusters named by the flags, sorted by name.
@@ -41,19 +50,15 @@ func (f *clusterSetFlags) clusters() ([]memberCluster, error) {
 	var out []memberCluster
 	seen := map[string]bool{}
 	add := func(name string, cfg clientcmd.ClientConfig) error {
-		rc, err := cfg.ClientConfig()
-		if err != nil {
-			return fmt.Errorf("cluster %s: %w", name, err)
-		}
-		c, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
-		if err != nil {
-			return fmt.Errorf("cluster %s: %w", name, err)
-		}
 		if seen[name] {
 			return fmt.Errorf("cluster %s given twice", name)
 		}
 		seen[name] = true
-		out = append(out, memberCluster{Name: name, Client: c})
+		c, err := newMemberCluster(name, cfg)
+		if err != nil {
+			return err
+		}
+		out = append(out, c)
 		return nil
 	}
 	for _, kc := range f.kubeconfigs {
@@ -85,14 +90,27 @@ func (f *clusterSetFlags) clusters() ([]memberCluster, error) {
 		}
 	}
 	if len(out) == 0 {
-		lab, err := labClusters()
+		members, err := memberContexts()
 		if err != nil {
-			return nil, fmt.Errorf("no clusters: give --kubeconfig [name=]path or --context name for every member cluster (%v)", err)
+			return nil, err
 		}
-		out = lab
+		out = members
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// newMemberCluster is a client of the cluster cfg names.
+func newMemberCluster(name string, cfg clientcmd.ClientConfig) (memberCluster, error) {
+	rc, err := cfg.ClientConfig()
+	if err != nil {
+		return memberCluster{}, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	c, err := client.New(rc, client.Options{Scheme: kube.NewScheme()})
+	if err != nil {
+		return memberCluster{}, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	return memberCluster{Name: name, Client: c, Config: rc}, nil
 }
 
 // cluster returns the cluster named name, or the only one when name is "".
@@ -119,20 +137,52 @@ func (f *clusterSetFlags) cluster(name string) (memberCluster, error) {
 	return memberCluster{}, fmt.Errorf("no cluster %q", name)
 }
 
-// labClusters are the member clusters of the local lab, used when no
-// cluster is named on the command line.
-func labClusters() ([]memberCluster, error) {
-	st, err := loadLab()
+// memberProbeTimeout bounds the question "is this context a member?".
+const memberProbeTimeout = 5 * time.Second
+
+// memberContexts are the clusters of the default kubeconfig ($KUBECONFIG
+// or ~/.kube/config) that are members of a ClusterSet: those whose API
+// server has the About API's ClusterProperty cluster.clusterset.k8s.io
+// (causewayctl join writes it), each named by its context. The contexts
+// are asked in parallel, each within memberProbeTimeout.
+func memberContexts() ([]memberCluster, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	raw, err := rules.Load()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("load the kubeconfig: %w", err)
 	}
+	names := slices.Sorted(maps.Keys(raw.Contexts))
+	type probe struct {
+		c   memberCluster
+		err error
+	}
+	probes := make([]probe, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: name})
+			c, err := newMemberCluster(name, cfg)
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), memberProbeTimeout)
+				defer cancel()
+				_, err = about.ClusterID(ctx, c.Client)
+			}
+			probes[i] = probe{c, err}
+		})
+	}
+	wg.Wait()
 	var out []memberCluster
-	for _, name := range st.Members() {
-		c, err := st.Client(name)
-		if err != nil {
-			return nil, err
+	var why []string
+	for i, p := range probes {
+		if p.err != nil {
+			why = append(why, fmt.Sprintf("%s: %v", names[i], p.err))
+			continue
 		}
-		out = append(out, memberCluster{Name: name, Client: c})
+		out = append(out, p.c)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no member cluster among the contexts of the kubeconfig (%s); a member has the ClusterProperty %s that causewayctl join writes; or name them with --kubeconfig [name=]path / --context name",
+			strings.Join(why, "; "), about.ClusterIDProperty)
 	}
 	return out, nil
 }

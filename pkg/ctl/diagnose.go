@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,9 +16,11 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/lab"
+	"github.com/causeway-net/causeway/pkg/about"
 	"github.com/causeway-net/causeway/pkg/mcs"
 	"github.com/causeway-net/causeway/pkg/nat"
+	"github.com/causeway-net/causeway/pkg/nodeview"
+	"github.com/causeway-net/causeway/pkg/routeagent"
 )
 
 // finding is one diagnose result.
@@ -32,15 +33,18 @@ func newDiagnoseCommand() *cobra.Command {
 	cs := &clusterSetFlags{}
 	cmd := &cobra.Command{
 		Use:   "diagnose",
-		Short: "Check the ClusterSet: gateways, tunnel health, refused remotes and records, and in the lab each node's MTU and firewall",
+		Short: "Check the ClusterSet: gateways, tunnel health, refused remotes and records, and every node's forwarding, devices and chains",
 		Long: `Check every cluster of the ClusterSet and print one line per check:
   - exactly one active gateway per cluster;
   - every tunnel connected, with no health-check loss;
   - remote Clusters and Endpoints refused by validation (with the reason);
   - remote export records refused by the MCS controller (with the reason);
-and, for the local lab, inside every node: IP forwarding, the route agent's
-overlay device and its MTU against the tunnel's, and Causeway's iptables
-chains (MSS clamping, forwarding). Exits non-zero when a check fails.`,
+and inside every node with a route agent (its inspect command, run in its
+Pod through pods/exec): IP forwarding, the route agent's overlay device,
+its iptables chains (MSS clamping, forwarding, NAT) jumped to from the
+builtin chains, and on each active gateway's node the tunnel device and,
+under globalnet, the globalnet nftables table. Exits non-zero when a check
+fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			clusters, err := cs.clusters()
@@ -49,13 +53,7 @@ chains (MSS clamping, forwarding). Exits non-zero when a check fails.`,
 			}
 			var fs []finding
 			fs = append(fs, diagnoseAPI(cmd.Context(), clusters)...)
-			dir := lab.DefaultDir
-			if d := os.Getenv("CAUSEWAY_LAB_DIR"); d != "" {
-				dir = d
-			}
-			if st, err := lab.Load(dir); err == nil && len(cs.kubeconfigs)+len(cs.contexts) == 0 {
-				fs = append(fs, diagnoseLab(st)...)
-			}
+			fs = append(fs, diagnoseNodes(cmd.Context(), clusters)...)
 			return report(cmd.OutOrStdout(), fs)
 		},
 	}
@@ -190,49 +188,101 @@ func gatewaysByCluster(ctx context.Context, clusters []memberCluster) map[string
 	return out
 }
 
-// diagnoseLab looks inside every node namespace of the lab.
-func diagnoseLab(st *lab.State) []finding {
+// diagnoseNodes checks inside every node that runs a route agent, from
+// its node view (route-agent inspect through pods/exec): IP forwarding,
+// the overlay device, the route agent's iptables chains jumped to from
+// the builtin chains, and on the active gateway's node its tunnel device
+// and, under globalnet, the globalnet nftables table.
+func diagnoseNodes(ctx context.Context, clusters []memberCluster) []finding {
 	var fs []finding
-	for _, c := range st.Topology.Clusters {
-		for _, n := range c.Nodes {
-			ns := st.Prefix + c.Name + "." + n.Name
-			where := c.Name + "/" + n.Name + ": "
-			fwd, err := nsRun(ns, "cat", "/proc/sys/net/ipv4/ip_forward")
-			fs = append(fs, finding{err == nil && strings.TrimSpace(fwd) == "1", where + "ip forwarding", strings.TrimSpace(fwd)})
-			link, err := nsRun(ns, "ip", "-o", "link", "show", "vx-causeway")
-			mtu := fieldAfter(link, "mtu")
-			fs = append(fs, finding{err == nil && mtu != "", where + "overlay vx-causeway", "mtu " + mtu})
-			rules, err := nsRun(ns, "iptables-save")
-			for _, chain := range []string{"CAUSEWAY-MSS", "CAUSEWAY-FORWARD", "CAUSEWAY-POSTROUTING"} {
-				fs = append(fs, finding{err == nil && strings.Contains(rules, "-j "+chain), where + "chain " + chain, "jumped to from the builtin chains"})
+	for _, c := range clusters {
+		nodes, err := selectNodes(ctx, []memberCluster{c}, "")
+		if err != nil {
+			fs = append(fs, finding{false, c.Name + ": route agents", err.Error()})
+			continue
+		}
+		gateways, globalnet, err := activeGateways(ctx, c)
+		if err != nil {
+			fs = append(fs, finding{false, c.Name + ": gateways", err.Error()})
+		}
+		for _, n := range nodes {
+			v, err := n.inspect(ctx)
+			if err != nil {
+				fs = append(fs, finding{false, n.String() + ": node view", err.Error()})
+				continue
 			}
-			if n.Gateway() {
-				dev := st.TunnelDevice(c.Name, n.Name)
-				link, err := nsRun(ns, "ip", "-o", "link", "show", dev)
-				fs = append(fs, finding{err == nil, where + "tunnel device " + dev, "mtu " + fieldAfter(link, "mtu")})
-				if st.Globalnet {
-					// Listing a chain does not load the maps' elements.
-					_, err := nsRun(ns, "nft", "list", "chain", "ip", nat.TableName, nat.ChainIngress)
-					fs = append(fs, finding{err == nil, where + "globalnet table ip " + nat.TableName, "translating global IP:port pairs"})
-				}
-			}
+			fs = append(fs, checkNode(n.String()+": ", v, overlayDevice(n.pod), gateways[n.Node], globalnet)...)
 		}
 	}
 	return fs
 }
 
-func nsRun(ns string, args ...string) (string, error) {
-	out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
-	return string(out), err
-}
-
-// fieldAfter returns the word after key in s ("mtu 1450" → "1450").
-func fieldAfter(s, key string) string {
-	f := strings.Fields(s)
-	for i := 0; i+1 < len(f); i++ {
-		if f[i] == key {
-			return f[i+1]
+// checkNode is diagnose's verdict on one node's view. tunnelDevice is the
+// device of the node's active gateway ("" when the node has none).
+func checkNode(where string, v *nodeview.Node, overlay, tunnelDevice string, globalnet bool) []finding {
+	fwd := v.Sysctls["net.ipv4.ip_forward"]
+	fs := []finding{{fwd == "1", where + "ip forwarding", fwd}}
+	l, ok := v.Link(overlay)
+	fs = append(fs, finding{ok && l.Up, where + "overlay " + overlay, linkState(l, ok)})
+	for _, chain := range []string{routeagent.ChainMSS, routeagent.ChainForward, routeagent.ChainNAT} {
+		fs = append(fs, finding{v.JumpsTo(chain), where + "chain " + chain, "jumped to from the builtin chains"})
+	}
+	if tunnelDevice != "" {
+		l, ok := v.Link(tunnelDevice)
+		fs = append(fs, finding{ok && l.Up, where + "tunnel device " + tunnelDevice, linkState(l, ok)})
+		if globalnet {
+			_, ok := v.Nft("ip", nat.TableName)
+			fs = append(fs, finding{ok, where + "globalnet table ip " + nat.TableName, "translating global IP:port pairs"})
 		}
 	}
-	return ""
+	for _, e := range v.Errors {
+		fs = append(fs, finding{false, where + "node view", e})
+	}
+	return fs
+}
+
+func linkState(l nodeview.Link, ok bool) string {
+	switch {
+	case !ok:
+		return "missing"
+	case !l.Up:
+		return fmt.Sprintf("down, mtu %d", l.MTU)
+	}
+	return fmt.Sprintf("up, mtu %d", l.MTU)
+}
+
+// overlayDevice is the route agent's --vxlan-device (its default
+// otherwise).
+func overlayDevice(pod *corev1.Pod) string {
+	for _, a := range pod.Spec.Containers[0].Args {
+		if d, ok := strings.CutPrefix(a, "--vxlan-device="); ok {
+			return d
+		}
+	}
+	return routeagent.DefaultDevice
+}
+
+// activeGateways maps the nodes of c's active gateways to their tunnel
+// devices, and says whether c runs globalnet (its Cluster has global
+// CIDRs).
+func activeGateways(ctx context.Context, c memberCluster) (map[string]string, bool, error) {
+	var gws v1alpha1.GatewayList
+	if err := c.Client.List(ctx, &gws, client.InNamespace(gwNamespace)); err != nil {
+		return nil, false, err
+	}
+	out := map[string]string{}
+	for _, g := range gws.Items {
+		if g.Status.HAStatus == v1alpha1.HAStatusActive && g.Status.TunnelDevice != "" {
+			out[g.Name] = g.Status.TunnelDevice
+		}
+	}
+	id, err := about.ClusterID(ctx, c.Client)
+	if err != nil {
+		id = c.Name
+	}
+	var cl v1alpha1.Cluster
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: gwNamespace, Name: id}, &cl); err != nil {
+		return out, false, fmt.Errorf("cluster %s: %w", id, err)
+	}
+	return out, len(cl.Spec.GlobalCIDRs) > 0, nil
 }

@@ -2,8 +2,11 @@ package ctl
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/causeway-net/causeway/pkg/nodeview"
 )
 
 func TestReport(t *testing.T) {
@@ -24,12 +27,54 @@ func TestReport(t *testing.T) {
 	}
 }
 
-func TestFieldAfter(t *testing.T) {
-	line := "7: vx-causeway: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1450 qdisc noqueue state UNKNOWN"
-	if got := fieldAfter(line, "mtu"); got != "1450" {
-		t.Errorf("fieldAfter(mtu) = %q, want 1450", got)
+// TestCheckNode: a healthy gateway node passes every check; each fault
+// of a node view fails exactly its own check.
+func TestCheckNode(t *testing.T) {
+	healthy := func() *nodeview.Node {
+		return &nodeview.Node{
+			Sysctls: map[string]string{"net.ipv4.ip_forward": "1"},
+			Links:   []nodeview.Link{{Name: "vx-causeway", Up: true, MTU: 1370}, {Name: "cw-gw", Up: true, MTU: 1420}},
+			Iptables: []nodeview.IptablesChain{
+				{Table: "mangle", Chain: "POSTROUTING", Rules: []string{"[0:0] -A POSTROUTING -j CAUSEWAY-MSS"}},
+				{Table: "filter", Chain: "FORWARD", Rules: []string{"[0:0] -A FORWARD -j CAUSEWAY-FORWARD"}},
+				{Table: "nat", Chain: "POSTROUTING", Rules: []string{"[0:0] -A POSTROUTING -j CAUSEWAY-POSTROUTING"}},
+			},
+			Nftables: []nodeview.NftTable{{Family: "ip", Name: "causeway-globalnet"}},
+		}
 	}
-	if got := fieldAfter(line, "nope"); got != "" {
-		t.Errorf("fieldAfter(nope) = %q, want empty", got)
+	failed := func(fs []finding) []string {
+		var out []string
+		for _, f := range fs {
+			if !f.ok {
+				out = append(out, f.what)
+			}
+		}
+		return out
+	}
+	if f := failed(checkNode("c1/n0: ", healthy(), "vx-causeway", "cw-gw", true)); len(f) != 0 {
+		t.Errorf("healthy node failed %q", f)
+	}
+	for name, tc := range map[string]struct {
+		break_ func(*nodeview.Node)
+		want   string
+	}{
+		"forwarding off": {func(n *nodeview.Node) { n.Sysctls["net.ipv4.ip_forward"] = "0" }, "c1/n0: ip forwarding"},
+		"overlay down":   {func(n *nodeview.Node) { n.Links[0].Up = false }, "c1/n0: overlay vx-causeway"},
+		"tunnel missing": {func(n *nodeview.Node) { n.Links = n.Links[:1] }, "c1/n0: tunnel device cw-gw"},
+		"jump missing":   {func(n *nodeview.Node) { n.Iptables = n.Iptables[1:] }, "c1/n0: chain CAUSEWAY-MSS"},
+		"no nft table":   {func(n *nodeview.Node) { n.Nftables = nil }, "c1/n0: globalnet table ip causeway-globalnet"},
+		"view error":     {func(n *nodeview.Node) { n.Errors = []string{"routes: boom"} }, "c1/n0: node view"},
+	} {
+		n := healthy()
+		tc.break_(n)
+		if f := failed(checkNode("c1/n0: ", n, "vx-causeway", "cw-gw", true)); !reflect.DeepEqual(f, []string{tc.want}) {
+			t.Errorf("%s: failed %q, want %q", name, f, tc.want)
+		}
+	}
+	// A node without an active gateway is not asked for tunnel or table.
+	n := healthy()
+	n.Links, n.Nftables = n.Links[:1], nil
+	if f := failed(checkNode("c1/n1: ", n, "vx-causeway", "", true)); len(f) != 0 {
+		t.Errorf("non-gateway node failed %q", f)
 	}
 }

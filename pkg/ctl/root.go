@@ -1,5 +1,7 @@
-// Package ctl is causewayctl, the user's command line: the local lab,
-// joining clusters, exporting services and showing the ClusterSet's state.
+// Package ctl is causewayctl, the user's command line: deploying a
+// broker, joining clusters, exporting services, showing and diagnosing
+// the ClusterSet's state down to each node, and gathering a support
+// archive. It talks to the clusters through the Kubernetes API only.
 package ctl
 
 import (
@@ -25,7 +27,7 @@ reach it from pods of every cluster of the ClusterSet through a clusterset VIP
 or <svc>.<ns>.svc.clusterset.local.`,
 		SilenceUsage: true,
 	}
-	root.AddCommand(newVersionCommand(), newLabCommand(), newBenchmarkCommand())
-	root.AddCommand(newExportCommand(), newUnexportCommand(), newShowCommand(), newDeployBrokerCommand(), newJoinCommand(), newUninstallCommand(), newDiagnoseCommand())
+	root.AddCommand(newVersionCommand())
+	root.AddCommand(newExportCommand(), newUnexportCommand(), newShowCommand(), newDeployBrokerCommand(), newJoinCommand(), newUninstallCommand(), newDiagnoseCommand(), newGatherCommand())
 	return root
 }

@@ -20,7 +20,7 @@ func newShowCommand() *cobra.Command {
 	out := &outputFlags{}
 	cmd := &cobra.Command{
 		Use:   "show",
-		Short: "Show the ClusterSet's state (exports, imports, VIPs, connections, endpoints, gateways) across its clusters",
+		Short: "Show the ClusterSet's state (exports, imports, VIPs, connections, endpoints, gateways, a node's view) across its clusters",
 		Args:  cobra.NoArgs,
 	}
 	cs.addFlags(cmd.PersistentFlags())
@@ -29,6 +29,7 @@ func newShowCommand() *cobra.Command {
 		newShowExportsCommand(cs, out),
 		newShowImportsCommand(cs, out),
 		newShowVIPsCommand(cs, out),
+		newShowNodeCommand(cs, out),
 	)
 	cmd.AddCommand(newShowGatewayCommands(cs, out)...)
 	return cmd

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -186,4 +188,14 @@ func showEndpoints(ctx context.Context, w io.Writer, clusters []memberCluster, o
 			fmt.Sprintf("%s:%d", r.Spec.PublicIP, r.Spec.Port), strings.Join(r.Spec.Subnets, ","), r.Valid, msg})
 	}
 	return out.print(w, rows, []string{"CLUSTER", "ENDPOINT", "GATEWAY", "DRIVER", "PUBLIC", "SUBNETS", "VALID", "MESSAGE"}, cells)
+}
+
+// PrintConnections writes the `show connections` table of the clusters
+// given by name (the lab's status uses it).
+func PrintConnections(ctx context.Context, w io.Writer, clusters map[string]client.Client) error {
+	var members []memberCluster
+	for _, name := range slices.Sorted(maps.Keys(clusters)) {
+		members = append(members, memberCluster{Name: name, Client: clusters[name]})
+	}
+	return showConnections(ctx, w, members, &outputFlags{format: "table"})
 }

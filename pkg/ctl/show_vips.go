@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 
@@ -16,14 +15,10 @@ import (
 
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/clusterset"
-	"github.com/causeway-net/causeway/pkg/lab"
+	"github.com/causeway-net/causeway/pkg/nodeview"
 	"github.com/causeway-net/causeway/pkg/routeagent"
 	"github.com/causeway-net/causeway/pkg/vip"
 )
-
-// DefaultVIPPinDir is where a route agent pins its VIP maps on a node
-// outside the lab (its --bpffs default + causeway/vip).
-const DefaultVIPPinDir = "/sys/fs/bpf/causeway/vip"
 
 // VIPRow is one VIP:port/proto of one node in `show vips`: what the node's
 // pinned maps hold next to what the API says they should hold.
@@ -99,15 +94,7 @@ func compareVIPs(node string, programmed, expected map[vip.ServiceKey]vip.Servic
 	for k := range keys {
 		sorted = append(sorted, k)
 	}
-	slices.SortFunc(sorted, func(a, b vip.ServiceKey) int {
-		if c := a.VIP.Compare(b.VIP); c != 0 {
-			return c
-		}
-		if a.Port != b.Port {
-			return int(a.Port) - int(b.Port)
-		}
-		return int(a.Proto) - int(b.Proto)
-	})
+	slices.SortFunc(sorted, nodeview.CompareKeys)
 	rows := make([]VIPRow, 0, len(sorted))
 	for _, k := range sorted {
 		r := VIPRow{Node: node, Service: names[k], VIP: k.String()}
@@ -206,36 +193,31 @@ func expectedVIPs(ctx context.Context, cluster string, c client.Client) (map[vip
 	return desired, names, nil
 }
 
-// vipNode is a node whose pinned maps `show vips` reads.
-type vipNode struct {
-	cluster, name, pinDir string
-}
-
 func newShowVIPsCommand(cs *clusterSetFlags, out *outputFlags) *cobra.Command {
-	var node, pinDir string
+	var node string
 	cmd := &cobra.Command{
 		Use:   "vips",
 		Short: "Every clusterset VIP:port a node's eBPF maps translate, with backends and weights, next to what the API says; differences marked",
-		Long: `show vips reads the pinned BPF maps of the VIP datapath (needs root) and
-lines every VIP:port/protocol up with what the route agent computes from its
-cluster's ServiceImports and multicluster EndpointSlices: backends with their
-weights (the source cluster's ready endpoints) and ClientIP affinity.
+		Long: `show vips reads the pinned BPF maps of the VIP datapath on every node (or the
+one --node <cluster>/<node> names) and lines every VIP:port/protocol up with
+what the route agent computes from its cluster's ServiceImports and
+multicluster EndpointSlices: backends with their weights (the source
+cluster's ready endpoints) and ClientIP affinity.
 
-In the lab every node of every cluster is shown, or the one --node
-<cluster>/<node> names. Outside the lab run it on the node itself with
---node <cluster>/<node> (the cluster as named by --kubeconfig/--context) and
---pin-dir (default ` + DefaultVIPPinDir + `).`,
+The maps are read on the node by the route agent's inspect command, run in
+its Pod through pods/exec: the user needs create on pods/exec in
+causeway-system, no access to the node.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nodes, err := vipNodes(cs, node, pinDir)
-			if err != nil {
-				return err
-			}
 			clusters, err := cs.clusters()
 			if err != nil {
 				return err
 			}
-			rows := collectVIPs(cmd.Context(), clusters, nodes)
+			nodes, err := selectNodes(cmd.Context(), clusters, node)
+			if err != nil {
+				return err
+			}
+			rows := collectVIPs(cmd.Context(), nodes)
 			var cells [][]string
 			for _, r := range rows {
 				if r.Error != "" {
@@ -252,56 +234,11 @@ In the lab every node of every cluster is shown, or the one --node
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "only this node, as <cluster>/<node>")
-	cmd.Flags().StringVar(&pinDir, "pin-dir", "", "the node's VIP pin directory (outside the lab; default "+DefaultVIPPinDir+")")
 	return cmd
 }
 
-// vipNodes are the nodes to show: the lab's (all, or the one named), or,
-// outside the lab, the node named with its pin directory.
-func vipNodes(cs *clusterSetFlags, node, pinDir string) ([]vipNode, error) {
-	var cluster, name string
-	if node != "" {
-		var ok bool
-		if cluster, name, ok = strings.Cut(node, "/"); !ok || cluster == "" || name == "" || strings.Contains(name, "/") {
-			return nil, fmt.Errorf("--node %q: want <cluster>/<node>", node)
-		}
-	}
-	if len(cs.kubeconfigs)+len(cs.contexts) > 0 {
-		if node == "" {
-			return nil, errors.New("outside the lab, name the node this runs on: --node <cluster>/<node> (and --pin-dir if not " + DefaultVIPPinDir + ")")
-		}
-		if pinDir == "" {
-			pinDir = DefaultVIPPinDir
-		}
-		return []vipNode{{cluster: cluster, name: name, pinDir: pinDir}}, nil
-	}
-	if pinDir != "" {
-		return nil, errors.New("--pin-dir is for nodes outside the lab (with --kubeconfig or --context)")
-	}
-	st, err := loadLab()
-	if err != nil {
-		return nil, err
-	}
-	var out []vipNode
-	for _, c := range st.Topology.Clusters {
-		for _, n := range c.Nodes {
-			if node == "" || c.Name == cluster && n.Name == name {
-				out = append(out, vipNode{cluster: c.Name, name: n.Name, pinDir: st.VIPPinDir(c.Name, n.Name)})
-			}
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("--node %s: no such node in the lab", node)
-	}
-	return out, nil
-}
-
 // collectVIPs reads every node's maps and its cluster's expectation.
-func collectVIPs(ctx context.Context, clusters []memberCluster, nodes []vipNode) []VIPRow {
-	byName := map[string]client.Client{}
-	for _, c := range clusters {
-		byName[c.Name] = c.Client
-	}
+func collectVIPs(ctx context.Context, nodes []nodeRef) []VIPRow {
 	type expectation struct {
 		services map[vip.ServiceKey]vip.Service
 		names    map[vip.ServiceKey]string
@@ -310,45 +247,35 @@ func collectVIPs(ctx context.Context, clusters []memberCluster, nodes []vipNode)
 	expected := map[string]expectation{}
 	var rows []VIPRow
 	for _, n := range nodes {
-		label := n.cluster + "/" + n.name
-		c, ok := byName[n.cluster]
+		e, ok := expected[n.cluster.Name]
 		if !ok {
-			rows = append(rows, VIPRow{Node: label, Error: "no cluster " + n.cluster + " among the clusters given"})
-			continue
-		}
-		e, ok := expected[n.cluster]
-		if !ok {
-			e.services, e.names, e.err = expectedVIPs(ctx, n.cluster, c)
-			expected[n.cluster] = e
+			e.services, e.names, e.err = expectedVIPs(ctx, n.cluster.Name, n.cluster.Client)
+			expected[n.cluster.Name] = e
 		}
 		if e.err != nil {
-			rows = append(rows, VIPRow{Node: label, Error: e.err.Error()})
+			rows = append(rows, VIPRow{Node: n.String(), Error: e.err.Error()})
 			continue
 		}
-		programmed, err := readPinnedVIPs(n.pinDir)
+		programmed, err := programmedVIPs(ctx, n)
 		if err != nil {
-			rows = append(rows, VIPRow{Node: label, Error: err.Error()})
+			rows = append(rows, VIPRow{Node: n.String(), Error: err.Error()})
 			continue
 		}
-		rows = append(rows, compareVIPs(label, programmed, e.services, e.names)...)
+		rows = append(rows, compareVIPs(n.String(), programmed, e.services, e.names)...)
 	}
 	return rows
 }
 
-func readPinnedVIPs(pinDir string) (map[vip.ServiceKey]vip.Service, error) {
-	p, err := vip.OpenPinned(pinDir)
+// programmedVIPs is the VIP table pinned on node n.
+func programmedVIPs(ctx context.Context, n nodeRef) (map[vip.ServiceKey]vip.Service, error) {
+	v, err := n.inspect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
-	return p.Services()
-}
-
-// loadLab is the local lab's state ($CAUSEWAY_LAB_DIR or lab.DefaultDir).
-func loadLab() (*lab.State, error) {
-	dir := lab.DefaultDir
-	if d := os.Getenv("CAUSEWAY_LAB_DIR"); d != "" {
-		dir = d
+	for _, e := range v.Errors {
+		if strings.HasPrefix(e, "vip maps:") {
+			return nil, fmt.Errorf("%s: %s", n, e)
+		}
 	}
-	return lab.Load(dir)
+	return v.Services()
 }

@@ -13,16 +13,21 @@ func newVersionCommand() *cobra.Command {
 		Short: "Print causewayctl's version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			v := "(devel)"
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				v = bi.Main.Version
-				for _, s := range bi.Settings {
-					if s.Key == "vcs.revision" {
-						v += " " + s.Value
-					}
-				}
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "causewayctl", v)
+			fmt.Fprintln(cmd.OutOrStdout(), "causewayctl", ctlVersion())
 		},
 	}
+}
+
+// ctlVersion is causewayctl's module version and commit.
+func ctlVersion() string {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				v += " " + s.Value
+			}
+		}
+	}
+	return v
 }

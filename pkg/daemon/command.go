@@ -3,6 +3,10 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -25,6 +29,7 @@ func Command(component, short, long string, opts *Options, work func(ctx context
 		},
 	}
 	opts.AddFlags(cmd.Flags())
+	cmd.AddCommand(metricsCommand(opts.MetricsAddr))
 	return cmd
 }
 
@@ -77,4 +82,46 @@ func restConfig(path, what string) (*rest.Config, error) {
 	}
 	cfg.QPS, cfg.Burst = 100, 200
 	return cfg, nil
+}
+
+// metricsCommand is every daemon's `metrics` subcommand: it prints the
+// daemon's /metrics as served on addr (its --metrics-addr) in this host
+// or Pod network namespace — what `causewayctl gather` collects through
+// pods/exec, as the metrics listen on loopback.
+func metricsCommand(addr string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "metrics",
+		Short: "Print this daemon's Prometheus metrics, fetched from its --metrics-addr",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return fmt.Errorf("--metrics-addr %q: %w", addr, err)
+			}
+			if host == "" || net.ParseIP(host).IsUnspecified() {
+				host = "127.0.0.1"
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			url := "http://" + net.JoinHostPort(host, port) + "/metrics"
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("get %s: %w", url, err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("get %s: %s", url, resp.Status)
+			}
+			if _, err := io.Copy(cmd.OutOrStdout(), resp.Body); err != nil {
+				return fmt.Errorf("get %s: %w", url, err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "metrics-addr", addr, "the daemon's --metrics-addr")
+	return cmd
 }

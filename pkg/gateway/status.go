@@ -143,6 +143,10 @@ func (e *Engine) writeGateway(ctx context.Context, st gatewayStatus) error {
 	}
 	gw.Status.HAStatus = st.role
 	gw.Status.LocalEndpoint = st.local
+	gw.Status.TunnelDevice = ""
+	if st.role == v1alpha1.HAStatusActive {
+		gw.Status.TunnelDevice = e.cfg.TunnelDevice
+	}
 	gw.Status.Connections = st.conns
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Passive", Message: "standing by",
 		ObservedGeneration: gw.Generation}

@@ -194,7 +194,9 @@ func readNeighbours(n *nodeview.Node, names map[int]string) error {
 		return err
 	}
 	for _, e := range neighs {
-		if e.IP != nil {
+		// Like ip neigh: entries that resolve nothing (multicast,
+		// point-to-point devices) are left out.
+		if e.IP != nil && e.State&netlink.NUD_NOARP == 0 {
 			v := nodeview.Neighbour{Dev: names[e.LinkIndex], IP: e.IP.String(), State: neighState(e.State)}
 			if e.HardwareAddr != nil {
 				v.MAC = e.HardwareAddr.String()
@@ -207,11 +209,11 @@ func readNeighbours(n *nodeview.Node, names map[int]string) error {
 		return fmt.Errorf("fdb: %w", err)
 	}
 	for _, e := range fdb {
-		v := nodeview.FDBEntry{Dev: names[e.LinkIndex], MAC: e.HardwareAddr.String()}
+		// Entries with a remote (VXLAN: MAC → remote node); a device's
+		// own multicast entries are left out.
 		if e.IP != nil {
-			v.Dst = e.IP.String()
+			n.FDB = append(n.FDB, nodeview.FDBEntry{Dev: names[e.LinkIndex], MAC: e.HardwareAddr.String(), Dst: e.IP.String()})
 		}
-		n.FDB = append(n.FDB, v)
 	}
 	return nil
 }

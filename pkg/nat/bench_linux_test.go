@@ -17,7 +17,7 @@ import (
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/internal/rawsock"
 	"github.com/causeway-net/causeway/internal/testserve"
-	"github.com/causeway-net/causeway/pkg/bench"
+	"github.com/causeway-net/causeway/lab/bench"
 )
 
 // BenchmarkSync10k: full syncs of 10 000 exported tcp ports (40 000 map

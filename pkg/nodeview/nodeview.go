@@ -84,7 +84,8 @@ type Rule struct {
 	Mark     string `json:"mark,omitempty"` // "0x10/0xff"
 }
 
-// Neighbour is a neighbour (ARP/NDP) entry.
+// Neighbour is a neighbour (ARP/NDP) entry that resolves an address
+// (NOARP entries are left out, as ip neigh does).
 type Neighbour struct {
 	Dev   string `json:"dev"`
 	IP    string `json:"ip"`
@@ -92,11 +93,12 @@ type Neighbour struct {
 	State string `json:"state"`
 }
 
-// FDBEntry is a bridge forwarding entry (VXLAN: MAC → remote node).
+// FDBEntry is a forwarding entry with a remote (VXLAN: MAC → remote
+// node).
 type FDBEntry struct {
 	Dev string `json:"dev"`
 	MAC string `json:"mac"`
-	Dst string `json:"dst,omitempty"`
+	Dst string `json:"dst"`
 }
 
 // WireGuardDevice is a WireGuard device and its peers.

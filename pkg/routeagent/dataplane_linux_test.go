@@ -24,7 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/causeway-net/causeway/internal/testserve"
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
+	"github.com/causeway-net/causeway/lab/netlab"
 )
 
 func requireRoot(tb testing.TB) {

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+
+	"github.com/causeway-net/causeway/pkg/vip"
 )
 
 // fakeDataplane is an in-memory Dataplane for the agent's unit tests.
@@ -88,3 +90,19 @@ func (f *fakeDataplane) FailWith(err error) {
 	defer f.mu.Unlock()
 	f.fail = err
 }
+
+// fakeVIPTable is a vip.Table without limits for the agent's tests: Set
+// refuses what every Table refuses (vip.Validate) and programs nothing.
+type fakeVIPTable struct{}
+
+var _ vip.Table = fakeVIPTable{}
+
+func (fakeVIPTable) Set(_ context.Context, desired map[vip.ServiceKey]vip.Service) error {
+	return vip.Validate(desired, vip.Limits{})
+}
+
+func (fakeVIPTable) Limits() vip.Limits { return vip.Limits{} }
+
+func (fakeVIPTable) Usage() vip.Limits { return vip.Limits{} }
+
+func (fakeVIPTable) Close() error { return nil }

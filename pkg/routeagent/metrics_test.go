@@ -28,6 +28,34 @@ func (s staticVIPSource) ListVIPInputs(context.Context) ([]*mcsv1beta1.ServiceIm
 	return s.imports, s.slices, s.err
 }
 
+// filledVIPTable is a vip.Table with limits that counts what it holds as
+// the kernel's maps do: a service entry per VIP port, a backend slot per
+// distinct backend of each.
+type filledVIPTable struct {
+	limits vip.Limits
+	held   map[vip.ServiceKey]vip.Service
+}
+
+func (f *filledVIPTable) Set(_ context.Context, desired map[vip.ServiceKey]vip.Service) error {
+	if err := vip.Validate(desired, f.limits); err != nil {
+		return err
+	}
+	f.held = desired
+	return nil
+}
+
+func (f *filledVIPTable) Limits() vip.Limits { return f.limits }
+
+func (f *filledVIPTable) Usage() vip.Limits {
+	u := vip.Limits{Services: uint32(len(f.held))}
+	for _, s := range f.held {
+		u.Backends += uint32(len(vip.Canonical(s.Backends)))
+	}
+	return u
+}
+
+func (f *filledVIPTable) Close() error { return nil }
+
 // The VIP metrics after real syncs into a table with room for two
 // services and four backend slots: the local import's two ports fill it,
 // the remote-only one is left out; a failed sync counts and keeps the
@@ -51,7 +79,7 @@ func TestVIPMetrics(t *testing.T) {
 	src.slices[1].Labels[LabelSourceCluster] = "c1"
 	src.slices[1].Name = "whereami-c1-udp"
 
-	table := vip.NewFake(vip.Limits{Services: 2, Backends: 4})
+	table := &filledVIPTable{limits: vip.Limits{Services: 2, Backends: 4}}
 	reg := prometheus.NewRegistry()
 	m := NewVIPMetrics(reg, table)
 	sync := func(src VIPSource) {

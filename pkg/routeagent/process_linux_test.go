@@ -18,9 +18,9 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/lab/netlab"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/clusterset"
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
 // The route agent as the lab runs it: a process per node namespace with

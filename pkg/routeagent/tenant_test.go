@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -60,7 +59,7 @@ func TestTenantCannotFeedTheVIPTable(t *testing.T) {
 	}
 	ours := rendered[0].DeepCopy()
 
-	table := vip.NewFake(vip.Limits{})
+	var table fakeVIPTable
 	src, err := WatchVIPInputs(ctx, kc.DaemonConfig(t, "route-agent"), func() {})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +75,7 @@ func TestTenantCannotFeedTheVIPTable(t *testing.T) {
 		}
 		return nil
 	}
-	waitUntil(t, "the route agent programs the controller's import", tableHolds)
+	kubetest.Eventually(t, "the route agent programs the controller's import", tableHolds)
 
 	stolen := func(name string, labels map[string]string) *discoveryv1.EndpointSlice {
 		s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: name, Labels: labels,
@@ -132,7 +131,7 @@ func TestTenantCannotFeedTheVIPTable(t *testing.T) {
 		// The API server loads admission policies asynchronously: what
 		// got through before they took effect is undone (by the
 		// administrator) and tried again.
-		waitUntil(t, "tenant refused: "+tc.what, func() error {
+		kubetest.Eventually(t, "tenant refused: "+tc.what, func() error {
 			undo, err := tc.write()
 			if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "only Causeway's MCS controller writes") {
 				return nil // the admission policy's refusal, not RBAC's
@@ -151,22 +150,5 @@ func TestTenantCannotFeedTheVIPTable(t *testing.T) {
 	}
 	if err := tableHolds(); err != nil {
 		t.Errorf("after the tenant's attempts: %v", err)
-	}
-}
-
-// waitUntil polls check until it returns nil, failing the test with its
-// last error after a minute (a hang, not a speed requirement).
-func waitUntil(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }

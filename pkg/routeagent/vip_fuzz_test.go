@@ -129,8 +129,8 @@ func parseVIPInputs(spec string) (vip.Limits, []*mcsv1beta1.ServiceImport, []*di
 // FuzzVIPDesired checks the route agent's VIP table, computed from what
 // the cluster's API holds (ServiceImports, EndpointSlices, anyone with
 // rights there may have written), for any input: VIPDesired does not
-// panic; the table it gives is one the datapath takes (vip.Fake.Set, with
-// the table's limits, succeeds: it never refuses the whole table); it does
+// panic; the table it gives is one the datapath takes (vip.Validate, with
+// the table's limits, accepts it: Set never refuses the whole table); it does
 // not depend on the order of the objects; every VIP lies in the ranges and
 // belongs to one import, every backend is an address of a slice the MCS
 // controller wrote for that import, and no import is both programmed and
@@ -146,7 +146,7 @@ func FuzzVIPDesired(f *testing.F) {
 		cfg := vipConfig
 		cfg.Limits = lim
 		st := VIPDesired(cfg, imports, eps)
-		if err := vip.NewFake(lim).Set(t.Context(), st.Services); err != nil {
+		if err := vip.Validate(st.Services, lim); err != nil {
 			t.Fatalf("the table refuses what VIPDesired gives: %v", err)
 		}
 		rng := rand.New(rand.NewPCG(uint64(len(spec)), 9))

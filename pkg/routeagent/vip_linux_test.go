@@ -22,9 +22,9 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/internal/kubetest"
+	"github.com/causeway-net/causeway/lab/netlab"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/clusterset"
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 

@@ -199,8 +199,8 @@ func TestVIPDesiredDualStack(t *testing.T) {
 		t.Errorf("VIPDesired:\n got %v\nwant %v", got, want)
 	}
 	// What the kernel table accepts: every backend of its VIP's family.
-	if err := vip.NewFake(vip.Limits{}).Set(t.Context(), got); err != nil {
-		t.Errorf("the fake table refuses the dual-stack desired state: %v", err)
+	if err := vip.Validate(got, vip.Limits{}); err != nil {
+		t.Errorf("the table refuses the dual-stack desired state: %v", err)
 	}
 }
 
@@ -346,7 +346,7 @@ func TestVIPDesiredLimits(t *testing.T) {
 				if got := slices.Sorted(maps.Keys(programmed)); !slices.Equal(got, tc.want) || !slices.Equal(st.LeftOut, tc.leftOut) {
 					t.Fatalf("round %d: programmed %v, left out %v; want %v, %v", round, got, st.LeftOut, tc.want, tc.leftOut)
 				}
-				if err := vip.NewFake(tc.limits).Set(t.Context(), st.Services); err != nil {
+				if err := vip.Validate(st.Services, tc.limits); err != nil {
 					t.Fatalf("round %d: the table refuses what VIPDesired gives: %v", round, err)
 				}
 			}

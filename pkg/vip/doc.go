@@ -16,9 +16,10 @@
 // socket iterator with bpf_sock_destroy, run in each network namespace of
 // the cgroup's processes), so their applications reconnect.
 //
-// Layers: plan.go is the pure diff (no I/O), Fake applies it to in-memory maps
-// with the programs' lookup semantics (for controller tests), and Kernel
-// (Linux) loads the programs, pins maps and links under a bpffs directory,
-// attaches them to a cgroup v2 directory and adopts existing pins on restart.
+// Layers: plan.go is the pure diff (no I/O; the package's tests apply it
+// to in-memory maps with the programs' lookup semantics), Validate is what
+// every Set refuses, and Kernel (Linux) loads the programs, pins maps and
+// links under a bpffs directory, attaches them to a cgroup v2 directory and
+// adopts existing pins on restart.
 // See README.md for the contract with the node.
 package vip

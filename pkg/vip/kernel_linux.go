@@ -227,7 +227,7 @@ func (k *Kernel) attach() error {
 
 // Set implements Table.
 func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey]Service) error {
-	if err := validate(desired, k.limits); err != nil {
+	if err := Validate(desired, k.limits); err != nil {
 		return err
 	}
 	k.mu.Lock()

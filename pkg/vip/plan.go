@@ -2,6 +2,7 @@ package vip
 
 import (
 	"cmp"
+	"maps"
 	"math/bits"
 	"net/netip"
 	"slices"
@@ -66,6 +67,37 @@ type ops struct {
 func (o ops) empty() bool {
 	return len(o.putBackends) == 0 && len(o.putServices) == 0 &&
 		len(o.deleteServices) == 0 && len(o.deleteBackends) == 0
+}
+
+// applyOps applies o to m in order.
+func applyOps(m mapState, o ops) {
+	maps.Copy(m.backends, o.putBackends)
+	maps.Copy(m.services, o.putServices)
+	for _, k := range o.deleteServices {
+		delete(m.services, k)
+	}
+	for _, k := range o.deleteBackends {
+		delete(m.backends, k)
+	}
+}
+
+// OpCounts counts the map writes one Set made.
+type OpCounts struct {
+	PutServices, PutBackends, DeleteServices, DeleteBackends int
+}
+
+// Total is the number of map operations.
+func (c OpCounts) Total() int {
+	return c.PutServices + c.PutBackends + c.DeleteServices + c.DeleteBackends
+}
+
+func countOps(o ops) OpCounts {
+	return OpCounts{
+		PutServices:    len(o.putServices),
+		PutBackends:    len(o.putBackends),
+		DeleteServices: len(o.deleteServices),
+		DeleteBackends: len(o.deleteBackends),
+	}
 }
 
 func compareBackends(a, b Backend) int {
@@ -275,29 +307,6 @@ func compareKeys(a, b ServiceKey) int {
 		return c
 	}
 	return cmp.Compare(a.Proto, b.Proto)
-}
-
-// lookup resolves dst as the programs do: ok is false when dst is no service
-// (the socket call proceeds unchanged); err is ErrNoBackends when the service
-// has none (the call fails with EHOSTUNREACH). rSlot picks the slot (rSlot %
-// count), rCoin>>1 the slot's backend or its alias: random for connect(),
-// derived from the socket cookie for sendmsg().
-func (m mapState) lookup(dst ServiceKey, rSlot, rCoin uint32) (b Backend, ok bool, err error) {
-	s, found := m.services[dst]
-	if !found {
-		return Backend{}, false, nil
-	}
-	if s.Count == 0 {
-		return Backend{}, true, ErrNoBackends
-	}
-	sl, found := m.backends[backendKey{ID: s.ID, Slot: rSlot % s.Count}]
-	if !found {
-		return Backend{}, true, ErrNoBackends
-	}
-	if rCoin>>1 < sl.Threshold {
-		return Backend{Addr: sl.Backend.Addr, Port: sl.Backend.Port}, true, nil
-	}
-	return sl.Alias, true, nil
 }
 
 // desired returns the services m implements: what Set was last given, in

@@ -96,15 +96,18 @@ type Table interface {
 // ErrInvalid is wrapped by Set's errors for desired states it refuses.
 var ErrInvalid = errors.New("invalid VIP table")
 
-// Limits bound the number of entries of the maps. Zero means no limit (the
-// fake) or the default (the kernel).
+// Limits bound the number of entries of the maps. Zero means no limit (in
+// Validate) or the default (Open).
 type Limits struct {
 	Services uint32 // entries of vip_services
 	Backends uint32 // entries of vip_backends, summed over all services
 }
 
-// validate checks desired against what the programs can express and lim.
-func validate(desired map[ServiceKey]Service, lim Limits) error {
+// Validate checks desired against what the programs can express and lim:
+// a Table whose Limits are lim refuses desired in Set exactly when
+// Validate returns an error (wrapping ErrInvalid), before changing
+// anything.
+func Validate(desired map[ServiceKey]Service, lim Limits) error {
 	if lim.Services != 0 && len(desired) > int(lim.Services) {
 		return fmt.Errorf("%w: %d services, the map holds %d", ErrInvalid, len(desired), lim.Services)
 	}

@@ -14,10 +14,10 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/lab"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/kube"
-	"github.com/causeway-net/causeway/pkg/lab"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 

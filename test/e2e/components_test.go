@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/lab"
+	"github.com/causeway-net/causeway/lab/netlab"
 	"github.com/causeway-net/causeway/pkg/kube"
-	"github.com/causeway-net/causeway/pkg/lab"
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
 // How the fault tests find, stop and watch the restart of the lab's

@@ -17,13 +17,14 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/internal/imagebuild"
-	"github.com/causeway-net/causeway/pkg/lab/apps"
+	"github.com/causeway-net/causeway/lab/apps"
 )
 
 // TestLabContainerd: `lab up --runtime containerd` runs every node with
 // a real kubelet and containerd, the chart's Pods from Causeway's image
 // (built here as `make image` builds it), and traffic crosses clusters
-// by clusterset VIP; `lab down` gives the host its sysctls back.
+// by clusterset VIP, causewayctl's node views work through the real
+// kubelet's exec; `lab down` gives the host its sysctls back.
 func TestLabContainerd(t *testing.T) {
 	sysctls := readSysctls(t)
 	// Registered first, so it runs after the lab's `lab down`.
@@ -91,6 +92,9 @@ func TestLabContainerd(t *testing.T) {
 		t.Fatalf("export from c2: %v\n%s", err, out)
 	}
 	l.kubectlCurl(t, "c3", "http://"+vip, "c1", "c2")
+	// The node views through pods/exec into containers of the image,
+	// as a user without root.
+	l.checkUnprivilegedCLI(l.activeGateway(ctx, "c1"))
 }
 
 // kubectlCurl gets url from cluster's demo client Pod (kubectl exec: the
@@ -101,7 +105,7 @@ func (l *Lab) kubectlCurl(t *testing.T, cluster, url string, want ...string) {
 	script := fmt.Sprintf(`exec 3<>/dev/tcp/%s/80 && printf 'GET / HTTP/1.0\r\nHost: %s\r\n\r\n' >&3 && timeout 3 cat <&3`, host, host)
 	seen := map[string]bool{}
 	waitForWithin(t, 2*time.Minute, fmt.Sprintf("%s answered by %v from %s", url, want, cluster), func() error {
-		out, err := l.run("lab", "kubectl", cluster, "--", "exec", "-n", "demo", "client", "--", "bash", "-c", script)
+		out, err := l.lab("kubectl", cluster, "--", "exec", "-n", "demo", "client", "--", "bash", "-c", script)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
 		}

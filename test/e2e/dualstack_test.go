@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
+	"github.com/causeway-net/causeway/lab/netlab"
 )
 
 // TestLabDualStack brings up `lab up --ip-family dual` (one node per

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -18,8 +20,10 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/lab/apps"
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
+	"github.com/causeway-net/causeway/lab/apps"
+	"github.com/causeway-net/causeway/lab/netlab"
+	globalnetcontroller "github.com/causeway-net/causeway/pkg/globalnet/controller"
+	"github.com/causeway-net/causeway/pkg/kube"
 )
 
 // Fault bounds of TestFaults. A fault that needs no failover costs no
@@ -161,6 +165,27 @@ func TestFaults(t *testing.T) {
 	})
 	for _, c := range []string{"c1", "c3"} {
 		run("MCS controller "+c+": SIGKILL", func() { l.killHeld(ctx, daemon(c, "n0", "mcs-controller")) })
+	}
+	// The globalnet controllers decide global addresses and program
+	// nothing: while one is dead its GlobalIngress objects stay and the
+	// active gateway keeps translating from them (fail static). The
+	// restarted one takes its Lease over and keeps every pair it finds.
+	for _, c := range []string{"c1", "c3"} {
+		run("globalnet controller "+c+": SIGKILL", func() {
+			held := l.globalIngresses(ctx, c)
+			gn := daemon(c, "n0", "globalnet")
+			holder := l.leaseHolder(ctx, c, globalnetcontroller.LeaderElectionID)
+			l.killHeld(ctx, gn)
+			waitForWithin(t, time.Minute, c+"'s restarted globalnet controller holding its Lease", func() error {
+				if now := l.leaseHolder(ctx, c, globalnetcontroller.LeaderElectionID); now == "" || now == holder {
+					return fmt.Errorf("holder %q, the killed one was %q", now, holder)
+				}
+				return nil
+			})
+			if got := l.globalIngresses(ctx, c); !reflect.DeepEqual(got, held) {
+				t.Errorf("%s's GlobalIngress specs after its globalnet controller's restart:\n%v\nwant as before:\n%v", c, got, held)
+			}
+		})
 	}
 	run("c1 kube-apiserver: SIGSTOP", func() { l.freeze(ctx, controlPlane("c1", "kube-apiserver")) })
 	run("c1 etcd: SIGSTOP", func() { l.freeze(ctx, controlPlane("c1", "etcd")) })
@@ -333,6 +358,32 @@ func (l *Lab) killHeld(ctx context.Context, c component) {
 	time.Sleep(faultHold)
 	resume()
 	l.waitRestarted(ctx, c, pid)
+}
+
+// globalIngresses returns the specs of cluster's GlobalIngress objects
+// by namespace/name.
+func (l *Lab) globalIngresses(ctx context.Context, cluster string) map[string]v1alpha1.GlobalIngressSpec {
+	l.t.Helper()
+	list := &v1alpha1.GlobalIngressList{}
+	if err := l.Client(cluster).List(ctx, list); err != nil {
+		l.t.Fatalf("%s: list GlobalIngresses: %v", cluster, err)
+	}
+	specs := map[string]v1alpha1.GlobalIngressSpec{}
+	for _, gi := range list.Items {
+		specs[gi.Namespace+"/"+gi.Name] = gi.Spec
+	}
+	return specs
+}
+
+// leaseHolder returns the holder of cluster's Lease name in Causeway's
+// namespace ("" when none).
+func (l *Lab) leaseHolder(ctx context.Context, cluster, name string) string {
+	l.t.Helper()
+	lease := &coordinationv1.Lease{}
+	if err := l.Client(cluster).Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: name}, lease); err != nil {
+		l.t.Fatalf("%s: Lease %s: %v", cluster, name, err)
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, "")
 }
 
 // freeze SIGSTOPs c for faultHold, then SIGCONTs it.

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/lab/apps"
+	"github.com/causeway-net/causeway/lab/apps"
 	"github.com/causeway-net/causeway/pkg/nat"
 )
 

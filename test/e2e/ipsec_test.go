@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/lab"
+	"github.com/causeway-net/causeway/lab/netlab"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/ctl"
-	"github.com/causeway-net/causeway/pkg/lab"
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
 // TestLabIPsec runs the smallest lab that shows the IPsec cable end to
@@ -124,7 +124,7 @@ func TestLabIPsec(t *testing.T) {
 		}
 		pids = append(pids, pid)
 	}
-	if out, err := l.run("lab", "down", "--prefix", l.Prefix); err != nil || !strings.Contains(out, "nothing left") {
+	if out, err := l.lab("down", "--prefix", l.Prefix); err != nil || !strings.Contains(out, "nothing left") {
 		t.Fatalf("lab down: %v\n%s", err, out)
 	}
 	// SIGKILLed processes take a moment to exit (and may stay zombies

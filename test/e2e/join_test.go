@@ -22,12 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/lab"
+	"github.com/causeway-net/causeway/lab/netlab"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/chart"
 	"github.com/causeway-net/causeway/pkg/install"
 	"github.com/causeway-net/causeway/pkg/kube"
-	"github.com/causeway-net/causeway/pkg/lab"
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 

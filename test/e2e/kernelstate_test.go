@@ -11,7 +11,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/causeway-net/causeway/pkg/lab"
+	"github.com/causeway-net/causeway/lab"
 )
 
 // kernelState is what the lab's processes hold in the kernel, each

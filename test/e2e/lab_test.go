@@ -28,22 +28,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/causeway-net/causeway/pkg/controlplane"
+	"github.com/causeway-net/causeway/lab"
+	"github.com/causeway-net/causeway/lab/apps"
+	"github.com/causeway-net/causeway/lab/controlplane"
+	"github.com/causeway-net/causeway/lab/netlab"
 	"github.com/causeway-net/causeway/pkg/kube"
-	"github.com/causeway-net/causeway/pkg/lab"
-	"github.com/causeway-net/causeway/pkg/lab/apps"
-	"github.com/causeway-net/causeway/pkg/lab/netlab"
 )
 
 // Lab is a lab brought up for a test.
 type Lab struct {
 	t      *testing.T
 	ctl    string // causewayctl binary
+	labBin string // causeway-lab binary
 	Dir    string
 	Prefix string
 }
 
-// StartLab builds causewayctl and brings a lab up with a unique prefix and
+// StartLab builds the binaries and brings a lab up with a unique prefix and
 // state directory; it is taken down when the test ends.
 func StartLab(t *testing.T, args ...string) *Lab {
 	t.Helper()
@@ -67,19 +68,19 @@ func startLab(t *testing.T, beforeUp func(bin string), args ...string) *Lab {
 	if beforeUp != nil {
 		beforeUp(bin)
 	}
-	l := &Lab{t: t, ctl: filepath.Join(bin, "causewayctl"), Dir: filepath.Join(t.TempDir(), "lab"),
+	l := &Lab{t: t, ctl: filepath.Join(bin, "causewayctl"), labBin: filepath.Join(bin, "causeway-lab"), Dir: filepath.Join(t.TempDir(), "lab"),
 		Prefix: fmt.Sprintf("cwe%04x-", time.Now().UnixNano()&0xffff)}
 	t.Cleanup(func() {
 		if t.Failed() {
 			l.dumpLogs()
 		}
-		out, err := l.run("lab", "down", "--prefix", l.Prefix)
+		out, err := l.lab("down", "--prefix", l.Prefix)
 		if err != nil {
 			t.Errorf("lab down: %v\n%s", err, out)
 		}
 	})
 	start := time.Now()
-	out, err := l.run(append([]string{"lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()}, args...)...)
+	out, err := l.lab(append([]string{"up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()}, args...)...)
 	if err != nil {
 		t.Fatalf("lab up: %v\n%s", err, out)
 	}
@@ -87,10 +88,11 @@ func startLab(t *testing.T, beforeUp func(bin string), args ...string) *Lab {
 	return l
 }
 
-func (l *Lab) run(args ...string) (string, error) {
-	// --dir goes right after "lab": everything after "--" belongs to
-	// the command run in a pod.
-	cmd := exec.Command(l.ctl, append([]string{args[0], "--dir", l.Dir}, args[1:]...)...)
+// lab runs a causeway-lab subcommand on this lab.
+func (l *Lab) lab(args ...string) (string, error) {
+	// --dir goes first: everything after "--" belongs to the command
+	// run in a pod.
+	cmd := exec.Command(l.labBin, append([]string{"--dir", l.Dir}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -99,7 +101,7 @@ func (l *Lab) run(args ...string) (string, error) {
 
 // Exec runs a command inside a pod and returns its output.
 func (l *Lab) Exec(pod string, command ...string) (string, error) {
-	return l.run(append([]string{"lab", "exec", pod, "--"}, command...)...)
+	return l.lab(append([]string{"exec", pod, "--"}, command...)...)
 }
 
 // Client is an admin client of a cluster of the lab.
@@ -116,7 +118,7 @@ func (l *Lab) Client(cluster string) client.Client {
 }
 
 func (l *Lab) dumpLogs() {
-	out, _ := l.run("lab", "status")
+	out, _ := l.lab("status")
 	l.t.Logf("lab status:\n%s", out)
 	st, err := lab.Load(l.Dir)
 	if err != nil {
@@ -202,7 +204,7 @@ func TestLab(t *testing.T) {
 			}
 		}
 		// The About API names the cluster, as kubectl shows it.
-		out, err := l.run("lab", "kubectl", cluster, "--", "get", "clusterproperties", "cluster.clusterset.k8s.io", "-o", "jsonpath={.spec.value}")
+		out, err := l.lab("kubectl", cluster, "--", "get", "clusterproperties", "cluster.clusterset.k8s.io", "-o", "jsonpath={.spec.value}")
 		if err != nil || strings.TrimSpace(out) != cluster {
 			t.Errorf("%s: kubectl get clusterproperties cluster.clusterset.k8s.io: %q, %v", cluster, out, err)
 		}
@@ -260,7 +262,9 @@ func TestLab(t *testing.T) {
 		return nil
 	})
 	l.checkKubectlLogsExec(ctx)
+	l.checkNodeViews(ctx)
 	l.checkMCS(ctx)
+	l.checkKubectlDNS(ctx)
 	l.checkPropagation(ctx)
 	l.checkPairBenchmarks(ctx)
 	l.checkBrokerOutage(ctx)
@@ -278,20 +282,20 @@ func TestLab(t *testing.T) {
 
 	// A second up repairs or reports; it never duplicates.
 	before := podCount(t, l, "c1")
-	if out, err := l.run(append([]string{"lab", "up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()}, cableArgs()...)...); err != nil || !strings.Contains(out, "already up") {
+	if out, err := l.lab(append([]string{"up", "--prefix", l.Prefix, "--k8s-bin", controlplane.DefaultBinDir()}, cableArgs()...)...); err != nil || !strings.Contains(out, "already up") {
 		t.Errorf("second lab up: %v\n%s", err, out)
 	}
 	if after := podCount(t, l, "c1"); after != before {
 		t.Errorf("second up changed c1's pod count: %d → %d", before, after)
 	}
 
-	if out, err := l.run("lab", "status"); err != nil || !strings.Contains(out, "whereami") {
+	if out, err := l.lab("status"); err != nil || !strings.Contains(out, "whereami") {
 		t.Errorf("lab status: %v\n%s", err, out)
 	}
 	l.checkMergedKubeconfig()
 
 	// Down removes everything; checked here rather than only in cleanup.
-	if out, err := l.run("lab", "down", "--prefix", l.Prefix); err != nil || !strings.Contains(out, "nothing left") {
+	if out, err := l.lab("down", "--prefix", l.Prefix); err != nil || !strings.Contains(out, "nothing left") {
 		t.Fatalf("lab down: %v\n%s", err, out)
 	}
 	h, err := netlab.NewHost(netlab.Config{Prefix: l.Prefix})
@@ -416,7 +420,7 @@ func (l *Lab) checkCrossCluster(ctx context.Context) {
 	l.waitClientSeen("c3/demo/client", "http://"+svc.Spec.ClusterIP, names, c3client.Status.PodIP)
 
 	// c1 → c3: a whereami started inside c3's client pod.
-	srv := exec.Command(l.ctl, "lab", "--dir", l.Dir, "exec", "c3/demo/client", "--", l.ctl, "lab", "app", "whereami", "--port", "9000", "--cluster", "c3", "--pod", "client")
+	srv := exec.Command(l.labBin, "--dir", l.Dir, "exec", "c3/demo/client", "--", l.labBin, "app", "whereami", "--port", "9000", "--cluster", "c3", "--pod", "client")
 	if err := srv.Start(); err != nil {
 		l.t.Fatal(err)
 	}
@@ -713,8 +717,13 @@ type stopWaiting struct{ error }
 
 // causewayctl runs a causewayctl command on the lab's clusters.
 func (l *Lab) causewayctl(args ...string) (string, error) {
+	// As a user of the lab does: KUBECONFIG=$(causeway-lab kubeconfig).
+	kubeconfig, err := l.lab("kubeconfig")
+	if err != nil {
+		return kubeconfig, fmt.Errorf("causeway-lab kubeconfig: %w", err)
+	}
 	cmd := exec.Command(l.ctl, args...)
-	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+strings.TrimSpace(kubeconfig))
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -825,11 +834,11 @@ func (l *Lab) checkKubectlLogsExec(ctx context.Context) {
 			l.t.Fatalf("%s: whereami pods: %v", cluster, err)
 		}
 		p := pods.Items[0]
-		out, err := l.run("lab", "kubectl", cluster, "--", "logs", "-n", "demo", p.Name)
+		out, err := l.lab("kubectl", cluster, "--", "logs", "-n", "demo", p.Name)
 		if err != nil || !strings.Contains(out, "serving") || !strings.Contains(out, "pod=demo/"+p.Name) {
 			l.t.Errorf("%s: kubectl logs %s: %v\n%s", cluster, p.Name, err, out)
 		}
-		out, err = l.run("lab", "kubectl", cluster, "--", "exec", "-n", "demo", p.Name, "--", "ip", "-o", "-4", "addr", "show", "dev", "eth0")
+		out, err = l.lab("kubectl", cluster, "--", "exec", "-n", "demo", p.Name, "--", "ip", "-o", "-4", "addr", "show", "dev", "eth0")
 		// /32 from the lab kubelet, the node's /24 from CNI's host-local.
 		if err != nil || !strings.Contains(out, " "+p.Status.PodIP+"/") {
 			l.t.Errorf("%s: kubectl exec %s -- ip addr: %v, want the pod's address %s\n%s", cluster, p.Name, err, p.Status.PodIP, out)
@@ -841,7 +850,7 @@ func (l *Lab) checkKubectlLogsExec(ctx context.Context) {
 // kubeconfig with a context per cluster and the broker, like kind's.
 func (l *Lab) checkMergedKubeconfig() {
 	l.t.Helper()
-	out, err := l.run("lab", "kubeconfig")
+	out, err := l.lab("kubeconfig")
 	if err != nil {
 		l.t.Fatalf("lab kubeconfig: %v\n%s", err, out)
 	}

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/causeway-net/causeway/pkg/bench"
+	"github.com/causeway-net/causeway/lab/bench"
 )
 
 // checkPropagation runs `causewayctl benchmark propagation` with a few
@@ -25,7 +25,7 @@ import (
 func (l *Lab) checkPropagation(ctx context.Context) {
 	l.t.Helper()
 	const n = 3
-	cmd := exec.Command(l.ctl, "benchmark", "propagation", "--services", "3", "--removals", "3", "--timeout", "90s", "-o", "json")
+	cmd := exec.Command(l.labBin, "benchmark", "propagation", "--services", "3", "--removals", "3", "--timeout", "90s", "-o", "json")
 	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -94,7 +94,7 @@ func (l *Lab) checkPairBenchmarks(ctx context.Context) {
 		{"benchmark", "throughput", "--streams", "1", "--duration", "2s", "-o", "json"},
 		{"benchmark", "latency", "--count", "200", "-o", "json"},
 	} {
-		cmd := exec.Command(l.ctl, args...)
+		cmd := exec.Command(l.labBin, args...)
 		cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr

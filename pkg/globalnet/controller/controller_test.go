@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
 )
 
 // TestGlobalPoolExhausted: a /29 has three ingress IPs. A headless
@@ -30,10 +31,10 @@ func TestGlobalPoolExhausted(t *testing.T) {
 	e.start("a")
 	ctx := context.Background()
 	c1 := e.c()
-	db := service(t, c1, "gn", "db", true, map[string]int32{"pg": 5432})
-	pods := []pod{{ip: "10.244.1.1", ready: true}, {ip: "10.244.1.2", ready: true}, {ip: "10.244.1.3", ready: true}, {ip: "10.244.1.4", ready: true}}
-	localSlice(t, c1, db, 5432, pods...)
-	export(t, c1, "gn", "db")
+	db := kubetest.Service(t, c1, "gn", "db", true, map[string]int32{"pg": 5432})
+	pods := []kubetest.Pod{{IP: "10.244.1.1", Ready: true}, {IP: "10.244.1.2", Ready: true}, {IP: "10.244.1.3", Ready: true}, {IP: "10.244.1.4", Ready: true}}
+	kubetest.LocalSlice(t, c1, db, 5432, pods...)
+	kubetest.Export(t, c1, "gn", "db")
 
 	exhausted := func(name string) func() error {
 		return func() error {
@@ -48,16 +49,16 @@ func TestGlobalPoolExhausted(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, "db exhausted", exhausted("db"))
+	kubetest.Eventually(t, "db exhausted", exhausted("db"))
 	var gi causewayv1alpha1.GlobalIngress
 	if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "db"}, &gi); err != nil || len(gi.Spec.Pods) != 0 {
 		t.Errorf("half allocated: %+v (%v)", gi.Spec, err)
 	}
-	eventually(t, "Warning event", wantEvent(c1, "gn", "ServiceExport", "db", causewayv1alpha1.ReasonGlobalPoolExhausted, ""))
+	kubetest.Eventually(t, "Warning event", kubetest.WantEvent(c1, "gn", "ServiceExport", "db", causewayv1alpha1.ReasonGlobalPoolExhausted, ""))
 
 	// Three pods fit.
-	localSlice(t, c1, db, 5432, pods[:3]...)
-	eventually(t, "db allocated", func() error {
+	kubetest.LocalSlice(t, c1, db, 5432, pods[:3]...)
+	kubetest.Eventually(t, "db allocated", func() error {
 		gi, err := globalIngress(c1, "gn", "db")
 		if err != nil {
 			return err
@@ -70,12 +71,12 @@ func TestGlobalPoolExhausted(t *testing.T) {
 
 	// Nothing left for a ClusterSetIP Service until db is unexported and
 	// its quarantine is over.
-	web := service(t, c1, "gn", "web", false, map[string]int32{"http": 80})
-	localSlice(t, c1, web, 8080, pod{ip: "10.244.1.9", ready: true})
-	export(t, c1, "gn", "web")
-	eventually(t, "web exhausted", exhausted("web"))
-	unexport(t, c1, "gn", "db")
-	eventually(t, "db released", func() error {
+	web := kubetest.Service(t, c1, "gn", "web", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c1, web, 8080, kubetest.Pod{IP: "10.244.1.9", Ready: true})
+	kubetest.Export(t, c1, "gn", "web")
+	kubetest.Eventually(t, "web exhausted", exhausted("web"))
+	kubetest.Unexport(t, c1, "gn", "db")
+	kubetest.Eventually(t, "db released", func() error {
 		var gi causewayv1alpha1.GlobalIngress
 		if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "db"}, &gi); err != nil {
 			return err
@@ -94,7 +95,7 @@ func TestGlobalPoolExhausted(t *testing.T) {
 	if err := c1.Delete(ctx, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "db"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "web allocated once db's GlobalIngress is gone", func() error {
+	kubetest.Eventually(t, "web allocated once db's GlobalIngress is gone", func() error {
 		_, err := globalIngress(c1, "gn", "web")
 		return err
 	})
@@ -112,11 +113,11 @@ func TestGlobalLeaderChange(t *testing.T) {
 	e.namespace("gn")
 	e.start("a")
 	c1 := e.c()
-	web := service(t, c1, "gn", "web", false, map[string]int32{"http": 80, "https": 443})
-	localSlice(t, c1, web, 8080, pod{ip: "10.244.1.5", ready: true})
-	export(t, c1, "gn", "web")
+	web := kubetest.Service(t, c1, "gn", "web", false, map[string]int32{"http": 80, "https": 443})
+	kubetest.LocalSlice(t, c1, web, 8080, kubetest.Pod{IP: "10.244.1.5", Ready: true})
+	kubetest.Export(t, c1, "gn", "web")
 	var first *causewayv1alpha1.GlobalIngress
-	eventually(t, "web allocated by replica a", func() error {
+	kubetest.Eventually(t, "web allocated by replica a", func() error {
 		var err error
 		first, err = globalIngress(c1, "gn", "web")
 		return err
@@ -124,11 +125,11 @@ func TestGlobalLeaderChange(t *testing.T) {
 	e.start("b") // standby, caches warm
 	time.Sleep(time.Second)
 	e.stop("a") // releases the Lease on cancel
-	api := service(t, c1, "gn", "api", false, map[string]int32{"http": 80, "https": 443})
-	localSlice(t, c1, api, 8080, pod{ip: "10.244.1.6", ready: true})
-	export(t, c1, "gn", "api")
+	api := kubetest.Service(t, c1, "gn", "api", false, map[string]int32{"http": 80, "https": 443})
+	kubetest.LocalSlice(t, c1, api, 8080, kubetest.Pod{IP: "10.244.1.6", Ready: true})
+	kubetest.Export(t, c1, "gn", "api")
 	var second *causewayv1alpha1.GlobalIngress
-	eventually(t, "api allocated by replica b", func() error {
+	kubetest.Eventually(t, "api allocated by replica b", func() error {
 		var err error
 		second, err = globalIngress(c1, "gn", "api")
 		return err
@@ -160,15 +161,15 @@ func TestGlobalCIDRFollowsTheGateway(t *testing.T) {
 	e.start("a")
 	ctx := context.Background()
 	c1 := e.c()
-	web := service(t, c1, "gn", "web", false, map[string]int32{"http": 80})
-	localSlice(t, c1, web, 8080, pod{ip: "10.244.1.5", ready: true})
-	export(t, c1, "gn", "web")
+	web := kubetest.Service(t, c1, "gn", "web", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c1, web, 8080, kubetest.Pod{IP: "10.244.1.5", Ready: true})
+	kubetest.Export(t, c1, "gn", "web")
 	ext := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "ext"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}}
 	if err := c1.Create(ctx, ext); err != nil {
 		t.Fatal(err)
 	}
-	export(t, c1, "gn", "ext")
+	kubetest.Export(t, c1, "gn", "ext")
 
 	time.Sleep(time.Second)
 	var gi causewayv1alpha1.GlobalIngress
@@ -177,7 +178,7 @@ func TestGlobalCIDRFollowsTheGateway(t *testing.T) {
 	}
 
 	e.mirrorCluster("242.0.4.0/24")
-	eventually(t, "web allocated in the new CIDR", func() error {
+	kubetest.Eventually(t, "web allocated in the new CIDR", func() error {
 		gi, err := globalIngress(c1, "gn", "web")
 		if err != nil {
 			return err
@@ -192,7 +193,7 @@ func TestGlobalCIDRFollowsTheGateway(t *testing.T) {
 	}
 
 	e.mirrorCluster() // withdrawn
-	eventually(t, "released, then deleted after the quarantine", func() error {
+	kubetest.Eventually(t, "released, then deleted after the quarantine", func() error {
 		err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "web"}, &gi)
 		if apierrors.IsNotFound(err) {
 			return nil

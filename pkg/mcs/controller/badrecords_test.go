@@ -21,6 +21,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/ctl"
@@ -70,9 +71,9 @@ func exportWeb(t *testing.T, e *env, ns string) (client.Client, *corev1.Service)
 	e.namespace("c1", ns)
 	e.start("c1")
 	c1 := e.c("c1")
-	svc := service(t, c1, ns, "web", false, map[string]int32{"http": 80})
-	localSlice(t, c1, svc, 8080, pod{ip: "10.244.1.5", ready: true})
-	export(t, c1, ns, "web")
+	svc := kubetest.Service(t, c1, ns, "web", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c1, svc, 8080, kubetest.Pod{IP: "10.244.1.5", Ready: true})
+	kubetest.Export(t, c1, ns, "web")
 	return c1, svc
 }
 
@@ -82,7 +83,7 @@ func exportWeb(t *testing.T, e *env, ns string) (client.Client, *corev1.Service)
 func TestForgedExportTimestamp(t *testing.T) {
 	e := newEnv(t, "c1", "c2")
 	c1, svc := exportWeb(t, e, "kubecon")
-	eventually(t, "import in c1", wantEndpoints(c1, "kubecon", "web", "c1/"+svc.Spec.ClusterIP+"/true"))
+	kubetest.Eventually(t, "import in c1", wantEndpoints(c1, "kubecon", "web", "c1/"+svc.Spec.ClusterIP+"/true"))
 	// The broker's clock counts in seconds: the forged record is younger.
 	time.Sleep(1100 * time.Millisecond)
 
@@ -95,7 +96,7 @@ func TestForgedExportTimestamp(t *testing.T) {
 	if err := writeRecord(t, e.member("c2"), "c2", forged); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "c1's export wins the conflict", func() error {
+	kubetest.Eventually(t, "c1's export wins the conflict", func() error {
 		got, se, err := condition(c1, "kubecon", "web", string(mcsv1beta1.ServiceExportConditionConflict))
 		if err != nil {
 			return err
@@ -171,9 +172,9 @@ func TestBadRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	mine := "c1/" + svc.Spec.ClusterIP + "/true"
-	eventually(t, "c1 imports itself and c3", wantEndpoints(c1, "demo", "web", mine, "c3/10.97.0.30/true"))
+	kubetest.Eventually(t, "c1 imports itself and c3", wantEndpoints(c1, "demo", "web", mine, "c3/10.97.0.30/true"))
 	var want string
-	eventually(t, "import settled", func() error {
+	kubetest.Eventually(t, "import settled", func() error {
 		var err error
 		want, err = importState(c1, "demo", "web")
 		return err
@@ -228,7 +229,7 @@ func TestBadRecords(t *testing.T) {
 			if err := writeRecord(t, c2, "c2", good); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "c2 served", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.30/true"))
+			kubetest.Eventually(t, "c2 served", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.30/true"))
 			if tc.subnet != nil {
 				e.tunnel("c1", "c2", true, tc.subnet...)
 				t.Cleanup(func() { e.tunnel("c1", "c2", true, "10.96.0.0/16", "10.244.0.0/16") })
@@ -240,21 +241,21 @@ func TestBadRecords(t *testing.T) {
 				if !apierrors.IsInvalid(err) {
 					t.Fatalf("the broker took the record: err=%v, want Invalid", err)
 				}
-				eventually(t, "c2 still served", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.30/true"))
+				kubetest.Eventually(t, "c2 still served", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.30/true"))
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "refused", wantImportCondition(c1, "demo", "web", mcs.ConditionRemoteRecordRefused, metav1.ConditionTrue, tc.reason, tc.msg))
-			eventually(t, "nothing of it programmed", func() error {
+			kubetest.Eventually(t, "refused", wantImportCondition(c1, "demo", "web", mcs.ConditionRemoteRecordRefused, metav1.ConditionTrue, tc.reason, tc.msg))
+			kubetest.Eventually(t, "nothing of it programmed", func() error {
 				got, err := importState(c1, "demo", "web")
 				if err != nil || got != want {
 					return fmt.Errorf("c1 programs\n%s\nwant\n%s (%v)", got, want, err)
 				}
 				return nil
 			})
-			eventually(t, "Warning Event", wantEvent(c1, "demo", "ServiceImport", "web", mcs.EventRemoteRecordRefused, tc.msg))
+			kubetest.Eventually(t, "Warning Event", kubetest.WantEvent(c1, "demo", "ServiceImport", "web", mcs.EventRemoteRecordRefused, tc.msg))
 			out := diagnose(t, e, "c1")
 			if !strings.Contains(out, "c1: import demo/web: record refused") || !strings.Contains(out, "cluster c2: "+tc.reason) {
 				t.Errorf("diagnose does not show the refusal:\n%s", out)
@@ -268,20 +269,20 @@ func TestBadRecords(t *testing.T) {
 		if err := writeRecord(t, c2, "c2", good); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "c2 served", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.30/true"))
+		kubetest.Eventually(t, "c2 served", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.30/true"))
 		rev := "abcdef0123"
 		head := *good.DeepCopy()
 		head.Part = &causewayv1alpha1.RecordPart{Index: 0, Count: 2, Revision: rev}
 		if err := writeRecord(t, c2, "c2", head); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "c2 refused", wantImportCondition(c1, "demo", "web", mcs.ConditionRemoteRecordRefused, metav1.ConditionTrue,
+		kubetest.Eventually(t, "c2 refused", wantImportCondition(c1, "demo", "web", mcs.ConditionRemoteRecordRefused, metav1.ConditionTrue,
 			mcs.ReasonIncompleteRecord, "cluster c2: IncompleteRecord: record of cluster c2 is incomplete: part 1 of 2"))
 		moved := honest("c3", "10.97.0.31", "10.245.1.30")
 		if err := writeRecord(t, e.member("c3"), "c3", moved); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "c3's change imported", wantEndpoints(c1, "demo", "web", mine, "c3/10.97.0.31/true"))
+		kubetest.Eventually(t, "c3's change imported", wantEndpoints(c1, "demo", "web", mine, "c3/10.97.0.31/true"))
 		// The part arrives: the set is complete, c2 is served again.
 		// (The schema wants ports in every ClusterSetIP object; importers
 		// read only the head's.)
@@ -292,8 +293,8 @@ func TestBadRecords(t *testing.T) {
 		if err := writeRecordObject(t, c2, "c2", mcs.RecordPartName("demo", "web", rev, 1), part); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "c2 served again", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.31/true"))
-		eventually(t, "nothing refused", wantImportCondition(c1, "demo", "web", mcs.ConditionRemoteRecordRefused, metav1.ConditionFalse, mcs.ReasonNoneRefused, ""))
+		kubetest.Eventually(t, "c2 served again", wantEndpoints(c1, "demo", "web", mine, "c2/10.96.0.77/true", "c3/10.97.0.31/true"))
+		kubetest.Eventually(t, "nothing refused", wantImportCondition(c1, "demo", "web", mcs.ConditionRemoteRecordRefused, metav1.ConditionFalse, mcs.ReasonNoneRefused, ""))
 		if err := writeRecord(t, e.member("c3"), "c3", honest("c3", "10.97.0.30", "10.245.1.30")); err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +312,7 @@ func TestBadRecords(t *testing.T) {
 		if err := writeRecord(t, c2, "c2", claim); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "c2's weight bounded", func() error {
+		kubetest.Eventually(t, "c2's weight bounded", func() error {
 			var list discoveryv1.EndpointSliceList
 			if err := c1.List(ctx, &list, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelServiceName: "web"}); err != nil {
 				return err
@@ -336,7 +337,7 @@ func TestBadRecords(t *testing.T) {
 		if err := writeRecord(t, c2, "c2", bad); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "Warning Event on the Endpoint mirror", wantEvent(c1, "causeway-system", "Endpoint", "c2", mcs.EventRemoteRecordRefused,
+		kubetest.Eventually(t, "Warning Event on the Endpoint mirror", kubetest.WantEvent(c1, "causeway-system", "Endpoint", "c2", mcs.EventRemoteRecordRefused,
 			"record solo.web of cluster c2 refused"))
 		if err := c1.Get(ctx, types.NamespacedName{Namespace: "solo", Name: "web"}, &mcsv1beta1.ServiceImport{}); !apierrors.IsNotFound(err) {
 			t.Errorf("ServiceImport solo/web: err=%v, want NotFound", err)

@@ -26,8 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/internal/procmem"
-	"github.com/causeway-net/causeway/pkg/bench"
+	"github.com/causeway-net/causeway/lab/bench"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
@@ -141,10 +142,10 @@ func BenchmarkExportToImport(b *testing.B) {
 		lat, base = lat[:0], base[:0]
 		for i := range n {
 			name := fmt.Sprintf("s%d-%d", it, i)
-			svc := service(b, c1, "bench", name, false, map[string]int32{"http": 80})
-			localSlice(b, c1, svc, 80, pod{ip: "10.244.1.1", ready: true})
+			svc := kubetest.Service(b, c1, "bench", name, false, map[string]int32{"http": 80})
+			kubetest.LocalSlice(b, c1, svc, 80, kubetest.Pod{IP: "10.244.1.1", Ready: true})
 			start := time.Now()
-			export(b, c1, "bench", name)
+			kubetest.Export(b, c1, "bench", name)
 			t1, t2 := seen["c1"].wait(b, name), seen["c2"].wait(b, name)
 			lat = append(lat, later(t1, t2).Sub(start))
 
@@ -180,11 +181,11 @@ func BenchmarkEndpointChange(b *testing.B) {
 		e.start(id)
 	}
 	c1 := e.c("c1")
-	svc := service(b, c1, "bench", "db", true, map[string]int32{"sql": 5432})
-	localSlice(b, c1, svc, 5432, pod{ip: "10.244.1.1", ready: true}, pod{ip: "10.244.1.2", ready: true})
-	export(b, c1, "bench", "db")
+	svc := kubetest.Service(b, c1, "bench", "db", true, map[string]int32{"sql": 5432})
+	kubetest.LocalSlice(b, c1, svc, 5432, kubetest.Pod{IP: "10.244.1.1", Ready: true}, kubetest.Pod{IP: "10.244.1.2", Ready: true})
+	kubetest.Export(b, c1, "bench", "db")
 	for _, id := range []string{"c1", "c2"} {
-		eventually(b, "imported", wantEndpoints(e.c(id), "bench", "db", "c1/10.244.1.1/true", "c1/10.244.1.2/true"))
+		kubetest.Eventually(b, "imported", wantEndpoints(e.c(id), "bench", "db", "c1/10.244.1.1/true", "c1/10.244.1.2/true"))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -217,7 +218,7 @@ func BenchmarkEndpointChange(b *testing.B) {
 				seen[id].reset(want)
 			}
 			start := time.Now()
-			localSlice(b, c1, svc, 5432, pod{ip: "10.244.1.1", ready: true}, pod{ip: "10.244.1.2", ready: ready})
+			kubetest.LocalSlice(b, c1, svc, 5432, kubetest.Pod{IP: "10.244.1.1", Ready: true}, kubetest.Pod{IP: "10.244.1.2", Ready: ready})
 			t1, t2 := seen["c1"].wait(b, want), seen["c2"].wait(b, want)
 			lat = append(lat, later(t1, t2).Sub(start))
 		}
@@ -347,12 +348,12 @@ func createServices(b *testing.B, cfg *rest.Config, n int) {
 	}
 	ctx := context.Background()
 	inParallel(16, n, func(i int) {
-		svc := serviceObject("bench", fmt.Sprintf("s%d", i), false, map[string]int32{"http": 80})
+		svc := kubetest.ServiceObject("bench", fmt.Sprintf("s%d", i), false, map[string]int32{"http": 80})
 		if _, err := kc.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 			b.Error(err)
 			return
 		}
-		slice := localSliceObject(svc, 8080, pod{ip: fmt.Sprintf("10.244.%d.%d", i/250, i%250+1), ready: true})
+		slice := kubetest.LocalSliceObject(svc, 8080, kubetest.Pod{IP: fmt.Sprintf("10.244.%d.%d", i/250, i%250+1), Ready: true})
 		if _, err := kc.DiscoveryV1().EndpointSlices("bench").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 			b.Error(err)
 		}

@@ -19,6 +19,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -44,8 +45,8 @@ func TestController(t *testing.T) {
 func testLifecycle(t *testing.T, e *env) {
 	ctx := context.Background()
 	c1, c2 := e.c("c1"), e.c("c2")
-	svc1 := service(t, c1, "kubecon", "whereami", false, map[string]int32{"http": 80})
-	localSlice(t, c1, svc1, 8080, pod{ip: "10.244.1.5", ready: true}, pod{ip: "10.244.1.6", ready: false})
+	svc1 := kubetest.Service(t, c1, "kubecon", "whereami", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c1, svc1, 8080, kubetest.Pod{IP: "10.244.1.5", Ready: true}, kubetest.Pod{IP: "10.244.1.6", Ready: false})
 
 	// Step 2: nothing is shared before the export.
 	var si mcsv1beta1.ServiceImport
@@ -54,9 +55,9 @@ func testLifecycle(t *testing.T, e *env) {
 	}
 
 	// Step 3-4: export in c1 → ServiceImport with one VIP in c1 and c2.
-	export(t, c1, "kubecon", "whereami")
+	kubetest.Export(t, c1, "kubecon", "whereami")
 	var vip netip.Addr
-	eventually(t, "ServiceImport with VIP in c1 and c2", func() error {
+	kubetest.Eventually(t, "ServiceImport with VIP in c1 and c2", func() error {
 		v1, err := importVIP(c1, "kubecon", "whereami")
 		if err != nil {
 			return err
@@ -79,7 +80,7 @@ func testLifecycle(t *testing.T, e *env) {
 			t.Errorf("%s: ServiceImport spec %+v", id, si.Spec)
 		}
 	}
-	eventually(t, "ServiceImport status.clusters", func() error {
+	kubetest.Eventually(t, "ServiceImport status.clusters", func() error {
 		if err := c2.Get(ctx, types.NamespacedName{Namespace: "kubecon", Name: "whereami"}, &si); err != nil {
 			return err
 		}
@@ -90,11 +91,11 @@ func testLifecycle(t *testing.T, e *env) {
 	})
 	// Remote backends: c1's Service ClusterIP, ready while a pod is.
 	ip1 := svc1.Spec.ClusterIP
-	eventually(t, "c1's backends in both clusters", func() error {
+	kubetest.Eventually(t, "c1's backends in both clusters", func() error {
 		return errors.Join(wantEndpoints(c1, "kubecon", "whereami", "c1/"+ip1+"/true")(),
 			wantEndpoints(c2, "kubecon", "whereami", "c1/"+ip1+"/true")())
 	})
-	eventually(t, "c1's export conditions", func() error {
+	kubetest.Eventually(t, "c1's export conditions", func() error {
 		return errors.Join(wantCondition(c1, "kubecon", "whereami", "Valid", "True/Valid")(),
 			wantCondition(c1, "kubecon", "whereami", "Ready", "True/Exported")(),
 			wantCondition(c1, "kubecon", "whereami", "Conflict", "False/NoConflicts")())
@@ -112,12 +113,12 @@ func testLifecycle(t *testing.T, e *env) {
 	}
 
 	// Step 6: the same Service in c2, exported too: same VIP, both sources.
-	svc2 := service(t, c2, "kubecon", "whereami", false, map[string]int32{"http": 80})
-	localSlice(t, c2, svc2, 8080, pod{ip: "10.244.2.7", ready: true})
-	export(t, c2, "kubecon", "whereami")
+	svc2 := kubetest.Service(t, c2, "kubecon", "whereami", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c2, svc2, 8080, kubetest.Pod{IP: "10.244.2.7", Ready: true})
+	kubetest.Export(t, c2, "kubecon", "whereami")
 	ip2 := svc2.Spec.ClusterIP
 	both := []string{"c1/" + ip1 + "/true", "c2/" + ip2 + "/true"}
-	eventually(t, "backends of both clusters everywhere", func() error {
+	kubetest.Eventually(t, "backends of both clusters everywhere", func() error {
 		return errors.Join(wantEndpoints(c1, "kubecon", "whereami", both...)(), wantEndpoints(c2, "kubecon", "whereami", both...)())
 	})
 	for _, id := range []string{"c1", "c2"} {
@@ -127,15 +128,15 @@ func testLifecycle(t *testing.T, e *env) {
 	}
 
 	// Step 9: c2's backends go → not ready everywhere.
-	localSlice(t, c2, svc2, 8080, pod{ip: "10.244.2.7", ready: false})
+	kubetest.LocalSlice(t, c2, svc2, 8080, kubetest.Pod{IP: "10.244.2.7", Ready: false})
 	notReady := []string{"c1/" + ip1 + "/true", "c2/" + ip2 + "/false"}
-	eventually(t, "c2's backend not ready everywhere", func() error {
+	kubetest.Eventually(t, "c2's backend not ready everywhere", func() error {
 		return errors.Join(wantEndpoints(c1, "kubecon", "whereami", notReady...)(), wantEndpoints(c2, "kubecon", "whereami", notReady...)())
 	})
 
 	// Unexport in c2: its slices go, the import stays with its VIP.
-	unexport(t, c2, "kubecon", "whereami")
-	eventually(t, "c2's backends withdrawn", func() error {
+	kubetest.Unexport(t, c2, "kubecon", "whereami")
+	kubetest.Eventually(t, "c2's backends withdrawn", func() error {
 		return errors.Join(wantEndpoints(c1, "kubecon", "whereami", "c1/"+ip1+"/true")(), wantEndpoints(c2, "kubecon", "whereami", "c1/"+ip1+"/true")())
 	})
 	if v, err := importVIP(c2, "kubecon", "whereami"); err != nil || v != vip {
@@ -143,13 +144,13 @@ func testLifecycle(t *testing.T, e *env) {
 	}
 
 	// Last export gone: imports, slices and the VIP allocation go.
-	unexport(t, c1, "kubecon", "whereami")
+	kubetest.Unexport(t, c1, "kubecon", "whereami")
 	for _, id := range []string{"c1", "c2"} {
-		eventually(t, id+": ServiceImport deleted", gone(e.c(id), &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "kubecon", Name: "whereami"}}))
-		eventually(t, id+": slices deleted", wantEndpoints(e.c(id), "kubecon", "whereami"))
+		kubetest.Eventually(t, id+": ServiceImport deleted", gone(e.c(id), &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "kubecon", Name: "whereami"}}))
+		kubetest.Eventually(t, id+": slices deleted", wantEndpoints(e.c(id), "kubecon", "whereami"))
 	}
-	eventually(t, "VIP released", gone(e.broker.Client, &causewayv1alpha1.VIPAllocation{ObjectMeta: metav1.ObjectMeta{Name: mcs.VIPObjectName(vip)}}))
-	eventually(t, "records deleted", func() error {
+	kubetest.Eventually(t, "VIP released", gone(e.broker.Client, &causewayv1alpha1.VIPAllocation{ObjectMeta: metav1.ObjectMeta{Name: mcs.VIPObjectName(vip)}}))
+	kubetest.Eventually(t, "records deleted", func() error {
 		var recs causewayv1alpha1.ServiceExportRecordList
 		if err := e.broker.Client.List(ctx, &recs); err != nil {
 			return err
@@ -166,13 +167,13 @@ func testLifecycle(t *testing.T, e *env) {
 func testHeadless(t *testing.T, e *env) {
 	c1, c2 := e.c("c1"), e.c("c2")
 	for _, id := range []string{"c1", "c2"} {
-		svc := service(t, e.c(id), "kubecon", "db", true, map[string]int32{"sql": 5432})
+		svc := kubetest.Service(t, e.c(id), "kubecon", "db", true, map[string]int32{"sql": 5432})
 		n := map[string]string{"c1": "1", "c2": "2"}[id]
-		localSlice(t, e.c(id), svc, 5432, pod{ip: "10.244." + n + ".10", hostname: "db-0", ready: true}, pod{ip: "10.244." + n + ".11", hostname: "db-1", ready: false})
-		export(t, e.c(id), "kubecon", "db")
+		kubetest.LocalSlice(t, e.c(id), svc, 5432, kubetest.Pod{IP: "10.244." + n + ".10", Hostname: "db-0", Ready: true}, kubetest.Pod{IP: "10.244." + n + ".11", Hostname: "db-1", Ready: false})
+		kubetest.Export(t, e.c(id), "kubecon", "db")
 	}
 	want := []string{"c1/10.244.1.10/true/db-0", "c1/10.244.1.11/false/db-1", "c2/10.244.2.10/true/db-0", "c2/10.244.2.11/false/db-1"}
-	eventually(t, "pod endpoints of both clusters with hostnames", func() error {
+	kubetest.Eventually(t, "pod endpoints of both clusters with hostnames", func() error {
 		return errors.Join(wantEndpoints(c1, "kubecon", "db", want...)(), wantEndpoints(c2, "kubecon", "db", want...)())
 	})
 	var si mcsv1beta1.ServiceImport
@@ -201,16 +202,16 @@ func testHeadless(t *testing.T, e *env) {
 func testConflicts(t *testing.T, e *env) {
 	c1, c2 := e.c("c1"), e.c("c2")
 	// Same port name, different numbers: c1 exports first and wins.
-	s1 := service(t, c1, "kubecon", "api", false, map[string]int32{"http": 80})
-	localSlice(t, c1, s1, 8080, pod{ip: "10.244.1.20", ready: true})
-	export(t, c1, "kubecon", "api")
-	eventually(t, "c1's export of api", wantCondition(c1, "kubecon", "api", "Ready", "True/Exported"))
+	s1 := kubetest.Service(t, c1, "kubecon", "api", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c1, s1, 8080, kubetest.Pod{IP: "10.244.1.20", Ready: true})
+	kubetest.Export(t, c1, "kubecon", "api")
+	kubetest.Eventually(t, "c1's export of api", wantCondition(c1, "kubecon", "api", "Ready", "True/Exported"))
 	time.Sleep(1100 * time.Millisecond) // creationTimestamps have second resolution: make c1 strictly older
-	s2 := service(t, c2, "kubecon", "api", false, map[string]int32{"http": 8080})
-	localSlice(t, c2, s2, 8080, pod{ip: "10.244.2.20", ready: true})
-	export(t, c2, "kubecon", "api")
+	s2 := kubetest.Service(t, c2, "kubecon", "api", false, map[string]int32{"http": 8080})
+	kubetest.LocalSlice(t, c2, s2, 8080, kubetest.Pod{IP: "10.244.2.20", Ready: true})
+	kubetest.Export(t, c2, "kubecon", "api")
 	for _, id := range []string{"c1", "c2"} {
-		eventually(t, id+": PortConflict", wantCondition(e.c(id), "kubecon", "api", "Conflict", "True/PortConflict"))
+		kubetest.Eventually(t, id+": PortConflict", wantCondition(e.c(id), "kubecon", "api", "Conflict", "True/PortConflict"))
 	}
 	var si mcsv1beta1.ServiceImport
 	if err := c2.Get(context.Background(), types.NamespacedName{Namespace: "kubecon", Name: "api"}, &si); err != nil {
@@ -223,7 +224,7 @@ func testConflicts(t *testing.T, e *env) {
 	// backend is in no cluster's slices.
 	ip1 := s1.Spec.ClusterIP
 	for _, id := range []string{"c1", "c2"} {
-		eventually(t, id+": only c1 serves api", func() error {
+		kubetest.Eventually(t, id+": only c1 serves api", func() error {
 			got, err := endpoints(e.c(id), "kubecon", "api")
 			if err != nil {
 				return err
@@ -234,7 +235,7 @@ func testConflicts(t *testing.T, e *env) {
 			return nil
 		})
 	}
-	eventually(t, "a Warning event on c2's export", wantEvent(c2, "kubecon", "ServiceExport", "api", "PortConflict", ""))
+	kubetest.Eventually(t, "a Warning event on c2's export", kubetest.WantEvent(c2, "kubecon", "ServiceExport", "api", "PortConflict", ""))
 	// c2 fixes its Service: the conflict clears on both sides.
 	var fix corev1.Service
 	if err := c2.Get(context.Background(), client.ObjectKeyFromObject(s2), &fix); err != nil {
@@ -245,8 +246,8 @@ func testConflicts(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"c1", "c2"} {
-		eventually(t, id+": conflict resolved", wantCondition(e.c(id), "kubecon", "api", "Conflict", "False/NoConflicts"))
-		eventually(t, id+": c2 serves api again", func() error {
+		kubetest.Eventually(t, id+": conflict resolved", wantCondition(e.c(id), "kubecon", "api", "Conflict", "False/NoConflicts"))
+		kubetest.Eventually(t, id+": c2 serves api again", func() error {
 			got, err := endpoints(e.c(id), "kubecon", "api")
 			if err != nil {
 				return err
@@ -264,11 +265,11 @@ func testConflicts(t *testing.T, e *env) {
 	if err := c1.Create(context.Background(), ext); err != nil {
 		t.Fatal(err)
 	}
-	export(t, c1, "kubecon", "ext")
-	eventually(t, "ExternalName refused", wantCondition(c1, "kubecon", "ext", "Valid", "False/InvalidServiceType"))
+	kubetest.Export(t, c1, "kubecon", "ext")
+	kubetest.Eventually(t, "ExternalName refused", wantCondition(c1, "kubecon", "ext", "Valid", "False/InvalidServiceType"))
 	// No Service at all.
-	export(t, c1, "kubecon", "nosvc")
-	eventually(t, "missing Service", wantCondition(c1, "kubecon", "nosvc", "Valid", "False/NoService"))
+	kubetest.Export(t, c1, "kubecon", "nosvc")
+	kubetest.Eventually(t, "missing Service", wantCondition(c1, "kubecon", "nosvc", "Valid", "False/NoService"))
 	var recs causewayv1alpha1.ServiceExportRecordList
 	if err := e.broker.Client.List(context.Background(), &recs); err != nil {
 		t.Fatal(err)
@@ -279,24 +280,24 @@ func testConflicts(t *testing.T, e *env) {
 		}
 	}
 	// The Service appears: the export becomes valid and is imported.
-	s := service(t, c1, "kubecon", "nosvc", false, map[string]int32{"http": 80})
-	localSlice(t, c1, s, 80, pod{ip: "10.244.1.30", ready: true})
-	eventually(t, "export valid once the Service exists", wantCondition(c1, "kubecon", "nosvc", "Valid", "True/Valid"))
-	eventually(t, "imported in c2", func() error { _, err := importVIP(c2, "kubecon", "nosvc"); return err })
+	s := kubetest.Service(t, c1, "kubecon", "nosvc", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c1, s, 80, kubetest.Pod{IP: "10.244.1.30", Ready: true})
+	kubetest.Eventually(t, "export valid once the Service exists", wantCondition(c1, "kubecon", "nosvc", "Valid", "True/Valid"))
+	kubetest.Eventually(t, "imported in c2", func() error { _, err := importVIP(c2, "kubecon", "nosvc"); return err })
 }
 
 func testLateNamespace(t *testing.T, e *env) {
 	e.namespace("c1", "late")
-	svc := service(t, e.c("c1"), "late", "web", false, map[string]int32{"http": 80})
-	localSlice(t, e.c("c1"), svc, 80, pod{ip: "10.244.1.40", ready: true})
-	export(t, e.c("c1"), "late", "web")
-	eventually(t, "imported in c1", func() error { _, err := importVIP(e.c("c1"), "late", "web"); return err })
+	svc := kubetest.Service(t, e.c("c1"), "late", "web", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, e.c("c1"), svc, 80, kubetest.Pod{IP: "10.244.1.40", Ready: true})
+	kubetest.Export(t, e.c("c1"), "late", "web")
+	kubetest.Eventually(t, "imported in c1", func() error { _, err := importVIP(e.c("c1"), "late", "web"); return err })
 	var si mcsv1beta1.ServiceImport
 	if err := e.c("c2").Get(context.Background(), types.NamespacedName{Namespace: "late", Name: "web"}, &si); err == nil {
 		t.Fatal("ServiceImport in c2, which has no namespace late")
 	}
 	e.namespace("c2", "late")
-	eventually(t, "imported in c2 once the namespace exists", func() error { _, err := importVIP(e.c("c2"), "late", "web"); return err })
+	kubetest.Eventually(t, "imported in c2 once the namespace exists", func() error { _, err := importVIP(e.c("c2"), "late", "web"); return err })
 }
 
 func testVIPRace(t *testing.T, e *env) {
@@ -306,15 +307,15 @@ func testVIPRace(t *testing.T, e *env) {
 	var wg sync.WaitGroup
 	for _, id := range []string{"c1", "c2"} {
 		for i := range n {
-			svc := service(t, e.c(id), "race", fmt.Sprintf("s%d", i), false, map[string]int32{"http": 80})
-			localSlice(t, e.c(id), svc, 80, pod{ip: "10.244.9.1", ready: true})
+			svc := kubetest.Service(t, e.c(id), "race", fmt.Sprintf("s%d", i), false, map[string]int32{"http": 80})
+			kubetest.LocalSlice(t, e.c(id), svc, 80, kubetest.Pod{IP: "10.244.9.1", Ready: true})
 		}
 	}
 	// Both clusters export all services at the same moment.
 	for _, id := range []string{"c1", "c2"} {
 		wg.Go(func() {
 			for i := range n {
-				export(t, e.c(id), "race", fmt.Sprintf("s%d", i))
+				kubetest.Export(t, e.c(id), "race", fmt.Sprintf("s%d", i))
 			}
 		})
 	}
@@ -323,7 +324,7 @@ func testVIPRace(t *testing.T, e *env) {
 	for i := range n {
 		name := fmt.Sprintf("s%d", i)
 		var vip netip.Addr
-		eventually(t, name+" imported with one VIP everywhere", func() error {
+		kubetest.Eventually(t, name+" imported with one VIP everywhere", func() error {
 			v1, err := importVIP(e.c("c1"), "race", name)
 			if err != nil {
 				return err
@@ -343,7 +344,7 @@ func testVIPRace(t *testing.T, e *env) {
 		}
 		seen[vip] = name
 	}
-	eventually(t, "one allocation per service", func() error {
+	kubetest.Eventually(t, "one allocation per service", func() error {
 		var list causewayv1alpha1.VIPAllocationList
 		if err := e.broker.Client.List(context.Background(), &list, client.MatchingLabels{mcs.LabelVIPServiceNamespace: "race"}); err != nil {
 			return err
@@ -379,10 +380,10 @@ func testRestart(t *testing.T, e *env) {
 	e.start("c1")
 	e.start("c2")
 	// A change after the restart proves the controllers work again.
-	svc := service(t, e.c("c1"), "kubecon", "after", false, map[string]int32{"http": 80})
-	localSlice(t, e.c("c1"), svc, 80, pod{ip: "10.244.1.50", ready: true})
-	export(t, e.c("c1"), "kubecon", "after")
-	eventually(t, "new export after restart", func() error { _, err := importVIP(e.c("c2"), "kubecon", "after"); return err })
+	svc := kubetest.Service(t, e.c("c1"), "kubecon", "after", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, e.c("c1"), svc, 80, kubetest.Pod{IP: "10.244.1.50", Ready: true})
+	kubetest.Export(t, e.c("c1"), "kubecon", "after")
+	kubetest.Eventually(t, "new export after restart", func() error { _, err := importVIP(e.c("c2"), "kubecon", "after"); return err })
 	after := imports(t, e.c("c1"))
 	for k, v := range before {
 		if strings.Join(after[k], ",") != strings.Join(v, ",") {
@@ -407,11 +408,11 @@ func testRestart(t *testing.T, e *env) {
 func testDeadCluster(t *testing.T, e *env) {
 	c1 := e.c("c1")
 	for _, id := range []string{"c1", "c2"} {
-		svc := service(t, e.c(id), "kubecon", "alive", false, map[string]int32{"http": 80})
-		localSlice(t, e.c(id), svc, 80, pod{ip: "10.244.7.1", ready: true})
-		export(t, e.c(id), "kubecon", "alive")
+		svc := kubetest.Service(t, e.c(id), "kubecon", "alive", false, map[string]int32{"http": 80})
+		kubetest.LocalSlice(t, e.c(id), svc, 80, kubetest.Pod{IP: "10.244.7.1", Ready: true})
+		kubetest.Export(t, e.c(id), "kubecon", "alive")
 	}
-	eventually(t, "both sources in c1", func() error {
+	kubetest.Eventually(t, "both sources in c1", func() error {
 		got, err := endpoints(c1, "kubecon", "alive")
 		if err != nil || len(got) != 2 {
 			return fmt.Errorf("endpoints %v (%v)", got, err)
@@ -419,7 +420,7 @@ func testDeadCluster(t *testing.T, e *env) {
 		return nil
 	})
 	e.stop("c2") // c2 stops renewing its liveness Lease
-	eventually(t, "c2's endpoints withdrawn from c1", func() error {
+	kubetest.Eventually(t, "c2's endpoints withdrawn from c1", func() error {
 		got, err := endpoints(c1, "kubecon", "alive")
 		if err != nil {
 			return err
@@ -439,7 +440,7 @@ func testDeadCluster(t *testing.T, e *env) {
 		t.Errorf("import removed with the dead cluster's endpoints: %v", err)
 	}
 	e.start("c2")
-	eventually(t, "c2's endpoints back", func() error {
+	kubetest.Eventually(t, "c2's endpoints back", func() error {
 		got, err := endpoints(c1, "kubecon", "alive")
 		if err != nil || len(got) != 2 {
 			return fmt.Errorf("endpoints %v (%v)", got, err)
@@ -478,15 +479,15 @@ func TestVIPExhausted(t *testing.T) {
 	e.start("c1")
 	c1 := e.c("c1")
 	for _, n := range []string{"a", "b"} {
-		svc := service(t, c1, "tiny", n, false, map[string]int32{"http": 80})
-		localSlice(t, c1, svc, 80, pod{ip: "10.244.1.1", ready: true})
-		export(t, c1, "tiny", n)
-		eventually(t, n+" imported", func() error { _, err := importVIP(c1, "tiny", n); return err })
+		svc := kubetest.Service(t, c1, "tiny", n, false, map[string]int32{"http": 80})
+		kubetest.LocalSlice(t, c1, svc, 80, kubetest.Pod{IP: "10.244.1.1", Ready: true})
+		kubetest.Export(t, c1, "tiny", n)
+		kubetest.Eventually(t, n+" imported", func() error { _, err := importVIP(c1, "tiny", n); return err })
 	}
-	svc := service(t, c1, "tiny", "c", false, map[string]int32{"http": 80})
-	localSlice(t, c1, svc, 80, pod{ip: "10.244.1.1", ready: true})
-	export(t, c1, "tiny", "c")
-	eventually(t, "third import not ready for lack of a VIP", func() error {
+	svc := kubetest.Service(t, c1, "tiny", "c", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c1, svc, 80, kubetest.Pod{IP: "10.244.1.1", Ready: true})
+	kubetest.Export(t, c1, "tiny", "c")
+	kubetest.Eventually(t, "third import not ready for lack of a VIP", func() error {
 		var si mcsv1beta1.ServiceImport
 		if err := c1.Get(context.Background(), types.NamespacedName{Namespace: "tiny", Name: "c"}, &si); err != nil {
 			return err
@@ -501,6 +502,6 @@ func TestVIPExhausted(t *testing.T) {
 	if err := e.broker.Client.List(context.Background(), &list); err != nil || len(list.Items) != 2 {
 		t.Fatalf("%d allocations (%v), want 2: nothing half-allocated", len(list.Items), err)
 	}
-	unexport(t, c1, "tiny", "a")
-	eventually(t, "c gets the freed VIP", func() error { _, err := importVIP(c1, "tiny", "c"); return err })
+	kubetest.Unexport(t, c1, "tiny", "a")
+	kubetest.Eventually(t, "c gets the freed VIP", func() error { _, err := importVIP(c1, "tiny", "c"); return err })
 }

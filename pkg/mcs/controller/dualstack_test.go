@@ -16,6 +16,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -63,7 +64,7 @@ func TestDualStackImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	var vip4 netip.Addr
-	eventually(t, "an IPv4 and an IPv6 VIP, and a slice per family", func() error {
+	kubetest.Eventually(t, "an IPv4 and an IPv6 VIP, and a slice per family", func() error {
 		ips, err := importIPs(c1, "demo", "web")
 		if err != nil {
 			return err
@@ -82,7 +83,7 @@ func TestDualStackImport(t *testing.T) {
 	if _, err := c3alloc.Allocate(ctx, web, rec.IPFamilies, c3exports, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "single-stack: the IPv4 VIP stays, the IPv6 one is released", func() error {
+	kubetest.Eventually(t, "single-stack: the IPv4 VIP stays, the IPv6 one is released", func() error {
 		ips, err := importIPs(c1, "demo", "web")
 		if err != nil {
 			return err

@@ -9,15 +9,11 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,21 +49,17 @@ type env struct {
 	globalnet      *globalnetcontroller.Config
 	globalnetLocal map[string]*rest.Config
 
-	mu      sync.Mutex
-	running map[string]*running
-}
-
-type running struct {
-	cancel  context.CancelFunc
-	done    chan error
-	metrics *prometheus.Registry
+	daemons *kubetest.Daemons
+	// metrics is the registry of each running controller, by name.
+	metrics map[string]*prometheus.Registry
 }
 
 func newEnv(t testing.TB, members ...string) *env {
 	t.Helper()
 	all := kubetest.StartMany(t, append(slices.Clone(members), "broker")...)
 	e := &env{t: t, broker: all["broker"], clusters: map[string]*kubetest.Cluster{}, identity: map[string]*rest.Config{},
-		local: map[string]*rest.Config{}, globalnetLocal: map[string]*rest.Config{}, running: map[string]*running{},
+		local: map[string]*rest.Config{}, globalnetLocal: map[string]*rest.Config{},
+		daemons: kubetest.NewDaemons(t), metrics: map[string]*prometheus.Registry{},
 		cfg: controller.Config{
 			DeadClusterTimeout: time.Second,
 			LivenessDuration:   time.Second,
@@ -99,7 +91,6 @@ func newEnv(t testing.TB, members ...string) *env {
 			}
 		}
 	}
-	t.Cleanup(e.stopAll)
 	return e
 }
 
@@ -133,31 +124,15 @@ func (e *env) tunnel(in, to string, valid bool, subnets ...string) {
 }
 
 // mirrorCluster writes, in cluster in, the mirrored Cluster of cluster of
-// with the lab's shared pod and service CIDRs and the given global CIDRs.
+// with the given global CIDRs.
 func (e *env) mirrorCluster(in, of string, globalCIDRs ...string) {
 	e.t.Helper()
-	ctx := context.Background()
-	c := e.clusters[in].Client
-	cl := &causewayv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "causeway-system", Name: of}}
-	err := c.Get(ctx, client.ObjectKeyFromObject(cl), cl)
-	cl.Spec = causewayv1alpha1.ClusterSpec{ClusterID: of, PodCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/16"}, GlobalCIDRs: globalCIDRs}
-	switch {
-	case apierrors.IsNotFound(err):
-		err = c.Create(ctx, cl)
-	case err == nil:
-		err = c.Update(ctx, cl)
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	kubetest.MirrorCluster(e.t, e.c(in), of, globalCIDRs...)
 }
 
 func (e *env) namespace(id, ns string) {
 	e.t.Helper()
-	err := e.clusters[id].Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		e.t.Fatal(err)
-	}
+	kubetest.Namespace(e.t, e.c(id), ns)
 }
 
 // start runs cluster id's controller until stop or the end of the test.
@@ -185,11 +160,8 @@ func (e *env) startReplica(id, name string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan error, 1), metrics: reg}
-	if e.globalnet == nil {
-		go func() { r.done <- c.Run(ctx) }()
-	} else {
+	run := c.Run
+	if e.globalnet != nil {
 		gcfg := *e.globalnet
 		gcfg.ClusterID, gcfg.LeaderElection, gcfg.Log = id, cfg.LeaderElection, cfg.Log.With("daemon", "globalnet")
 		if e.globalnetLocal[id] == nil {
@@ -199,149 +171,19 @@ func (e *env) startReplica(id, name string) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		go func() {
+		run = func(ctx context.Context) error {
 			gdone := make(chan error, 1)
 			go func() { gdone <- g.Run(ctx) }()
-			r.done <- errors.Join(c.Run(ctx), <-gdone)
-		}()
+			return errors.Join(c.Run(ctx), <-gdone)
+		}
 	}
-	e.mu.Lock()
-	e.running[name] = r
-	e.mu.Unlock()
+	e.metrics[name] = reg
+	e.daemons.Start("controller "+name, run)
 }
 
-func (e *env) stop(id string) {
-	e.mu.Lock()
-	r := e.running[id]
-	delete(e.running, id)
-	e.mu.Unlock()
-	if r == nil {
-		return
-	}
-	r.cancel()
-	if err := <-r.done; err != nil && !errors.Is(err, context.Canceled) {
-		e.t.Errorf("controller %s: %v", id, err)
-	}
-}
-
-func (e *env) stopAll() {
-	e.mu.Lock()
-	ids := make([]string, 0, len(e.running))
-	for id := range e.running {
-		ids = append(ids, id)
-	}
-	e.mu.Unlock()
-	for _, id := range ids {
-		e.stop(id)
-	}
-}
+func (e *env) stop(name string) { e.daemons.Stop("controller " + name) }
 
 func (e *env) c(id string) client.Client { return e.clusters[id].Client }
-
-// eventually polls check until it returns nil; it fails the test with the
-// last error after a generous bound (a hang, not a speed requirement).
-func eventually(t testing.TB, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// service creates a Service (ClusterIP assigned by the API server, or
-// headless) with the given named TCP ports.
-func service(t testing.TB, c client.Client, ns, name string, headless bool, ports map[string]int32) *corev1.Service {
-	t.Helper()
-	svc := serviceObject(ns, name, headless, ports)
-	if err := c.Create(context.Background(), svc); err != nil {
-		t.Fatal(err)
-	}
-	return svc
-}
-
-// serviceObject is the Service that service creates.
-func serviceObject(ns, name string, headless bool, ports map[string]int32) *corev1.Service {
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	names := make([]string, 0, len(ports))
-	for n := range ports {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: n, Protocol: corev1.ProtocolTCP, Port: ports[n]})
-	}
-	if headless {
-		svc.Spec.ClusterIP = corev1.ClusterIPNone
-	}
-	return svc
-}
-
-type pod struct {
-	ip       string
-	hostname string
-	ready    bool
-}
-
-// localSlice writes the Service's own EndpointSlice, as the EndpointSlice
-// controller of kube-controller-manager would.
-func localSlice(t testing.TB, c client.Client, svc *corev1.Service, targetPort int32, pods ...pod) {
-	t.Helper()
-	s := localSliceObject(svc, targetPort, pods...)
-	ctx := context.Background()
-	var have discoveryv1.EndpointSlice
-	if err := c.Get(ctx, client.ObjectKeyFromObject(s), &have); err == nil {
-		s.ResourceVersion = have.ResourceVersion
-		if err := c.Update(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if err := c.Create(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// localSliceObject is the EndpointSlice that localSlice writes.
-func localSliceObject(svc *corev1.Service, targetPort int32, pods ...pod) *discoveryv1.EndpointSlice {
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name + "-local",
-			Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-	}
-	for _, p := range svc.Spec.Ports {
-		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(targetPort)})
-	}
-	for _, p := range pods {
-		ep := discoveryv1.Endpoint{Addresses: []string{p.ip}, Conditions: discoveryv1.EndpointConditions{
-			Ready: ptr(p.ready), Serving: ptr(p.ready), Terminating: ptr(false)}}
-		if p.hostname != "" {
-			ep.Hostname = ptr(p.hostname)
-		}
-		s.Endpoints = append(s.Endpoints, ep)
-	}
-	return s
-}
-
-func export(t testing.TB, c client.Client, ns, name string) {
-	t.Helper()
-	if err := c.Create(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func unexport(t testing.TB, c client.Client, ns, name string) {
-	t.Helper()
-	if err := c.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // importVIP returns the ServiceImport's VIP, or an error while it has none.
 func importVIP(c client.Client, ns, name string) (netip.Addr, error) {
@@ -429,25 +271,6 @@ func gone(c client.Client, obj client.Object) func() error {
 	}
 }
 
-// wantEvent waits for a Warning Event (events.k8s.io) with the reason
-// and a note containing note, regarding the object kind ns/name.
-func wantEvent(c client.Client, ns, kind, name, reason, note string) func() error {
-	return func() error {
-		var list eventsv1.EventList
-		if err := c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		for _, ev := range list.Items {
-			if ev.Type == corev1.EventTypeWarning && ev.Reason == reason && ev.Regarding.Kind == kind && ev.Regarding.Name == name && strings.Contains(ev.Note, note) {
-				return nil
-			}
-		}
-		return fmt.Errorf("no Warning Event %s regarding %s %s/%s with %q among %d", reason, kind, ns, name, note, len(list.Items))
-	}
-}
-
 func ptr[T any](v T) *T { return &v }
 
 func vipRange() mcs.VIPRange { return mcs.MustParseVIPRange(mcs.DefaultVIPRange) }
-
-var _ = strings.Contains

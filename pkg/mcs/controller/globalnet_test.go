@@ -18,6 +18,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	globalnetcontroller "github.com/causeway-net/causeway/pkg/globalnet/controller"
@@ -146,14 +147,14 @@ func TestGlobalnet(t *testing.T) {
 	c1, c2 := e.c("c1"), e.c("c2")
 	svcs := map[string]*corev1.Service{}
 	for _, id := range []string{"c1", "c2"} {
-		svcs[id] = service(t, e.c(id), "gn", "web", false, map[string]int32{"http": 80, "metrics": 9090})
-		localSlice(t, e.c(id), svcs[id], 8080, pod{ip: "10.244.1.5", ready: true})
-		export(t, e.c(id), "gn", "web")
+		svcs[id] = kubetest.Service(t, e.c(id), "gn", "web", false, map[string]int32{"http": 80, "metrics": 9090})
+		kubetest.LocalSlice(t, e.c(id), svcs[id], 8080, kubetest.Pod{IP: "10.244.1.5", Ready: true})
+		kubetest.Export(t, e.c(id), "gn", "web")
 	}
 
 	gis := map[string]*causewayv1alpha1.GlobalIngress{}
 	for _, id := range []string{"c1", "c2"} {
-		eventually(t, "GlobalIngress in "+id, func() error {
+		kubetest.Eventually(t, "GlobalIngress in "+id, func() error {
 			gi, err := globalIngress(e.c(id), "gn", "web")
 			if err != nil {
 				return err
@@ -171,10 +172,10 @@ func TestGlobalnet(t *testing.T) {
 	}
 	for _, id := range []string{"c1", "c2"} {
 		o := other[id]
-		eventually(t, "import in "+id, wantSlicePorts(e.c(id), "gn", "web",
+		kubetest.Eventually(t, "import in "+id, wantSlicePorts(e.c(id), "gn", "web",
 			fmt.Sprintf("%s/%s/true/http:80,metrics:9090", id, svcs[id].Spec.ClusterIP),
 			fmt.Sprintf("%s/%s/true/http:%d,metrics:%d", o, gis[o].Spec.IP, pairOf(gis[o], "http"), pairOf(gis[o], "metrics"))))
-		eventually(t, "Reachable in "+id, wantReachable(e.c(id), "gn", "web", metav1.ConditionTrue, ""))
+		kubetest.Eventually(t, "Reachable in "+id, wantReachable(e.c(id), "gn", "web", metav1.ConditionTrue, ""))
 	}
 	// The record in the broker carries the pairs.
 	var rec causewayv1alpha1.ServiceExportRecord
@@ -193,9 +194,9 @@ func TestGlobalnet(t *testing.T) {
 		// clash.
 		dbs := map[string]*corev1.Service{}
 		for _, id := range []string{"c1", "c2"} {
-			dbs[id] = service(t, e.c(id), "gn", "db", true, map[string]int32{"pg": 5432})
-			localSlice(t, e.c(id), dbs[id], 5432, pod{ip: "10.244.3.1", hostname: "db-0", ready: true}, pod{ip: "10.244.3.2", hostname: "db-1", ready: true})
-			export(t, e.c(id), "gn", "db")
+			dbs[id] = kubetest.Service(t, e.c(id), "gn", "db", true, map[string]int32{"pg": 5432})
+			kubetest.LocalSlice(t, e.c(id), dbs[id], 5432, kubetest.Pod{IP: "10.244.3.1", Hostname: "db-0", Ready: true}, kubetest.Pod{IP: "10.244.3.2", Hostname: "db-1", Ready: true})
+			kubetest.Export(t, e.c(id), "gn", "db")
 		}
 		pods := func(id string) (map[string]string, error) {
 			gi, err := globalIngress(e.c(id), "gn", "db")
@@ -212,15 +213,15 @@ func TestGlobalnet(t *testing.T) {
 			return out, nil
 		}
 		var g2 map[string]string
-		eventually(t, "c2's pods allocated", func() error {
+		kubetest.Eventually(t, "c2's pods allocated", func() error {
 			var err error
 			g2, err = pods("c2")
 			return err
 		})
-		eventually(t, "c1 imports c2's pods at their global IPs", wantEndpoints(c1, "gn", "db",
+		kubetest.Eventually(t, "c1 imports c2's pods at their global IPs", wantEndpoints(c1, "gn", "db",
 			"c1/10.244.3.1/true/db-0", "c1/10.244.3.2/true/db-1",
 			"c2/"+g2["10.244.3.1"]+"/true/db-0", "c2/"+g2["10.244.3.2"]+"/true/db-1"))
-		eventually(t, "c2 imports itself at the pod IPs", func() error {
+		kubetest.Eventually(t, "c2 imports itself at the pod IPs", func() error {
 			g1, err := pods("c1")
 			if err != nil {
 				return err
@@ -229,8 +230,8 @@ func TestGlobalnet(t *testing.T) {
 				"c1/"+g1["10.244.3.1"]+"/true/db-0", "c1/"+g1["10.244.3.2"]+"/true/db-1")()
 		})
 		// A pod of c2 stops being ready: its global IP goes, the other's stays.
-		localSlice(t, c2, dbs["c2"], 5432, pod{ip: "10.244.3.1", hostname: "db-0", ready: false}, pod{ip: "10.244.3.2", hostname: "db-1", ready: true})
-		eventually(t, "c2's not-ready pod loses its global IP", func() error {
+		kubetest.LocalSlice(t, c2, dbs["c2"], 5432, kubetest.Pod{IP: "10.244.3.1", Hostname: "db-0", Ready: false}, kubetest.Pod{IP: "10.244.3.2", Hostname: "db-1", Ready: true})
+		kubetest.Eventually(t, "c2's not-ready pod loses its global IP", func() error {
 			gi, err := globalIngress(c2, "gn", "db")
 			if err != nil {
 				return err
@@ -240,19 +241,19 @@ func TestGlobalnet(t *testing.T) {
 			}
 			return nil
 		})
-		eventually(t, "c1 without c2's not-ready pod", wantEndpoints(c1, "gn", "db",
+		kubetest.Eventually(t, "c1 without c2's not-ready pod", wantEndpoints(c1, "gn", "db",
 			"c1/10.244.3.1/true/db-0", "c1/10.244.3.2/true/db-1", "c2/"+g2["10.244.3.2"]+"/true/db-1"))
 		// A tenant of gn in c2 (RBAC on its namespace only) adds a slice of
 		// its own to db: a pod address inside c2's pod CIDR gets a global
 		// IP, a node address and the API server's ClusterIP get none (the
 		// API server itself refuses link-local and loopback addresses).
 		tenant := e.clusters["c2"].Tenant(t, "gn")
-		extra := localSliceObject(dbs["c2"], 5432, pod{ip: "10.244.3.9", ready: true}, pod{ip: "172.18.1.11", ready: true}, pod{ip: "10.96.0.1", ready: true})
+		extra := kubetest.LocalSliceObject(dbs["c2"], 5432, kubetest.Pod{IP: "10.244.3.9", Ready: true}, kubetest.Pod{IP: "172.18.1.11", Ready: true}, kubetest.Pod{IP: "10.96.0.1", Ready: true})
 		extra.Name = "db-tenant"
 		if err := tenant.Create(ctx, extra); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "only the tenant's pod address gets a global IP", func() error {
+		kubetest.Eventually(t, "only the tenant's pod address gets a global IP", func() error {
 			gi, err := globalIngress(c2, "gn", "db")
 			if err != nil {
 				return err
@@ -267,17 +268,17 @@ func TestGlobalnet(t *testing.T) {
 			return nil
 		})
 		for _, id := range []string{"c1", "c2"} {
-			unexport(t, e.c(id), "gn", "db")
+			kubetest.Unexport(t, e.c(id), "gn", "db")
 		}
 	})
 
 	t.Run("restart keeps the allocation", func(t *testing.T) {
 		e.stop("c1")
 		e.start("c1")
-		service(t, c1, "gn", "other", false, map[string]int32{"http": 80})
-		export(t, c1, "gn", "other")
+		kubetest.Service(t, c1, "gn", "other", false, map[string]int32{"http": 80})
+		kubetest.Export(t, c1, "gn", "other")
 		var gio *causewayv1alpha1.GlobalIngress
-		eventually(t, "GlobalIngress of the new Service", func() error {
+		kubetest.Eventually(t, "GlobalIngress of the new Service", func() error {
 			var err error
 			gio, err = globalIngress(c1, "gn", "other")
 			return err
@@ -289,7 +290,7 @@ func TestGlobalnet(t *testing.T) {
 		if err != nil || fmt.Sprint(gi.Spec) != fmt.Sprint(gis["c1"].Spec) {
 			t.Errorf("after restart %+v, was %+v (%v)", gi.Spec, gis["c1"].Spec, err)
 		}
-		unexport(t, c1, "gn", "other")
+		kubetest.Unexport(t, c1, "gn", "other")
 	})
 
 	t.Run("port change keeps unchanged pairs", func(t *testing.T) {
@@ -301,7 +302,7 @@ func TestGlobalnet(t *testing.T) {
 		if err := c1.Update(ctx, svc); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "new port pair", func() error {
+		kubetest.Eventually(t, "new port pair", func() error {
 			gi, err := globalIngress(c1, "gn", "web")
 			if err != nil {
 				return err
@@ -318,7 +319,7 @@ func TestGlobalnet(t *testing.T) {
 		if err := c1.Delete(ctx, gis["c1"].DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "GlobalIngress written again", func() error {
+		kubetest.Eventually(t, "GlobalIngress written again", func() error {
 			gi, err := globalIngress(c1, "gn", "web")
 			if err != nil {
 				return err
@@ -334,9 +335,9 @@ func TestGlobalnet(t *testing.T) {
 	})
 
 	t.Run("unexport releases after the quarantine", func(t *testing.T) {
-		unexport(t, c1, "gn", "web")
+		kubetest.Unexport(t, c1, "gn", "web")
 		var released time.Time
-		eventually(t, "releasedAt", func() error {
+		kubetest.Eventually(t, "releasedAt", func() error {
 			var gi causewayv1alpha1.GlobalIngress
 			if err := c1.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "web"}, &gi); err != nil {
 				return err
@@ -348,9 +349,9 @@ func TestGlobalnet(t *testing.T) {
 			return nil
 		})
 		// c2 no longer lists c1.
-		eventually(t, "c2 without c1", wantSlicePorts(c2, "gn", "web",
+		kubetest.Eventually(t, "c2 without c1", wantSlicePorts(c2, "gn", "web",
 			fmt.Sprintf("c2/%s/true/http:80,metrics:9090", svcs["c2"].Spec.ClusterIP)))
-		eventually(t, "deleted after the quarantine", gone(c1, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "web"}}))
+		kubetest.Eventually(t, "deleted after the quarantine", gone(c1, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "gn", Name: "web"}}))
 		if d := time.Since(released); d < time.Second {
 			t.Errorf("deleted %v after release, quarantine is 2s", d)
 		}
@@ -360,7 +361,7 @@ func TestGlobalnet(t *testing.T) {
 		// c2 loses its global CIDR: its GlobalIngress goes, its record has
 		// no global address; c1 would have to reach 10.96.x, which overlaps.
 		e.mirrorCluster("c2", "c2")
-		eventually(t, "c2's GlobalIngress released", func() error {
+		kubetest.Eventually(t, "c2's GlobalIngress released", func() error {
 			var gi causewayv1alpha1.GlobalIngress
 			if err := c2.Get(ctx, types.NamespacedName{Namespace: "gn", Name: "web"}, &gi); err != nil {
 				return nil // already deleted
@@ -370,19 +371,19 @@ func TestGlobalnet(t *testing.T) {
 			}
 			return nil
 		})
-		export(t, c1, "gn", "web")
+		kubetest.Export(t, c1, "gn", "web")
 		// c2's record names its ClusterIP 10.96.x, outside the global CIDR
 		// c1 reaches it through: refused, nothing of it imported.
-		eventually(t, "c2 refused in c1", wantEndpoints(c1, "gn", "web", "c1/"+svcs["c1"].Spec.ClusterIP+"/true"))
-		eventually(t, "RemoteRecordRefused=True", wantImportCondition(c1, "gn", "web", mcs.ConditionRemoteRecordRefused,
+		kubetest.Eventually(t, "c2 refused in c1", wantEndpoints(c1, "gn", "web", "c1/"+svcs["c1"].Spec.ClusterIP+"/true"))
+		kubetest.Eventually(t, "RemoteRecordRefused=True", wantImportCondition(c1, "gn", "web", mcs.ConditionRemoteRecordRefused,
 			metav1.ConditionTrue, string(addrpolicy.RecordOutsideClaim), "cluster c2: AddressOutsideClaim: clusterIP "+svcs["c2"].Spec.ClusterIP))
-		eventually(t, "Warning Event on the import", wantEvent(c1, "gn", "ServiceImport", "web", mcs.EventRemoteRecordRefused, "record gn.web of cluster c2 refused"))
+		kubetest.Eventually(t, "Warning Event on the import", kubetest.WantEvent(c1, "gn", "ServiceImport", "web", mcs.EventRemoteRecordRefused, "record gn.web of cluster c2 refused"))
 		// Without a tunnel nothing is reached and the record's addresses
 		// are not placed: accepted, not ready, Reachable=False.
 		e.tunnel("c1", "c2", false, globalCIDR["c2"])
-		eventually(t, "Reachable=False (no tunnel)", wantReachable(c1, "gn", "web", metav1.ConditionFalse, "no tunnel to cluster c2"))
-		eventually(t, "c2 not ready", wantEndpoints(c1, "gn", "web", "c1/"+svcs["c1"].Spec.ClusterIP+"/true", "c2/"+svcs["c2"].Spec.ClusterIP+"/false"))
-		eventually(t, "RemoteRecordRefused=False", wantImportCondition(c1, "gn", "web", mcs.ConditionRemoteRecordRefused,
+		kubetest.Eventually(t, "Reachable=False (no tunnel)", wantReachable(c1, "gn", "web", metav1.ConditionFalse, "no tunnel to cluster c2"))
+		kubetest.Eventually(t, "c2 not ready", wantEndpoints(c1, "gn", "web", "c1/"+svcs["c1"].Spec.ClusterIP+"/true", "c2/"+svcs["c2"].Spec.ClusterIP+"/false"))
+		kubetest.Eventually(t, "RemoteRecordRefused=False", wantImportCondition(c1, "gn", "web", mcs.ConditionRemoteRecordRefused,
 			metav1.ConditionFalse, mcs.ReasonNoneRefused, ""))
 		cond, _ := importCondition(c1, "gn", "web", mcs.ConditionReachable)
 		if cond.Reason != mcs.ReasonUnreachable {

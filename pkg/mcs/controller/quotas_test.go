@@ -13,6 +13,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
@@ -68,21 +69,19 @@ func TestRecordQuota(t *testing.T) {
 	}
 	for i := range 3 {
 		name := fmt.Sprintf("s%d", i)
-		eventually(t, name+" imported with c2", wantEndpoints(c1, "demo", name, fmt.Sprintf("c2/10.96.0.%d/true", 10+i)))
+		kubetest.Eventually(t, name+" imported with c2", wantEndpoints(c1, "demo", name, fmt.Sprintf("c2/10.96.0.%d/true", 10+i)))
 	}
-	eventually(t, "s4 imported with c3 alone", wantEndpoints(c1, "demo", "s4", "c3/10.97.0.14/true"))
-	eventually(t, "s4 says c2 is over quota", wantImportCondition(c1, "demo", "s4", mcs.ConditionRemoteRecordRefused, metav1.ConditionTrue,
+	kubetest.Eventually(t, "s4 imported with c3 alone", wantEndpoints(c1, "demo", "s4", "c3/10.97.0.14/true"))
+	kubetest.Eventually(t, "s4 says c2 is over quota", wantImportCondition(c1, "demo", "s4", mcs.ConditionRemoteRecordRefused, metav1.ConditionTrue,
 		mcs.ReasonQuotaExceeded, "cluster c2: QuotaExceeded: record object demo.s4 is beyond the cluster's quota of 3 record objects"))
-	eventually(t, "Warning Event on s4's import", wantEvent(c1, "demo", "ServiceImport", "s4", mcs.EventRemoteRecordRefused,
+	kubetest.Eventually(t, "Warning Event on s4's import", kubetest.WantEvent(c1, "demo", "ServiceImport", "s4", mcs.EventRemoteRecordRefused,
 		"record demo.s4 of cluster c2 refused"))
-	eventually(t, "one Warning Event on c2's Endpoint for its records over quota", wantEvent(c1, "causeway-system", "Endpoint", "c2",
+	kubetest.Eventually(t, "one Warning Event on c2's Endpoint for its records over quota", kubetest.WantEvent(c1, "causeway-system", "Endpoint", "c2",
 		mcs.EventRemoteRecordRefused, "cluster c2 holds records beyond its quota, which are not imported (first seen: record demo.s3: QuotaExceeded"))
 	if err := c1.Get(ctx, types.NamespacedName{Namespace: "demo", Name: "s3"}, &mcsv1beta1.ServiceImport{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ServiceImport demo/s3: err=%v, want NotFound", err)
 	}
-	e.mu.Lock()
-	reg := e.running["c1"].metrics
-	e.mu.Unlock()
+	reg := e.metrics["c1"]
 	overQuota := func(want float64) func() error {
 		return func() error {
 			mfs, err := reg.Gather()
@@ -102,15 +101,15 @@ func TestRecordQuota(t *testing.T) {
 			return fmt.Errorf("causeway_mcs_remote_record_objects_over_quota{cluster=c2} is not %v", want)
 		}
 	}
-	eventually(t, "gauge: two of c2's objects over quota", overQuota(2))
+	kubetest.Eventually(t, "gauge: two of c2's objects over quota", overQuota(2))
 
 	// c2 withdraws s1: s3 comes in.
 	if err := c2.Delete(ctx, &causewayv1alpha1.ServiceExportRecord{ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace("c2"), Name: "demo.s1"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "s3 imported with c2", wantEndpoints(c1, "demo", "s3", "c2/10.96.0.13/true"))
-	eventually(t, "s1 no longer imported", gone(c1, &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "s1"}}))
-	eventually(t, "s4 still refuses c2's record", wantImportCondition(c1, "demo", "s4", mcs.ConditionRemoteRecordRefused, metav1.ConditionTrue,
+	kubetest.Eventually(t, "s3 imported with c2", wantEndpoints(c1, "demo", "s3", "c2/10.96.0.13/true"))
+	kubetest.Eventually(t, "s1 no longer imported", gone(c1, &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "s1"}}))
+	kubetest.Eventually(t, "s4 still refuses c2's record", wantImportCondition(c1, "demo", "s4", mcs.ConditionRemoteRecordRefused, metav1.ConditionTrue,
 		mcs.ReasonQuotaExceeded, "cluster c2"))
-	eventually(t, "gauge: one object over quota", overQuota(1))
+	kubetest.Eventually(t, "gauge: one object over quota", overQuota(1))
 }

@@ -14,6 +14,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -34,15 +35,15 @@ func TestLargeExports(t *testing.T) {
 		e.start(id)
 	}
 	c1, c2 := e.c("c1"), e.c("c2")
-	web := service(t, c1, "big", "web", false, map[string]int32{"http": 80})
-	db := service(t, c1, "big", "db", true, map[string]int32{"sql": 5432})
+	web := kubetest.Service(t, c1, "big", "web", false, map[string]int32{"http": 80})
+	db := kubetest.Service(t, c1, "big", "db", true, map[string]int32{"sql": 5432})
 	bigSlices(t, c1, web, 0, 50, 8080)
 	bigSlices(t, c1, db, 1, 50, 5432)
-	export(t, c1, "big", "web")
-	export(t, c1, "big", "db")
+	kubetest.Export(t, c1, "big", "web")
+	kubetest.Export(t, c1, "big", "db")
 
-	eventually(t, "c2's slices of c1's web weigh 5 000 ready endpoints", wantReadyEndpoints(c2, "web", "5000"))
-	eventually(t, "c2 lists all 5 000 pods of c1's db", wantPods(c2, "db", 5000))
+	kubetest.Eventually(t, "c2's slices of c1's web weigh 5 000 ready endpoints", wantReadyEndpoints(c2, "web", "5000"))
+	kubetest.Eventually(t, "c2 lists all 5 000 pods of c1's db", wantPods(c2, "db", 5000))
 	webObjs := recordObjects(t, e, "web", 1)
 	if r := webObjs[0]; r.Spec.ReadyEndpoints != 5000 || r.Spec.ServingEndpoints != 5000 || len(r.Spec.Endpoints) != 0 || r.Spec.Part != nil {
 		t.Errorf("web's record: ready %d serving %d, %d endpoint groups, part %v; want the aggregate only",
@@ -59,9 +60,9 @@ func TestLargeExports(t *testing.T) {
 		}
 	}
 	setReady(t, c1, "web", 25, 30, false)
-	eventually(t, "c2's slices of c1's web weigh 2 500", wantReadyEndpoints(c2, "web", "2500"))
-	eventually(t, "c2 lists 3 000 pods of c1's db", wantPods(c2, "db", 3000))
-	eventually(t, "db's record: 4 objects, the previous revision's parts gone", func() error {
+	kubetest.Eventually(t, "c2's slices of c1's web weigh 2 500", wantReadyEndpoints(c2, "web", "2500"))
+	kubetest.Eventually(t, "c2 lists 3 000 pods of c1's db", wantPods(c2, "db", 3000))
+	kubetest.Eventually(t, "db's record: 4 objects, the previous revision's parts gone", func() error {
 		_, err := recordObjectsErr(e, "db", 4)
 		return err
 	})
@@ -69,9 +70,9 @@ func TestLargeExports(t *testing.T) {
 		t.Errorf("web's record after scaling down: ready %d serving %d, want 2500 2500", r.Spec.ReadyEndpoints, r.Spec.ServingEndpoints)
 	}
 
-	unexport(t, c1, "big", "web")
-	unexport(t, c1, "big", "db")
-	eventually(t, "every record object of web and db gone", func() error {
+	kubetest.Unexport(t, c1, "big", "web")
+	kubetest.Unexport(t, c1, "big", "db")
+	kubetest.Eventually(t, "every record object of web and db gone", func() error {
 		_, errWeb := recordObjectsErr(e, "web", 0)
 		_, errDB := recordObjectsErr(e, "db", 0)
 		if errWeb != nil {
@@ -79,7 +80,7 @@ func TestLargeExports(t *testing.T) {
 		}
 		return errDB
 	})
-	eventually(t, "the imports gone from c2", func() error {
+	kubetest.Eventually(t, "the imports gone from c2", func() error {
 		for _, name := range []string{"web", "db"} {
 			if err := gone(c2, &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "big", Name: name}})(); err != nil {
 				return err

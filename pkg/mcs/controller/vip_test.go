@@ -17,6 +17,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
@@ -49,7 +50,7 @@ func deleteAllocation(t *testing.T, member client.Client, addr netip.Addr) {
 func sameVIP(t *testing.T, e *env, ns, name string, ids ...string) netip.Addr {
 	t.Helper()
 	var vip netip.Addr
-	eventually(t, fmt.Sprintf("%s/%s imported with one VIP in %v", ns, name, ids), func() error {
+	kubetest.Eventually(t, fmt.Sprintf("%s/%s imported with one VIP in %v", ns, name, ids), func() error {
 		var first netip.Addr
 		for _, id := range ids {
 			v, err := importVIP(e.c(id), ns, name)
@@ -126,9 +127,9 @@ func TestVIPSquat(t *testing.T) {
 		e.start(id)
 	}
 	c1, c2 := e.c("c1"), e.c("c2")
-	svc := service(t, c1, "demo", "web", false, map[string]int32{"http": 80})
-	localSlice(t, c1, svc, 8080, pod{ip: "10.244.1.5", ready: true})
-	export(t, c1, "demo", "web")
+	svc := kubetest.Service(t, c1, "demo", "web", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c1, svc, 8080, kubetest.Pod{IP: "10.244.1.5", Ready: true})
+	kubetest.Export(t, c1, "demo", "web")
 	vip := sameVIP(t, e, "demo", "web", "c1", "c2")
 	if vip == first {
 		t.Fatalf("the import took c3's squat %s", first)
@@ -138,11 +139,11 @@ func TestVIPSquat(t *testing.T) {
 	deleteAllocation(t, c3, first)
 	allocateByHand(t, c3, "c3", first, types.NamespacedName{Namespace: "demo", Name: "other"})
 	// An honest export of web from c2 meanwhile: both see it, same VIP.
-	svc2 := service(t, c2, "demo", "web", false, map[string]int32{"http": 80})
-	localSlice(t, c2, svc2, 8080, pod{ip: "10.244.2.5", ready: true})
-	export(t, c2, "demo", "web")
+	svc2 := kubetest.Service(t, c2, "demo", "web", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c2, svc2, 8080, kubetest.Pod{IP: "10.244.2.5", Ready: true})
+	kubetest.Export(t, c2, "demo", "web")
 	for _, id := range []string{"c1", "c2"} {
-		eventually(t, id+" imports both exports", wantSources(e.c(id), "demo", "web", "c1", "c2"))
+		kubetest.Eventually(t, id+" imports both exports", wantSources(e.c(id), "demo", "web", "c1", "c2"))
 	}
 	if got := sameVIP(t, e, "demo", "web", "c1", "c2"); got != vip {
 		t.Errorf("VIP moved from %s to %s after c3 re-took its squat for another Service", vip, got)
@@ -163,7 +164,7 @@ func TestVIPSquat(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"c1", "c2"} {
-		eventually(t, id+" imports c3's export too", wantSources(e.c(id), "demo", "web", "c1", "c2", "c3"))
+		kubetest.Eventually(t, id+" imports c3's export too", wantSources(e.c(id), "demo", "web", "c1", "c2", "c3"))
 	}
 	if got := sameVIP(t, e, "demo", "web", "c1", "c2"); got != vip {
 		t.Errorf("VIP moved from %s to %s after c3 exported web with an allocation at its first candidate", vip, got)
@@ -188,9 +189,9 @@ func TestVIPHandOff(t *testing.T) {
 	}
 	e.start("c1")
 	c1, c2 := e.c("c1"), e.c("c2")
-	svc := service(t, c1, "demo", "web", false, map[string]int32{"http": 80})
-	localSlice(t, c1, svc, 8080, pod{ip: "10.244.1.5", ready: true})
-	export(t, c1, "demo", "web")
+	svc := kubetest.Service(t, c1, "demo", "web", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c1, svc, 8080, kubetest.Pod{IP: "10.244.1.5", Ready: true})
+	kubetest.Export(t, c1, "demo", "web")
 	vip := sameVIP(t, e, "demo", "web", "c1")
 	e.start("c2")
 	if got := sameVIP(t, e, "demo", "web", "c1", "c2"); got != vip {
@@ -211,12 +212,12 @@ func TestVIPHandOff(t *testing.T) {
 		t.Fatalf("owner of %s: %q (%v), want c1", vip, o, err)
 	}
 
-	svc2 := service(t, c2, "demo", "web", false, map[string]int32{"http": 80})
-	localSlice(t, c2, svc2, 8080, pod{ip: "10.244.2.5", ready: true})
-	export(t, c2, "demo", "web")
-	eventually(t, "both exports imported", wantSources(c1, "demo", "web", "c1", "c2"))
-	unexport(t, c1, "demo", "web")
-	eventually(t, "c2 holds the same address", func() error {
+	svc2 := kubetest.Service(t, c2, "demo", "web", false, map[string]int32{"http": 80})
+	kubetest.LocalSlice(t, c2, svc2, 8080, kubetest.Pod{IP: "10.244.2.5", Ready: true})
+	kubetest.Export(t, c2, "demo", "web")
+	kubetest.Eventually(t, "both exports imported", wantSources(c1, "demo", "web", "c1", "c2"))
+	kubetest.Unexport(t, c1, "demo", "web")
+	kubetest.Eventually(t, "c2 holds the same address", func() error {
 		o, err := owner()
 		if err != nil {
 			return err
@@ -227,7 +228,7 @@ func TestVIPHandOff(t *testing.T) {
 		return nil
 	})
 	for _, id := range []string{"c1", "c2"} {
-		eventually(t, id+" imports c2 alone", wantSources(e.c(id), "demo", "web", "c2"))
+		kubetest.Eventually(t, id+" imports c2 alone", wantSources(e.c(id), "demo", "web", "c2"))
 	}
 	if got := sameVIP(t, e, "demo", "web", "c1", "c2"); got != vip {
 		t.Errorf("VIP moved from %s to %s when its owner stopped exporting", vip, got)
@@ -235,8 +236,8 @@ func TestVIPHandOff(t *testing.T) {
 	if err := e.broker.Client.List(ctx, &list); err != nil || len(list.Items) != 1 {
 		t.Errorf("%d allocations (%v), want one", len(list.Items), err)
 	}
-	unexport(t, c2, "demo", "web")
-	eventually(t, "VIP released", func() error {
+	kubetest.Unexport(t, c2, "demo", "web")
+	kubetest.Eventually(t, "VIP released", func() error {
 		err := e.broker.Client.Get(ctx, types.NamespacedName{Name: mcs.VIPObjectName(vip)}, &causewayv1alpha1.VIPAllocation{})
 		if apierrors.IsNotFound(err) {
 			return nil

@@ -1,0 +1,283 @@
+package labcmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/causeway-net/causeway/lab"
+	"github.com/causeway-net/causeway/lab/bench"
+)
+
+func newBenchmarkCommand(dir *string) *cobra.Command {
+	var from, to, output string
+	r := bench.Runner{Duration: 5 * time.Second, Count: 2000}
+	var streams []int
+	cmd := &cobra.Command{
+		Use:   "benchmark",
+		Short: "Measure throughput or latency between two lab pods, against a raw veth baseline",
+		Long: `Measure the dataplane between two pods of the lab (by default a client pod of
+c1 and one of c3, so the path crosses the gateways' tunnel) and, in the same
+run, the same measurement over a raw veth pair between two fresh network
+namespaces. Every figure is reported with its ratio to that baseline.
+
+A server pod in another cluster than the client is reached the way any
+pod reaches it in every lab shape, globalnet or not: through the
+clusterset VIP of a Service exported for the benchmark (the server pod
+labelled causeway.dev/benchmark, Service and ServiceExport
+causeway-bench-<pod> with the benchmark's ports), removed afterwards.`,
+	}
+	cmd.PersistentFlags().StringVar(&from, "from", "c1/demo/client", "client pod, <cluster>/<namespace>/<pod>")
+	cmd.PersistentFlags().StringVar(&to, "to", "c3/demo/client", "server pod, <cluster>/<namespace>/<pod>")
+	cmd.PersistentFlags().StringVarP(&output, "output", "o", "table", "table or json")
+
+	type row struct {
+		Path    string  `json:"path"`
+		Streams int     `json:"streams,omitempty"`
+		Gbps    float64 `json:"gbps,omitempty"`
+		P50US   float64 `json:"p50US,omitempty"`
+		P99US   float64 `json:"p99US,omitempty"`
+		Ratio   float64 `json:"ratioToVeth"`
+	}
+	setup := func(cmd *cobra.Command) (client, server bench.Endpoint, base *bench.Baseline, cleanup func(), err error) {
+		st, err := lab.Load(*dir)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		if r.Self, err = os.Executable(); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		if r.IPerf3, err = exec.LookPath("iperf3"); err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("iperf3 is needed: %w", err)
+		}
+		c, err := bench.NewLabPod(cmd.Context(), st, from)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		s, err := bench.NewLabPod(cmd.Context(), st, to)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		unexpose, err := s.ExposeTo(cmd.Context(), c, 2*time.Minute)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		if base, err = bench.NewBaseline(fmt.Sprintf("cwb%d-", os.Getpid()%100000)); err != nil {
+			unexpose()
+			return nil, nil, nil, nil, err
+		}
+		return c, s, base, func() { base.Close(); unexpose() }, nil
+	}
+	print := func(cmd *cobra.Command, rows []row, latency bool) error {
+		if output == "json" {
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(rows)
+		}
+		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		if latency {
+			fmt.Fprintln(tw, "PATH\tP50 µs\tP99 µs\tRATIO (p50, veth = 1)")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\n", r.Path, r.P50US, r.P99US, r.Ratio)
+			}
+		} else {
+			fmt.Fprintln(tw, "PATH\tSTREAMS\tGBIT/S\tRATIO TO VETH")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\n", r.Path, r.Streams, r.Gbps, r.Ratio)
+			}
+		}
+		return tw.Flush()
+	}
+
+	throughput := &cobra.Command{
+		Use:   "throughput",
+		Short: "TCP throughput with iperf3 (1 and 4 streams by default)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, server, base, cleanup, err := setup(cmd)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			var rows []row
+			for _, n := range streams {
+				b, err := r.MeasureThroughput(cmd.Context(), base.B, base.A, n)
+				if err != nil {
+					return err
+				}
+				l, err := r.MeasureThroughput(cmd.Context(), server, client, n)
+				if err != nil {
+					return err
+				}
+				rows = append(rows,
+					row{Path: "veth (baseline)", Streams: n, Gbps: b.Gbps, Ratio: 1},
+					row{Path: client.Name() + " → " + server.Name(), Streams: n, Gbps: l.Gbps, Ratio: l.Gbps / b.Gbps})
+			}
+			return print(cmd, rows, false)
+		},
+	}
+	throughput.Flags().IntSliceVar(&streams, "streams", []int{1, 4}, "parallel TCP streams, one measurement each")
+	throughput.Flags().DurationVar(&r.Duration, "duration", r.Duration, "length of one measurement")
+
+	latency := &cobra.Command{
+		Use:   "latency",
+		Short: "UDP request/response latency (sequential round trips)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, server, base, cleanup, err := setup(cmd)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			b, err := r.MeasureLatency(cmd.Context(), base.B, base.A)
+			if err != nil {
+				return err
+			}
+			l, err := r.MeasureLatency(cmd.Context(), server, client)
+			if err != nil {
+				return err
+			}
+			return print(cmd, []row{
+				{Path: "veth (baseline)", P50US: b.P50US, P99US: b.P99US, Ratio: 1},
+				{Path: client.Name() + " → " + server.Name(), P50US: l.P50US, P99US: l.P99US, Ratio: l.P50US / b.P50US},
+			}, true)
+		},
+	}
+	latency.Flags().IntVar(&r.Count, "count", r.Count, "number of round trips")
+	cmd.AddCommand(throughput, latency, newPropagationCommand(dir, &output))
+	return cmd
+}
+
+// newPropagationCommand is `causeway-lab benchmark propagation`.
+func newPropagationCommand(dir, output *string) *cobra.Command {
+	p := bench.Propagation{
+		Exporter:   "c1",
+		Client:     "c3/demo/client",
+		Namespace:  lab.DemoNamespace,
+		Selector:   map[string]string{"app": "whereami"},
+		Port:       80,
+		TargetPort: 8080,
+		Timeout:    2 * time.Minute,
+		Poll:       2 * time.Millisecond,
+	}
+	services, removals := 50, 20
+	cmd := &cobra.Command{
+		Use:   "propagation",
+		Short: "Export → reachable via the clusterset VIP, and endpoint removed → gone from every node's VIP map",
+		Long: `Measure the two convergence targets end to end in the lab (--from/--to do
+not apply here):
+
+  export: create --services Services in --export-cluster backed by the demo's
+  whereami pods and export them one at a time; for each, the time from
+  creating the ServiceExport until its ServiceImport (with the VIP) appears
+  in the client's cluster, and until a TCP connect from --client to
+  VIP:port succeeds (polled every 10 ms from inside the pod: eBPF connect4
+  translation on its node, route to the gateway, tunnel, backend).
+
+  removal: export a Service of its own, and --removals times add a backend
+  pod, wait until it is in the VIP backend map of every node of every
+  cluster (the route agents' pinned BPF maps, read every 2 ms), delete the
+  pod and time until its address is gone from every node's map.
+
+Everything the benchmark creates carries the label
+causeway.dev/benchmark=propagation and is deleted at the end (and at the
+start, should an earlier run have been interrupted).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			st, err := lab.Load(*dir)
+			if err != nil {
+				return err
+			}
+			if p.Self, err = os.Executable(); err != nil {
+				return err
+			}
+			p.Lab, p.Progress = st, cmd.ErrOrStderr()
+			if err := p.Cleanup(ctx); err != nil {
+				return fmt.Errorf("remove leftovers of an earlier run: %w", err)
+			}
+			res, err := runPropagation(ctx, &p, services, removals)
+			// Clean up even after an interrupt.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Timeout)
+			defer cancel()
+			if cerr := p.Cleanup(cctx); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
+			}
+			if err != nil {
+				return err
+			}
+			return printPropagation(cmd, *output, &p, res)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&services, "services", services, "services to export one at a time (0 skips the export measurement)")
+	f.IntVar(&removals, "removals", removals, "backend pods to remove one at a time (0 skips the removal measurement)")
+	f.StringVar(&p.Exporter, "export-cluster", p.Exporter, "cluster the services are created and exported in")
+	f.StringVar(&p.Client, "client", p.Client, "pod of another cluster that connects to the VIPs, <cluster>/<namespace>/<pod>")
+	f.DurationVar(&p.Timeout, "timeout", p.Timeout, "bound of one step (one export, one removal)")
+	return cmd
+}
+
+// propagationResult is what `benchmark propagation` reports.
+type propagationResult struct {
+	Services int                   `json:"services"`
+	Removals int                   `json:"removals"`
+	Export   *bench.ExportResult   `json:"export,omitempty"`
+	Withdraw *bench.WithdrawResult `json:"withdraw,omitempty"`
+}
+
+func runPropagation(ctx context.Context, p *bench.Propagation, services, removals int) (propagationResult, error) {
+	res := propagationResult{Services: services, Removals: removals}
+	if services > 0 {
+		e, err := p.MeasureExport(ctx, services)
+		if err != nil {
+			return res, fmt.Errorf("export: %w", err)
+		}
+		res.Export = &e
+	}
+	if removals > 0 {
+		w, err := p.MeasureWithdraw(ctx, removals)
+		if err != nil {
+			return res, fmt.Errorf("removal: %w", err)
+		}
+		res.Withdraw = &w
+	}
+	return res, nil
+}
+
+func printPropagation(cmd *cobra.Command, output string, p *bench.Propagation, res propagationResult) error {
+	if output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	row := func(name string, s bench.Stats) {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\n", name, s.N, s.P50MS, s.P90MS, s.P99MS, s.MaxMS)
+	}
+	client, _, _ := strings.Cut(p.Client, "/")
+	if e := res.Export; e != nil {
+		fmt.Fprintf(tw, "FROM SERVICEEXPORT CREATED IN %s TO\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
+		row("ServiceImport with VIP in "+client, e.Imported)
+		row("backend in the VIP map of the client's node", e.Programmed)
+		row("TCP connect to VIP ok from "+p.Client, e.Reachable)
+	}
+	if w := res.Withdraw; w != nil {
+		if res.Export != nil {
+			fmt.Fprintln(tw, "\t\t\t\t\t")
+		}
+		fmt.Fprintf(tw, "FROM BACKEND POD DELETED IN %s TO GONE FROM\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
+		for _, c := range w.Clusters {
+			row(fmt.Sprintf("VIP maps of %s (%d nodes)", c.Cluster, c.Nodes), c.Stats)
+		}
+		row("VIP maps of every node", w.All)
+	}
+	return tw.Flush()
+}
