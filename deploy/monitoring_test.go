@@ -220,15 +220,15 @@ func unknownMetrics(expr string, set metricSet) ([]string, error) {
 	return unknown, nil
 }
 
-func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+// rendered returns the object kind/name of objs; the test fails when
+// there is none.
+func rendered(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
 	t.Helper()
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetName() == name {
-			return o
-		}
+	i := slices.IndexFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == kind && o.GetName() == name })
+	if i < 0 {
+		t.Fatalf("no %s %s rendered", kind, name)
 	}
-	t.Fatalf("no %s %s rendered", kind, name)
-	return nil
+	return objs[i]
 }
 
 // checkRules parses the PrometheusRule's groups as promtool check rules
@@ -333,7 +333,7 @@ func TestMonitoringMetrics(t *testing.T) {
 func testMonitoringUsesRegisteredMetrics(t *testing.T, set metricSet) {
 	objs := render(t, monitoringValues())
 
-	pr := convert[monitoringv1.PrometheusRule](t, find(t, objs, "PrometheusRule", "causeway"))
+	pr := convert[monitoringv1.PrometheusRule](t, rendered(t, objs, "PrometheusRule", "causeway"))
 	alerts := 0
 	for _, g := range pr.Spec.Groups {
 		alerts += len(g.Rules)
@@ -345,7 +345,7 @@ func testMonitoringUsesRegisteredMetrics(t *testing.T, set metricSet) {
 		t.Error(p)
 	}
 
-	cm := convert[corev1.ConfigMap](t, find(t, objs, "ConfigMap", "causeway-dashboard"))
+	cm := convert[corev1.ConfigMap](t, rendered(t, objs, "ConfigMap", "causeway-dashboard"))
 	if cm.Labels["grafana_dashboard"] != "1" {
 		t.Errorf("dashboard ConfigMap labels %v, want grafana_dashboard: \"1\"", cm.Labels)
 	}
@@ -396,7 +396,7 @@ func testMonitoringCheckCatchesUnknownMetrics(t *testing.T, set metricSet) {
 		t.Error("a selector without a metric name passed")
 	}
 
-	pr := convert[monitoringv1.PrometheusRule](t, find(t, render(t, monitoringValues()), "PrometheusRule", "causeway"))
+	pr := convert[monitoringv1.PrometheusRule](t, rendered(t, render(t, monitoringValues()), "PrometheusRule", "causeway"))
 	if p := checkRules(pr, set); len(p) != 0 {
 		t.Fatalf("the chart's rules: %v", p)
 	}

@@ -163,24 +163,22 @@ func TestFingerprint(t *testing.T) {
 }
 
 func TestParseSA(t *testing.T) {
-	child := vici.NewMessage()
-	child.Set("name", "cw-b")
-	child.Set("state", "INSTALLED")
-	child.Set("bytes-in", "100")
-	child.Set("bytes-out", "250")
-	child.Set("packets-in", "3")
-	child.Set("packets-out", "5")
-	// A CHILD_SA being rekeyed: its counters add to the new one's.
-	old := vici.NewMessage()
-	old.Set("name", "cw-b")
-	old.Set("state", "REKEYED")
-	old.Set("bytes-in", "1000")
-	old.Set("bytes-out", "2000")
-	old.Set("packets-in", "10")
-	old.Set("packets-out", "20")
+	// A CHILD_SA as list-sas reports it: its state, then the counters
+	// bytes-in, bytes-out, packets-in, packets-out.
+	childSA := func(state string, counters ...string) *vici.Message {
+		m := vici.NewMessage()
+		m.Set("name", "cw-b")
+		m.Set("state", state)
+		for i, key := range []string{"bytes-in", "bytes-out", "packets-in", "packets-out"} {
+			m.Set(key, counters[i])
+		}
+		return m
+	}
+	child := childSA("INSTALLED", "100", "250", "3", "5")
 	children := vici.NewMessage()
 	children.Set("cw-b-3", child)
-	children.Set("cw-b-2", old)
+	// A CHILD_SA being rekeyed: its counters add to the new one's.
+	children.Set("cw-b-2", childSA("REKEYED", "1000", "2000", "10", "20"))
 	ike := vici.NewMessage()
 	ike.Set("state", "ESTABLISHED")
 	ike.Set("established", "42")
