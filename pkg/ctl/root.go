@@ -27,7 +27,7 @@ reach it from pods of every cluster of the ClusterSet through a clusterset VIP
 or <svc>.<ns>.svc.clusterset.local.`,
 		SilenceUsage: true,
 	}
-	root.AddCommand(newVersionCommand())
+	root.AddCommand(newVersionCommand(), newBenchmarkCommand())
 	root.AddCommand(newExportCommand(), newUnexportCommand(), newShowCommand(), newDeployBrokerCommand(), newJoinCommand(), newUninstallCommand(), newDiagnoseCommand(), newGatherCommand())
 	return root
 }
