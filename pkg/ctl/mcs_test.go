@@ -205,9 +205,12 @@ func TestExportAndShow(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// With no cluster named and no lab, show says how to name clusters.
-	t.Setenv("CAUSEWAY_LAB_DIR", t.TempDir())
-	if _, err := run(t, "show", "imports"); err == nil || !strings.Contains(err.Error(), "no clusters") {
+	// With no cluster named, show probes the kubeconfig's contexts for
+	// members; c1 never ran join (no ClusterProperty), so none is found and
+	// the error says why and how to name clusters.
+	t.Setenv("KUBECONFIG", all["c1"].AdminKubeconfig)
+	_, err = run(t, "show", "imports")
+	if err == nil || !strings.Contains(err.Error(), "no member cluster") || !strings.Contains(err.Error(), "--kubeconfig") {
 		t.Errorf("show without clusters: %v", err)
 	}
 }

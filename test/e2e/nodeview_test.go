@@ -109,11 +109,21 @@ func (l *Lab) checkUnprivilegedCLI(gatewayNode string) {
 	if err := os.WriteFile(kubeconfig, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The user's own copy of the binary (the test's build directory is
+	// root's alone).
+	bin, err := os.ReadFile(l.ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := filepath.Join(dir, "causewayctl")
+	if err := os.WriteFile(ctl, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	as := func(args ...string) (string, error) {
-		cmd := exec.Command(l.ctl, args...)
+		cmd := exec.Command(ctl, args...)
 		cmd.Dir = dir
 		cmd.Env = []string{"KUBECONFIG=" + kubeconfig, "HOME=" + dir, "PATH=/usr/bin:/bin"}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
