@@ -184,7 +184,9 @@ func TestRenderTuned(t *testing.T) {
 		t.Errorf("gateway mounts Secrets %v, want causeway-broker alone", secrets)
 	}
 	ra := find(t, objs, "DaemonSet", "causeway-route-agent")
-	for _, a := range []string{"--tunnel-mtu=1300", "--iptables-backend=nft", "--metrics-addr=$(HOST_IP):9532"} {
+	// The route agents follow the gateway's reachability verdict on the
+	// gateway's health port.
+	for _, a := range []string{"--tunnel-mtu=1300", "--iptables-backend=nft", "--metrics-addr=$(HOST_IP):9532", "--gateway-health-port=19541"} {
 		if !slices.Contains(args(t, ra), a) {
 			t.Errorf("route agent args %v lack %s", args(t, ra), a)
 		}

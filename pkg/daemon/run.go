@@ -35,8 +35,20 @@ type Runtime struct {
 	// listener, once bound; empty when there is none.
 	HealthAddr string
 
+	// health is the health listener's mux (also behind the metrics
+	// listener's).
+	health *http.ServeMux
+
 	mu       sync.Mutex
 	notReady map[string]string // check name -> reason
+}
+
+// HandleHealth serves h at pattern beside /healthz and /readyz: on the
+// health listener (--health-addr, every interface by default) and on the
+// metrics listener. For what other nodes read of this daemon (the
+// gateway's reachability verdict); never for anything secret.
+func (r *Runtime) HandleHealth(pattern string, h http.Handler) {
+	r.health.Handle(pattern, h)
 }
 
 // SetReady records the state of one readiness check; /readyz answers 200
@@ -90,6 +102,7 @@ func RunContext(ctx context.Context, component string, opts *Options, work func(
 	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
 
 	rt := &Runtime{Log: log, Metrics: NewRegistry(), notReady: map[string]string{"startup": "not started"}}
+	rt.health = rt.healthMux()
 
 	// Metrics (and pprof) on one listener, by default on loopback only: a
 	// host-network daemon's metrics listener is otherwise open on every
@@ -122,7 +135,7 @@ func RunContext(ctx context.Context, component string, opts *Options, work func(
 		rt.Addr = addr
 	}
 	if on(opts.HealthAddr) && opts.HealthAddr != opts.MetricsAddr {
-		addr, err := serve("health", opts.HealthAddr, rt.healthMux())
+		addr, err := serve("health", opts.HealthAddr, rt.health)
 		if err != nil {
 			return err
 		}
@@ -172,9 +185,11 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// mux serves /metrics, /healthz, /readyz and, with profiling, pprof.
+// mux serves /metrics, what the health mux serves and, with profiling,
+// pprof.
 func (r *Runtime) mux(profiling bool) *http.ServeMux {
-	mux := r.healthMux()
+	mux := http.NewServeMux()
+	mux.Handle("/", r.health)
 	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -186,7 +201,7 @@ func (r *Runtime) mux(profiling bool) *http.ServeMux {
 	return mux
 }
 
-// healthMux serves /healthz and /readyz only.
+// healthMux serves /healthz and /readyz (and what HandleHealth adds).
 func (r *Runtime) healthMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

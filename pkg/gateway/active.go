@@ -56,6 +56,8 @@ type activeTerm struct {
 	// keyInUse says why this node's tunnel key is not this cluster's in
 	// the broker (ErrKeyInUse); empty once claimed.
 	keyInUse string
+	// unreachable are the remotes the last judgeReach found unreachable.
+	unreachable map[string]bool
 }
 
 var errLeaseNotFresh = errors.New("gateway lease not renewed for its duration: holding back publish and mirror")
@@ -86,6 +88,8 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 	defer resync.Stop()
 	status := time.NewTicker(e.cfg.StatusInterval)
 	defer status.Stop()
+	judge := time.NewTicker(e.cfg.HealthInterval)
+	defer judge.Stop()
 	var retry <-chan time.Time
 	backoff := 100 * time.Millisecond
 	first := true
@@ -127,6 +131,9 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 			e.writeStatus(sctx, t, false)
 			cancel()
 			goto wait
+		case <-judge.C:
+			e.judgeReach(t)
+			goto wait
 		}
 	}
 }
@@ -141,6 +148,8 @@ func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 	e.m.active.Set(0)
 	e.view.clear()
 	t.prober.Close()
+	e.cfg.Reach.Set(nil) // a passive candidate judges nothing
+	e.m.unreachable.Set(0)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), 5*time.Second)
 	defer cancel()
 	if t.driver != nil {

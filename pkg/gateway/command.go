@@ -22,6 +22,7 @@ import (
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/daemon"
 	"github.com/causeway-net/causeway/pkg/inspect"
+	"github.com/causeway-net/causeway/pkg/reach"
 )
 
 // MetricsPort is the gateway's default /metrics port (127.0.0.1).
@@ -29,7 +30,7 @@ const MetricsPort = 9531
 
 // HealthPort is the gateway's default /healthz and /readyz port (all
 // interfaces; metrics stay on loopback).
-const HealthPort = 9541
+const HealthPort = reach.DefaultGatewayPort
 
 // flags are the gateway's own flags, beside daemon.Options.
 type flags struct {
@@ -45,6 +46,7 @@ type flags struct {
 	candidateProbePort                 uint16
 	candidateProbeInterval             time.Duration
 	candidateProbeMisses               int
+	healthInterval, healthTimeout      time.Duration
 	cleanup                            bool
 	globalnet                          bool
 }
@@ -87,6 +89,10 @@ object) and exits.`,
 				return err
 			}
 			cfg.Metrics, cfg.Log = rt.Metrics, rt.Log
+			// The route agents of the cluster follow the active
+			// gateway's verdict on unreachable remotes here.
+			cfg.Reach = reach.NewBoard()
+			rt.HandleHealth(reach.Path, cfg.Reach)
 			// --cleanup too: the config needs the address, and
 			// cleanup talks to the API server anyway (this node's Gateway).
 			if !cfg.PublicIP.IsValid() {
@@ -125,6 +131,8 @@ object) and exits.`,
 	fs.StringVar(&f.netns, "netns", f.netns, "network namespace path to build the tunnel in (default: the process's own)")
 	fs.IntVar(&f.routeTable, "route-table", f.routeTable, "routing table for remote subnets (0: main)")
 	fs.StringVar(&f.healthCheckIP, "health-check-ip", f.healthCheckIP, "address inside the pod CIDR put on the tunnel device and published for health checks (empty: none)")
+	fs.DurationVar(&f.healthInterval, "health-interval", DefaultHealthInterval, "period of the health-check echoes to every remote gateway")
+	fs.DurationVar(&f.healthTimeout, "health-timeout", DefaultHealthTimeout, "a remote whose health checks were answered and then go unanswered this long is in error, and unreachable for the route agents' VIP backends; at least two intervals")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", f.leaseDuration, "gateway lease duration (whole seconds)")
 	fs.DurationVar(&f.renewDeadline, "renew-deadline", f.renewDeadline, "timeout of one lease renewal; a renewal failing for longer is logged, and the active stays active (fail static) until it sees another holder")
 	fs.DurationVar(&f.retryPeriod, "retry-period", f.retryPeriod, "lease renew interval of the active (passive candidates watch the lease) and retry interval after a failed lease request")
@@ -153,23 +161,25 @@ func (f *flags) config(opts *daemon.Options) (Config, error) {
 		return a
 	}
 	cfg := Config{
-		ClusterID:     opts.ClusterID,
-		NodeName:      opts.NodeName,
-		Namespace:     opts.Namespace,
-		PublicIP:      addr("public-ip", f.publicIP, false),
-		PrivateIP:     addr("private-ip", f.privateIP, false),
-		HealthCheckIP: addr("health-check-ip", f.healthCheckIP, false),
-		Port:          f.port,
-		CableDriver:   f.cableDriver,
-		TunnelDevice:  f.tunnelDevice,
-		MTU:           f.mtu,
-		StateDir:      f.stateDir,
-		Netns:         f.netns,
-		RouteTable:    f.routeTable,
-		LeaseDuration: f.leaseDuration,
-		RenewDeadline: f.renewDeadline,
-		RetryPeriod:   f.retryPeriod,
-		ReleaseOnStop: true,
+		ClusterID:      opts.ClusterID,
+		NodeName:       opts.NodeName,
+		Namespace:      opts.Namespace,
+		PublicIP:       addr("public-ip", f.publicIP, false),
+		PrivateIP:      addr("private-ip", f.privateIP, false),
+		HealthCheckIP:  addr("health-check-ip", f.healthCheckIP, false),
+		HealthInterval: f.healthInterval,
+		HealthTimeout:  f.healthTimeout,
+		Port:           f.port,
+		CableDriver:    f.cableDriver,
+		TunnelDevice:   f.tunnelDevice,
+		MTU:            f.mtu,
+		StateDir:       f.stateDir,
+		Netns:          f.netns,
+		RouteTable:     f.routeTable,
+		LeaseDuration:  f.leaseDuration,
+		RenewDeadline:  f.renewDeadline,
+		RetryPeriod:    f.retryPeriod,
+		ReleaseOnStop:  true,
 
 		CandidateProbePort:     f.candidateProbePort,
 		CandidateProbeInterval: f.candidateProbeInterval,

@@ -29,6 +29,7 @@ import (
 	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/kube"
 	"github.com/causeway-net/causeway/pkg/nat"
+	"github.com/causeway-net/causeway/pkg/reach"
 )
 
 // Default lease timings, chosen for a failover below 2 s (see README):
@@ -40,6 +41,15 @@ const (
 	DefaultLeaseDuration = 1 * time.Second
 	DefaultRenewDeadline = 700 * time.Millisecond
 	DefaultRetryPeriod   = 100 * time.Millisecond
+)
+
+// The default health checks: an echo to every remote every 100 ms; a
+// remote whose echoes stop being answered for 500 ms is in error and
+// unreachable (README, "Unreachable remotes"), so that the route agents
+// stop choosing its VIP backends within a second.
+const (
+	DefaultHealthInterval = 100 * time.Millisecond
+	DefaultHealthTimeout  = 500 * time.Millisecond
 )
 
 // Config is everything the engine needs; cmd/gateway fills it from flags,
@@ -74,8 +84,16 @@ type Config struct {
 	// in the Endpoint and used as the source of health-check echoes.
 	// Under globalnet it must be left unset: the layout's health-check
 	// address of the global CIDR is used.
-	HealthCheckIP  netip.Addr
-	HealthInterval time.Duration
+	HealthCheckIP netip.Addr
+	// HealthInterval is the period of the health-check echoes;
+	// HealthTimeout how long a remote whose echoes were answered may go
+	// without an answer before its connection is in error and the remote
+	// is unreachable for the route agents (Reach).
+	HealthInterval, HealthTimeout time.Duration
+	// Reach is where the active term publishes which remotes are
+	// unreachable (the command serves it to the route agents); nil: a
+	// board of its own, served nowhere.
+	Reach *reach.Board
 
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// CandidateProbePort, when not 0 and PrivateIP is set, is the UDP
@@ -129,7 +147,13 @@ func (c Config) withDefaults() Config {
 		c.CandidateProbeMisses = DefaultCandidateProbeMisses
 	}
 	if c.HealthInterval == 0 {
-		c.HealthInterval = time.Second
+		c.HealthInterval = DefaultHealthInterval
+	}
+	if c.HealthTimeout == 0 {
+		c.HealthTimeout = DefaultHealthTimeout
+	}
+	if c.Reach == nil {
+		c.Reach = reach.NewBoard()
 	}
 	if c.ResyncPeriod == 0 {
 		c.ResyncPeriod = 30 * time.Second
@@ -168,6 +192,9 @@ func (c Config) validate() error {
 	}
 	if c.CandidateProbeMisses < 1 || c.CandidateProbeMisses > probeWindow {
 		errs = append(errs, fmt.Errorf("candidate probe misses %d: need 1 to %d", c.CandidateProbeMisses, probeWindow))
+	}
+	if c.HealthInterval <= 0 || c.HealthTimeout < 2*c.HealthInterval {
+		errs = append(errs, fmt.Errorf("health interval %s, timeout %s: need a positive interval and a timeout of at least two intervals", c.HealthInterval, c.HealthTimeout))
 	}
 	if c.Globalnet && c.HealthCheckIP.IsValid() {
 		errs = append(errs, errors.New("under globalnet the health-check IP comes from the global CIDR: leave it unset"))

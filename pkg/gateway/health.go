@@ -27,6 +27,9 @@ type probeStats struct {
 	// LostInARow counts the unanswered echoes since the last answer
 	// (within the window).
 	LostInARow int
+	// AnsweredInARow counts the answered echoes since the last lost one
+	// (within the window).
+	AnsweredInARow int
 	// Refused: since the last answer, the target's kernel refused an
 	// echo (ICMP port unreachable: nothing listens on the port; UDP
 	// probes only).
@@ -75,12 +78,14 @@ func (l *probeLog) stats() probeStats {
 		if r < 0 {
 			s.Lost++
 			s.LostInARow++
+			s.AnsweredInARow = 0
 			if i == len(l.rtts)-1 {
 				s.Last = 0
 			}
 			continue
 		}
 		s.LostInARow = 0
+		s.AnsweredInARow++
 		if n == 0 || r < s.Min {
 			s.Min = r
 		}

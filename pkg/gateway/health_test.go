@@ -68,7 +68,7 @@ func TestConnStatus(t *testing.T) {
 		"answering":               {cable.Status{}, true, probeStats{Sent: 5, LastReply: now.Add(-time.Second)}, v1alpha1.Connected},
 		"answers stopped":         {cable.Status{Connected: true}, true, probeStats{Sent: 10, Lost: 4, LastReply: now.Add(-4 * time.Second)}, v1alpha1.ConnError},
 	} {
-		if got, msg := connStatus(tc.drv, tc.hasTarget, tc.ps, now, iv); got != tc.want || msg == "" {
+		if got, msg := connStatus(tc.drv, tc.hasTarget, tc.ps, now, iv, 3*iv); got != tc.want || msg == "" {
 			t.Errorf("%s: %s (%q), want %s", name, got, msg, tc.want)
 		}
 	}
@@ -82,5 +82,40 @@ func TestRoundRTT(t *testing.T) {
 		if got := roundRTT(d).String(); got != want {
 			t.Errorf("roundRTT(%v) = %s, want %s", d, got, want)
 		}
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	for name, tc := range map[string]struct {
+		was    bool
+		status v1alpha1.ConnectionStatus
+		ps     probeStats
+		want   bool
+	}{
+		"connected stays":           {false, v1alpha1.Connected, probeStats{AnsweredInARow: 10}, false},
+		"connecting is not dead":    {false, v1alpha1.Connecting, probeStats{Lost: 2}, false},
+		"error: unreachable":        {false, v1alpha1.ConnError, probeStats{LostInARow: 5}, true},
+		"one answer: still":         {true, v1alpha1.Connected, probeStats{AnsweredInARow: 1}, true},
+		"three answers: back":       {true, v1alpha1.Connected, probeStats{AnsweredInARow: reachableAgainAfter}, false},
+		"still silent: still":       {true, v1alpha1.ConnError, probeStats{LostInARow: 10}, true},
+		"answers with a loss: stay": {true, v1alpha1.Connected, probeStats{AnsweredInARow: 2, LostInARow: 0}, true},
+	} {
+		if got := unreachable(tc.was, tc.status, tc.ps); got != tc.want {
+			t.Errorf("%s: unreachable = %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+func TestProbeLogAnsweredInARow(t *testing.T) {
+	var l probeLog
+	for _, rtt := range []time.Duration{time.Millisecond, -1, time.Millisecond, time.Millisecond} {
+		l.add(rtt, t0)
+	}
+	if s := l.stats(); s.AnsweredInARow != 2 || s.LostInARow != 0 {
+		t.Fatalf("stats = %+v, want 2 answered in a row", s)
+	}
+	l.add(-1, t0)
+	if s := l.stats(); s.AnsweredInARow != 0 || s.LostInARow != 1 {
+		t.Fatalf("stats = %+v, want 1 lost in a row", s)
 	}
 }

@@ -19,6 +19,7 @@ type metrics struct {
 	leaderChanges  prometheus.Counter
 	driverSetFails prometheus.Counter
 	leaseRenewed   prometheus.Gauge
+	unreachable    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -48,10 +49,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Cable driver Set calls that returned an error other than refused connections."}),
 		leaseRenewed: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lease_renewed_timestamp_seconds",
 			Help: "Unix time at which this candidate sent its last successful write of the gateway Lease."}),
+		unreachable: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "unreachable_remotes",
+			Help: "Remote clusters this active gateway tells the route agents are unreachable (health checks silent)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.active, m.connStatus, m.rtt, m.probesLost, m.syncDuration, m.syncFailures,
-			m.lastSync, m.remotes, m.leaderChanges, m.driverSetFails, m.leaseRenewed)
+			m.lastSync, m.remotes, m.leaderChanges, m.driverSetFails, m.leaseRenewed, m.unreachable)
 	}
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"time"
 
@@ -28,10 +29,11 @@ type gatewayStatus struct {
 
 // connStatus decides a connection's state from the driver and the health
 // checks. It is pure: with a health-check target, the tunnel is connected
-// while echoes come back (an answer within 3 intervals), in error when
-// answers stopped, connecting before the first answer; without one the
-// driver's view decides.
-func connStatus(drv cable.Status, hasTarget bool, ps probeStats, now time.Time, interval time.Duration) (v1alpha1.ConnectionStatus, string) {
+// while echoes come back (an answer within timeout), in error when
+// answers stopped for longer or none came for as long as echoes were
+// sent, connecting before the first answer; without one the driver's
+// view decides.
+func connStatus(drv cable.Status, hasTarget bool, ps probeStats, now time.Time, interval, timeout time.Duration) (v1alpha1.ConnectionStatus, string) {
 	if !hasTarget {
 		if drv.Connected {
 			return v1alpha1.Connected, "tunnel up (no health-check IP published)"
@@ -39,14 +41,53 @@ func connStatus(drv cable.Status, hasTarget bool, ps probeStats, now time.Time, 
 		return v1alpha1.Connecting, "waiting for the tunnel handshake"
 	}
 	switch {
-	case ps.LastReply.IsZero() && ps.Lost >= 5:
+	case ps.LastReply.IsZero() && time.Duration(ps.Lost)*interval >= timeout:
 		return v1alpha1.ConnError, fmt.Sprintf("no health-check answer in %d echoes", ps.Lost)
 	case ps.LastReply.IsZero():
 		return v1alpha1.Connecting, "waiting for the first health-check answer"
-	case now.Sub(ps.LastReply) > 3*interval:
+	case now.Sub(ps.LastReply) > timeout:
 		return v1alpha1.ConnError, fmt.Sprintf("no health-check answer for %s", now.Sub(ps.LastReply).Round(time.Millisecond))
 	}
 	return v1alpha1.Connected, fmt.Sprintf("health checks answered, %d%% loss", ps.LossPercent())
+}
+
+// reachableAgainAfter is how many health-check answers in a row bring an
+// unreachable remote back.
+const reachableAgainAfter = 3
+
+// unreachable is the verdict on one probed remote for the route agents
+// (pure): a remote becomes unreachable when its connection is in error
+// (connStatus: its echoes unanswered for the timeout), and is reachable
+// again after reachableAgainAfter answers in a row — so a remote that
+// answers one echo in a while does not flap its backends in and out of
+// every VIP.
+func unreachable(was bool, status v1alpha1.ConnectionStatus, ps probeStats) bool {
+	if was {
+		return ps.AnsweredInARow < reachableAgainAfter
+	}
+	return status == v1alpha1.ConnError
+}
+
+// judgeReach publishes the probed remotes that are unreachable on the
+// board the route agents follow (Config.Reach). Remotes without a
+// health-check target are never unreachable: nothing measures them.
+func (e *Engine) judgeReach(t *activeTerm) {
+	now := time.Now()
+	was := t.unreachable
+	t.unreachable = map[string]bool{}
+	var ids []string
+	for id, ps := range t.prober.Stats() {
+		st, _ := connStatus(cable.Status{}, true, ps, now, e.cfg.HealthInterval, e.cfg.HealthTimeout)
+		if unreachable(was[id], st, ps) {
+			t.unreachable[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if e.cfg.Reach.Set(ids) {
+		slices.Sort(ids)
+		e.log.Info("unreachable remotes (health checks)", "unreachable", ids)
+	}
+	e.m.unreachable.Set(float64(len(ids)))
 }
 
 // connections renders the term's connections for the Gateway status.
@@ -65,7 +106,7 @@ func (e *Engine) connections(ctx context.Context, t *activeTerm) []v1alpha1.Conn
 	for id, spec := range t.endpoints {
 		_, hasTarget := t.desired.HealthTargets[id]
 		ps := stats[id]
-		st, msg := connStatus(byID[id], hasTarget, ps, now, e.cfg.HealthInterval)
+		st, msg := connStatus(byID[id], hasTarget, ps, now, e.cfg.HealthInterval, e.cfg.HealthTimeout)
 		c := v1alpha1.Connection{ClusterID: id, Endpoint: spec, Status: st, StatusMessage: msg}
 		if hasTarget && ps.Sent > 0 {
 			c.LatencyRTT = &v1alpha1.LatencyRTT{LossPercent: ps.LossPercent()}

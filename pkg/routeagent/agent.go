@@ -166,6 +166,17 @@ func (a *Agent) sync(ctx context.Context, full bool) error {
 	return nil
 }
 
+// ActiveGateway returns the node address of the active gateway the last
+// applied state routes through (invalid while none).
+func (a *Agent) ActiveGateway() netip.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gateway == nil {
+		return netip.Addr{}
+	}
+	return a.gateway.NodeIP
+}
+
 // Applied returns the last desired state applied, if any.
 func (a *Agent) Applied() (DesiredState, bool) {
 	a.mu.Lock()

@@ -28,6 +28,7 @@ import (
 	"github.com/causeway-net/causeway/pkg/daemon"
 	"github.com/causeway-net/causeway/pkg/inspect"
 	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/reach"
 	"github.com/causeway-net/causeway/pkg/vip"
 )
 
@@ -54,6 +55,7 @@ type flags struct {
 	dryRun            bool
 	vip               bool
 	vipPinDir         string
+	gatewayHealthPort int
 }
 
 // pinDir is where the VIP datapath's maps and links are pinned.
@@ -68,7 +70,7 @@ func (f *flags) pinDir() string {
 func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
 	f := flags{device: DefaultDevice, vni: DefaultVNI, port: DefaultPort, tunnelMTU: DefaultTunnelMTU,
-		minInterval: 100 * time.Millisecond, fullInterval: 30 * time.Second}
+		minInterval: 100 * time.Millisecond, fullInterval: 30 * time.Second, gatewayHealthPort: reach.DefaultGatewayPort}
 	cmd := daemon.Command("route-agent",
 		"Causeway route agent: routes to remote clusters and the clusterset VIP datapath",
 		`The route agent runs on every node (hostNetwork). It routes remote
@@ -98,6 +100,7 @@ it changes. --cleanup removes everything it owns on the node and exits.`,
 	fs.BoolVar(&f.cleanup, "cleanup", false, "remove every device, route and chain the route agent owns on this node, then exit")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "compute and log the desired state without programming the node")
 	fs.BoolVar(&f.vip, "vip", true, "load the eBPF clusterset VIP datapath and keep it equal to the ServiceImports and EndpointSlices")
+	fs.IntVar(&f.gatewayHealthPort, "gateway-health-port", f.gatewayHealthPort, "TCP port of the gateways' health listener, where the active one says which remote clusters are unreachable (their VIP backends are withdrawn; 0: never)")
 	fs.StringVar(&f.vipPinDir, "vip-pin-dir", "", "bpffs directory of the VIP datapath's pinned maps and links (default <bpffs>/causeway/vip)")
 
 	// --cleanup needs no cluster identity and no API server.
@@ -129,6 +132,9 @@ func validate(f *flags) error {
 	var errs []error
 	if f.vni < 1 || f.vni > 1<<24-1 {
 		errs = append(errs, fmt.Errorf("--vxlan-vni %d: must be 1..16777215", f.vni))
+	}
+	if f.gatewayHealthPort < 0 || f.gatewayHealthPort > 65535 {
+		errs = append(errs, fmt.Errorf("--gateway-health-port %d: must be 0..65535", f.gatewayHealthPort))
 	}
 	if f.port < 1 || f.port > 65535 {
 		errs = append(errs, fmt.Errorf("--vxlan-port %d: must be 1..65535", f.port))
@@ -281,10 +287,16 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		vipMetrics := NewVIPMetrics(rt.Metrics, table)
 		vipCfg := VIPConfig{ClusterID: opts.ClusterID, Ranges: []netip.Prefix{policy.VIPRange, policy.VIPRangeIPv6}}
 		var lastLeftOut int
-		// src is set before the runner runs (the go statement below).
+		// src and reachable are set before the runner runs (the go
+		// statements below).
 		var src VIPSource
+		var reachable *reach.Follower
 		vipRunner := NewRunner(RunnerConfig{MinInterval: f.minInterval, FullInterval: f.fullInterval}, func(ctx context.Context, _ bool) error {
-			st, err := SyncVIPs(ctx, vipCfg, src, table)
+			cfg := vipCfg
+			if reachable != nil {
+				cfg.Unreachable = reachable.Unreachable()
+			}
+			st, err := SyncVIPs(ctx, cfg, src, table)
 			rt.SetReady("vip", err)
 			vipMetrics.observe(st, err)
 			if len(st.LeftOut) != lastLeftOut {
@@ -301,6 +313,17 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		rt.SetReady("vip", errors.New("not synced yet"))
 		if src, err = WatchVIPInputs(ctx, cfg, vipRunner.Kick); err != nil {
 			return err
+		}
+		if f.gatewayHealthPort != 0 {
+			// The active gateway's verdict on unreachable remotes,
+			// read over the node network (no API server in the way).
+			reachable = &reach.Follower{Log: rt.Log, OnChange: vipRunner.Kick, Addr: func() string {
+				if gw := agent.ActiveGateway(); gw.IsValid() {
+					return netip.AddrPortFrom(gw, uint16(f.gatewayHealthPort)).String()
+				}
+				return ""
+			}}
+			go reachable.Run(ctx)
 		}
 		go vipRunner.Run(ctx)
 	}

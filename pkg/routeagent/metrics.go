@@ -55,6 +55,7 @@ type VIPMetrics struct {
 	services     prometheus.Gauge
 	leftOut      prometheus.Gauge
 	ignored      prometheus.Gauge
+	withdrawn    prometheus.Gauge
 	syncFailures prometheus.Counter
 	lastSuccess  prometheus.Gauge
 }
@@ -72,13 +73,15 @@ func NewVIPMetrics(reg prometheus.Registerer, table vip.Table) *VIPMetrics {
 			"ServiceImports left out of the eBPF datapath because its maps are full (the newest, remote-only first)."))),
 		ignored: prometheus.NewGauge(prometheus.GaugeOpts(opts("vip_inputs_ignored",
 			"VIP inputs never programmed: addresses outside the VIP ranges or held by an older import, EndpointSlices not written by the MCS controller for their import, imports whose weights do not fit."))),
+		withdrawn: prometheus.NewGauge(prometheus.GaugeOpts(opts("vip_backends_withdrawn",
+			"Backends left out of the eBPF datapath because the active gateway's health checks found their cluster unreachable."))),
 		syncFailures: prometheus.NewCounter(prometheus.CounterOpts(opts("vip_sync_failures_total",
 			"Syncs of the eBPF VIP maps that failed (inputs not listed, or the maps not written; retried with backoff)."))),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts(opts("vip_last_sync_success_timestamp_seconds",
 			"Unix time of the last successful sync of the eBPF VIP maps."))),
 	}
 	if reg != nil {
-		reg.MustRegister(m.services, m.leftOut, m.ignored, m.syncFailures, m.lastSuccess, newVIPMapCollector(table))
+		reg.MustRegister(m.services, m.leftOut, m.ignored, m.withdrawn, m.syncFailures, m.lastSuccess, newVIPMapCollector(table))
 	}
 	return m
 }
@@ -89,6 +92,7 @@ func NewVIPMetrics(reg prometheus.Registerer, table vip.Table) *VIPMetrics {
 func (m *VIPMetrics) observe(st VIPState, err error) {
 	m.leftOut.Set(float64(len(st.LeftOut)))
 	m.ignored.Set(float64(st.Ignored))
+	m.withdrawn.Set(float64(st.Withdrawn))
 	if err != nil {
 		m.syncFailures.Inc()
 		return

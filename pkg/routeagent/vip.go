@@ -43,6 +43,10 @@ type VIPConfig struct {
 	Ranges []netip.Prefix
 	// Limits are the VIP table's (vip.Table.Limits; zero: none).
 	Limits vip.Limits
+	// Unreachable are the remote clusters the active gateway's health
+	// checks found unreachable (pkg/reach): their backends are withdrawn
+	// from every service that keeps a backend in another cluster.
+	Unreachable map[string]bool
 }
 
 // VIPState is a node's VIP table and what was left out of it.
@@ -56,6 +60,9 @@ type VIPState struct {
 	// written by the MCS controller for its import, an import whose
 	// weights do not fit the table.
 	Ignored int
+	// Withdrawn counts the backends left out because their cluster is
+	// unreachable (cfg.Unreachable).
+	Withdrawn int
 }
 
 // VIPDesired is the VIP table of a node of cluster cfg.ClusterID: for
@@ -87,6 +94,12 @@ type VIPState struct {
 // (creation time, then namespace and name) — and an import whose service
 // ports or backends no longer fit is left out whole (LeftOut), so one
 // cluster's flood of imports never costs the table the others.
+//
+// The backends of a cluster in cfg.Unreachable are withdrawn from every
+// service that keeps a backend in a reachable cluster (Withdrawn counts
+// them); a service whose backends are all in unreachable clusters keeps
+// them all, since a verdict of the local gateway alone is then no
+// reason to refuse every connection.
 //
 // A service left with no ready endpoint stays in the table with no
 // backends, so that connecting to it fails at once. Pure: same input,
@@ -177,10 +190,9 @@ func VIPDesired(cfg VIPConfig, imports []*mcsv1beta1.ServiceImport, eps []*disco
 				if !ok || p.Port < 1 || p.Port > 65535 {
 					continue
 				}
-				svc := vip.Service{
-					Backends:        backendsFor(cfg.ClusterID, si.Spec, familySlices, p),
-					AffinitySeconds: affinitySeconds(si.Spec),
-				}
+				bes, withdrawn := backendsFor(cfg, si.Spec, familySlices, p)
+				st.Withdrawn += withdrawn
+				svc := vip.Service{Backends: bes, AffinitySeconds: affinitySeconds(si.Spec)}
 				if !weightsFit(svc.Backends) {
 					fits = false
 				}
@@ -245,8 +257,10 @@ func weightsFit(bes []vip.Backend) bool {
 
 // backendsFor returns the weighted ready backends of import port p from
 // the import's slices of one address family, narrowed by spec's traffic
-// policy.
-func backendsFor(localCluster string, spec mcsv1beta1.ServiceImportSpec, eps []*discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) []vip.Backend {
+// policy and by cfg.Unreachable (how many that withdrew is the second
+// result).
+func backendsFor(cfg VIPConfig, spec mcsv1beta1.ServiceImportSpec, eps []*discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) ([]vip.Backend, int) {
+	localCluster := cfg.ClusterID
 	byCluster := map[string][]vip.Backend{}
 	for _, s := range eps {
 		port := slicePort(s, p)
@@ -270,11 +284,22 @@ func backendsFor(localCluster string, spec mcsv1beta1.ServiceImportSpec, eps []*
 	}
 	local := spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal ||
 		spec.TrafficDistribution != nil && *spec.TrafficDistribution == corev1.ServiceTrafficDistributionPreferClose && len(byCluster[localCluster]) > 0
-	backends := []vip.Backend{}
+	chosen := map[string][]vip.Backend{}
+	reachable := false
 	for cluster, bes := range byCluster {
 		if !local || cluster == localCluster {
-			backends = append(backends, bes...)
+			chosen[cluster] = bes
+			reachable = reachable || !cfg.Unreachable[cluster]
 		}
+	}
+	backends := []vip.Backend{}
+	withdrawn := 0
+	for cluster, bes := range chosen {
+		if reachable && cfg.Unreachable[cluster] {
+			withdrawn += len(bes)
+			continue
+		}
+		backends = append(backends, bes...)
 	}
 	slices.SortFunc(backends, func(a, b vip.Backend) int {
 		if c := a.Addr.Compare(b.Addr); c != 0 {
@@ -285,7 +310,7 @@ func backendsFor(localCluster string, spec mcsv1beta1.ServiceImportSpec, eps []*
 		}
 		return int(int64(a.Weight) - int64(b.Weight))
 	})
-	return slices.Compact(backends)
+	return slices.Compact(backends), withdrawn
 }
 
 // defaultClientIPTimeout is Kubernetes' default

@@ -353,3 +353,47 @@ func TestVIPDesiredLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestVIPDesiredUnreachable: the backends of a cluster the active
+// gateway found unreachable leave every service that has another
+// cluster's, and stay where they are all there is.
+func TestVIPDesiredUnreachable(t *testing.T) {
+	http := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}
+	ready := map[string]int32{"http": 80}
+	imports := []*mcsv1beta1.ServiceImport{
+		testImport("demo", "both", "243.0.0.10", mcsv1beta1.ClusterSetIP, http),
+		testImport("demo", "c2only", "243.0.0.11", mcsv1beta1.ClusterSetIP, http),
+	}
+	eps := []*discoveryv1.EndpointSlice{
+		slice("demo", "both", "c2", ready, corev1.ProtocolTCP, map[string]*bool{"242.0.1.2": nil, "242.0.1.3": nil}),
+		slice("demo", "both", "c3", ready, corev1.ProtocolTCP, map[string]*bool{"242.0.2.2": nil}),
+		slice("demo", "c2only", "c2", ready, corev1.ProtocolTCP, map[string]*bool{"242.0.1.9": nil}),
+	}
+	addrs := func(st VIPState, ip string) []string {
+		var out []string
+		for _, b := range st.Services[vip.ServiceKey{VIP: netip.MustParseAddr(ip), Port: 80, Proto: vip.TCP}].Backends {
+			out = append(out, b.Addr.String())
+		}
+		return out
+	}
+	cfg := vipConfig
+	all := VIPDesired(cfg, imports, eps)
+	if got := addrs(all, "243.0.0.10"); len(got) != 3 || all.Withdrawn != 0 {
+		t.Fatalf("all reachable: backends %v, withdrawn %d", got, all.Withdrawn)
+	}
+	cfg.Unreachable = map[string]bool{"c2": true}
+	st := VIPDesired(cfg, imports, eps)
+	if got := addrs(st, "243.0.0.10"); !reflect.DeepEqual(got, []string{"242.0.2.2"}) {
+		t.Errorf("c2 unreachable: both's backends %v, want c3's alone", got)
+	}
+	if got := addrs(st, "243.0.0.11"); !reflect.DeepEqual(got, []string{"242.0.1.9"}) {
+		t.Errorf("c2 unreachable: c2only's backends %v, want c2's kept (nothing else)", got)
+	}
+	if st.Withdrawn != 2 {
+		t.Errorf("withdrawn %d, want 2", st.Withdrawn)
+	}
+	cfg.Unreachable = map[string]bool{"c2": true, "c3": true}
+	if got := addrs(VIPDesired(cfg, imports, eps), "243.0.0.10"); len(got) != 3 {
+		t.Errorf("every cluster unreachable: backends %v, want all kept", got)
+	}
+}

@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/causeway-net/causeway/lab/netlab"
+)
+
+// How long the whole cluster stays frozen, and the bound on the time
+// requests to the VIP fail meanwhile (issue 23: every node stops
+// choosing a dead cluster's backends within a second, from the active
+// gateway's health checks, without any API server).
+const (
+	clusterFreeze     = 14 * time.Second
+	clusterDeathBound = time.Second
+)
+
+// TestClusterDeath: whereami exported from c1 and c2, a request to its
+// VIP from c3's client pod every 50 ms (each on its own connection, 2 s
+// timeout). Every process of c1 — control plane, kubelets, kube-proxies,
+// every Pod (gateway, route agents, controllers, servers) — is frozen at
+// once for 14 s. The requests fail for less than a second, then c2
+// answers all of them; once c1 thaws it answers again.
+func TestClusterDeath(t *testing.T) {
+	l := StartLab(t)
+	ctx := context.Background()
+	for _, c := range []string{"c1", "c2"} {
+		if out, err := l.causewayctl("export", "demo/whereami", "--cluster", c); err != nil {
+			t.Fatalf("export from %s: %v\n%s", c, err, out)
+		}
+	}
+	vip := l.importVIP(ctx, "c3", "whereami")
+	l.curlWhereami("c3/demo/client", "http://"+vip, []string{"c1", "c2"}, 60)
+
+	total := 5*time.Second + clusterFreeze + 20*time.Second
+	reqs := l.startRequests("c3/demo/client", "http://"+vip, total)
+	time.Sleep(5 * time.Second)
+
+	frozeAt := time.Now()
+	thaw := l.freezeCluster(ctx, "c1")
+	time.Sleep(clusterFreeze)
+	thawedAt := time.Now()
+	thaw()
+	results := reqs()
+
+	var failed []time.Time
+	byPhase := map[string]map[string]int{"before": {}, "frozen": {}, "thawed": {}}
+	var c1Back time.Time
+	for _, r := range results {
+		phase := "frozen"
+		switch {
+		case r.at.Before(frozeAt):
+			phase = "before"
+		case r.at.After(thawedAt):
+			phase = "thawed"
+			if r.cluster == "c1" && c1Back.IsZero() {
+				c1Back = r.at
+			}
+		}
+		byPhase[phase][r.cluster]++
+		if r.cluster == "FAIL" {
+			failed = append(failed, r.at)
+		}
+	}
+	var outage time.Duration
+	if len(failed) > 0 {
+		outage = failed[len(failed)-1].Sub(failed[0]) + 50*time.Millisecond
+	}
+	t.Logf("FIGURE whole-cluster death (c1 frozen %s; a request to the VIP from c3 every 50 ms): %d requests, by phase %v; %d failed over %s (first %s, last %s after the freeze); c1 answered again %s after the thaw",
+		clusterFreeze, len(results), byPhase, len(failed), outage.Round(time.Millisecond),
+		since(frozeAt, failed, 0), since(frozeAt, failed, len(failed)-1), sinceOrNever(thawedAt, c1Back))
+	if len(results) < int(total/(100*time.Millisecond)) {
+		t.Errorf("only %d requests ran in %s", len(results), total)
+	}
+	if byPhase["before"]["c1"] == 0 || byPhase["before"]["c2"] == 0 {
+		t.Errorf("before the freeze: answers %v, want c1 and c2", byPhase["before"])
+	}
+	for _, at := range failed {
+		if at.Before(frozeAt.Add(-2*time.Second)) || at.After(thawedAt) {
+			t.Errorf("a request failed at %s, outside the freeze", since(frozeAt, []time.Time{at}, 0))
+		}
+	}
+	if outage >= clusterDeathBound {
+		t.Errorf("requests failed for %s, want < %s", outage, clusterDeathBound)
+	}
+	if c1Back.IsZero() {
+		t.Errorf("c1 never answered in the %s after its thaw: %v", total-5*time.Second-clusterFreeze, byPhase["thawed"])
+	}
+}
+
+// request is one request of startRequests: when it started and which
+// cluster answered ("FAIL": none).
+type request struct {
+	at      time.Time
+	cluster string
+}
+
+// startRequests requests url from pod every 50 ms for d, each request on
+// its own connection (curl, 2 s timeout), without waiting for the
+// previous one. The returned function waits for the end and returns the
+// requests in start order.
+func (l *Lab) startRequests(pod, url string, d time.Duration) func() []request {
+	l.t.Helper()
+	script := fmt.Sprintf(`end=$(( $(date +%%s) + %d ))
+while [ "$(date +%%s)" -lt "$end" ]; do
+  ( s=$(date +%%s.%%N); o=$(curl -s -m 2 %s | grep -o '"cluster":"[^"]*"' | cut -d'"' -f4); echo "$s ${o:-FAIL}" ) &
+  sleep 0.05
+done
+wait`, int(d.Seconds()), url)
+	cmd := exec.Command(l.labBin, "--dir", l.Dir, "exec", pod, "--", "bash", "-c", script)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	return func() []request {
+		if err := cmd.Wait(); err != nil {
+			l.t.Fatalf("requests from %s: %v\n%s", pod, err, stderr.String())
+		}
+		var rs []request
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				continue
+			}
+			sec, err := strconv.ParseFloat(f[0], 64)
+			if err != nil {
+				continue
+			}
+			rs = append(rs, request{at: time.Unix(0, int64(sec*1e9)), cluster: f[1]})
+		}
+		slices.SortFunc(rs, func(a, b request) int { return a.at.Compare(b.at) })
+		return rs
+	}
+}
+
+// freezeCluster stops every process of a lab cluster at once: its Pods
+// and node processes by freezing the cluster's cgroup, its control
+// plane, kubelets and kube-proxies (supervisor units) by SIGSTOP. The
+// returned function resumes them all (also at the end of the test).
+func (l *Lab) freezeCluster(ctx context.Context, cluster string) (thaw func()) {
+	l.t.Helper()
+	var pids []int
+	for _, u := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		pids = append(pids, l.unitPID(cluster+"/"+u))
+	}
+	for _, n := range []string{"n0", "n1"} {
+		for _, u := range []string{"kubelet", "kube-proxy"} {
+			pids = append(pids, l.unitPID(cluster+"/"+n+"/"+u))
+		}
+	}
+	h, err := netlab.NewHost(netlab.Config{Prefix: l.Prefix})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	freeze := filepath.Join(h.Cgroups().Cluster(cluster), "cgroup.freeze")
+	if err := os.WriteFile(freeze, []byte("1"), 0); err != nil {
+		l.t.Fatalf("freeze %s: %v", freeze, err)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			l.t.Errorf("SIGSTOP %d: %v", pid, err)
+		}
+	}
+	done := false
+	thaw = func() {
+		if done {
+			return
+		}
+		done = true
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+		_ = os.WriteFile(freeze, []byte("0"), 0)
+	}
+	l.t.Cleanup(thaw)
+	return thaw
+}
+
+// since formats how long after t0 the i-th of ts was ("-" without one).
+func since(t0 time.Time, ts []time.Time, i int) string {
+	if i < 0 || i >= len(ts) {
+		return "-"
+	}
+	return ts[i].Sub(t0).Round(time.Millisecond).String()
+}
+
+func sinceOrNever(t0, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.Sub(t0).Round(time.Millisecond).String()
+}
