@@ -42,7 +42,7 @@ func newLabAppCommand() *cobra.Command {
 			return apps.RunClient(ctx)
 		},
 	}
-	cmd.AddCommand(whereami, client, newRRCommand(), newProbeCommand())
+	cmd.AddCommand(whereami, client, newRRCommand(), newProbeCommand(), newRequestsCommand())
 	return cmd
 }
 
@@ -70,6 +70,22 @@ func newRRCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return apps.RunRR(cmd.Context(), c, cmd.OutOrStdout())
+		},
+	}
+	c.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func newRequestsCommand() *cobra.Command {
+	var c apps.RequestsConfig
+	cmd := &cobra.Command{
+		Use:   "requests",
+		Short: "GET a whereami URL every --interval on a new connection; print \"<unix ns> <cluster>\" (or FAIL) per request",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return apps.RunRequests(ctx, c, cmd.OutOrStdout())
 		},
 	}
 	c.AddFlags(cmd.Flags())

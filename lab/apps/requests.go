@@ -1,0 +1,87 @@
+package apps
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// RequestsConfig configures the request loop.
+type RequestsConfig struct {
+	URL      string
+	Interval time.Duration // between two request starts
+	Timeout  time.Duration // bound of one request
+	Duration time.Duration // how long requests are started
+}
+
+// AddFlags binds the config to flags.
+func (c *RequestsConfig) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.URL, "url", "", "whereami URL to request")
+	fs.DurationVar(&c.Interval, "interval", 50*time.Millisecond, "time between two request starts")
+	fs.DurationVar(&c.Timeout, "timeout", 2*time.Second, "bound of one request")
+	fs.DurationVar(&c.Duration, "duration", 30*time.Second, "how long requests are started")
+}
+
+// RunRequests starts a GET of c.URL every c.Interval for c.Duration, each
+// on its own connection and without waiting for the previous one, and
+// writes one line per request once all are done: "<unix ns of its start>
+// <cluster that answered>", or "<unix ns> FAIL <error>".
+func RunRequests(ctx context.Context, c RequestsConfig, out io.Writer) error {
+	if c.URL == "" || c.Interval <= 0 {
+		return fmt.Errorf("requests: --url and a positive --interval are required")
+	}
+	client := &http.Client{Timeout: c.Timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	var (
+		mu    sync.Mutex
+		lines []string
+		wg    sync.WaitGroup
+	)
+	t := time.NewTicker(c.Interval)
+	defer t.Stop()
+	for end := time.Now().Add(c.Duration); time.Now().Before(end); {
+		start := time.Now()
+		wg.Go(func() {
+			line := fmt.Sprintf("%d %s", start.UnixNano(), request(ctx, client, c.URL))
+			mu.Lock()
+			lines = append(lines, line)
+			mu.Unlock()
+		})
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	wg.Wait()
+	for _, l := range lines {
+		if _, err := fmt.Fprintln(out, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// request is the cluster that answered url, or "FAIL <why>".
+func request(ctx context.Context, client *http.Client, url string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "FAIL " + err.Error()
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "FAIL " + err.Error()
+	}
+	defer resp.Body.Close()
+	var id Identity
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&id); err != nil || id.Cluster == "" {
+		return fmt.Sprintf("FAIL %s: not a whereami answer (%v)", resp.Status, err)
+	}
+	return id.Cluster
+}

@@ -1,0 +1,49 @@
+package apps
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestRunRequests(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if n.Add(1)%2 == 0 {
+			http.Error(w, "no", http.StatusServiceUnavailable)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(Identity{Cluster: "c2"})
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	err := RunRequests(context.Background(), RequestsConfig{URL: srv.URL, Interval: 20 * time.Millisecond, Timeout: time.Second, Duration: 200 * time.Millisecond}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	ok, failed := 0, 0
+	for _, l := range lines {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 2 && f[1] == "c2":
+			ok++
+		case len(f) > 2 && f[1] == "FAIL":
+			failed++
+		default:
+			t.Errorf("line %q", l)
+		}
+	}
+	if len(lines) < 5 || ok == 0 || failed == 0 {
+		t.Errorf("%d lines, %d answered, %d failed:\n%s", len(lines), ok, failed, out.String())
+	}
+	if err := RunRequests(context.Background(), RequestsConfig{}, &out); err == nil {
+		t.Error("no URL: no error")
+	}
+}
