@@ -58,8 +58,7 @@ func TestClusterDeath(t *testing.T) {
 	reqs := l.startRequests("c3/demo/client", "http://"+vip, total)
 	time.Sleep(5 * time.Second)
 
-	frozeAt := time.Now()
-	thaw := l.freezeCluster(ctx, "c1")
+	frozeAt, thaw := l.freezeCluster(ctx, "c1")
 	time.Sleep(clusterFreeze)
 	thawedAt := time.Now()
 	thaw()
@@ -153,9 +152,10 @@ func (l *Lab) startRequests(pod, url string, d time.Duration) func() []request {
 
 // freezeCluster stops every process of a lab cluster at once: its Pods
 // and node processes by freezing the cluster's cgroup, its control
-// plane, kubelets and kube-proxies (supervisor units) by SIGSTOP. The
-// returned function resumes them all (also at the end of the test).
-func (l *Lab) freezeCluster(ctx context.Context, cluster string) (thaw func()) {
+// plane, kubelets and kube-proxies (supervisor units) by SIGSTOP. It
+// returns when the freeze began and the function that resumes them all
+// (also called at the end of the test).
+func (l *Lab) freezeCluster(ctx context.Context, cluster string) (time.Time, func()) {
 	l.t.Helper()
 	var pids []int
 	for _, u := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
@@ -171,6 +171,7 @@ func (l *Lab) freezeCluster(ctx context.Context, cluster string) (thaw func()) {
 		l.t.Fatal(err)
 	}
 	freeze := filepath.Join(h.Cgroups().Cluster(cluster), "cgroup.freeze")
+	at := time.Now()
 	if err := os.WriteFile(freeze, []byte("1"), 0); err != nil {
 		l.t.Fatalf("freeze %s: %v", freeze, err)
 	}
@@ -180,7 +181,7 @@ func (l *Lab) freezeCluster(ctx context.Context, cluster string) (thaw func()) {
 		}
 	}
 	done := false
-	thaw = func() {
+	thaw := func() {
 		if done {
 			return
 		}
@@ -191,7 +192,7 @@ func (l *Lab) freezeCluster(ctx context.Context, cluster string) (thaw func()) {
 		_ = os.WriteFile(freeze, []byte("0"), 0)
 	}
 	l.t.Cleanup(thaw)
-	return thaw
+	return at, thaw
 }
 
 // since formats how long after t0 the i-th of ts was ("-" without one).
