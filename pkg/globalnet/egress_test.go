@@ -36,8 +36,8 @@ func TestEgressPodsOf(t *testing.T) {
 	pods := []corev1.Pod{
 		pod(false, corev1.PodRunning, "10.244.1.9", "fd00:10:244:1::9"), // dual stack: the IPv4 address
 		pod(false, corev1.PodPending, "10.244.1.3"),
-		pod(false, corev1.PodRunning, "10.244.1.3"),  // the same address twice: once
-		pod(true, corev1.PodRunning, "10.244.1.1"),   // host network: a node's address
+		pod(false, corev1.PodRunning, "10.244.1.3"),   // the same address twice: once
+		pod(true, corev1.PodRunning, "10.244.1.1"),    // host network: a node's address
 		pod(false, corev1.PodSucceeded, "10.244.1.4"), // finished: its address goes to the next pod
 		pod(false, corev1.PodFailed, "10.244.1.5"),
 		pod(false, corev1.PodRunning, "192.168.0.7"), // outside the pod CIDRs
