@@ -332,7 +332,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		watched = append(watched, struct {
 			c    cache.Cache
 			objs []client.Object
-		}{e.lcache, []client.Object{&v1alpha1.GlobalIngress{}}})
+		}{e.lcache, []client.Object{&v1alpha1.GlobalIngress{}, &v1alpha1.GlobalEgress{}}})
 	}
 	cacheCtx, stopCache := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCache()

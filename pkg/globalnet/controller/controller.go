@@ -84,24 +84,28 @@ type Controller struct {
 	reader   client.Reader
 	recorder events.EventRecorder
 	metrics  *metrics
-	// trigger queues Services from outside the watches (those waiting
-	// for room, once addresses are freed).
-	trigger chan event.GenericEvent
+	// trigger queues Services, egressTrigger namespaces from outside the
+	// watches (those waiting for room, once addresses are freed).
+	trigger       chan event.GenericEvent
+	egressTrigger chan event.GenericEvent
 
 	alloc allocation
 }
 
 // Rights of the controller in the local cluster (make generate-rbac turns
 // these into the chart's templates/rbac/globalnet.yaml). It reads the
-// exports, their Services and EndpointSlices and this cluster's Cluster
-// mirror through its caches, and writes only GlobalIngress objects and
-// Events: Warning Events on ServiceExports (events.k8s.io, in their
-// namespaces) and the leader election's in Causeway's namespace.
+// exports, their Services and EndpointSlices, the Namespaces and Pods
+// (namespace egress) and this cluster's Cluster mirror through its
+// caches, and writes only GlobalIngress and GlobalEgress objects and
+// Events: Warning Events on ServiceExports and Namespaces
+// (events.k8s.io) and the leader election's in Causeway's namespace.
 //
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch
 // +kubebuilder:rbac:groups=causeway.dev,resources=globalingresses,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=namespaces;pods,verbs=list;watch
+// +kubebuilder:rbac:groups=causeway.dev,resources=globalegresses,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=clusters,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=causeway-system,resources=leases,verbs=get;create;update
@@ -153,6 +157,9 @@ func New(local *rest.Config, cfg Config) (*Controller, error) {
 				&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*ownSlices, *notImported)},
 				// The gateway's mirrors, in Causeway's namespace only.
 				&causewayv1alpha1.Cluster{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
+				// Every pod of the cluster, reduced to what namespace
+				// egress reads.
+				&corev1.Pod{}: {Transform: podAddresses},
 			},
 		},
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
@@ -177,10 +184,13 @@ func New(local *rest.Config, cfg Config) (*Controller, error) {
 		reader:   mgr.GetAPIReader(),
 		recorder: mgr.GetEventRecorder("globalnet"),
 		metrics:  newMetrics(cfg.Metrics),
-		trigger:  make(chan event.GenericEvent, 1024),
+		trigger:       make(chan event.GenericEvent, 1024),
+		egressTrigger: make(chan event.GenericEvent, 1024),
 		alloc: allocation{
-			held:    map[types.NamespacedName]causewayv1alpha1.GlobalIngressSpec{},
-			waiting: map[types.NamespacedName]bool{},
+			held:          map[types.NamespacedName]causewayv1alpha1.GlobalIngressSpec{},
+			egress:        map[string][]string{},
+			waiting:       map[types.NamespacedName]bool{},
+			waitingEgress: map[string]bool{},
 		},
 	}
 	if cfg.Metrics != nil {
@@ -215,33 +225,13 @@ func (c *Controller) setup() error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
-	// A GlobalIngress concerns its Service; one updated (fewer pods or
-	// ports) or deleted (after its quarantine) may free addresses for the
-	// Services waiting for room.
-	globalIngress := handler.Funcs{
-		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
-		},
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)})
-			for _, r := range c.waitingRequests() {
-				q.Add(r)
-			}
-		},
-		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
-			for _, r := range c.waitingRequests() {
-				q.Add(r)
-			}
-		},
-	}
 	err := builder.ControllerManagedBy(c.mgr).
 		Named("globalnet").
 		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
 		Watches(&mcsv1beta1.ServiceExport{}, &handler.EnqueueRequestForObject{}).
 		Watches(&corev1.Service{}, &handler.EnqueueRequestForObject{}).
 		Watches(&discoveryv1.EndpointSlice{}, slice).
-		Watches(&causewayv1alpha1.GlobalIngress{}, globalIngress).
+		Watches(&causewayv1alpha1.GlobalIngress{}, c.allocationObject()).
 		// This cluster's mirrored Cluster: its spec (global and pod CIDRs)
 		// concerns every export and every allocation.
 		Watches(&causewayv1alpha1.Cluster{}, handler.EnqueueRequestsFromMapFunc(c.onOwnCluster),
@@ -251,7 +241,26 @@ func (c *Controller) setup() error {
 	if err != nil {
 		return fmt.Errorf("build controller: %w", err)
 	}
-	return nil
+	return c.setupEgress()
+}
+
+// allocationObject maps a GlobalIngress to its Service, a GlobalEgress to
+// its namespace; one updated (it may hold less) or deleted (after its
+// quarantine) may free addresses for whatever waits for room.
+func (c *Controller) allocationObject() handler.Funcs {
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)})
+			c.wakeWaiting()
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+			c.wakeWaiting()
+		},
+	}
 }
 
 // onOwnCluster maps this cluster's mirrored Cluster to every exported
