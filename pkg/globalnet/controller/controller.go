@@ -177,13 +177,13 @@ func New(local *rest.Config, cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("local cluster manager: %w", err)
 	}
 	c := &Controller{
-		cfg:      cfg,
-		log:      cfg.Log,
-		mgr:      mgr,
-		local:    mgr.GetClient(),
-		reader:   mgr.GetAPIReader(),
-		recorder: mgr.GetEventRecorder("globalnet"),
-		metrics:  newMetrics(cfg.Metrics),
+		cfg:           cfg,
+		log:           cfg.Log,
+		mgr:           mgr,
+		local:         mgr.GetClient(),
+		reader:        mgr.GetAPIReader(),
+		recorder:      mgr.GetEventRecorder("globalnet"),
+		metrics:       newMetrics(cfg.Metrics),
 		trigger:       make(chan event.GenericEvent, 1024),
 		egressTrigger: make(chan event.GenericEvent, 1024),
 		alloc: allocation{
