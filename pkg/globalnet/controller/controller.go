@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -237,7 +238,9 @@ func (c *Controller) setup() error {
 		Watches(&causewayv1alpha1.Cluster{}, handler.EnqueueRequestsFromMapFunc(c.onOwnCluster),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(c.trigger, &handler.EnqueueRequestForObject{})).
-		Complete(reconcile.Func(c.reconcile))
+		Complete(c.reconciler("service", func(ctx context.Context, req reconcile.Request) (time.Duration, error) {
+			return c.sync(ctx, req.NamespacedName)
+		}))
 	if err != nil {
 		return fmt.Errorf("build controller: %w", err)
 	}
@@ -285,20 +288,24 @@ func (c *Controller) onOwnCluster(ctx context.Context, o client.Object) []reconc
 	return out
 }
 
-func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	start := time.Now()
-	requeue, err := c.sync(ctx, req.NamespacedName)
-	c.metrics.observe(time.Since(start), err)
-	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
-		// The cache lags behind our own writes: try again shortly, without
-		// reporting an error or growing the backoff.
-		c.log.Debug("sync raced the cache", "service", req.NamespacedName, "err", err)
-		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+// reconciler runs sync for one request (a Service, or a namespace:
+// what), records its metrics and retries shortly, without an error,
+// when the cache lagged behind our own writes.
+func (c *Controller) reconciler(what string, sync func(context.Context, reconcile.Request) (time.Duration, error)) reconcile.Func {
+	return func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		name := strings.TrimPrefix(req.String(), "/")
+		start := time.Now()
+		requeue, err := sync(ctx, req)
+		c.metrics.observe(time.Since(start), err)
+		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+			c.log.Debug("sync raced the cache", what, name, "err", err)
+			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("sync %s %s: %w", what, name, err)
+		}
+		return reconcile.Result{RequeueAfter: requeue}, nil
 	}
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("sync %s: %w", req.NamespacedName, err)
-	}
-	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
 // sync brings the GlobalIngress of one Service up to date: allocated

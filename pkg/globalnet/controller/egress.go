@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,7 +44,9 @@ func (c *Controller) setupEgress() error {
 		Watches(&causewayv1alpha1.Cluster{}, handler.EnqueueRequestsFromMapFunc(c.onOwnClusterEgress),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(c.egressTrigger, &handler.EnqueueRequestForObject{})).
-		Complete(reconcile.Func(c.reconcileEgress))
+		Complete(c.reconciler("namespace", func(ctx context.Context, req reconcile.Request) (time.Duration, error) {
+			return c.syncEgress(ctx, req.Name)
+		}))
 	if err != nil {
 		return fmt.Errorf("build egress controller: %w", err)
 	}
@@ -86,20 +87,6 @@ func (c *Controller) onOwnClusterEgress(ctx context.Context, o client.Object) []
 		}
 	}
 	return out
-}
-
-func (c *Controller) reconcileEgress(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	start := time.Now()
-	requeue, err := c.syncEgress(ctx, req.Name)
-	c.metrics.observe(time.Since(start), err)
-	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
-		c.log.Debug("egress sync raced the cache", "namespace", req.Name, "err", err)
-		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
-	}
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("sync egress of namespace %s: %w", req.Name, err)
-	}
-	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
 // syncEgress brings the GlobalEgress of namespace ns up to date:
@@ -199,26 +186,14 @@ func (c *Controller) syncEgress(ctx context.Context, ns string) (time.Duration, 
 // applyEgress creates or updates namespace ns's GlobalEgress with spec
 // and cond.
 func (c *Controller) applyEgress(ctx context.Context, ns string, have *causewayv1alpha1.GlobalEgress, spec causewayv1alpha1.GlobalEgressSpec, cond metav1.Condition) error {
-	if have == nil {
-		obj := &causewayv1alpha1.GlobalEgress{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: spec}
-		meta.SetStatusCondition(&obj.Status.Conditions, cond)
-		if err := c.local.Create(ctx, obj); err != nil {
-			return fmt.Errorf("create GlobalEgress: %w", err)
-		}
-		c.metrics.apiWrites.WithLabelValues("create").Inc()
-		return nil
+	want := &causewayv1alpha1.GlobalEgress{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	var old client.Object
+	if have != nil {
+		want, old = have.DeepCopy(), have
 	}
-	upd := have.DeepCopy()
-	upd.Spec = spec
-	meta.SetStatusCondition(&upd.Status.Conditions, cond)
-	if equality.Semantic.DeepEqual(upd.Spec, have.Spec) && equality.Semantic.DeepEqual(upd.Status, have.Status) {
-		return nil
-	}
-	if err := c.local.Update(ctx, upd); err != nil {
-		return fmt.Errorf("update GlobalEgress: %w", err)
-	}
-	c.metrics.apiWrites.WithLabelValues("update").Inc()
-	return nil
+	want.Spec = spec
+	meta.SetStatusCondition(&want.Status.Conditions, cond)
+	return c.write(ctx, "GlobalEgress", old, want)
 }
 
 // releaseEgress marks namespace ns's GlobalEgress released (the gateway

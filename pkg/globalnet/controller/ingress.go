@@ -184,25 +184,34 @@ func (c *Controller) syncIngress(ctx context.Context, key types.NamespacedName, 
 
 // apply creates or updates key's GlobalIngress with spec and cond.
 func (c *Controller) apply(ctx context.Context, key types.NamespacedName, have *causewayv1alpha1.GlobalIngress, spec causewayv1alpha1.GlobalIngressSpec, cond metav1.Condition) error {
-	if have == nil {
-		obj := &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Spec: spec}
-		meta.SetStatusCondition(&obj.Status.Conditions, cond)
-		if err := c.local.Create(ctx, obj); err != nil {
-			return fmt.Errorf("create GlobalIngress: %w", err)
-		}
-		c.metrics.apiWrites.WithLabelValues("create").Inc()
+	want := &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	var old client.Object
+	if have != nil {
+		want, old = have.DeepCopy(), have
+	}
+	want.Spec = spec
+	meta.SetStatusCondition(&want.Status.Conditions, cond)
+	return c.write(ctx, "GlobalIngress", old, want)
+}
+
+// write creates want (an allocation object) when have is nil, else
+// updates have to want unless they are equal.
+func (c *Controller) write(ctx context.Context, kind string, have, want client.Object) error {
+	op := "create"
+	var err error
+	switch {
+	case have == nil:
+		err = c.local.Create(ctx, want)
+	case equality.Semantic.DeepEqual(have, want):
 		return nil
+	default:
+		op = "update"
+		err = c.local.Update(ctx, want)
 	}
-	upd := have.DeepCopy()
-	upd.Spec = spec
-	meta.SetStatusCondition(&upd.Status.Conditions, cond)
-	if equality.Semantic.DeepEqual(upd.Spec, have.Spec) && equality.Semantic.DeepEqual(upd.Status, have.Status) {
-		return nil
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", op, kind, err)
 	}
-	if err := c.local.Update(ctx, upd); err != nil {
-		return fmt.Errorf("update GlobalIngress: %w", err)
-	}
-	c.metrics.apiWrites.WithLabelValues("update").Inc()
+	c.metrics.apiWrites.WithLabelValues(op).Inc()
 	return nil
 }
 
