@@ -46,7 +46,10 @@ func TestLabNamespaceEgress(t *testing.T) {
 		}
 		return netip.Addr{}, fmt.Errorf("no answer from c2")
 	}
-	waitFor(t, "c2 seeing c1's client at a cluster-wide egress address", func() error {
+	// The first answer waits for the import to converge after `lab up`
+	// (the clusterset name resolving in c1): on a loaded machine that
+	// took longer than waitFor's 30 s.
+	waitForWithin(t, 2*time.Minute, "c2 seeing c1's client at a cluster-wide egress address", func() error {
 		if a, err := seenByC2(); err != nil || !slices.Contains(layout.Egress, a) {
 			return fmt.Errorf("seen as %s (%v), want one of %v", a, err, layout.Egress)
 		}
