@@ -391,8 +391,10 @@ var daemonAccess = map[string]struct{ allowed, denied []access }{
 			{"update", "causeway.dev", "endpoints", "status", sys}, {"update", "causeway.dev", "clusters", "status", sys},
 			{"create", "causeway.dev", "gateways", "", sys}, {"update", "causeway.dev", "gateways", "status", sys},
 			{"delete", "causeway.dev", "gateways", "", sys}, {"get", "", "nodes", "", ""},
+			{"list", "causeway.dev", "globalingresses", "", ""}, {"watch", "causeway.dev", "globalegresses", "", ""},
 		},
 		denied: []access{
+			{"update", "causeway.dev", "globalegresses", "", ""}, {"list", "", "pods", "", ""},
 			{"list", "", "nodes", "", ""}, {"list", "multicluster.x-k8s.io", "serviceimports", "", ""},
 			{"list", "causeway.dev", "endpoints", "", ""}, {"create", "causeway.dev", "gateways", "", "default"},
 			{"create", "events.k8s.io", "events", "", "default"}, {"update", "causeway.dev", "gateways", "", sys},
@@ -443,6 +445,11 @@ var daemonAccess = map[string]struct{ allowed, denied []access }{
 			{"get", "causeway.dev", "globalingresses", "", "demo"}, {"list", "causeway.dev", "globalingresses", "", ""},
 			{"create", "causeway.dev", "globalingresses", "", "demo"}, {"update", "causeway.dev", "globalingresses", "", "demo"},
 			{"delete", "causeway.dev", "globalingresses", "", "demo"},
+			// namespace egress: labelled namespaces, their pods' addresses,
+			// the cluster-scoped GlobalEgresses.
+			{"watch", "", "namespaces", "", ""}, {"list", "", "pods", "", ""}, {"watch", "", "pods", "", ""},
+			{"get", "causeway.dev", "globalegresses", "", ""}, {"create", "causeway.dev", "globalegresses", "", ""},
+			{"update", "causeway.dev", "globalegresses", "", ""}, {"delete", "causeway.dev", "globalegresses", "", ""},
 			{"list", "causeway.dev", "clusters", "", sys}, {"watch", "causeway.dev", "clusters", "", sys},
 			{"create", "events.k8s.io", "events", "", "demo"}, {"patch", "events.k8s.io", "events", "", "demo"},
 			{"get", "coordination.k8s.io", "leases", "", sys}, {"update", "coordination.k8s.io", "leases", "", sys},
@@ -453,8 +460,8 @@ var daemonAccess = map[string]struct{ allowed, denied []access }{
 			{"create", "multicluster.x-k8s.io", "serviceimports", "", "demo"},
 			{"create", "discovery.k8s.io", "endpointslices", "", "demo"},
 			{"update", "causeway.dev", "clusters", "", sys}, {"list", "causeway.dev", "clusters", "", "default"},
-			{"list", "causeway.dev", "endpoints", "", sys}, {"get", "", "nodes", "", ""}, {"list", "", "pods", "", ""},
-			{"get", "", "secrets", "", sys},
+			{"list", "causeway.dev", "endpoints", "", sys}, {"get", "", "nodes", "", ""}, {"update", "", "pods", "", "demo"},
+			{"update", "", "namespaces", "", ""}, {"get", "", "secrets", "", sys},
 		},
 	},
 }

@@ -46,6 +46,12 @@ const (
 	ConditionAllocated = "Allocated"
 	// ReasonGlobalPoolExhausted: the cluster's global CIDR has no room.
 	ReasonGlobalPoolExhausted = "GlobalPoolExhausted"
+	// ReasonInvalidGlobalEgress: a namespace's causeway.dev/global-egress
+	// label is not a number of egress IPs in range.
+	ReasonInvalidGlobalEgress = "InvalidGlobalEgress"
+	// ReasonTooManyPods: a namespace with its own global egress IPs has
+	// more pods than a GlobalEgress holds.
+	ReasonTooManyPods = "TooManyPods"
 	// ReasonNoGlobalCIDR: the cluster has not claimed its global CIDR yet.
 	ReasonNoGlobalCIDR = "NoGlobalCIDR"
 )
@@ -59,4 +65,8 @@ const (
 	// LabelNode names the node an object belongs to (a TunnelKey: the
 	// gateway node holding the private key).
 	LabelNode = "causeway.dev/node"
+	// LabelGlobalEgress on a Namespace asks globalnet for that many
+	// global egress IPs of its own ("1" to "8"): its pods reach remote
+	// clusters from them instead of the cluster-wide egress addresses.
+	LabelGlobalEgress = "causeway.dev/global-egress"
 )

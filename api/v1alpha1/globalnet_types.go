@@ -136,3 +136,70 @@ type GlobalIngressList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []GlobalIngress `json:"items"`
 }
+
+// GlobalEgressSpec is the globalnet egress allocation of one namespace
+// labelled causeway.dev/global-egress: the global IPs its pods' traffic
+// to remote clusters leaves from, instead of the cluster-wide egress
+// addresses. The globalnet controller writes it; the active gateway
+// translates from it.
+type GlobalEgressSpec struct {
+	// IPs are the namespace's global egress IPs, in the order they were
+	// allocated (as many as the label asks for). A pod leaves from
+	// IPs[pod address mod len(IPs)].
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +kubebuilder:validation:items:MaxLength=15
+	IPs []string `json:"ips,omitempty"`
+	// Pods are the IPv4 addresses of the namespace's pods that are not
+	// on the host network, not finished and inside the cluster's pod
+	// CIDRs, sorted.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10000
+	// +listType=atomic
+	// +kubebuilder:validation:items:MaxLength=15
+	Pods []string `json:"pods,omitempty"`
+	// ReleasedAt is set when the namespace lost its label or was deleted:
+	// the gateway no longer translates to the IPs, and they stay reserved
+	// until the quarantine after this time has passed.
+	// +optional
+	ReleasedAt *metav1.MicroTime `json:"releasedAt,omitempty"`
+}
+
+// GlobalEgressStatus reports the allocation.
+type GlobalEgressStatus struct {
+	// Conditions: Allocated (False with reason GlobalPoolExhausted,
+	// InvalidGlobalEgress or TooManyPods; the spec then keeps the IPs it
+	// held before).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// GlobalEgress holds the global egress IPs of one namespace of this
+// cluster and the pod addresses they apply to. It is cluster scoped and
+// named after the namespace, so that it outlives the namespace through
+// its quarantine.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=causeway,shortName=ge
+// +kubebuilder:printcolumn:name="IPs",type=string,JSONPath=`.spec.ips`
+// +kubebuilder:printcolumn:name="Allocated",type=string,JSONPath=`.status.conditions[?(@.type=="Allocated")].status`
+// +kubebuilder:printcolumn:name="Released",type=date,JSONPath=`.spec.releasedAt`
+type GlobalEgress struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   GlobalEgressSpec   `json:"spec,omitempty"`
+	Status GlobalEgressStatus `json:"status,omitempty"`
+}
+
+// GlobalEgressList is a list of GlobalEgresses.
+//
+// +kubebuilder:object:root=true
+type GlobalEgressList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GlobalEgress `json:"items"`
+}

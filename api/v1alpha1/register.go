@@ -21,6 +21,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&CIDRClaim{}, &CIDRClaimList{},
 		&TunnelKey{}, &TunnelKeyList{},
 		&GlobalIngress{}, &GlobalIngressList{},
+		&GlobalEgress{}, &GlobalEgressList{},
 		&ClusterSetPolicy{}, &ClusterSetPolicyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)

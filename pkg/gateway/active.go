@@ -455,14 +455,19 @@ func (e *Engine) publishAndMirror(ctx context.Context, pol addrpolicy.Policy, re
 	return errs
 }
 
-// +kubebuilder:rbac:groups=causeway.dev,resources=globalingresses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=causeway.dev,resources=globalingresses;globalegresses,verbs=get;list;watch
 
 // syncNAT makes the globalnet translation match the cluster's
-// GlobalIngresses and the remote subnets just programmed into the cable.
+// GlobalIngresses and GlobalEgresses and the remote subnets just
+// programmed into the cable.
 func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
 	var list v1alpha1.GlobalIngressList
 	if err := e.lcache.List(ctx, &list); err != nil {
 		return fmt.Errorf("list GlobalIngresses: %w", err)
+	}
+	var egresses v1alpha1.GlobalEgressList
+	if err := e.lcache.List(ctx, &egresses); err != nil {
+		return fmt.Errorf("list GlobalEgresses: %w", err)
 	}
 	if t.adopted == nil {
 		// A passive node holds no table (dropTranslation), so one
@@ -474,12 +479,12 @@ func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
 	for _, c := range d.Connections {
 		remote = append(remote, c.Subnets...)
 	}
-	cfg, skipped := globalnet.Rules(*t.global, list.Items, remote)
+	cfg, skipped := globalnet.Rules(*t.global, list.Items, egresses.Items, remote)
 	cfg.Device = e.cfg.device() // a table this node leaves behind when killed goes inert with the device
 	if s := strings.Join(skipped, "; "); s != t.natSkipped {
 		t.natSkipped = s
 		if s != "" {
-			e.log.Warn("GlobalIngress entries not translated", "skipped", skipped)
+			e.log.Warn("GlobalIngress or GlobalEgress entries not translated", "skipped", skipped)
 		}
 	}
 	if _, err := e.nat.Sync(ctx, cfg); err != nil {

@@ -74,9 +74,11 @@ remote cluster's active gateway.
 With --globalnet the cluster is reached only through a global CIDR: the
 active gateway claims one of --global-supernet in the broker, announces it
 instead of the pod and service CIDRs, SNATs traffic to remote clusters to
-its egress addresses and translates every exported service port's global
-IP:port pair (GlobalIngress objects, written by the globalnet controller) to the
-Service's ClusterIP:port in nftables table ip causeway-globalnet.
+its egress addresses (a labelled namespace's pods to that namespace's own:
+GlobalEgress objects) and translates every exported service port's global
+IP:port pair (GlobalIngress objects; both written by the globalnet
+controller) to the Service's ClusterIP:port in nftables table ip
+causeway-globalnet.
 
 With --cleanup it removes everything it created (tunnel device and routes,
 its health-check address, the globalnet rules, this cluster's Endpoint and

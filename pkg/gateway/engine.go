@@ -120,8 +120,8 @@ type Config struct {
 	// Globalnet makes this cluster reachable only through a global CIDR
 	// of the ClusterSet policy's supernet: the active gateway claims it
 	// in the broker, announces it instead of the pod and service CIDRs,
-	// and translates the cluster's GlobalIngress pairs (see
-	// pkg/globalnet).
+	// and translates the cluster's GlobalIngress pairs and GlobalEgress
+	// namespaces (see pkg/globalnet).
 	Globalnet bool
 
 	// Local and Broker are the API clients' configurations.
@@ -227,7 +227,7 @@ type Engine struct {
 	// brokerAPI reads and writes the broker without the cache.
 	brokerAPI client.Client
 	bcache    cache.Cache
-	// lcache watches the local GlobalIngresses and nat applies the
+	// lcache watches the local GlobalIngresses and GlobalEgresses and nat applies the
 	// translation (globalnet only, else nil).
 	lcache   cache.Cache
 	nat      *nat.Table
@@ -359,7 +359,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		watched = append(watched, struct {
 			c    cache.Cache
 			objs []client.Object
-		}{e.lcache, []client.Object{&v1alpha1.GlobalIngress{}}})
+		}{e.lcache, []client.Object{&v1alpha1.GlobalIngress{}, &v1alpha1.GlobalEgress{}}})
 	}
 	cacheCtx, stopCache := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCache()

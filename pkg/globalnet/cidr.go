@@ -6,9 +6,11 @@
 // gateway), AssignIngress and its siblings (ingress.go) allocate the
 // exported Services' global addresses inside it (run by the globalnet
 // controller, pkg/globalnet/controller, which writes them as GlobalIngress
-// objects), and Rules turns those objects and the remote clusters'
-// subnets into pkg/nat's desired netfilter state, which the active
-// gateway applies. See README.md for the address plan.
+// objects), AssignEgress and its siblings (egress.go) the own egress IPs
+// of labelled namespaces (written as GlobalEgress objects), and Rules
+// turns those objects and the remote clusters' subnets into pkg/nat's
+// desired netfilter state, which the active gateway applies. See
+// README.md for the address plan.
 package globalnet
 
 import (

@@ -13,8 +13,10 @@ import (
 
 // Rules is the active gateway's desired translation: every GlobalIngress
 // that is not released becomes ingress pairs (global IP:port ↔
-// ClusterIP:port) or 1:1 pod addresses, traffic to the remote clusters'
-// IPv4 subnets is SNATed to the layout's egress IPs. It is pure. Remote
+// ClusterIP:port) or 1:1 pod addresses, every GlobalEgress that is not
+// released SNATs its pods to its namespace's egress IPs, other traffic
+// to the remote clusters' IPv4 subnets is SNATed to the layout's egress
+// IPs. It is pure. Remote
 // IPv6 subnets (a dual-stack cluster's, reached directly:
 // addrpolicy.ReachedThroughGlobal) are left out: the table is of family
 // ip, so IPv6 traffic passes it untranslated.
@@ -26,7 +28,11 @@ import (
 // edit, or two allocators for a moment): the globalnet controller's
 // allocator never hands out such pairs, and nat refuses a whole Config
 // that holds them, so one bad object must not stop every translation.
-func Rules(layout nat.Layout, ingresses []v1alpha1.GlobalIngress, remote []netip.Prefix) (cfg nat.Config, skipped []string) {
+// GlobalIngresses take their addresses first, then GlobalEgresses
+// (oldest first too); a pod address two GlobalEgresses hold (a pod
+// gone from one namespace and its address reused in another, before
+// the older object caught up) stays with the older one.
+func Rules(layout nat.Layout, ingresses []v1alpha1.GlobalIngress, egresses []v1alpha1.GlobalEgress, remote []netip.Prefix) (cfg nat.Config, skipped []string) {
 	cfg = nat.Config{
 		LocalGlobal: []netip.Prefix{layout.CIDR},
 		Remote:      slices.DeleteFunc(slices.Clone(remote), func(p netip.Prefix) bool { return !p.Addr().Is4() }),
@@ -57,7 +63,70 @@ func Rules(layout nat.Layout, ingresses []v1alpha1.GlobalIngress, remote []netip
 		cfg.Ingress = append(cfg.Ingress, ins...)
 		cfg.Pods = append(cfg.Pods, pods...)
 	}
+	eobjs := make([]*v1alpha1.GlobalEgress, 0, len(egresses))
+	for i := range egresses {
+		if ge := &egresses[i]; ge.Spec.ReleasedAt == nil && ge.DeletionTimestamp == nil && len(ge.Spec.IPs) > 0 {
+			eobjs = append(eobjs, ge)
+		}
+	}
+	slices.SortFunc(eobjs, func(a, b *v1alpha1.GlobalEgress) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
+	})
+	for _, ge := range eobjs {
+		name := "egress " + ge.Name
+		ips, err := egressIPs(layout, ge.Spec.IPs)
+		if err == nil {
+			err = held.takeKeys(name, wholeKeys(ips))
+		}
+		if err != nil {
+			skipped = append(skipped, name+": "+err.Error())
+			continue
+		}
+		for _, s := range ge.Spec.Pods {
+			pod, err := netip.ParseAddr(s)
+			if err != nil || !pod.Is4() {
+				skipped = append(skipped, fmt.Sprintf("%s: pod %q: not an IPv4 address", name, s))
+				continue
+			}
+			if err := held.takeKeys(name, []string{"egress-pod " + pod.String()}); err != nil {
+				skipped = append(skipped, name+": "+err.Error())
+				continue
+			}
+			cfg.PodEgress = append(cfg.PodEgress, nat.PodEgress{Pod: pod, Global: egressIPOf(pod, ips)})
+		}
+	}
 	return cfg, skipped
+}
+
+// egressIPOf is the one of a namespace's egress IPs (at least one) its
+// pod leaves from: spread by the pod's address, so a pod keeps its IP
+// while others come and go.
+func egressIPOf(pod netip.Addr, ips []netip.Addr) netip.Addr {
+	b := pod.As4()
+	return ips[(uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3]))%uint32(len(ips))]
+}
+
+// egressIPs parses a GlobalEgress's IPs, each an ingress address of
+// layout's CIDR (the controller hands them out of that range).
+func egressIPs(layout nat.Layout, in []string) ([]netip.Addr, error) {
+	out := make([]netip.Addr, 0, len(in))
+	for _, s := range in {
+		ip, err := netip.ParseAddr(s)
+		if err != nil || !layout.Ingress.Contains(ip) {
+			return nil, fmt.Errorf("egress IP %q: want an ingress address of %s", s, layout.CIDR)
+		}
+		out = append(out, ip)
+	}
+	return out, nil
+}
+
+// wholeKeys are the claims keys of global IPs used whole.
+func wholeKeys(ips []netip.Addr) []string {
+	keys := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		keys = append(keys, "whole "+ip.String())
+	}
+	return keys
 }
 
 // translation is one GlobalIngress's entries, or why they do not fit.
@@ -96,7 +165,8 @@ func translation(layout nat.Layout, spec v1alpha1.GlobalIngressSpec) ([]nat.Ingr
 
 // claims records which object holds each address the stateless maps key
 // on: a global IP:port, a ClusterIP:port (the reply direction), a global
-// IP used 1:1 or for ports, a pod.
+// IP used whole (1:1 for a pod, or a namespace's egress IP) or for
+// ports, a pod, a pod of a namespace with its own egress IPs.
 type claims map[string]string
 
 // take gives every key of the entries to owner, all or none: it fails if
@@ -112,6 +182,11 @@ func (c claims) take(owner string, ins []nat.Ingress, pods []nat.PodIngress) err
 	for _, p := range pods {
 		keys = append(keys, "whole "+p.Global.String(), "pod "+p.Pod.String())
 	}
+	return c.takeKeys(owner, keys)
+}
+
+// takeKeys gives keys to owner, all or none (see take).
+func (c claims) takeKeys(owner string, keys []string) error {
 	own := map[string]bool{}
 	for _, k := range keys {
 		kind, addr, _ := strings.Cut(k, " ")

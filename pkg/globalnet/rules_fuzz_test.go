@@ -15,8 +15,9 @@ import (
 	"github.com/causeway-net/causeway/pkg/nat"
 )
 
-// FuzzRules: whatever GlobalIngress objects the cluster holds (written by
-// the MCS controller, or by hand), Rules never panics, returns a Config
+// FuzzRules: whatever GlobalIngress and GlobalEgress objects the cluster
+// holds (written by the globalnet controller, or by hand; a
+// GlobalEgress's pods are what tenants run), Rules never panics, returns a Config
 // that pkg/nat accepts whole (one bad object never stops every
 // translation), accounts for every live object (translated or skipped),
 // and does not depend on the objects' order.
@@ -29,8 +30,8 @@ func FuzzRules(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := fuzzIngresses(data)
-		cfg, skipped := Rules(layout, in, []netip.Prefix{netip.MustParsePrefix("242.0.2.0/24"), netip.MustParsePrefix("fd00::/64")})
+		in, eg := fuzzIngresses(data), fuzzEgresses(data)
+		cfg, skipped := Rules(layout, in, eg, []netip.Prefix{netip.MustParsePrefix("242.0.2.0/24"), netip.MustParsePrefix("fd00::/64")})
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("Rules gave a Config nat refuses: %v\ninput %+v", err, in)
 		}
@@ -63,9 +64,25 @@ func FuzzRules(f *testing.F) {
 				}
 			}
 		}
+		egressOf := map[netip.Addr]bool{}
+		for _, p := range cfg.PodEgress {
+			egressOf[p.Pod] = true
+		}
+		for _, ge := range eg {
+			if ge.Spec.ReleasedAt != nil || isSkipped["egress "+ge.Name] {
+				continue
+			}
+			for _, p := range ge.Spec.Pods {
+				if a, err := netip.ParseAddr(p); err == nil && a.Is4() && !egressOf[a] {
+					t.Fatalf("egress %s neither skipped nor translated: pod %s missing\n%+v", ge.Name, p, cfg)
+				}
+			}
+		}
 		rev := slices.Clone(in)
 		slices.Reverse(rev)
-		cfg2, skipped2 := Rules(layout, rev, []netip.Prefix{netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("242.0.2.0/24")})
+		egRev := slices.Clone(eg)
+		slices.Reverse(egRev)
+		cfg2, skipped2 := Rules(layout, rev, egRev, []netip.Prefix{netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("242.0.2.0/24")})
 		slices.SortFunc(cfg2.Remote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 		slices.SortFunc(cfg.Remote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 		if !reflect.DeepEqual(cfg, cfg2) || !slices.Equal(skipped, skipped2) {
@@ -101,6 +118,35 @@ func fuzzIngresses(data []byte) []v1alpha1.GlobalIngress {
 		}
 		out = append(out, v1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: fmt.Sprintf("s%d", len(out)),
 			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(b[4]>>3) * time.Second))}, Spec: spec})
+	}
+	return out
+}
+
+// fuzzEgresses decodes data into GlobalEgress objects, one per 5 bytes
+// whose last has bit 3 set: an egress IP (the same small set as the
+// ingresses' global IPs, so that the two contend), two pod addresses
+// from a small set, released or not.
+func fuzzEgresses(data []byte) []v1alpha1.GlobalEgress {
+	globals := []string{"242.0.1.2", "242.0.1.3", "242.0.1.1", "242.0.1.253", "242.0.2.2", "fd00::2", "", "nope"}
+	pods := []string{"10.244.1.1", "10.244.1.2", "10.96.0.10", "fd00::5", "x"}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var out []v1alpha1.GlobalEgress
+	for i := 0; i+5 <= len(data) && len(out) < 8; i += 5 {
+		b := data[i : i+5]
+		if b[4]&8 == 0 {
+			continue
+		}
+		spec := v1alpha1.GlobalEgressSpec{IPs: []string{globals[int(b[1])%len(globals)]},
+			Pods: []string{pods[int(b[2])%len(pods)], pods[int(b[3])%len(pods)]}}
+		if b[0]&1 != 0 {
+			spec.IPs = append(spec.IPs, globals[int(b[0]>>1)%len(globals)])
+		}
+		if b[4]&4 != 0 {
+			now := metav1.NewMicroTime(t0)
+			spec.ReleasedAt = &now
+		}
+		out = append(out, v1alpha1.GlobalEgress{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ns%d", len(out)),
+			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(b[4]>>4) * time.Second))}, Spec: spec})
 	}
 	return out
 }

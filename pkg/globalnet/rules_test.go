@@ -71,7 +71,7 @@ func TestRules(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 20 {
 		rng.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
-		cfg, skipped := Rules(layout, in, remote)
+		cfg, skipped := Rules(layout, in, nil, remote)
 		if !slices.Equal(cfg.Ingress, want) || !slices.Equal(cfg.Pods, wantPods) {
 			t.Fatalf("round %d: ingress %v pods %v, want %v and %v (skipped %q)", round, cfg.Ingress, cfg.Pods, want, wantPods, skipped)
 		}
@@ -88,6 +88,62 @@ func TestRules(t *testing.T) {
 		}
 		if cfg.LocalGlobal[0] != layout.CIDR || len(cfg.Egress) != 2 || !slices.Equal(cfg.Remote, remote[:1]) {
 			t.Errorf("cfg = %+v", cfg)
+		}
+	}
+}
+
+// TestRulesEgress: a namespace's pods leave from its egress IPs (spread
+// by address over several), a released GlobalEgress translates nothing,
+// one contending for an ingress object's IP or with a foreign IP is
+// skipped whole, a pod address two namespaces hold stays with the older.
+func TestRulesEgress(t *testing.T) {
+	layout, err := nat.ClusterLayout(netip.MustParsePrefix("242.0.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	age := 0
+	ge := func(name string, spec v1alpha1.GlobalEgressSpec) v1alpha1.GlobalEgress {
+		age++
+		return v1alpha1.GlobalEgress{ObjectMeta: metav1.ObjectMeta{Name: name,
+			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))}, Spec: spec}
+	}
+	now := metav1.NowMicro()
+	ingress := []v1alpha1.GlobalIngress{{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "db"},
+		Spec: v1alpha1.GlobalIngressSpec{Pods: []v1alpha1.GlobalPodAddress{{PodIP: "10.244.1.5", GlobalIP: "242.0.1.252"}}}}}
+	eg := []v1alpha1.GlobalEgress{
+		ge("blue", v1alpha1.GlobalEgressSpec{IPs: []string{"242.0.1.251"}, Pods: []string{"10.244.2.1", "10.244.2.2"}}),
+		ge("red", v1alpha1.GlobalEgressSpec{IPs: []string{"242.0.1.250", "242.0.1.249"}, Pods: []string{"10.244.3.1", "10.244.3.2", "10.244.2.2"}}),
+		ge("gone", v1alpha1.GlobalEgressSpec{IPs: []string{"242.0.1.248"}, Pods: []string{"10.244.4.1"}, ReleasedAt: &now}),
+		ge("stolen", v1alpha1.GlobalEgressSpec{IPs: []string{"242.0.1.252"}, Pods: []string{"10.244.5.1"}}),
+		ge("foreign", v1alpha1.GlobalEgressSpec{IPs: []string{"242.0.1.253"}, Pods: []string{"10.244.6.1"}}),
+		ge("empty", v1alpha1.GlobalEgressSpec{Pods: []string{"10.244.7.1"}}),
+	}
+	ip := netip.MustParseAddr
+	want := []nat.PodEgress{
+		{Pod: ip("10.244.2.1"), Global: ip("242.0.1.251")},
+		{Pod: ip("10.244.2.2"), Global: ip("242.0.1.251")},
+		{Pod: ip("10.244.3.1"), Global: ip("242.0.1.249")}, // odd address: the second IP
+		{Pod: ip("10.244.3.2"), Global: ip("242.0.1.250")},
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range 10 {
+		rng.Shuffle(len(eg), func(i, j int) { eg[i], eg[j] = eg[j], eg[i] })
+		cfg, skipped := Rules(layout, ingress, eg, nil)
+		if !slices.Equal(cfg.PodEgress, want) {
+			t.Fatalf("round %d: pod egress %v, want %v (skipped %q)", round, cfg.PodEgress, want, skipped)
+		}
+		all := strings.Join(skipped, "\n")
+		for _, s := range []string{"egress stolen: whole 242.0.1.252", "egress foreign: egress IP \"242.0.1.253\"", "egress red: egress-pod 10.244.2.2"} {
+			if !strings.Contains(all, s) {
+				t.Errorf("round %d: %q not explained in %q", round, s, skipped)
+			}
+		}
+		if len(skipped) != 3 {
+			t.Errorf("round %d: skipped %q, want 3 lines", round, skipped)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("round %d: nat refuses the result: %v", round, err)
 		}
 	}
 }

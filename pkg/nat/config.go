@@ -29,6 +29,10 @@ const (
 	SetLocal        = "local"   // interval set of this cluster's global CIDRs
 	MapPodIn        = "pod-in"  // global IP : pod IP
 	MapPodOut       = "pod-out" // pod IP : global IP
+	// MapPodEgress is pod IP : the global egress IP of the pod's
+	// namespace (Config.PodEgress): the SNAT source of its traffic to
+	// remote clusters instead of the cluster-wide egress range.
+	MapPodEgress = "pod-egress"
 )
 
 // Protocols the stateless port rewrite handles (Ingress.Protocol), in
@@ -57,6 +61,11 @@ type Ingress struct {
 // the pod's traffic to remote clusters leaves with Global as its source.
 type PodIngress struct{ Global, Pod netip.Addr }
 
+// PodEgress is a pod of a namespace with its own global egress IP: the
+// pod's connections to remote clusters leave with Global as their
+// source instead of one of Config.Egress.
+type PodEgress struct{ Pod, Global netip.Addr }
+
 // Config is the whole desired translation of the active gateway.
 type Config struct {
 	// LocalGlobal is this cluster's global CIDR(s): sources in it are
@@ -70,6 +79,9 @@ type Config struct {
 	Egress  []netip.Addr
 	Ingress []Ingress
 	Pods    []PodIngress
+	// PodEgress are the pods SNATed to their namespace's global egress
+	// IP (one entry per pod; a pod of Pods keeps its own global IP).
+	PodEgress []PodEgress
 	// Device, when set, is the tunnel device: the table then translates
 	// only what arrives through it (ingress) or leaves through it
 	// (reply, egress). A table a killed gateway left behind touches
@@ -82,14 +94,14 @@ type Config struct {
 
 func (c Config) equal(o Config) bool {
 	return slices.Equal(c.LocalGlobal, o.LocalGlobal) && slices.Equal(c.Remote, o.Remote) && slices.Equal(c.Egress, o.Egress) &&
-		slices.Equal(c.Ingress, o.Ingress) && slices.Equal(c.Pods, o.Pods) && c.Device == o.Device
+		slices.Equal(c.Ingress, o.Ingress) && slices.Equal(c.Pods, o.Pods) && slices.Equal(c.PodEgress, o.PodEgress) && c.Device == o.Device
 }
 
 // clone copies c's slices, so a caller reusing them cannot change what
 // Table believes it applied.
 func (c Config) clone() Config {
 	return Config{LocalGlobal: slices.Clone(c.LocalGlobal), Remote: slices.Clone(c.Remote), Egress: slices.Clone(c.Egress),
-		Ingress: slices.Clone(c.Ingress), Pods: slices.Clone(c.Pods), Device: c.Device}
+		Ingress: slices.Clone(c.Ingress), Pods: slices.Clone(c.Pods), PodEgress: slices.Clone(c.PodEgress), Device: c.Device}
 }
 
 // Validate reports whether c would be accepted by Table.Sync (the same
@@ -134,7 +146,7 @@ const (
 )
 
 func elemKinds() map[string]elemKind {
-	k := map[string]elemKind{SetRemote: kindPrefix, SetRemoteEgress: kindPrefix, SetLocal: kindPrefix, MapPodIn: kindAddrAddr, MapPodOut: kindAddrAddr}
+	k := map[string]elemKind{SetRemote: kindPrefix, SetRemoteEgress: kindPrefix, SetLocal: kindPrefix, MapPodIn: kindAddrAddr, MapPodOut: kindAddrAddr, MapPodEgress: kindAddrAddr}
 	for _, p := range Protocols {
 		k[p+suffixInAddr] = kindAddrPortAddr
 		k[p+suffixInPort] = kindAddrPortPort
@@ -145,7 +157,7 @@ func elemKinds() map[string]elemKind {
 }
 
 func setNames() []string {
-	names := []string{SetRemote, SetRemoteEgress, SetLocal, MapPodIn, MapPodOut}
+	names := []string{SetRemote, SetRemoteEgress, SetLocal, MapPodIn, MapPodOut, MapPodEgress}
 	for _, p := range Protocols {
 		names = append(names, p+suffixInAddr, p+suffixInPort, p+suffixOutPort, p+suffixOutAddr)
 	}
@@ -263,6 +275,15 @@ func (c Config) compile() (*desired, error) {
 		d.elems[MapPodIn] = append(d.elems[MapPodIn], elem{uint64(addrIndex(p.Global)), addrIndex(p.Pod)})
 		d.elems[MapPodOut] = append(d.elems[MapPodOut], elem{uint64(addrIndex(p.Pod)), addrIndex(p.Global)})
 	}
+	for _, p := range c.PodEgress {
+		if !p.Global.Is4() || !p.Pod.Is4() {
+			return nil, fmt.Errorf("%w: pod egress %s -> %s: want IPv4", ErrConfig, p.Pod, p.Global)
+		}
+		if !local(p.Global) {
+			return nil, fmt.Errorf("%w: pod egress %s -> %s: global IP not in the local global CIDRs %v", ErrConfig, p.Pod, p.Global, c.LocalGlobal)
+		}
+		d.elems[MapPodEgress] = append(d.elems[MapPodEgress], elem{uint64(addrIndex(p.Pod)), addrIndex(p.Global)})
+	}
 	kinds := elemKinds()
 	for _, name := range setNames() {
 		es, conflict := sortUnique(d.elems[name])
@@ -272,12 +293,29 @@ func (c Config) compile() (*desired, error) {
 		}
 		d.elems[name] = es
 	}
-	// A global IP is either 1:1 or carries ports, never both.
+	// A global IP is either 1:1, carries ports or is a namespace's
+	// egress source, never two of them.
 	pods := d.elems[MapPodIn]
 	for _, proto := range Protocols {
 		for _, e := range d.elems[proto+suffixInAddr] {
 			if i, ok := slices.BinarySearchFunc(pods, e.k>>16, func(p elem, k uint64) int { return cmp.Compare(p.k, k) }); ok {
 				return nil, fmt.Errorf("%w: global IP %s is 1:1 for pod %s and carries %s ports", ErrConfig, addrFromIndex(uint32(e.k>>16)), addrFromIndex(pods[i].v), proto)
+			}
+		}
+	}
+	if len(d.elems[MapPodEgress]) > 0 {
+		used := map[uint32]string{}
+		for _, e := range pods {
+			used[uint32(e.k)] = "1:1 for a pod"
+		}
+		for _, proto := range Protocols {
+			for _, e := range d.elems[proto+suffixInAddr] {
+				used[uint32(e.k>>16)] = "carrying " + proto + " ports"
+			}
+		}
+		for _, e := range d.elems[MapPodEgress] {
+			if use, ok := used[e.v]; ok {
+				return nil, fmt.Errorf("%w: global IP %s is a namespace's egress source and %s", ErrConfig, addrFromIndex(e.v), use)
 			}
 		}
 	}

@@ -21,7 +21,8 @@ func smallConfig() Config {
 			{Protocol: "tcp", Global: ap("242.0.1.2:1025"), Target: ap("10.96.0.10:443")},
 			{Protocol: "udp", Global: ap("242.0.1.2:1026"), Target: ap("10.96.0.10:53")},
 		},
-		Pods: []PodIngress{{Global: ip("242.0.1.252"), Pod: ip("10.244.0.6")}},
+		Pods:      []PodIngress{{Global: ip("242.0.1.252"), Pod: ip("10.244.0.6")}},
+		PodEgress: []PodEgress{{Pod: ip("10.244.0.7"), Global: ip("242.0.1.251")}, {Pod: ip("10.244.0.8"), Global: ip("242.0.1.251")}},
 	}
 }
 
@@ -48,6 +49,12 @@ func TestCompileRefusesAmbiguousConfigs(t *testing.T) {
 		{"ingress outside the local global CIDR", func(c *Config) { c.Ingress[0].Global = ap("242.0.3.2:1024") }},
 		{"pod outside the local global CIDR", func(c *Config) { c.Pods[0].Global = ip("242.0.3.9") }},
 		{"egress outside the local global CIDR", func(c *Config) { c.Egress = []netip.Addr{ip("242.0.3.253")} }},
+		{"pod with two egress IPs", func(c *Config) {
+			c.PodEgress = append(c.PodEgress, PodEgress{Pod: ip("10.244.0.7"), Global: ip("242.0.1.250")})
+		}},
+		{"egress IP carrying ports", func(c *Config) { c.PodEgress[0].Global = ip("242.0.1.2") }},
+		{"egress IP 1:1 for a pod", func(c *Config) { c.PodEgress[0].Global = ip("242.0.1.252") }},
+		{"pod egress outside the local global CIDR", func(c *Config) { c.PodEgress[0].Global = ip("242.0.3.9") }},
 		{"remote not canonical", func(c *Config) { c.Remote = []netip.Prefix{netip.MustParsePrefix("242.0.3.1/24")} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -147,6 +147,56 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 	}
 }
 
+// TestNamespaceEgress: a pod of a namespace with its own global egress
+// IP (PodEgress) reaches the remote from that IP, a pod of any other
+// namespace from the cluster-wide egress range and a headless pod from
+// its own global IP; taking the pod out of the map (an incremental sync)
+// puts it back on the cluster-wide range.
+func TestNamespaceEgress(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	labelled := netip.MustParseAddr("10.244.0.7")
+	tp.in(t, "pod", "ip", "addr", "add", labelled.String()+"/24", "dev", "p0")
+	tp.tcpPeerServer(t, "client", remoteService.String()+":7000")
+	remote := netip.AddrPortFrom(remoteService, 7000)
+
+	cfg, l := baseConfig(t)
+	nsIP := netip.MustParseAddr("242.0.1.251") // the next whole IP after the headless pod's
+	cfg.PodEgress = []PodEgress{{Pod: labelled, Global: nsIP}}
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	ctx := context.Background()
+	if _, err := tab.Sync(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+
+	seenAs := func(src netip.Addr) netip.Addr {
+		t.Helper()
+		got, err := tp.tcpAsk("pod", src, remote)
+		if err != nil {
+			t.Fatalf("%s → remote: %v", src, err)
+		}
+		return netip.MustParseAddr(hostOf(got))
+	}
+	if got := seenAs(labelled); got != nsIP {
+		t.Errorf("labelled namespace's pod seen as %s, want its namespace's egress IP %s", got, nsIP)
+	}
+	if got := seenAs(podAddr); !slices.Contains(l.Egress, got) {
+		t.Errorf("other pod seen as %s, want one of the cluster-wide egress IPs %v", got, l.Egress)
+	}
+	if got, want := seenAs(headlessPod), cfg.Pods[0].Global; got != want {
+		t.Errorf("headless pod seen as %s, want its own global IP %s", got, want)
+	}
+
+	cfg.PodEgress = nil
+	if res, err := tab.Sync(ctx, cfg); err != nil || res.Full || res.Removed != 1 {
+		t.Fatalf("pod out of the map: %+v, %v; want one element removed incrementally", res, err)
+	}
+	if got := seenAs(labelled); !slices.Contains(l.Egress, got) {
+		t.Errorf("after the namespace lost its egress IP its pod is seen as %s, want one of %v", got, l.Egress)
+	}
+}
+
 // TestFailoverReplyWaitsForTheRemote is a failover onto the backend's
 // node: a UDP flow from a remote client (seen at its cluster's egress
 // address) to an exported port loses its conntrack entry, as a new

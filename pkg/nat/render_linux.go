@@ -14,6 +14,7 @@ func setTypes() map[string]string {
 		SetLocal:        "ipv4_addr",
 		MapPodIn:        "ipv4_addr : ipv4_addr",
 		MapPodOut:       "ipv4_addr : ipv4_addr",
+		MapPodEgress:    "ipv4_addr : ipv4_addr",
 	}
 	for _, p := range Protocols {
 		t[p+suffixInAddr] = "ipv4_addr . inet_service : ipv4_addr"
@@ -72,6 +73,9 @@ func addChains(tx *knftables.Transaction, d *desired) {
 	rule(ChainReply, out+"ct direction reply ip daddr @"+SetRemote+" ip saddr != @"+SetLocal+" drop")
 
 	tx.Add(baseChain(ChainEgress, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority+"-10"))
+	// A pod of a namespace with its own global egress IP leaves from it;
+	// a pod the map does not hold misses the lookup, which ends the rule.
+	rule(ChainEgress, out+"ip daddr @"+SetRemote+" ip saddr != @"+SetLocal+" ip saddr != @"+MapPodOut+" snat to ip saddr map @"+MapPodEgress)
 	if d.snat != "" {
 		rule(ChainEgress, out+"ip daddr @"+SetRemote+" ip saddr != @"+SetLocal+" ip saddr != @"+MapPodOut+" snat to "+d.snat+" persistent")
 	}

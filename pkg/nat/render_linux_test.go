@@ -64,8 +64,9 @@ func TestFullTransaction(t *testing.T) {
 		"udp-out-port":  {"10.96.0.10 . 53": "1026"},
 		"udp-out-addr":  {"10.96.0.10 . 1026": "242.0.1.2"},
 		"sctp-in-addr":  {}, "sctp-in-port": {}, "sctp-out-port": {}, "sctp-out-addr": {}, // declared, empty
-		MapPodIn:  {"242.0.1.252": "10.244.0.6"},
-		MapPodOut: {"10.244.0.6": "242.0.1.252"},
+		MapPodIn:     {"242.0.1.252": "10.244.0.6"},
+		MapPodOut:    {"10.244.0.6": "242.0.1.252"},
+		MapPodEgress: {"10.244.0.7": "242.0.1.251", "10.244.0.8": "242.0.1.251"},
 	}
 	if got := fakeElems(fake); !sameElems(got, want) {
 		t.Errorf("elements %v\nwant %v", got, want)
@@ -85,7 +86,10 @@ func TestFullTransaction(t *testing.T) {
 			"ip daddr @remote ip saddr set ip saddr map @pod-out",
 			"ct direction reply ip daddr @remote ip saddr != @local drop",
 		},
-		ChainEgress: {"ip daddr @remote ip saddr != @local ip saddr != @pod-out snat to 242.0.1.253-242.0.1.254 persistent"},
+		ChainEgress: {
+			"ip daddr @remote ip saddr != @local ip saddr != @pod-out snat to ip saddr map @pod-egress",
+			"ip daddr @remote ip saddr != @local ip saddr != @pod-out snat to 242.0.1.253-242.0.1.254 persistent",
+		},
 		ChainCanary: nil,
 	} {
 		if got := rules(fake, chain); !slices.Equal(got, want) {
@@ -105,8 +109,8 @@ func TestFullTransaction(t *testing.T) {
 			n++
 		}
 	}
-	if n != 11 {
-		t.Errorf("%d rules scoped to the device, want all 11", n)
+	if n != 12 {
+		t.Errorf("%d rules scoped to the device, want all 12", n)
 	}
 	scoped.Device = "bad dev"
 	if _, err := scoped.compile(); err == nil {
@@ -114,7 +118,8 @@ func TestFullTransaction(t *testing.T) {
 	}
 	noEgress := smallConfig()
 	noEgress.Egress = nil
-	if fake, _ = applied(t, noEgress); len(rules(fake, ChainEgress)) != 0 {
+	// Without egress IPs only the namespaces' own egress IPs are SNAT sources.
+	if fake, _ = applied(t, noEgress); len(rules(fake, ChainEgress)) != 1 {
 		t.Errorf("no egress IPs but SNAT rules %q", rules(fake, ChainEgress))
 	}
 }

@@ -26,7 +26,7 @@ func NewCommand() *cobra.Command {
 		leaderElect = true
 	)
 	cmd := daemon.Command("globalnet",
-		"Causeway globalnet controller: the global IP:port pairs and pod IPs of this cluster's exported Services",
+		"Causeway globalnet controller: the global IP:port pairs and pod IPs of this cluster's exported Services, and labelled namespaces' egress IPs",
 		`The globalnet controller runs once per cluster when globalnet is on
 (replicas elect one leader through the Lease causeway-globalnet in
 --namespace). Out of this cluster's global CIDR (its mirrored Cluster in
@@ -34,10 +34,13 @@ func NewCommand() *cobra.Command {
 gives every port of every exported ClusterSetIP Service a unique (global
 IP, global port) pair and every ready pod of an exported headless Service
 inside the cluster's pod CIDRs a global IP, and writes each Service's
-allocation as a GlobalIngress (the Service's namespace and name). The
-active gateway translates from those objects; the MCS controller
-publishes their addresses in the export records. A Service no longer
-exported keeps its addresses reserved for --quarantine.`,
+allocation as a GlobalIngress (the Service's namespace and name). A
+namespace labelled causeway.dev/global-egress=<1-8> gets that many
+global egress IPs of its own, written with its pods' addresses as the
+GlobalEgress named after it. The active gateway translates from those
+objects; the MCS controller publishes the exports' addresses in the
+export records. A Service no longer exported, or a namespace no longer
+labelled, keeps its addresses reserved for --quarantine.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
 			local, err := opts.RESTConfig()
 			if err != nil {
@@ -69,9 +72,9 @@ exported keeps its addresses reserved for --quarantine.`,
 			return c.Run(ctx)
 		})
 	fs := cmd.Flags()
-	fs.DurationVar(&quarantine, "quarantine", quarantine, "how long the global addresses of a Service no longer exported stay reserved before they are freed")
+	fs.DurationVar(&quarantine, "quarantine", quarantine, "how long the global addresses of a Service no longer exported, or of a namespace no longer labelled, stay reserved before they are freed")
 	fs.DurationVar(&resync, "resync-period", resync, "full resync period")
-	fs.IntVar(&workers, "workers", workers, "Services synced in parallel")
+	fs.IntVar(&workers, "workers", workers, "Services (and namespaces) synced in parallel")
 	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "elect one acting replica per cluster")
 	return cmd
 }

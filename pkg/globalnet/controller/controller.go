@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -84,24 +85,28 @@ type Controller struct {
 	reader   client.Reader
 	recorder events.EventRecorder
 	metrics  *metrics
-	// trigger queues Services from outside the watches (those waiting
-	// for room, once addresses are freed).
-	trigger chan event.GenericEvent
+	// trigger queues Services, egressTrigger namespaces from outside the
+	// watches (those waiting for room, once addresses are freed).
+	trigger       chan event.GenericEvent
+	egressTrigger chan event.GenericEvent
 
 	alloc allocation
 }
 
 // Rights of the controller in the local cluster (make generate-rbac turns
 // these into the chart's templates/rbac/globalnet.yaml). It reads the
-// exports, their Services and EndpointSlices and this cluster's Cluster
-// mirror through its caches, and writes only GlobalIngress objects and
-// Events: Warning Events on ServiceExports (events.k8s.io, in their
-// namespaces) and the leader election's in Causeway's namespace.
+// exports, their Services and EndpointSlices, the Namespaces and Pods
+// (namespace egress) and this cluster's Cluster mirror through its
+// caches, and writes only GlobalIngress and GlobalEgress objects and
+// Events: Warning Events on ServiceExports and Namespaces
+// (events.k8s.io) and the leader election's in Causeway's namespace.
 //
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch
 // +kubebuilder:rbac:groups=causeway.dev,resources=globalingresses,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=namespaces;pods,verbs=list;watch
+// +kubebuilder:rbac:groups=causeway.dev,resources=globalegresses,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=causeway.dev,namespace=causeway-system,resources=clusters,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=causeway-system,resources=leases,verbs=get;create;update
@@ -153,6 +158,9 @@ func New(local *rest.Config, cfg Config) (*Controller, error) {
 				&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*ownSlices, *notImported)},
 				// The gateway's mirrors, in Causeway's namespace only.
 				&causewayv1alpha1.Cluster{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
+				// Every pod of the cluster, reduced to what namespace
+				// egress reads.
+				&corev1.Pod{}: {Transform: podAddresses},
 			},
 		},
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
@@ -170,17 +178,20 @@ func New(local *rest.Config, cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("local cluster manager: %w", err)
 	}
 	c := &Controller{
-		cfg:      cfg,
-		log:      cfg.Log,
-		mgr:      mgr,
-		local:    mgr.GetClient(),
-		reader:   mgr.GetAPIReader(),
-		recorder: mgr.GetEventRecorder("globalnet"),
-		metrics:  newMetrics(cfg.Metrics),
-		trigger:  make(chan event.GenericEvent, 1024),
+		cfg:           cfg,
+		log:           cfg.Log,
+		mgr:           mgr,
+		local:         mgr.GetClient(),
+		reader:        mgr.GetAPIReader(),
+		recorder:      mgr.GetEventRecorder("globalnet"),
+		metrics:       newMetrics(cfg.Metrics),
+		trigger:       make(chan event.GenericEvent, 1024),
+		egressTrigger: make(chan event.GenericEvent, 1024),
 		alloc: allocation{
-			held:    map[types.NamespacedName]causewayv1alpha1.GlobalIngressSpec{},
-			waiting: map[types.NamespacedName]bool{},
+			held:          map[types.NamespacedName]causewayv1alpha1.GlobalIngressSpec{},
+			egress:        map[string][]string{},
+			waiting:       map[types.NamespacedName]bool{},
+			waitingEgress: map[string]bool{},
 		},
 	}
 	if cfg.Metrics != nil {
@@ -215,43 +226,44 @@ func (c *Controller) setup() error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
-	// A GlobalIngress concerns its Service; one updated (fewer pods or
-	// ports) or deleted (after its quarantine) may free addresses for the
-	// Services waiting for room.
-	globalIngress := handler.Funcs{
-		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
-		},
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)})
-			for _, r := range c.waitingRequests() {
-				q.Add(r)
-			}
-		},
-		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
-			for _, r := range c.waitingRequests() {
-				q.Add(r)
-			}
-		},
-	}
 	err := builder.ControllerManagedBy(c.mgr).
 		Named("globalnet").
 		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: c.cfg.Workers}).
 		Watches(&mcsv1beta1.ServiceExport{}, &handler.EnqueueRequestForObject{}).
 		Watches(&corev1.Service{}, &handler.EnqueueRequestForObject{}).
 		Watches(&discoveryv1.EndpointSlice{}, slice).
-		Watches(&causewayv1alpha1.GlobalIngress{}, globalIngress).
+		Watches(&causewayv1alpha1.GlobalIngress{}, c.allocationObject()).
 		// This cluster's mirrored Cluster: its spec (global and pod CIDRs)
 		// concerns every export and every allocation.
 		Watches(&causewayv1alpha1.Cluster{}, handler.EnqueueRequestsFromMapFunc(c.onOwnCluster),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(c.trigger, &handler.EnqueueRequestForObject{})).
-		Complete(reconcile.Func(c.reconcile))
+		Complete(c.reconciler("service", func(ctx context.Context, req reconcile.Request) (time.Duration, error) {
+			return c.sync(ctx, req.NamespacedName)
+		}))
 	if err != nil {
 		return fmt.Errorf("build controller: %w", err)
 	}
-	return nil
+	return c.setupEgress()
+}
+
+// allocationObject maps a GlobalIngress to its Service, a GlobalEgress to
+// its namespace; one updated (it may hold less) or deleted (after its
+// quarantine) may free addresses for whatever waits for room.
+func (c *Controller) allocationObject() handler.Funcs {
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)})
+			c.wakeWaiting()
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+			c.wakeWaiting()
+		},
+	}
 }
 
 // onOwnCluster maps this cluster's mirrored Cluster to every exported
@@ -276,20 +288,24 @@ func (c *Controller) onOwnCluster(ctx context.Context, o client.Object) []reconc
 	return out
 }
 
-func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	start := time.Now()
-	requeue, err := c.sync(ctx, req.NamespacedName)
-	c.metrics.observe(time.Since(start), err)
-	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
-		// The cache lags behind our own writes: try again shortly, without
-		// reporting an error or growing the backoff.
-		c.log.Debug("sync raced the cache", "service", req.NamespacedName, "err", err)
-		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+// reconciler runs sync for one request (a Service, or a namespace:
+// what), records its metrics and retries shortly, without an error,
+// when the cache lagged behind our own writes.
+func (c *Controller) reconciler(what string, sync func(context.Context, reconcile.Request) (time.Duration, error)) reconcile.Func {
+	return func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		name := strings.TrimPrefix(req.String(), "/")
+		start := time.Now()
+		requeue, err := sync(ctx, req)
+		c.metrics.observe(time.Since(start), err)
+		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+			c.log.Debug("sync raced the cache", what, name, "err", err)
+			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("sync %s %s: %w", what, name, err)
+		}
+		return reconcile.Result{RequeueAfter: requeue}, nil
 	}
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("sync %s: %w", req.NamespacedName, err)
-	}
-	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
 // sync brings the GlobalIngress of one Service up to date: allocated

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
@@ -42,9 +41,15 @@ type allocation struct {
 	// held is what pool holds per Service: the spec of its GlobalIngress
 	// (released ones included, until deleted after the quarantine).
 	held map[types.NamespacedName]causewayv1alpha1.GlobalIngressSpec
-	// waiting are Services whose allocation found the pool exhausted;
-	// they are queued again when a GlobalIngress is deleted.
-	waiting map[types.NamespacedName]bool
+	// egress is what pool holds per namespace with its own egress IPs:
+	// the IPs of its GlobalEgress (released ones included, until deleted
+	// after the quarantine).
+	egress map[string][]string
+	// waiting are Services, waitingEgress namespaces whose allocation
+	// found the pool exhausted; they are queued again when addresses are
+	// freed or an allocation object is updated or deleted.
+	waiting       map[types.NamespacedName]bool
+	waitingEgress map[string]bool
 }
 
 // ownCluster is this cluster's global CIDR (the first IPv4 one) and pod
@@ -83,6 +88,10 @@ func (c *Controller) allocator(ctx context.Context, cidr netip.Prefix) (*nat.All
 	if err := c.reader.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list GlobalIngresses: %w", err)
 	}
+	var egresses causewayv1alpha1.GlobalEgressList
+	if err := c.reader.List(ctx, &egresses); err != nil {
+		return nil, fmt.Errorf("list GlobalEgresses: %w", err)
+	}
 	held := make(map[types.NamespacedName]causewayv1alpha1.GlobalIngressSpec, len(list.Items))
 	for _, gi := range list.Items {
 		if err := globalnet.ReplayIngress(a, gi.Namespace, gi.Name, gi.Spec); err != nil {
@@ -91,8 +100,16 @@ func (c *Controller) allocator(ctx context.Context, cidr netip.Prefix) (*nat.All
 		}
 		held[client.ObjectKeyFromObject(&gi)] = gi.Spec
 	}
-	c.log.Info("allocator ready", "cidr", cidr, "replayed", len(held))
-	g.cidr, g.pool, g.held = cidr, a, held
+	egress := make(map[string][]string, len(egresses.Items))
+	for _, ge := range egresses.Items {
+		if err := globalnet.ReplayEgress(a, ge.Name, ge.Spec.IPs); err != nil {
+			c.log.Warn("global egress IPs not replayed, allocating anew", "namespace", ge.Name, "err", err)
+			continue
+		}
+		egress[ge.Name] = ge.Spec.IPs
+	}
+	c.log.Info("allocator ready", "cidr", cidr, "replayed", len(held), "replayedEgress", len(egress))
+	g.cidr, g.pool, g.held, g.egress = cidr, a, held, egress
 	c.gauges()
 	return a, nil
 }
@@ -167,125 +184,154 @@ func (c *Controller) syncIngress(ctx context.Context, key types.NamespacedName, 
 
 // apply creates or updates key's GlobalIngress with spec and cond.
 func (c *Controller) apply(ctx context.Context, key types.NamespacedName, have *causewayv1alpha1.GlobalIngress, spec causewayv1alpha1.GlobalIngressSpec, cond metav1.Condition) error {
-	if have == nil {
-		obj := &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Spec: spec}
-		meta.SetStatusCondition(&obj.Status.Conditions, cond)
-		if err := c.local.Create(ctx, obj); err != nil {
-			return fmt.Errorf("create GlobalIngress: %w", err)
-		}
-		c.metrics.apiWrites.WithLabelValues("create").Inc()
+	want := &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	var old client.Object
+	if have != nil {
+		want, old = have.DeepCopy(), have
+	}
+	want.Spec = spec
+	meta.SetStatusCondition(&want.Status.Conditions, cond)
+	return c.write(ctx, "GlobalIngress", old, want)
+}
+
+// write creates want (an allocation object) when have is nil, else
+// updates have to want unless they are equal.
+func (c *Controller) write(ctx context.Context, kind string, have, want client.Object) error {
+	op := "create"
+	var err error
+	switch {
+	case have == nil:
+		err = c.local.Create(ctx, want)
+	case equality.Semantic.DeepEqual(have, want):
 		return nil
+	default:
+		op = "update"
+		err = c.local.Update(ctx, want)
 	}
-	upd := have.DeepCopy()
-	upd.Spec = spec
-	meta.SetStatusCondition(&upd.Status.Conditions, cond)
-	if equality.Semantic.DeepEqual(upd.Spec, have.Spec) && equality.Semantic.DeepEqual(upd.Status, have.Status) {
-		return nil
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", op, kind, err)
 	}
-	if err := c.local.Update(ctx, upd); err != nil {
-		return fmt.Errorf("update GlobalIngress: %w", err)
-	}
-	c.metrics.apiWrites.WithLabelValues("update").Inc()
+	c.metrics.apiWrites.WithLabelValues(op).Inc()
 	return nil
 }
 
 // releaseIngress marks have released (the gateway stops translating)
 // and deletes it once the quarantine has passed, freeing its addresses.
 func (c *Controller) releaseIngress(ctx context.Context, key types.NamespacedName, have *causewayv1alpha1.GlobalIngress) (requeue time.Duration, err error) {
-	if have == nil || have.DeletionTimestamp != nil {
-		return 0, c.forget(ctx, key)
+	free := func(g *allocation) {
+		if h, ok := g.held[key]; ok && g.pool != nil {
+			globalnet.FreeIngress(g.pool, key.Namespace, key.Name, h)
+			delete(g.held, key)
+		}
+		delete(g.waiting, key)
 	}
-	if have.Spec.ReleasedAt == nil {
+	if have == nil || have.DeletionTimestamp != nil {
+		return 0, c.forget(ctx, key, &causewayv1alpha1.GlobalIngress{}, func(g *allocation) bool { _, ok := g.held[key]; return ok }, free)
+	}
+	mark := func() client.Object {
 		upd := have.DeepCopy()
 		upd.Spec.ReleasedAt = &metav1.MicroTime{Time: time.Now()}
-		if err := c.local.Update(ctx, upd); err != nil {
-			return 0, fmt.Errorf("release GlobalIngress: %w", err)
+		return upd
+	}
+	return c.quarantine(ctx, "GlobalIngress", have, have.Spec.ReleasedAt, mark, free)
+}
+
+// quarantine is the release of an allocation object (a GlobalIngress or
+// GlobalEgress, have): marked released (releasedAt: mark returns the
+// object to write) so the gateway stops translating, and deleted once the
+// quarantine after releasedAt has passed, when free gives its addresses
+// back.
+func (c *Controller) quarantine(ctx context.Context, kind string, have client.Object, releasedAt *metav1.MicroTime, mark func() client.Object, free func(*allocation)) (requeue time.Duration, err error) {
+	if releasedAt == nil {
+		if err := c.local.Update(ctx, mark()); err != nil {
+			return 0, fmt.Errorf("release %s: %w", kind, err)
 		}
 		c.metrics.apiWrites.WithLabelValues("update").Inc()
 		return c.cfg.Quarantine, nil
 	}
-	if left := time.Until(have.Spec.ReleasedAt.Add(c.cfg.Quarantine)); left > 0 {
+	if left := time.Until(releasedAt.Add(c.cfg.Quarantine)); left > 0 {
 		return left, nil
 	}
 	// The lock spans the delete: the delete event queues the Services
-	// waiting for room, which must find the addresses free.
+	// and namespaces waiting for room, which must find the addresses free.
 	g := &c.alloc
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if err := c.local.Delete(ctx, have, client.Preconditions{UID: &have.UID}); err != nil && !apierrors.IsNotFound(err) {
-		return 0, fmt.Errorf("delete GlobalIngress: %w", err)
+	uid := have.GetUID()
+	if err := c.local.Delete(ctx, have, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return 0, fmt.Errorf("delete %s: %w", kind, err)
 	}
 	c.metrics.apiWrites.WithLabelValues("delete").Inc()
-	if h, ok := g.held[key]; ok && g.pool != nil {
-		globalnet.FreeIngress(g.pool, key.Namespace, key.Name, h)
-		delete(g.held, key)
-	}
-	delete(g.waiting, key)
+	free(g)
 	c.gauges()
 	c.requeueWaiting()
 	return 0, nil
 }
 
-// forget frees the addresses of a Service whose GlobalIngress was
-// deleted by someone else (its namespace went, or by hand), once the API
-// server confirms it is gone (the cache may not have seen our own create
-// yet).
-func (c *Controller) forget(ctx context.Context, key types.NamespacedName) error {
+// forget frees the addresses of an allocation object (obj's kind, key)
+// that someone else deleted (its namespace went, or by hand), once the
+// API server confirms it is gone (the cache may not have seen our own
+// create yet). holds reports whether the allocator holds addresses for
+// it, free gives them back.
+func (c *Controller) forget(ctx context.Context, key types.NamespacedName, obj client.Object, holds func(*allocation) bool, free func(*allocation)) error {
 	g := &c.alloc
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	h, ok := g.held[key]
-	if !ok || g.pool == nil {
+	if !holds(g) || g.pool == nil {
 		return nil
 	}
-	switch err := c.reader.Get(ctx, key, &causewayv1alpha1.GlobalIngress{}); {
+	switch err := c.reader.Get(ctx, key, obj); {
 	case err == nil:
 		return nil // still there: its events bring us back
 	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("get GlobalIngress: %w", err)
+		return fmt.Errorf("get %T: %w", obj, err)
 	}
-	globalnet.FreeIngress(g.pool, key.Namespace, key.Name, h)
-	delete(g.held, key)
-	delete(g.waiting, key)
+	free(g)
 	c.gauges()
 	c.requeueWaiting()
 	return nil
 }
 
-// requeueWaiting queues the Services waiting for room in the global pool
-// (addresses were just freed); call with c.alloc.mu held. The events go
-// through the trigger channel from a goroutine, so a full channel never
-// blocks a sync.
+// requeueWaiting queues the Services and namespaces waiting for room in
+// the global pool (addresses were just freed); call with c.alloc.mu
+// held. The events go through the trigger channels from a goroutine, so
+// a full channel never blocks a sync.
 func (c *Controller) requeueWaiting() {
-	if len(c.alloc.waiting) == 0 {
+	g := &c.alloc
+	if len(g.waiting)+len(g.waitingEgress) == 0 {
 		return
 	}
-	objs := make([]*causewayv1alpha1.GlobalIngress, 0, len(c.alloc.waiting))
-	for k := range c.alloc.waiting {
-		objs = append(objs, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}})
+	services := make([]*causewayv1alpha1.GlobalIngress, 0, len(g.waiting))
+	for k := range g.waiting {
+		services = append(services, &causewayv1alpha1.GlobalIngress{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}})
+	}
+	namespaces := make([]*causewayv1alpha1.GlobalEgress, 0, len(g.waitingEgress))
+	for ns := range g.waitingEgress {
+		namespaces = append(namespaces, &causewayv1alpha1.GlobalEgress{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	go func() {
-		for _, o := range objs {
+		for _, o := range services {
 			c.trigger <- event.GenericEvent{Object: o}
 		}
+		for _, o := range namespaces {
+			c.egressTrigger <- event.GenericEvent{Object: o}
+		}
 	}()
+}
+
+// wakeWaiting queues everything waiting for room: an allocation object
+// was updated (it may hold less) or deleted.
+func (c *Controller) wakeWaiting() {
+	c.alloc.mu.Lock()
+	defer c.alloc.mu.Unlock()
+	c.requeueWaiting()
 }
 
 // gauges updates the allocation gauges; call with c.alloc.mu held.
 func (c *Controller) gauges() {
 	c.metrics.ingresses.Set(float64(len(c.alloc.held)))
-	c.metrics.waiting.Set(float64(len(c.alloc.waiting)))
-}
-
-// waitingRequests are the Services waiting for room in the global pool.
-func (c *Controller) waitingRequests() []reconcile.Request {
-	c.alloc.mu.Lock()
-	defer c.alloc.mu.Unlock()
-	out := make([]reconcile.Request, 0, len(c.alloc.waiting))
-	for k := range c.alloc.waiting {
-		out = append(out, reconcile.Request{NamespacedName: k})
-	}
-	return out
+	c.metrics.egresses.Set(float64(len(c.alloc.egress)))
+	c.metrics.waiting.Set(float64(len(c.alloc.waiting) + len(c.alloc.waitingEgress)))
 }
 
 func truncate(s string, n int) string {

@@ -1,0 +1,116 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/causeway-net/causeway/api/v1alpha1"
+	"github.com/causeway-net/causeway/pkg/nat"
+)
+
+// TestLabNamespaceEgress: in the default (globalnet) lab, c1's client in
+// namespace demo reaches c2's whereami from one of c1's cluster-wide
+// egress addresses; once demo is labelled causeway.dev/global-egress=1
+// it gets a GlobalEgress with its own IP in c1's global CIDR and its
+// pods' addresses, and c2's server sees the client at that IP; the label
+// removed, the object is released and the client leaves from the
+// cluster-wide addresses again.
+func TestLabNamespaceEgress(t *testing.T) {
+	l := StartLab(t)
+	ctx := context.Background()
+	c1 := l.Client("c1")
+	layout, err := nat.ClusterLayout(l.globalCIDR(ctx, "c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// seenByC2 is the address c2's whereami sees c1's demo client at.
+	seenByC2 := func() (netip.Addr, error) {
+		for range 12 {
+			id, err := l.whereami("c1/demo/client", "http://whereami.demo.svc.clusterset.local")
+			if err != nil {
+				return netip.Addr{}, err
+			}
+			if id.Cluster == "c2" {
+				host, _, _ := strings.Cut(id.Client, ":")
+				return netip.ParseAddr(host)
+			}
+		}
+		return netip.Addr{}, fmt.Errorf("no answer from c2")
+	}
+	// The first answer waits for the import to converge after `lab up`
+	// (the clusterset name resolving in c1): on a loaded machine that
+	// took longer than waitFor's 30 s.
+	waitForWithin(t, 2*time.Minute, "c2 seeing c1's client at a cluster-wide egress address", func() error {
+		if a, err := seenByC2(); err != nil || !slices.Contains(layout.Egress, a) {
+			return fmt.Errorf("seen as %s (%v), want one of %v", a, err, layout.Egress)
+		}
+		return nil
+	})
+
+	setLabel := func(value string) {
+		t.Helper()
+		ns := &corev1.Namespace{}
+		if err := c1.Get(ctx, client.ObjectKey{Name: "demo"}, ns); err != nil {
+			t.Fatal(err)
+		}
+		if value == "" {
+			delete(ns.Labels, v1alpha1.LabelGlobalEgress)
+		} else {
+			ns.Labels[v1alpha1.LabelGlobalEgress] = value
+		}
+		if err := c1.Update(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setLabel("1")
+	start := time.Now()
+	var nsIP netip.Addr
+	clientPod := &corev1.Pod{}
+	if err := c1.Get(ctx, client.ObjectKey{Namespace: "demo", Name: "client"}, clientPod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c1's GlobalEgress demo allocated with the client's address", func() error {
+		ge := &v1alpha1.GlobalEgress{}
+		if err := c1.Get(ctx, client.ObjectKey{Name: "demo"}, ge); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(ge.Status.Conditions, v1alpha1.ConditionAllocated) || len(ge.Spec.IPs) != 1 ||
+			!slices.Contains(ge.Spec.Pods, clientPod.Status.PodIP) {
+			return fmt.Errorf("GlobalEgress %+v %+v", ge.Spec, ge.Status.Conditions)
+		}
+		var err error
+		nsIP, err = netip.ParseAddr(ge.Spec.IPs[0])
+		if err != nil || !layout.Ingress.Contains(nsIP) {
+			return fmt.Errorf("egress IP %q: want an address of c1's pool %s", ge.Spec.IPs[0], layout.Ingress)
+		}
+		return nil
+	})
+	waitFor(t, "c2 seeing c1's client at demo's own egress IP", func() error {
+		if a, err := seenByC2(); err != nil || a != nsIP {
+			return fmt.Errorf("seen as %s (%v), want %s", a, err, nsIP)
+		}
+		return nil
+	})
+	t.Logf("labelled: c2 saw c1's client at demo's egress IP %s after %.2fs", nsIP, time.Since(start).Seconds())
+
+	setLabel("")
+	waitFor(t, "c1's GlobalEgress demo released and c2 seeing the cluster-wide egress again", func() error {
+		ge := &v1alpha1.GlobalEgress{}
+		if err := c1.Get(ctx, client.ObjectKey{Name: "demo"}, ge); err == nil && ge.Spec.ReleasedAt == nil {
+			return fmt.Errorf("not released: %+v", ge.Spec)
+		}
+		if a, err := seenByC2(); err != nil || !slices.Contains(layout.Egress, a) {
+			return fmt.Errorf("seen as %s (%v), want one of %v", a, err, layout.Egress)
+		}
+		return nil
+	})
+}
