@@ -17,8 +17,8 @@ import (
 	"github.com/causeway-net/causeway/pkg/nat"
 )
 
-// TestLabNamespaceEgress: in the default (globalnet) lab, c1's client in
-// namespace demo reaches c2's whereami from one of c1's cluster-wide
+// TestLabNamespaceEgress: in the default (globalnet) lab, with whereami
+// exported from c2, c1's client in namespace demo reaches it from one of c1's cluster-wide
 // egress addresses; once demo is labelled causeway.dev/global-egress=1
 // it gets a GlobalEgress with its own IP in c1's global CIDR and its
 // pods' addresses, and c2's server sees the client at that IP; the label
@@ -46,9 +46,11 @@ func TestLabNamespaceEgress(t *testing.T) {
 		}
 		return netip.Addr{}, fmt.Errorf("no answer from c2")
 	}
-	// The first answer waits for the import to converge after `lab up`
-	// (the clusterset name resolving in c1): on a loaded machine that
-	// took longer than waitFor's 30 s.
+	// c2 exports whereami (lab up exports nothing); the first answer
+	// waits for c1's import to converge (the clusterset name resolving).
+	if out, err := l.causewayctl("export", "demo/whereami", "--cluster", "c2"); err != nil {
+		t.Fatalf("export from c2: %v\n%s", err, out)
+	}
 	waitForWithin(t, 2*time.Minute, "c2 seeing c1's client at a cluster-wide egress address", func() error {
 		if a, err := seenByC2(); err != nil || !slices.Contains(layout.Egress, a) {
 			return fmt.Errorf("seen as %s (%v), want one of %v", a, err, layout.Egress)
