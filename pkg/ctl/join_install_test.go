@@ -112,6 +112,47 @@ func activeGateway(ctx context.Context, c client.Client, node string) error {
 	return c.Status().Update(ctx, gw)
 }
 
+// playRollout plays the workload controllers once join has applied the
+// chart: every DaemonSet and Deployment of Causeway reports its current
+// generation rolled out (the Pods are the test's own).
+func playRollout(ctx context.Context, c client.Client) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var dss appsv1.DaemonSetList
+		if err := c.List(ctx, &dss, client.InNamespace(kube.Namespace)); err != nil {
+			return false, err
+		}
+		var deps appsv1.DeploymentList
+		if err := c.List(ctx, &deps, client.InNamespace(kube.Namespace)); err != nil {
+			return false, err
+		}
+		if len(dss.Items) < 2 || len(deps.Items) < 1 { // gateway, route agent; MCS controller
+			return false, nil
+		}
+		for i := range dss.Items {
+			ds := &dss.Items[i]
+			var nodes corev1.NodeList
+			if err := c.List(ctx, &nodes, client.MatchingLabels(ds.Spec.Template.Spec.NodeSelector)); err != nil {
+				return false, err
+			}
+			n := int32(len(nodes.Items))
+			ds.Status = appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, DesiredNumberScheduled: n,
+				CurrentNumberScheduled: n, UpdatedNumberScheduled: n, NumberReady: n, NumberAvailable: n}
+			if err := c.Status().Update(ctx, ds); err != nil {
+				return false, err
+			}
+		}
+		for i := range deps.Items {
+			d := &deps.Items[i]
+			n := *d.Spec.Replicas
+			d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+			if err := c.Status().Update(ctx, d); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+}
+
 // playCleanup plays the garbage collector and the kubelets during
 // uninstall: once the DaemonSets are gone it deletes their Pods, then it
 // checks that want cleanup Pods run their DaemonSet's program with
@@ -204,12 +245,14 @@ func TestJoinFileInstall(t *testing.T) {
 	}
 	// … and the gateway: active, the first cluster of the ClusterSet.
 	go func() { errc <- activeGateway(ctx, c1.Client, "n0") }()
+	// … and the workloads' rollout.
+	go func() { errc <- playRollout(ctx, c1.Client) }()
 	var joinOut syncBuffer
 	joined := make(chan error, 1)
 	go func() {
 		joined <- runCtlTo(&joinOut, "join", "--join-file", joinFile, "--kubeconfig", c1.AdminKubeconfig, "--gateway-node", "n0", "--timeout", "2m")
 	}()
-	for range len(pods) + 1 {
+	for range len(pods) + 2 {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
@@ -288,6 +331,21 @@ func TestJoinFileInstall(t *testing.T) {
 	}
 	if err := c2.Client.Get(ctx, client.ObjectKey{Namespace: kube.Namespace, Name: broker.Secret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the refused cluster got a broker Secret: %v", err)
+	}
+
+	// An upgrade (a changed image tag: every Pod template changes) is
+	// not done while the old Pods are Ready: join waits until each
+	// workload is rolled out.
+	out, err = runCtl("join", "--join-file", joinFile, "--kubeconfig", c1.AdminKubeconfig, "--set", "image.tag=next", "--timeout", "2s")
+	if err == nil || !strings.Contains(err.Error(), "DaemonSet causeway-gateway: its update not yet seen by the controller") ||
+		!strings.Contains(out, "4/4 Pods Ready") {
+		t.Errorf("join of a new image tag, not rolled out: %v, want a timeout naming the DaemonSet\n%s", err, out)
+	}
+	if err := playRollout(ctx, c1.Client); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCtl("join", "--join-file", joinFile, "--kubeconfig", c1.AdminKubeconfig, "--set", "image.tag=next", "--timeout", "30s"); err != nil {
+		t.Errorf("join of a new image tag, rolled out: %v\n%s", err, out)
 	}
 
 	// A route agent gone: joining again (idempotent) waits for it and

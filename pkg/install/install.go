@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/pkg/about"
@@ -163,8 +164,10 @@ func expected(ctx context.Context, c client.Client, objs []*unstructured.Unstruc
 }
 
 // WaitReady waits, at most timeout, until every workload of objs has its
-// Pods Ready (see expected), reporting each change of what is missing
-// through progress. On timeout the error names every Pod not Ready.
+// Pods Ready (see expected) and is rolled out (every Pod of its current
+// template: notRolledOut), reporting each change of what is missing
+// through progress. On timeout the error names every Pod not Ready and
+// every workload not rolled out.
 func WaitReady(ctx context.Context, c client.Client, objs []*unstructured.Unstructured, timeout time.Duration, progress func(string)) error {
 	wants, err := expected(ctx, c, objs)
 	if err != nil {
@@ -178,7 +181,17 @@ func WaitReady(ctx context.Context, c client.Client, objs []*unstructured.Unstru
 			return false, fmt.Errorf("list Pods: %w", err)
 		}
 		missing = notReady(wants, pods.Items)
-		if s := fmt.Sprintf("%d/%d Pods Ready", len(wants)-len(missing), len(wants)); s != last {
+		ready := len(wants) - len(missing)
+		for _, o := range objs {
+			why, err := notRolledOut(ctx, c, o)
+			if err != nil {
+				return false, err
+			}
+			if why != "" {
+				missing = append(missing, o.GetKind()+" "+o.GetName()+": "+why)
+			}
+		}
+		if s := fmt.Sprintf("%d/%d Pods Ready", ready, len(wants)); s != last {
 			last = s
 			if len(missing) > 0 {
 				s += "; waiting for " + strings.Join(missing, ", ")
@@ -191,6 +204,49 @@ func WaitReady(ctx context.Context, c client.Client, objs []*unstructured.Unstru
 		return fmt.Errorf("not Ready after %s: %s", timeout, strings.Join(missing, "; "))
 	}
 	return err
+}
+
+// notRolledOut says what the live workload of o (a DaemonSet or a
+// Deployment; "" for anything else) still waits for before every Pod
+// runs its current template — the rule of `kubectl rollout status` —
+// or "" when it is rolled out. Ready Pods of an older template do not
+// count: after an upgrade (a changed image tag, values or config) the
+// old Pods are Ready until they are replaced.
+func notRolledOut(ctx context.Context, c client.Client, o *unstructured.Unstructured) (string, error) {
+	key := client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()}
+	switch o.GetKind() {
+	case "DaemonSet":
+		var ds appsv1.DaemonSet
+		if err := c.Get(ctx, key, &ds); err != nil {
+			return "", fmt.Errorf("get DaemonSet %s: %w", key, err)
+		}
+		st := ds.Status
+		switch {
+		case st.ObservedGeneration < ds.Generation:
+			return "its update not yet seen by the controller", nil
+		case st.UpdatedNumberScheduled < st.DesiredNumberScheduled:
+			return fmt.Sprintf("%d of %d Pods updated", st.UpdatedNumberScheduled, st.DesiredNumberScheduled), nil
+		case st.NumberAvailable < st.DesiredNumberScheduled:
+			return fmt.Sprintf("%d of %d updated Pods available", st.NumberAvailable, st.DesiredNumberScheduled), nil
+		}
+	case "Deployment":
+		var d appsv1.Deployment
+		if err := c.Get(ctx, key, &d); err != nil {
+			return "", fmt.Errorf("get Deployment %s: %w", key, err)
+		}
+		st, want := d.Status, ptr.Deref(d.Spec.Replicas, 1)
+		switch {
+		case st.ObservedGeneration < d.Generation:
+			return "its update not yet seen by the controller", nil
+		case st.UpdatedReplicas < want:
+			return fmt.Sprintf("%d of %d replicas updated", st.UpdatedReplicas, want), nil
+		case st.Replicas > st.UpdatedReplicas:
+			return fmt.Sprintf("%d old replicas still terminating", st.Replicas-st.UpdatedReplicas), nil
+		case st.AvailableReplicas < st.UpdatedReplicas:
+			return fmt.Sprintf("%d of %d updated replicas available", st.AvailableReplicas, st.UpdatedReplicas), nil
+		}
+	}
+	return "", nil
 }
 
 // notReady describes each want that no Ready Pod meets; a Pod meets one

@@ -58,7 +58,7 @@ func TestClusterDeath(t *testing.T) {
 	reqs := l.startRequests("c3/demo/client", "http://"+vip, total)
 	time.Sleep(5 * time.Second)
 
-	frozeAt, thaw := l.freezeCluster(ctx, "c1")
+	frozeAt, thaw := l.freezeCluster("c1")
 	time.Sleep(clusterFreeze)
 	thawedAt := time.Now()
 	thaw()
@@ -155,22 +155,60 @@ func (l *Lab) startRequests(pod, url string, d time.Duration) func() []request {
 // plane, kubelets and kube-proxies (supervisor units) by SIGSTOP. It
 // returns when the freeze began and the function that resumes them all
 // (also called at the end of the test).
-func (l *Lab) freezeCluster(ctx context.Context, cluster string) (time.Time, func()) {
+func (l *Lab) freezeCluster(cluster string) (time.Time, func()) {
 	l.t.Helper()
-	var pids []int
+	var units []string
 	for _, u := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		pids = append(pids, l.unitPID(cluster+"/"+u))
+		units = append(units, cluster+"/"+u)
 	}
 	for _, n := range []string{"n0", "n1"} {
-		for _, u := range []string{"kubelet", "kube-proxy"} {
-			pids = append(pids, l.unitPID(cluster+"/"+n+"/"+u))
-		}
+		units = append(units, cluster+"/"+n+"/kubelet", cluster+"/"+n+"/kube-proxy")
 	}
 	h, err := netlab.NewHost(netlab.Config{Prefix: l.Prefix})
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	freeze := filepath.Join(h.Cgroups().Cluster(cluster), "cgroup.freeze")
+	return l.stopAll(h.Cgroups().Cluster(cluster), units, nil)
+}
+
+// killNode makes a lab node dead as a powered-off machine looks to the
+// rest of the lab, until the returned function revives it (also called
+// at the end of the test): every process of the node stopped at once
+// (its cgroup frozen: Pods, Causeway daemons; its kubelet and
+// kube-proxy units SIGSTOPped) and its cables pulled (its ports on the
+// cluster's switch and on the WAN set down). The node's own kernel
+// state stays: the revival is a resume, not a reboot. It returns when
+// the node died.
+func (l *Lab) killNode(cluster, node string) (time.Time, func()) {
+	l.t.Helper()
+	h, err := netlab.NewHost(netlab.Config{Prefix: l.Prefix})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	names := netlab.Names{Prefix: l.Prefix}
+	ports := [][2]string{{names.Switch(cluster), netlab.SwitchPort(node)}, {names.WAN(), netlab.WANPort(cluster, node)}}
+	return l.stopAll(h.Cgroups().Node(cluster, node), []string{cluster + "/" + node + "/kubelet", cluster + "/" + node + "/kube-proxy"}, ports)
+}
+
+// stopAll freezes cgroup, SIGSTOPs the supervisor units and sets the
+// links down (each a namespace and a link name), all at once, and
+// returns when and the function that undoes it all in the reverse
+// order (also called at the end of the test).
+func (l *Lab) stopAll(cgroup string, units []string, links [][2]string) (time.Time, func()) {
+	l.t.Helper()
+	var pids []int
+	for _, u := range units {
+		pids = append(pids, l.unitPID(u))
+	}
+	setLinks := func(state string) error {
+		for _, nl := range links {
+			if out, err := exec.Command("ip", "-n", nl[0], "link", "set", nl[1], state).CombinedOutput(); err != nil {
+				return fmt.Errorf("ip -n %s link set %s %s: %w: %s", nl[0], nl[1], state, err, out)
+			}
+		}
+		return nil
+	}
+	freeze := filepath.Join(cgroup, "cgroup.freeze")
 	at := time.Now()
 	if err := os.WriteFile(freeze, []byte("1"), 0); err != nil {
 		l.t.Fatalf("freeze %s: %v", freeze, err)
@@ -180,19 +218,25 @@ func (l *Lab) freezeCluster(ctx context.Context, cluster string) (time.Time, fun
 			l.t.Errorf("SIGSTOP %d: %v", pid, err)
 		}
 	}
+	if err := setLinks("down"); err != nil {
+		l.t.Error(err)
+	}
 	done := false
-	thaw := func() {
+	undo := func() {
 		if done {
 			return
 		}
 		done = true
+		if err := setLinks("up"); err != nil {
+			l.t.Error(err)
+		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 		_ = os.WriteFile(freeze, []byte("0"), 0)
 	}
-	l.t.Cleanup(thaw)
-	return at, thaw
+	l.t.Cleanup(undo)
+	return at, undo
 }
 
 // since formats how long after t0 the i-th of ts was ("-" without one).

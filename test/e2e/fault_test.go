@@ -73,20 +73,7 @@ const (
 func TestFaults(t *testing.T) {
 	l := StartLab(t, "--gateways", "2")
 	ctx := context.Background()
-	c1active := l.activeGateway(ctx, "c1")
-	c1passive := l.waitStandby(ctx, "c1", c1active)
-
-	echo, tcpAddr, udpAddr := l.exportEcho(ctx, "c1", c1passive)
-	cl := &corev1.Pod{}
-	if err := l.Client("c3").Get(ctx, client.ObjectKey{Namespace: "demo", Name: "client"}, cl); err != nil {
-		t.Fatalf("c3 client pod: %v", err)
-	}
-	names := netlab.Names{Prefix: l.Prefix}
-	serverNS := filepath.Join("/run/netns", names.Pod("c1", echo.Spec.NodeName, "demo", echo.Name))
-	clientNS := filepath.Join("/run/netns", names.Pod("c3", cl.Spec.NodeName, "demo", cl.Name))
-	tcp, udp := startStreams(t, serverNS, clientNS, streamEnds{"7070", tcpAddr}, streamEnds{"7071", udpAddr}, 10*time.Millisecond)
-	t.Logf("streams: c3 pod %s on %s → c1 pod %s on %s (c1's active gateway %s) via %s (TCP) and %s (UDP)",
-		cl.Name, cl.Spec.NodeName, echo.Name, echo.Spec.NodeName, c1active, tcpAddr, udpAddr)
+	echo, cl, tcp, udp := l.echoStreams(ctx)
 
 	// On a failure, every gateway and route agent log line of c1 and c3
 	// since the streams started (the lab's log dump keeps only the
@@ -238,6 +225,58 @@ func TestFaults(t *testing.T) {
 		}
 		unchanged("two gateway failovers in "+c, before)
 	}
+
+	// Node death, revival and failback: c1's active gateway node dies
+	// (every process stopped, cables pulled; the echo pod lives on the
+	// other node), the passive takes over; the dead node is revived (a
+	// resume, with the state it had: it must step down without
+	// disturbing the new active's path); then the new active's gateway
+	// is killed and the revived node takes over again, as before the
+	// death.
+	before = state()
+	dead := l.activeGateway(ctx, "c1")
+	other := l.waitStandby(ctx, "c1", dead)
+	start = time.Now()
+	_, revive := l.killNode("c1", dead)
+	if got := l.waitNewActive(ctx, "c1", dead); got != other {
+		t.Errorf("after node %s died, c1's active gateway is %s, want %s", dead, got, other)
+	}
+	time.Sleep(time.Until(start.Add(faultHold)))
+	measure(fmt.Sprintf("node c1/%s of the active gateway: dead (stopped, unplugged), passive %s takes over", dead, other), start, failoverBound)
+	start = time.Now()
+	revive()
+	l.waitStandby(ctx, "c1", other)
+	measure(fmt.Sprintf("node c1/%s revived: steps down", dead), start, quietBound)
+	start = time.Now()
+	if took := l.failover(ctx, "c1", other); took != dead {
+		t.Errorf("failback: %s took over from %s, want the revived %s", took, other, dead)
+	}
+	measure(fmt.Sprintf("failback: active gateway c1/%s SIGKILL, revived %s takes over", other, dead), start, failoverBound)
+	unchanged("node death, revival and failback", before)
+}
+
+// echoStreams starts TestFaults' streams in a lab with two gateway
+// candidates per cluster: an echo Service of c1 exported, served by a
+// pod on c1's passive candidate node (its replies take the route agent's
+// overlay to the active gateway), and a TCP stream and a UDP probe (a
+// message every 10 ms each, echoed) from c3's client pod to its global
+// IP:ports. It returns the echo and client pods and the streams.
+func (l *Lab) echoStreams(ctx context.Context) (echo, cl *corev1.Pod, tcp, udp *stream) {
+	l.t.Helper()
+	c1active := l.activeGateway(ctx, "c1")
+	c1passive := l.waitStandby(ctx, "c1", c1active)
+	echo, tcpAddr, udpAddr := l.exportEcho(ctx, "c1", c1passive)
+	cl = &corev1.Pod{}
+	if err := l.Client("c3").Get(ctx, client.ObjectKey{Namespace: "demo", Name: "client"}, cl); err != nil {
+		l.t.Fatalf("c3 client pod: %v", err)
+	}
+	names := netlab.Names{Prefix: l.Prefix}
+	serverNS := filepath.Join("/run/netns", names.Pod("c1", echo.Spec.NodeName, "demo", echo.Name))
+	clientNS := filepath.Join("/run/netns", names.Pod("c3", cl.Spec.NodeName, "demo", cl.Name))
+	tcp, udp = startStreams(l.t, serverNS, clientNS, streamEnds{"7070", tcpAddr}, streamEnds{"7071", udpAddr}, 10*time.Millisecond)
+	l.t.Logf("streams: c3 pod %s on %s → c1 pod %s on %s (c1's active gateway %s) via %s (TCP) and %s (UDP)",
+		cl.Name, cl.Spec.NodeName, echo.Name, echo.Spec.NodeName, c1active, tcpAddr, udpAddr)
+	return echo, cl, tcp, udp
 }
 
 // faultRow is one line of TestFaults' table.
