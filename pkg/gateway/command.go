@@ -95,6 +95,10 @@ object) and exits.`,
 			// gateway's verdict on unreachable remotes here.
 			cfg.Reach = reach.NewBoard()
 			rt.HandleHealth(reach.Path, cfg.Reach)
+			// Ready once it could take over (a rolling update waits
+			// for it before stopping the next candidate).
+			rt.SetReady("candidate", errors.New("caches and gateway Lease not yet synced"))
+			cfg.Ready = func() { rt.SetReady("candidate", nil) }
 			// --cleanup too: the config needs the address, and
 			// cleanup talks to the API server anyway (this node's Gateway).
 			if !cfg.PublicIP.IsValid() {

@@ -94,6 +94,12 @@ type Config struct {
 	// unreachable (the command serves it to the route agents); nil: a
 	// board of its own, served nowhere.
 	Reach *reach.Board
+	// Ready, when set, is called once this candidate could take the
+	// active role over from a warm start: its broker and local caches
+	// have synced and it has read the gateway Lease. The command makes
+	// it the Pod's readiness, so a rolling update replaces the next
+	// candidate only once this one can stand in for it.
+	Ready func()
 
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// CandidateProbePort, when not 0 and PrivateIP is set, is the UDP
@@ -423,6 +429,18 @@ func (e *Engine) Run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go el.watch(watchCtx)
+	if e.cfg.Ready != nil {
+		go func() {
+			for _, w := range watched {
+				if !w.c.WaitForCacheSync(watchCtx) {
+					return
+				}
+			}
+			if el.waitSynced(watchCtx) {
+				e.cfg.Ready()
+			}
+		}()
+	}
 	for ctx.Err() == nil {
 		lease, sent := el.acquire(ctx)
 		if lease == nil {

@@ -90,13 +90,14 @@ type elector struct {
 	observedAt time.Time             // when this version was first seen here
 	leader     string                // last holder reported to onNewLeader
 	changed    chan struct{}         // capacity 1: observed changed
+	listed     chan struct{}         // closed once synced
 }
 
 func newElector(watchClient, writeClient coordclient.LeasesGetter, namespace, name, identity string, duration, deadline, retry time.Duration, log *slog.Logger, onNewLeader func(string)) *elector {
 	return &elector{
 		leases: watchClient.Leases(namespace), writes: writeClient.Leases(namespace),
 		name: name, identity: identity, duration: duration, deadline: deadline, retry: retry,
-		log: log, onNewLeader: onNewLeader, changed: make(chan struct{}, 1),
+		log: log, onNewLeader: onNewLeader, changed: make(chan struct{}, 1), listed: make(chan struct{}),
 	}
 }
 
@@ -127,10 +128,22 @@ func (el *elector) watch(ctx context.Context) {
 			el.mu.Lock()
 			el.synced = true
 			el.mu.Unlock()
+			close(el.listed)
 			el.notify()
 		}
 	}()
 	ctrl.RunWithContext(ctx)
+}
+
+// waitSynced waits until the Lease watch has listed the Lease once; false
+// when ctx ended first.
+func (el *elector) waitSynced(ctx context.Context) bool {
+	select {
+	case <-el.listed:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // observe records a version of the Lease (nil: deleted).
