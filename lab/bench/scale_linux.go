@@ -15,9 +15,10 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -259,7 +260,8 @@ func (s *Scale) Run(ctx context.Context) (ScaleResult, error) {
 	if res.Resync, err = s.resync(ctx); err != nil {
 		return res, err
 	}
-	s.progress("%s's MCS controller resynced %v imports in %.2fs after its restart", res.Resync.Cluster, res.Resync.Imports, res.Resync.Seconds)
+	s.progress("%s's MCS controller resynced %v imports %.2fs after its new process started (%.2fs after its Pod was deleted)",
+		res.Resync.Cluster, res.Resync.Imports, res.Resync.Seconds, res.Resync.FromDeleteSeconds)
 	return res, nil
 }
 
@@ -744,7 +746,10 @@ func (s *Scale) resync(ctx context.Context) (ResyncResult, error) {
 	if r.Imports, _, err = imports(old); err != nil {
 		return r, err
 	}
-	deleted := time.Now()
+	deleted, err := sinceBoot()
+	if err != nil {
+		return r, err
+	}
 	if err := c.Delete(ctx, old); err != nil {
 		return r, fmt.Errorf("%s: delete MCS controller Pod %s: %w", s.ResyncCluster, old.Name, err)
 	}
@@ -761,12 +766,15 @@ func (s *Scale) resync(ctx context.Context) (ResyncResult, error) {
 	if err != nil {
 		return r, err
 	}
-	done := time.Now()
+	done, err := sinceBoot()
+	if err != nil {
+		return r, err
+	}
 	started, err := processStart(pid)
 	if err != nil {
 		return r, err
 	}
-	r.Seconds, r.FromDeleteSeconds = done.Sub(started).Seconds(), done.Sub(deleted).Seconds()
+	r.Seconds, r.FromDeleteSeconds = (done - started).Seconds(), (done - deleted).Seconds()
 	return r, nil
 }
 
@@ -788,39 +796,38 @@ func scrapeDaemon(ctx context.Context, pid int, p *corev1.Pod) (metricFamilies, 
 	return scrapeInNetns(ctx, fmt.Sprintf("/proc/%d/ns/net", pid), "http://"+net.JoinHostPort(host, port)+"/metrics")
 }
 
-// processStart is when process pid started: field 22 of
-// /proc/<pid>/stat (clock ticks since boot, 100 per second: Linux's
-// USER_HZ) after btime of /proc/stat.
-func processStart(pid int) (time.Time, error) {
+// sinceBoot is CLOCK_BOOTTIME, the clock of a process's start time in
+// /proc/<pid>/stat.
+func sinceBoot() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0, fmt.Errorf("read CLOCK_BOOTTIME: %w", err)
+	}
+	return time.Duration(ts.Nano()), nil
+}
+
+// processStart is when process pid started, on CLOCK_BOOTTIME: field 22
+// of /proc/<pid>/stat, in clock ticks (100 per second: Linux's USER_HZ).
+func processStart(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return time.Time{}, err
+		return 0, err
 	}
-	// Fields after the command, which is in parentheses and may hold
-	// spaces.
+	// The fields after the command, which is in parentheses and may
+	// hold spaces.
 	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
 	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 20 {
-		return time.Time{}, fmt.Errorf("malformed /proc/%d/stat", pid)
+	if len(f) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
 	}
 	ticks, err := strconv.ParseInt(f[19], 10, 64)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("/proc/%d/stat starttime: %w", pid, err)
+		return 0, fmt.Errorf("/proc/%d/stat starttime: %w", pid, err)
 	}
-	st, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return time.Time{}, err
-	}
-	for _, l := range strings.Split(string(st), "\n") {
-		if v, ok := strings.CutPrefix(l, "btime "); ok {
-			boot, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return time.Time{}, fmt.Errorf("/proc/stat btime: %w", err)
-			}
-			return time.Unix(boot, 0).Add(time.Duration(ticks) * time.Second / 100), nil
-		}
-	}
-	return time.Time{}, errors.New("no btime in /proc/stat")
+	return time.Duration(ticks) * time.Second / 100, nil
 }
 
 // Cleanup removes everything Scale added, from this run or an
