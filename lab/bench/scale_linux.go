@@ -270,7 +270,6 @@ func (s *Scale) Run(ctx context.Context) (ScaleResult, error) {
 type simulated struct {
 	s       *Scale
 	members []simMember
-	alloc   *mcs.FamilyVIPAllocator
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	mu      sync.Mutex
@@ -308,7 +307,7 @@ func (s *Scale) startMembers(ctx context.Context) (*simulated, error) {
 	}
 	sims.members = make([]simMember, s.Members)
 	errs := make([]error, s.Members)
-	inParallel(s.Writers, s.Members, func(i int) {
+	InParallel(s.Writers, s.Members, func(i int) {
 		id := SimulatedID(i)
 		kc, err := broker.EnsureClusterIdentity(ctx, admin, id)
 		if err != nil {
@@ -384,7 +383,7 @@ func (sims *simulated) writeRecords(ctx context.Context) error {
 		}
 	}
 	errs := make([]error, len(jobs))
-	inParallel(s.Writers, len(jobs), func(k int) {
+	InParallel(s.Writers, len(jobs), func(k int) {
 		j := jobs[k]
 		errs[k] = sims.members[j.member].export(ctx, j.service)
 	})
@@ -910,9 +909,9 @@ func poll(ctx context.Context, timeout, interval time.Duration, what string, che
 	return p.poll(ctx, interval, what, check)
 }
 
-// inParallel calls f(0) … f(n-1) from at most workers goroutines and
+// InParallel calls f(0) … f(n-1) from at most workers goroutines and
 // returns when every call has.
-func inParallel(workers, n int, f func(i int)) {
+func InParallel(workers, n int, f func(i int)) {
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range max(1, workers) {

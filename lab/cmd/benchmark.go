@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -156,9 +157,42 @@ causeway-bench-<pod> with the benchmark's ports), removed afterwards.`,
 	return cmd
 }
 
-// newPropagationCommand is `causeway-lab benchmark propagation`.
-func newPropagationCommand(dir, output *string) *cobra.Command {
-	p := bench.Propagation{
+// runLabBenchmark runs a benchmark that adds objects to the lab in dir:
+// it loads the lab into p (and prepare, if set), removes what an earlier,
+// interrupted run left (cleanup), calls run, and cleans up after it
+// within timeout, after an interrupt (SIGINT, SIGTERM) too.
+func runLabBenchmark(cmd *cobra.Command, dir string, p *bench.Propagation, timeout time.Duration,
+	prepare func(*lab.State), cleanup, run func(context.Context) error) error {
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	st, err := lab.Load(dir)
+	if err != nil {
+		return err
+	}
+	if p.Self, err = os.Executable(); err != nil {
+		return err
+	}
+	p.Lab, p.Progress = st, cmd.ErrOrStderr()
+	if prepare != nil {
+		prepare(st)
+	}
+	if err := cleanup(ctx); err != nil {
+		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
+	}
+	err = run(ctx)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if cerr := cleanup(cctx); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
+	}
+	return err
+}
+
+// defaultPropagation is what `benchmark propagation` and `benchmark
+// scale` measure export → reachable with unless told otherwise: Services
+// of c1 backed by the demo's whereami pods, reached from c3's client pod.
+func defaultPropagation() bench.Propagation {
+	return bench.Propagation{
 		Exporter:   "c1",
 		Client:     "c3/demo/client",
 		Namespace:  lab.DemoNamespace,
@@ -168,6 +202,11 @@ func newPropagationCommand(dir, output *string) *cobra.Command {
 		Timeout:    2 * time.Minute,
 		Poll:       2 * time.Millisecond,
 	}
+}
+
+// newPropagationCommand is `causeway-lab benchmark propagation`.
+func newPropagationCommand(dir, output *string) *cobra.Command {
+	p := defaultPropagation()
 	services, removals := 50, 20
 	cmd := &cobra.Command{
 		Use:   "propagation",
@@ -192,26 +231,12 @@ causeway.dev/benchmark=propagation and is deleted at the end (and at the
 start, should an earlier run have been interrupted).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			st, err := lab.Load(*dir)
-			if err != nil {
+			var res propagationResult
+			err := runLabBenchmark(cmd, *dir, &p, p.Timeout, nil, p.Cleanup, func(ctx context.Context) error {
+				var err error
+				res, err = runPropagation(ctx, &p, services, removals)
 				return err
-			}
-			if p.Self, err = os.Executable(); err != nil {
-				return err
-			}
-			p.Lab, p.Progress = st, cmd.ErrOrStderr()
-			if err := p.Cleanup(ctx); err != nil {
-				return fmt.Errorf("remove leftovers of an earlier run: %w", err)
-			}
-			res, err := runPropagation(ctx, &p, services, removals)
-			// Clean up even after an interrupt.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Timeout)
-			defer cancel()
-			if cerr := p.Cleanup(cctx); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
-			}
+			})
 			if err != nil {
 				return err
 			}
@@ -259,15 +284,8 @@ func printPropagation(cmd *cobra.Command, output string, p *bench.Propagation, r
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	row := func(name string, s bench.Stats) {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\n", name, s.N, s.P50MS, s.P90MS, s.P99MS, s.MaxMS)
-	}
-	client, _, _ := strings.Cut(p.Client, "/")
 	if e := res.Export; e != nil {
-		fmt.Fprintf(tw, "FROM SERVICEEXPORT CREATED IN %s TO\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
-		row("ServiceImport with VIP in "+client, e.Imported)
-		row("backend in the VIP map of the client's node", e.Programmed)
-		row("TCP connect to VIP ok from "+p.Client, e.Reachable)
+		printExport(tw, p, e)
 	}
 	if w := res.Withdraw; w != nil {
 		if res.Export != nil {
@@ -275,26 +293,30 @@ func printPropagation(cmd *cobra.Command, output string, p *bench.Propagation, r
 		}
 		fmt.Fprintf(tw, "FROM BACKEND POD DELETED IN %s TO GONE FROM\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
 		for _, c := range w.Clusters {
-			row(fmt.Sprintf("VIP maps of %s (%d nodes)", c.Cluster, c.Nodes), c.Stats)
+			statsRow(tw, fmt.Sprintf("VIP maps of %s (%d nodes)", c.Cluster, c.Nodes), c.Stats)
 		}
-		row("VIP maps of every node", w.All)
+		statsRow(tw, "VIP maps of every node", w.All)
 	}
 	return tw.Flush()
+}
+
+func statsRow(w io.Writer, name string, s bench.Stats) {
+	fmt.Fprintf(w, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\n", name, s.N, s.P50MS, s.P90MS, s.P99MS, s.MaxMS)
+}
+
+// printExport writes the rows of an export → reachable measurement.
+func printExport(w io.Writer, p *bench.Propagation, e *bench.ExportResult) {
+	client, _, _ := strings.Cut(p.Client, "/")
+	fmt.Fprintf(w, "FROM SERVICEEXPORT CREATED IN %s TO\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
+	statsRow(w, "ServiceImport with VIP in "+client, e.Imported)
+	statsRow(w, "backend in the VIP map of the client's node", e.Programmed)
+	statsRow(w, "TCP connect to VIP ok from "+p.Client, e.Reachable)
 }
 
 // newScaleCommand is `causeway-lab benchmark scale`.
 func newScaleCommand(dir, output *string) *cobra.Command {
 	s := bench.Scale{Members: 10, Services: 100, Writers: 16, Exports: 20, ResyncCluster: "c2", Timeout: 30 * time.Minute}
-	p := bench.Propagation{
-		Exporter:   "c1",
-		Client:     "c3/demo/client",
-		Namespace:  lab.DemoNamespace,
-		Selector:   map[string]string{"app": "whereami"},
-		Port:       80,
-		TargetPort: 8080,
-		Timeout:    2 * time.Minute,
-		Poll:       2 * time.Millisecond,
-	}
+	p := defaultPropagation()
 	cmd := &cobra.Command{
 		Use:   "scale",
 		Short: "The lab's real daemons while the broker holds --members simulated members exporting --services Services each",
@@ -334,30 +356,14 @@ identities and VIP allocations in the broker, the namespace
 ` + bench.ScaleNamespace + ` in every real member, the export samples' Services.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			st, err := lab.Load(*dir)
-			if err != nil {
+			prepare := func(st *lab.State) { s.Lab, s.Progress, s.Export = st, cmd.ErrOrStderr(), &p }
+			cleanup := func(ctx context.Context) error { return errors.Join(s.Cleanup(ctx), p.Cleanup(ctx)) }
+			var res bench.ScaleResult
+			err := runLabBenchmark(cmd, *dir, &p, s.Timeout, prepare, cleanup, func(ctx context.Context) error {
+				var err error
+				res, err = s.Run(ctx)
 				return err
-			}
-			if p.Self, err = os.Executable(); err != nil {
-				return err
-			}
-			p.Lab, p.Progress = st, cmd.ErrOrStderr()
-			s.Lab, s.Progress, s.Export = st, cmd.ErrOrStderr(), &p
-			cleanup := func(ctx context.Context) error {
-				return errors.Join(s.Cleanup(ctx), p.Cleanup(ctx))
-			}
-			if err := cleanup(ctx); err != nil {
-				return fmt.Errorf("remove leftovers of an earlier run: %w", err)
-			}
-			res, err := s.Run(ctx)
-			// Clean up even after an interrupt.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.Timeout)
-			defer cancel()
-			if cerr := cleanup(cctx); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
-			}
+			})
 			if err != nil {
 				return err
 			}
@@ -391,15 +397,8 @@ func printScale(cmd *cobra.Command, output string, p *bench.Propagation, res ben
 			float64(d.HeapBytes)/mib, d.CPUSeconds, d.TotalCPUSeconds)
 	}
 	if e := res.Export; e != nil {
-		client, _, _ := strings.Cut(p.Client, "/")
 		fmt.Fprintln(tw, "\t\t\t\t\t\t")
-		fmt.Fprintf(tw, "FROM SERVICEEXPORT CREATED IN %s TO\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
-		for _, r := range []struct {
-			name string
-			s    bench.Stats
-		}{{"ServiceImport with VIP in " + client, e.Imported}, {"backend in the VIP map of the client's node", e.Programmed}, {"TCP connect to VIP ok from " + p.Client, e.Reachable}} {
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\n", r.name, r.s.N, r.s.P50MS, r.s.P90MS, r.s.P99MS, r.s.MaxMS)
-		}
+		printExport(tw, p, e)
 	}
 	fmt.Fprintln(tw, "\t\t\t\t\t\t")
 	r := res.Resync
