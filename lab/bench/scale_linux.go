@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -104,6 +105,9 @@ type ScaleResult struct {
 	// real member holds a ServiceImport with a VIP of every Service.
 	WriteSeconds    float64 `json:"writeSeconds"`
 	ConvergeSeconds float64 `json:"convergeSeconds"`
+	// LeaseRenewalFailures counts the simulated members' liveness Lease
+	// renewals that failed (timed out under load, say) while they ran.
+	LeaseRenewalFailures int64 `json:"leaseRenewalFailures"`
 	// Daemons are the real members' daemons, measured once the
 	// simulated members' Services are imported everywhere and the
 	// export samples are taken.
@@ -257,6 +261,7 @@ func (s *Scale) Run(ctx context.Context) (ScaleResult, error) {
 		d.CPUSeconds = d.TotalCPUSeconds - before[i].TotalCPUSeconds
 		res.Daemons = append(res.Daemons, d)
 	}
+	res.LeaseRenewalFailures = sims.failed.Load()
 	if res.Resync, err = s.resync(ctx); err != nil {
 		return res, err
 	}
@@ -272,8 +277,10 @@ type simulated struct {
 	members []simMember
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	mu      sync.Mutex
-	renewal error
+	// failed counts the Lease renewals that failed (each bounded by
+	// livenessDuration, as the controller's): under load a renewal may
+	// time out, which a real controller logs and retries as well.
+	failed atomic.Int64
 }
 
 type simMember struct {
@@ -354,9 +361,7 @@ func (s *Scale) startMembers(ctx context.Context) (*simulated, error) {
 				case <-t.C:
 				}
 				if err := mcscontroller.RenewLivenessLease(lctx, m.c, m.id, livenessDuration); err != nil && lctx.Err() == nil {
-					sims.mu.Lock()
-					sims.renewal = fmt.Errorf("renew the liveness Lease of %s: %w", m.id, err)
-					sims.mu.Unlock()
+					sims.failed.Add(1)
 				}
 			}
 		})
@@ -387,12 +392,7 @@ func (sims *simulated) writeRecords(ctx context.Context) error {
 		j := jobs[k]
 		errs[k] = sims.members[j.member].export(ctx, j.service)
 	})
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	sims.mu.Lock()
-	defer sims.mu.Unlock()
-	return sims.renewal
+	return errors.Join(errs...)
 }
 
 // export writes member m's record of Service i and allocates its VIP.

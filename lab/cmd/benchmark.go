@@ -388,8 +388,8 @@ func printScale(cmd *cobra.Command, output string, p *bench.Propagation, res ben
 	}
 	const mib = 1 << 20
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SIMULATED MEMBERS\tSERVICES EACH\tWRITTEN IN s\tIMPORTED EVERYWHERE AFTER s")
-	fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\n", res.Members, res.Services, res.WriteSeconds, res.ConvergeSeconds)
+	fmt.Fprintln(tw, "SIMULATED MEMBERS\tSERVICES EACH\tWRITTEN IN s\tIMPORTED EVERYWHERE AFTER s\tLEASE RENEWALS FAILED")
+	fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%d\n", res.Members, res.Services, res.WriteSeconds, res.ConvergeSeconds, res.LeaseRenewalFailures)
 	fmt.Fprintln(tw, "\t\t\t")
 	fmt.Fprintln(tw, "DAEMON\tPID\tRSS MiB\tPEAK RSS MiB\tHEAP MiB\tCPU s (BENCHMARK)\tCPU s (TOTAL)")
 	for _, d := range res.Daemons {
