@@ -830,8 +830,8 @@ func processStart(pid int) (time.Duration, error) {
 }
 
 // Cleanup removes everything Scale added, from this run or an
-// interrupted one: the simulated members' VIP allocations, cluster role
-// bindings and broker namespaces (their records, Leases, identities and
+// interrupted one: the VIP allocations of ScaleNamespace's Services, the
+// simulated members' cluster role bindings and broker namespaces (their records, Leases, identities and
 // quotas with them), and ScaleNamespace in every real member, and waits
 // until they are gone.
 func (s *Scale) Cleanup(ctx context.Context) error {
@@ -843,7 +843,13 @@ func (s *Scale) Cleanup(ctx context.Context) error {
 	if err := bc.List(ctx, &nss); err != nil {
 		return fmt.Errorf("broker: list namespaces: %w", err)
 	}
+	// Only simulated members export Services of ScaleNamespace: its VIP
+	// allocations are theirs, whether their namespace is still there or
+	// not.
 	var errs []error
+	if err := bc.DeleteAllOf(ctx, &causewayv1alpha1.VIPAllocation{}, client.MatchingLabels{mcs.LabelVIPServiceNamespace: ScaleNamespace}); err != nil {
+		errs = append(errs, fmt.Errorf("broker: delete the VIP allocations of %s: %w", ScaleNamespace, err))
+	}
 	var mine []string
 	for _, ns := range nss.Items {
 		id, ok := broker.ClusterIDFromNamespace(ns.Name)
@@ -851,9 +857,6 @@ func (s *Scale) Cleanup(ctx context.Context) error {
 			continue
 		}
 		mine = append(mine, ns.Name)
-		if err := bc.DeleteAllOf(ctx, &causewayv1alpha1.VIPAllocation{}, client.MatchingLabels{causewayv1alpha1.LabelClusterID: id}); err != nil {
-			errs = append(errs, fmt.Errorf("broker: delete the VIP allocations of %s: %w", id, err))
-		}
 		crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: broker.ClusterRoleName + "-" + id}}
 		if err := bc.Delete(ctx, crb); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("broker: delete %s: %w", crb.Name, err))
