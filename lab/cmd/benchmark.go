@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -152,13 +153,46 @@ causeway-bench-<pod> with the benchmark's ports), removed afterwards.`,
 		},
 	}
 	latency.Flags().IntVar(&r.Count, "count", r.Count, "number of round trips")
-	cmd.AddCommand(throughput, latency, newPropagationCommand(dir, &output))
+	cmd.AddCommand(throughput, latency, newPropagationCommand(dir, &output), newScaleCommand(dir, &output))
 	return cmd
 }
 
-// newPropagationCommand is `causeway-lab benchmark propagation`.
-func newPropagationCommand(dir, output *string) *cobra.Command {
-	p := bench.Propagation{
+// runLabBenchmark runs a benchmark that adds objects to the lab in dir:
+// it loads the lab into p (and prepare, if set), removes what an earlier,
+// interrupted run left (cleanup), calls run, and cleans up after it
+// within timeout, after an interrupt (SIGINT, SIGTERM) too.
+func runLabBenchmark(cmd *cobra.Command, dir string, p *bench.Propagation, timeout time.Duration,
+	prepare func(*lab.State), cleanup, run func(context.Context) error) error {
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	st, err := lab.Load(dir)
+	if err != nil {
+		return err
+	}
+	if p.Self, err = os.Executable(); err != nil {
+		return err
+	}
+	p.Lab, p.Progress = st, cmd.ErrOrStderr()
+	if prepare != nil {
+		prepare(st)
+	}
+	if err := cleanup(ctx); err != nil {
+		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
+	}
+	err = run(ctx)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if cerr := cleanup(cctx); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
+	}
+	return err
+}
+
+// defaultPropagation is what `benchmark propagation` and `benchmark
+// scale` measure export → reachable with unless told otherwise: Services
+// of c1 backed by the demo's whereami pods, reached from c3's client pod.
+func defaultPropagation() bench.Propagation {
+	return bench.Propagation{
 		Exporter:   "c1",
 		Client:     "c3/demo/client",
 		Namespace:  lab.DemoNamespace,
@@ -168,6 +202,11 @@ func newPropagationCommand(dir, output *string) *cobra.Command {
 		Timeout:    2 * time.Minute,
 		Poll:       2 * time.Millisecond,
 	}
+}
+
+// newPropagationCommand is `causeway-lab benchmark propagation`.
+func newPropagationCommand(dir, output *string) *cobra.Command {
+	p := defaultPropagation()
 	services, removals := 50, 20
 	cmd := &cobra.Command{
 		Use:   "propagation",
@@ -192,26 +231,12 @@ causeway.dev/benchmark=propagation and is deleted at the end (and at the
 start, should an earlier run have been interrupted).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			st, err := lab.Load(*dir)
-			if err != nil {
+			var res propagationResult
+			err := runLabBenchmark(cmd, *dir, &p, p.Timeout, nil, p.Cleanup, func(ctx context.Context) error {
+				var err error
+				res, err = runPropagation(ctx, &p, services, removals)
 				return err
-			}
-			if p.Self, err = os.Executable(); err != nil {
-				return err
-			}
-			p.Lab, p.Progress = st, cmd.ErrOrStderr()
-			if err := p.Cleanup(ctx); err != nil {
-				return fmt.Errorf("remove leftovers of an earlier run: %w", err)
-			}
-			res, err := runPropagation(ctx, &p, services, removals)
-			// Clean up even after an interrupt.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Timeout)
-			defer cancel()
-			if cerr := p.Cleanup(cctx); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
-			}
+			})
 			if err != nil {
 				return err
 			}
@@ -259,15 +284,8 @@ func printPropagation(cmd *cobra.Command, output string, p *bench.Propagation, r
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	row := func(name string, s bench.Stats) {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\n", name, s.N, s.P50MS, s.P90MS, s.P99MS, s.MaxMS)
-	}
-	client, _, _ := strings.Cut(p.Client, "/")
 	if e := res.Export; e != nil {
-		fmt.Fprintf(tw, "FROM SERVICEEXPORT CREATED IN %s TO\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
-		row("ServiceImport with VIP in "+client, e.Imported)
-		row("backend in the VIP map of the client's node", e.Programmed)
-		row("TCP connect to VIP ok from "+p.Client, e.Reachable)
+		printExport(tw, p, e)
 	}
 	if w := res.Withdraw; w != nil {
 		if res.Export != nil {
@@ -275,9 +293,121 @@ func printPropagation(cmd *cobra.Command, output string, p *bench.Propagation, r
 		}
 		fmt.Fprintf(tw, "FROM BACKEND POD DELETED IN %s TO GONE FROM\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
 		for _, c := range w.Clusters {
-			row(fmt.Sprintf("VIP maps of %s (%d nodes)", c.Cluster, c.Nodes), c.Stats)
+			statsRow(tw, fmt.Sprintf("VIP maps of %s (%d nodes)", c.Cluster, c.Nodes), c.Stats)
 		}
-		row("VIP maps of every node", w.All)
+		statsRow(tw, "VIP maps of every node", w.All)
 	}
+	return tw.Flush()
+}
+
+func statsRow(w io.Writer, name string, s bench.Stats) {
+	fmt.Fprintf(w, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\n", name, s.N, s.P50MS, s.P90MS, s.P99MS, s.MaxMS)
+}
+
+// printExport writes the rows of an export → reachable measurement.
+func printExport(w io.Writer, p *bench.Propagation, e *bench.ExportResult) {
+	client, _, _ := strings.Cut(p.Client, "/")
+	fmt.Fprintf(w, "FROM SERVICEEXPORT CREATED IN %s TO\tN\tP50 ms\tP90 ms\tP99 ms\tMAX ms\n", p.Exporter)
+	statsRow(w, "ServiceImport with VIP in "+client, e.Imported)
+	statsRow(w, "backend in the VIP map of the client's node", e.Programmed)
+	statsRow(w, "TCP connect to VIP ok from "+p.Client, e.Reachable)
+}
+
+// newScaleCommand is `causeway-lab benchmark scale`.
+func newScaleCommand(dir, output *string) *cobra.Command {
+	s := bench.Scale{Members: 10, Services: 100, Writers: 16, Exports: 20, ResyncCluster: "c2", Timeout: 30 * time.Minute}
+	p := defaultPropagation()
+	cmd := &cobra.Command{
+		Use:   "scale",
+		Short: "The lab's real daemons while the broker holds --members simulated members exporting --services Services each",
+		Long: `Add --members simulated members to the lab's broker, each a member identity
+as ` + "`causewayctl deploy-broker`" + ` creates it, each exporting the same --services
+Services (namespace ` + bench.ScaleNamespace + `) with its own broker credentials as its
+MCS controller would: its liveness Lease renewed every second, one
+ServiceExportRecord per Service built by the product's record code, the
+Service's clusterset VIP allocated by the product's allocator. Simulated
+members run no gateway and publish no gateway Endpoint: the real members
+import their Services with their backends not ready and build no tunnel
+to them. Then, with the lab's real members (c1, c2, c3: their gateways,
+route agents, MCS and globalnet controllers as the chart runs them):
+
+  converge: from the first write until every real member holds a
+  ServiceImport with a VIP of every Service, listing every simulated member;
+
+  export → reachable: --exports new exports in --export-cluster, each
+  timed until a TCP connect from --client to its VIP succeeds (as
+  ` + "`benchmark propagation`" + ` measures it) while the simulated members stay steady;
+
+  daemons: RSS (VmRSS, VmHWM from /proc), Go heap (go_memstats_heap_alloc_bytes)
+  and CPU seconds (process_cpu_seconds_total, during the benchmark) of
+  every real daemon, its metrics read inside its network namespace;
+
+  broker: etcd's key count and database size, the records, VIP allocations
+  and Leases it holds, its API server's open watches and watch events per
+  second during the export samples;
+
+  resync: --resync-cluster's MCS controller Pod deleted, timed from the
+  start of the new controller process until its causeway_mcs_imports gauge
+  is back where it was.
+
+Everything is removed at the end, on an interrupt too (and leftovers of
+an interrupted run at the start): the simulated members' namespaces,
+identities and VIP allocations in the broker, the namespace
+` + bench.ScaleNamespace + ` in every real member, the export samples' Services.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			prepare := func(st *lab.State) { s.Lab, s.Progress, s.Export = st, cmd.ErrOrStderr(), &p }
+			cleanup := func(ctx context.Context) error { return errors.Join(s.Cleanup(ctx), p.Cleanup(ctx)) }
+			var res bench.ScaleResult
+			err := runLabBenchmark(cmd, *dir, &p, s.Timeout, prepare, cleanup, func(ctx context.Context) error {
+				var err error
+				res, err = s.Run(ctx)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return printScale(cmd, *output, &p, res)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&s.Members, "members", s.Members, "simulated members added to the broker")
+	f.IntVar(&s.Services, "services", s.Services, "Services each simulated member exports (the same names in every member)")
+	f.IntVar(&s.Exports, "exports", s.Exports, "export → reachable samples in the real members")
+	f.IntVar(&s.Writers, "writers", s.Writers, "concurrent API requests of the simulated members")
+	f.StringVar(&s.ResyncCluster, "resync-cluster", s.ResyncCluster, "real member whose MCS controller is restarted to time its full resync")
+	f.StringVar(&p.Exporter, "export-cluster", p.Exporter, "real member the export samples are created in")
+	f.StringVar(&p.Client, "client", p.Client, "pod of another real member that connects to the samples' VIPs, <cluster>/<namespace>/<pod>")
+	f.DurationVar(&s.Timeout, "timeout", s.Timeout, "bound of each wait (convergence, resync, cleanup)")
+	return cmd
+}
+
+func printScale(cmd *cobra.Command, output string, p *bench.Propagation, res bench.ScaleResult) error {
+	if output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+	}
+	const mib = 1 << 20
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SIMULATED MEMBERS\tSERVICES EACH\tWRITTEN IN s\tIMPORTED EVERYWHERE AFTER s\tLEASE RENEWALS FAILED")
+	fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%d\n", res.Members, res.Services, res.WriteSeconds, res.ConvergeSeconds, res.LeaseRenewalFailures)
+	fmt.Fprintln(tw, "\t\t\t")
+	fmt.Fprintln(tw, "DAEMON\tPID\tRSS MiB\tPEAK RSS MiB\tHEAP MiB\tCPU s (BENCHMARK)\tCPU s (TOTAL)")
+	for _, d := range res.Daemons {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\n", d.Name, d.PID, float64(d.RSSBytes)/mib, float64(d.PeakRSSBytes)/mib,
+			float64(d.HeapBytes)/mib, d.CPUSeconds, d.TotalCPUSeconds)
+	}
+	if e := res.Export; e != nil {
+		fmt.Fprintln(tw, "\t\t\t\t\t\t")
+		printExport(tw, p, e)
+	}
+	fmt.Fprintln(tw, "\t\t\t\t\t\t")
+	r := res.Resync
+	fmt.Fprintln(tw, "RESYNC\tIMPORTS\tFROM PROCESS START s\tFROM POD DELETION s")
+	fmt.Fprintf(tw, "MCS controller of %s\t%.0f\t%.2f\t%.2f\n", r.Cluster, r.Imports, r.Seconds, r.FromDeleteSeconds)
+	fmt.Fprintln(tw, "\t\t\t")
+	b := res.Broker
+	fmt.Fprintln(tw, "BROKER\tETCD KEYS\tETCD DB MiB\tRECORDS\tVIP ALLOCATIONS\tLEASES\tWATCHES (CAUSEWAY, LEASES)\tWATCH EVENTS/s")
+	fmt.Fprintf(tw, "broker\t%d\t%.1f\t%d\t%d\t%d\t%d (%d)\t%.1f\n", b.Objects, float64(b.DBBytes)/mib, b.Records, b.VIPAllocations, b.Leases,
+		b.Watches, b.CausewayWatches, b.WatchEventsPerSecond)
 	return tw.Flush()
 }

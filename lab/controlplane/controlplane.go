@@ -95,6 +95,9 @@ type ControlPlane struct {
 
 	// URL is the API server's https URL on 127.0.0.1.
 	URL string
+	// EtcdURL is etcd's client URL on 127.0.0.1 (plain http; it also
+	// serves etcd's /metrics).
+	EtcdURL string
 	// AdminKubeconfig is the path of a kubeconfig for system:masters.
 	AdminKubeconfig string
 }
@@ -131,7 +134,7 @@ func Prepare(cfg Config) (*ControlPlane, []ProcessConfig, error) {
 	}
 	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
 
-	cp := &ControlPlane{cfg: cfg, URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort)}
+	cp := &ControlPlane{cfg: cfg, URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort), EtcdURL: fmt.Sprintf("http://127.0.0.1:%d", etcdClient)}
 	if cp.pki, err = NewPKI(filepath.Join(cfg.Dir, "pki"), cfg.Name, cfg.ServingIPs); err != nil {
 		return nil, nil, err
 	}
@@ -204,7 +207,7 @@ func Adopt(cfg Config) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ControlPlane{cfg: cfg, pki: pki, URL: url, AdminKubeconfig: admin}, nil
+	return &ControlPlane{cfg: cfg, pki: pki, URL: url, EtcdURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), AdminKubeconfig: admin}, nil
 }
 
 // RESTConfig is an admin client configuration.

@@ -18,12 +18,13 @@ const labBinary = "causeway-lab"
 // runs with the same arguments); causewayctl links no lab code.
 func newBenchmarkCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "benchmark (throughput|latency|propagation) [flags]",
+		Use:   "benchmark (throughput|latency|propagation|scale) [flags]",
 		Short: "Measure the lab's dataplane against a raw veth baseline (runs causeway-lab benchmark)",
 		Long: `The benchmarks measure the local lab: throughput and latency between two
 lab pods in different clusters through a clusterset VIP, and export and
 endpoint-removal propagation, each with a baseline measured in the same
-run. They are causeway-lab's (causeway-lab benchmark --help lists them);
+run; and the lab's daemons beside simulated members in its broker
+(scale). They are causeway-lab's (causeway-lab benchmark --help lists them);
 causewayctl benchmark runs causeway-lab benchmark with the same arguments,
 found next to causewayctl or on PATH.`,
 		DisableFlagParsing: true,

@@ -267,6 +267,7 @@ func TestLab(t *testing.T) {
 	l.checkKubectlDNS(ctx)
 	l.checkPropagation(ctx)
 	l.checkPairBenchmarks(ctx)
+	l.checkScale(ctx)
 	l.checkBrokerOutage(ctx)
 	l.checkConflictAndHeadless(ctx)
 	l.checkHeadlessHostnames(ctx)

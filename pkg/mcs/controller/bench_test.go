@@ -266,7 +266,7 @@ func BenchmarkScale(b *testing.B) {
 	createServices(b, e.clusters["c1"].Config, n)
 	b.Logf("creating %d Services and their EndpointSlices in c1 took %.1fs", n, time.Since(setup).Seconds())
 	start := time.Now()
-	inParallel(8, n, func(i int) {
+	bench.InParallel(8, n, func(i int) {
 		if err := c1.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("s%d", i)}}); err != nil {
 			b.Error(err)
 		}
@@ -347,7 +347,7 @@ func createServices(b *testing.B, cfg *rest.Config, n int) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	inParallel(16, n, func(i int) {
+	bench.InParallel(16, n, func(i int) {
 		svc := kubetest.ServiceObject("bench", fmt.Sprintf("s%d", i), false, map[string]int32{"http": 80})
 		if _, err := kc.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 			b.Error(err)
@@ -361,25 +361,6 @@ func createServices(b *testing.B, cfg *rest.Config, n int) {
 	if b.Failed() {
 		b.FailNow()
 	}
-}
-
-// inParallel calls f(0) … f(n-1) from the given number of goroutines
-// and returns when every call has.
-func inParallel(workers, n int, f func(i int)) {
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range work {
-				f(i)
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
 }
 
 type daemonProc struct {

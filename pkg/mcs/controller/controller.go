@@ -535,20 +535,29 @@ func (c *Controller) requeueCluster(ctx context.Context, id string) {
 }
 
 func (c *Controller) renewLease(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.LivenessDuration)
+	return RenewLivenessLease(ctx, c.bclient, c.cfg.ClusterID, c.cfg.LivenessDuration)
+}
+
+// RenewLivenessLease creates or renews cluster clusterID's liveness Lease
+// (LivenessLeaseName in its broker namespace) through bc, a broker client
+// with that cluster's identity, for duration; the call is bounded by
+// duration too. Every other cluster's controller declares clusterID dead
+// when the Lease stops changing (see Config.DeadClusterTimeout).
+func RenewLivenessLease(ctx context.Context, bc client.Client, clusterID string, duration time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 	now := metav1.NewMicroTime(time.Now())
-	secs := int32(max(1, c.cfg.LivenessDuration/time.Second))
-	key := types.NamespacedName{Namespace: c.ownNamespace(), Name: LivenessLeaseName}
+	secs := int32(max(1, duration/time.Second))
+	key := types.NamespacedName{Namespace: broker.Namespace(clusterID), Name: LivenessLeaseName}
 	var l coordinationv1.Lease
-	err := c.bclient.Get(ctx, key, &l)
+	err := bc.Get(ctx, key, &l)
 	if apierrors.IsNotFound(err) {
 		l = coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptrTo(c.cfg.ClusterID), LeaseDurationSeconds: &secs,
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptrTo(clusterID), LeaseDurationSeconds: &secs,
 				AcquireTime: &now, RenewTime: &now},
 		}
-		err = c.bclient.Create(ctx, &l)
+		err = bc.Create(ctx, &l)
 		if apierrors.IsAlreadyExists(err) {
 			return nil // the cache lagged; renew next time
 		}
@@ -557,8 +566,8 @@ func (c *Controller) renewLease(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds, l.Spec.HolderIdentity = &now, &secs, ptrTo(c.cfg.ClusterID)
-	return c.bclient.Update(ctx, &l)
+	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds, l.Spec.HolderIdentity = &now, &secs, ptrTo(clusterID)
+	return bc.Update(ctx, &l)
 }
 
 type leaseHandler struct{ on func(obj any, deleted bool) }
