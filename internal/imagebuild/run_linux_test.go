@@ -43,7 +43,7 @@ func TestImageRuns(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("chroot and hack/image/base.sh need root")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 
 	out, err := exec.CommandContext(ctx, filepath.Join(moduleDir, "hack/image/base.sh")).Output()
