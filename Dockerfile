@@ -3,7 +3,8 @@
 #     --build-arg REVISION=$(git rev-parse HEAD) -t ghcr.io/causeway-net/causeway:dev .
 # `make image` builds the same image without a container daemon
 # (hack/image/README.md): the same Debian release and packages
-# (hack/image/packages), the same static binaries at /usr/local/bin.
+# (hack/image/packages), the same static binaries at /usr/local/bin: every
+# command under cmd/ but the lab's, cmd/causeway-lab.
 ARG DEBIAN=bookworm
 
 FROM golang:1.26-${DEBIAN} AS build
@@ -11,7 +12,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/...
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ $(go list ./cmd/... | grep -v '/cmd/causeway-lab$')
 
 FROM debian:${DEBIAN}-slim
 COPY hack/image/packages /tmp/packages

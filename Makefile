@@ -14,9 +14,10 @@ build: ## build every binary into bin/
 
 # The container image (hack/image/README.md), built without a container
 # daemon: the Debian base layer cached by hack/image/base.sh plus one layer
-# with the binaries at /usr/local/bin. Tagged with the version (git
-# describe) and the commit; created at the commit's time, so a rebuild of
-# one commit has the same digest.
+# with the product's binaries at /usr/local/bin; and the lab image, that
+# image plus causeway-lab (for `causeway-lab up --runtime containerd`).
+# Tagged with the version (git describe) and the commit; created at the
+# commit's time, so a rebuild of one commit has the same digest.
 IMAGE_VERSION ?= $(shell git describe --tags --always --dirty)
 IMAGE_COMMIT ?= $(shell git rev-parse HEAD)
 IMAGE_TAGS ?= $(IMAGE_VERSION),$(shell git rev-parse --short=12 HEAD)$(if $(findstring -dirty,$(IMAGE_VERSION)),-dirty)
@@ -25,8 +26,9 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
 image-base: host-setup ## the image's Debian base layer, cached under /var/cache/causeway (root; minutes once, then instant)
 	@hack/image/base.sh >/dev/null
 
-image: image-base ## container image: OCI layout bin/image/ and `docker load` tarball bin/causeway-image.tar
+image: image-base ## container image: OCI layout bin/image/, `docker load` tarball bin/causeway-image.tar; the lab's bin/causeway-lab-image.tar
 	$(GO) run ./hack/image --base "$$(hack/image/base.sh --print)" --layout bin/image --tarball bin/causeway-image.tar \
+	  --lab-tarball bin/causeway-lab-image.tar \
 	  --tags $(IMAGE_TAGS) --version $(IMAGE_VERSION) --revision $(IMAGE_COMMIT) --epoch $(SOURCE_DATE_EPOCH)
 
 generate: generate-crds generate-rbac generate-bpf ## regenerate deep-copy code, CRDs, RBAC roles and eBPF objects

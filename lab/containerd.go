@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -76,23 +75,24 @@ func (s *State) RuntimeName() string {
 // containerd.
 func (s *State) containerd() bool { return s.RuntimeName() == RuntimeContainerd }
 
-// ImagePause is a containerd lab's pinned sandbox image: Causeway's
-// image running `causeway-lab app client` (it waits for SIGTERM).
-const ImagePause = "causeway.dev/lab/pause"
-
 // causewayImageTarball is Causeway's image as `make image` writes it,
-// next to causeway-lab (bin/).
+// next to causeway-lab (bin/); labImageTarball is the lab image beside
+// it: Causeway's image plus causeway-lab.
 func (s *State) causewayImageTarball() string {
 	return filepath.Join(filepath.Dir(s.Self), "causeway-image.tar")
+}
+func (s *State) labImageTarball() string {
+	return filepath.Join(filepath.Dir(s.Self), "causeway-lab-image.tar")
 }
 
 // labImagesTarball holds every image a containerd lab's nodes import.
 func (s *State) labImagesTarball() string { return filepath.Join(s.Dir, "images", "lab.tar") }
 
 // causewayImage is the image reference of Causeway's image in a
-// containerd lab (its `make image` tag), pauseImage the sandbox image's.
+// containerd lab (its `make image` tag), the chart's workloads' image;
+// labImage the lab image's, the demo Pods' and the sandbox (pause) image.
 func (s *State) causewayImage() string { return ImageCauseway + ":" + s.ImageTag }
-func (s *State) pauseImage() string    { return ImagePause + ":" + s.ImageTag }
+func (s *State) labImage() string      { return imagebuild.LabRepository + ":" + s.ImageTag }
 
 // prepareContainerd checks what a containerd lab needs on the host,
 // records the host's state the kubelets change (once: a repairing
@@ -122,8 +122,10 @@ func (s *State) prepareContainerd(old *State) error {
 		return fmt.Errorf("--runtime containerd needs the hybrid cgroup layout (cgroup v2 at %s, v1 hierarchies beside it); cgroup v2 is at %s here",
 			crinode.CgroupV2Mount, h.Cgroups().Root)
 	}
-	if _, err := os.Stat(s.causewayImageTarball()); err != nil {
-		return fmt.Errorf("--runtime containerd runs Causeway's image: %w (run `make image`)", err)
+	for _, f := range []string{s.causewayImageTarball(), s.labImageTarball()} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("--runtime containerd runs Causeway's image and the lab image: %w (run `make image`)", err)
+		}
 	}
 	if old != nil && old.HostChanges != nil {
 		s.HostChanges = old.HostChanges
@@ -147,8 +149,8 @@ func (s *State) prepareContainerd(old *State) error {
 	return s.writeLabImages()
 }
 
-// writeLabImages writes labImagesTarball: Causeway's image under its
-// tag, and the pause image (its layers, another command).
+// writeLabImages writes labImagesTarball: Causeway's image and the lab
+// image, both under the tag of one `make image`.
 func (s *State) writeLabImages() error {
 	img, tag, err := imagebuild.ReadTarball(s.causewayImageTarball())
 	if err != nil {
@@ -158,18 +160,17 @@ func (s *State) writeLabImages() error {
 		return fmt.Errorf("%s holds %s, not %s", s.causewayImageTarball(), tag, ImageCauseway)
 	}
 	s.ImageTag = tag.TagStr()
-	pause, err := imagebuild.Derive(img, []string{imagebuild.BinDir + "/causeway-lab", "app", "client"}, nil, time.Unix(0, 0))
+	labImg, labTag, err := imagebuild.ReadTarball(s.labImageTarball())
 	if err != nil {
 		return err
 	}
-	pauseTag, err := name.NewTag(s.pauseImage())
-	if err != nil {
-		return err
+	if labTag.String() != s.labImage() {
+		return fmt.Errorf("%s holds %s, not %s (the lab image of %s): run `make image`", s.labImageTarball(), labTag, s.labImage(), tag)
 	}
 	if err := os.MkdirAll(filepath.Dir(s.labImagesTarball()), 0o755); err != nil {
 		return err
 	}
-	return imagebuild.WriteTarballs(s.labImagesTarball(), map[name.Tag]v1.Image{tag: img, pauseTag: pause})
+	return imagebuild.WriteTarballs(s.labImagesTarball(), map[name.Tag]v1.Image{tag: img, labTag: labImg})
 }
 
 // mkdirAllCreated is os.MkdirAll returning the directories it created,
@@ -257,7 +258,7 @@ func (s *State) runContainerdNode(ctx context.Context, nc nodeContext) error {
 			ExternalIP:   nc.node.WANAddress.Addr(), // invalid unless a gateway node
 			ClusterDNS:   DNSServiceIP(nc.cluster.ServiceCIDR),
 			CgroupRoot:   nc.host.Cgroups().RelNode(cluster, node),
-			SandboxImage: s.pauseImage(),
+			SandboxImage: s.labImage(),
 			ConfigDir:    cfgDir,
 			CACertFile:   nc.cp.CACertFile(), ServingCertFile: nc.cert, ServingKeyFile: nc.key,
 		},

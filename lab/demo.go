@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -96,13 +97,13 @@ func (s *State) DemoObjects(cluster string) []client.Object {
 
 // demoContainer is a demo container of a built-in lab image: the image
 // alone for the lab kubelet, which knows its program; with
-// RuntimeContainerd Causeway's image running the same program
+// RuntimeContainerd the lab image running the same program
 // (`causeway-lab app <name>`), the Pod's names from the downward API.
 func (s *State) demoContainer(name, image, cluster string) corev1.Container {
 	if !s.containerd() {
 		return corev1.Container{Name: name, Image: image}
 	}
-	cmd := []string{imagebuild.BinDir + "/causeway-lab", "app", name}
+	cmd := []string{path.Join(imagebuild.BinDir, imagebuild.LabBinary), "app", name}
 	var env []corev1.EnvVar
 	if image == apps.ImageWhereami {
 		cmd = append(cmd, "--port=8080", "--cluster="+cluster,
@@ -113,7 +114,7 @@ func (s *State) demoContainer(name, image, cluster string) corev1.Container {
 		}
 		slices.SortFunc(env, func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
 	}
-	return corev1.Container{Name: name, Image: s.causewayImage(), Command: cmd, Env: env}
+	return corev1.Container{Name: name, Image: s.labImage(), Command: cmd, Env: env}
 }
 
 // deploy creates the system (CoreDNS) and demo objects that are missing. Pods are refused

@@ -92,7 +92,7 @@ func (s *State) registerCoreDNS(reg *apps.Registry, cluster string) {
 }
 
 // ImageCauseway is the image of Causeway's Helm chart (deploy/helm/causeway),
-// with every binary in /usr/local/bin.
+// with Causeway's binaries in /usr/local/bin.
 const ImageCauseway = "ghcr.io/causeway-net/causeway"
 
 // registerCauseway runs Pods of Causeway's image (DaemonSets and

@@ -113,7 +113,8 @@ type State struct {
 	Versions  map[string]string `json:"versions"`
 	// Runtime is RuntimeLab (or empty, labs from before the choice) or
 	// RuntimeContainerd, whose nodes run containerd from ContainerdDir,
-	// Causeway's image tagged ImageTag, and changed HostChanges.
+	// Causeway's image and the lab image tagged ImageTag, and changed
+	// HostChanges.
 	Runtime       string       `json:"runtime,omitempty"`
 	ContainerdDir string       `json:"containerdDir,omitempty"`
 	ImageTag      string       `json:"imageTag,omitempty"`

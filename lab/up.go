@@ -90,7 +90,7 @@ func Up(ctx context.Context, cfg Config, out io.Writer) (*State, error) {
 		if err := st.prepareContainerd(old); err != nil {
 			return nil, err
 		}
-		p.say("containerd runtime: images of %s written to %s", st.causewayImage(), st.labImagesTarball())
+		p.say("containerd runtime: images %s and %s written to %s", st.causewayImage(), st.labImage(), st.labImagesTarball())
 	}
 	if err := st.save(); err != nil {
 		return nil, err

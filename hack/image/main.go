@@ -1,7 +1,9 @@
 // Command image builds Causeway's container image without a container
-// daemon (`make image`): it builds the binaries, puts them on the cached
-// Debian base layer (hack/image/base.sh) and writes an OCI image layout
-// and a `docker load` tarball. It runs in the repository's root directory.
+// daemon (`make image`): it builds the binaries, puts the product's on the
+// cached Debian base layer (hack/image/base.sh) and writes an OCI image
+// layout and a `docker load` tarball; and the lab image, that image plus
+// the lab's binary, as a `docker load` tarball of its own for `causeway-lab
+// up --runtime containerd`. It runs in the repository's root directory.
 // See README.md beside it.
 package main
 
@@ -32,6 +34,7 @@ func run() error {
 		base     = flag.String("base", "", "base layer (the path hack/image/base.sh prints)")
 		layout   = flag.String("layout", "bin/image", "OCI image layout directory to write")
 		tarFile  = flag.String("tarball", "bin/causeway-image.tar", "`docker load` tarball to write, tagged with the first --tags entry")
+		labFile  = flag.String("lab-tarball", "bin/causeway-lab-image.tar", "`docker load` tarball of the lab image to write, tagged "+imagebuild.LabRepository+":<first --tags entry>")
 		repo     = flag.String("repository", imagebuild.Repository, "repository of the tags")
 		tags     = flag.String("tags", "", "comma-separated tags, e.g. the version and the commit")
 		epoch    = flag.Int64("epoch", 0, "creation time, in seconds since 1970 (SOURCE_DATE_EPOCH, the commit time)")
@@ -57,11 +60,12 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(bins)
-	if err := imagebuild.BuildBinaries(context.Background(), ".", bins); err != nil {
+	product, labBin, err := imagebuild.BuildBinaries(context.Background(), ".", bins)
+	if err != nil {
 		return err
 	}
 	img, err := imagebuild.Build(imagebuild.Config{
-		BaseLayer: *base, Binaries: bins, Created: time.Unix(*epoch, 0),
+		BaseLayer: *base, Binaries: product, Created: time.Unix(*epoch, 0),
 		Source: *source, Revision: *revision, Version: *version,
 	})
 	if err != nil {
@@ -74,6 +78,20 @@ func run() error {
 		return err
 	}
 	if err := imagebuild.WriteTarball(*tarFile, img, refs[0]); err != nil {
+		return err
+	}
+	labImg, err := imagebuild.BuildLab(img, labBin, time.Unix(*epoch, 0))
+	if err != nil {
+		return err
+	}
+	labRef, err := name.NewTag(imagebuild.LabRepository+":"+refs[0].TagStr(), name.StrictValidation)
+	if err != nil {
+		return fmt.Errorf("lab image tag: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(*labFile), 0o755); err != nil {
+		return err
+	}
+	if err := imagebuild.WriteTarball(*labFile, labImg, labRef); err != nil {
 		return err
 	}
 	digest, err := img.Digest()
@@ -89,6 +107,11 @@ func run() error {
 		fmt.Printf("  %s\n", r)
 	}
 	fmt.Printf("  %s (docker load: %s)\n", *tarFile, refs[0])
+	labDigest, err := labImg.Digest()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s lab image: %s (docker load: %s)\n", labDigest, *labFile, labRef)
 	return nil
 }
 

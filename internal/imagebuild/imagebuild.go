@@ -1,7 +1,9 @@
 // Package imagebuild assembles Causeway's container image without a
 // container daemon: the Debian base layer that hack/image/base.sh caches,
-// plus one layer with every built binary at /usr/local/bin/<name>, written
-// as an OCI image layout and as a tarball that `docker load` reads.
+// plus one layer with the product's binaries at /usr/local/bin/<name>,
+// written as an OCI image layout and as a tarball that `docker load`
+// reads. The lab image is that image plus one layer with the lab's
+// binary, for `causeway-lab up --runtime containerd`.
 //
 // The result is reproducible: the base layer is a cached file, the
 // binaries' layer has sorted entries owned by 0:0 with the mtime of
@@ -41,6 +43,14 @@ const BinDir = "/usr/local/bin"
 // Repository is where the image is meant to be pushed; the Helm chart's
 // image.repository names it.
 const Repository = "ghcr.io/causeway-net/causeway"
+
+// LabBinary is the lab's command, cmd/causeway-lab: BuildBinaries keeps
+// it apart from the product's binaries, and only the lab image has it.
+const LabBinary = "causeway-lab"
+
+// LabRepository is the lab image's repository, a name of the lab's
+// (like its causeway.dev/lab/whereami): the image is never pushed.
+const LabRepository = "causeway.dev/lab/causeway-lab"
 
 // Source is the org.opencontainers.image.source label: the repository.
 const Source = "https://github.com/causeway-net/causeway"
@@ -162,29 +172,35 @@ func filesLayer(files []string, t time.Time) (v1.Layer, []string, error) {
 	return l, names, nil
 }
 
-// Derive is img with Cmd cmd (no entrypoint) and, when files are given,
-// one more layer with them at BinDir: the lab's pause and CoreDNS images
-// made of Causeway's (lab up --runtime containerd).
-func Derive(img v1.Image, cmd []string, files []string, created time.Time) (v1.Image, error) {
-	if len(files) > 0 {
-		l, names, err := filesLayer(files, created)
-		if err != nil {
-			return nil, err
-		}
-		if img, err = mutate.Append(img, mutate.Addendum{Layer: l, MediaType: types.OCILayer, History: v1.History{
-			Created: v1.Time{Time: created.UTC()}, CreatedBy: fmt.Sprintf("lab: %v in %s", names, BinDir),
-		}}); err != nil {
-			return nil, fmt.Errorf("append layer: %w", err)
-		}
+// BuildLab is the lab image: product plus one layer with the lab's
+// binary lab at BinDir/LabBinary, with mtime created. Its command is
+// `causeway-lab app client`, which waits for SIGTERM, so a containerd lab
+// runs it as its sandbox (pause) image as well as its demo Pods' image.
+func BuildLab(product v1.Image, lab string, created time.Time) (v1.Image, error) {
+	if filepath.Base(lab) != LabBinary {
+		return nil, fmt.Errorf("lab binary %s: want one named %s", lab, LabBinary)
 	}
-	cf, err := img.ConfigFile()
+	l, _, err := filesLayer([]string{lab}, created)
 	if err != nil {
 		return nil, err
 	}
+	img, err := mutate.Append(product, mutate.Addendum{Layer: l, MediaType: types.OCILayer, History: v1.History{
+		Created: v1.Time{Time: created.UTC()}, CreatedBy: fmt.Sprintf("hack/image: %s in %s", LabBinary, BinDir),
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("append the lab's layer: %w", err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("lab image config: %w", err)
+	}
 	cf = cf.DeepCopy()
-	cf.Config.Entrypoint = nil
-	cf.Config.Cmd = cmd
-	return mutate.ConfigFile(img, cf)
+	cf.Config.Cmd = []string{path.Join(BinDir, LabBinary), "app", "client"}
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		return nil, fmt.Errorf("set the lab image's config: %w", err)
+	}
+	return img, nil
 }
 
 // ReadTarball reads the image of a `docker save` tarball written by
@@ -282,15 +298,22 @@ func WriteTarball(file string, img v1.Image, tag name.Tag) error {
 	return os.Rename(tmp, file)
 }
 
-// BuildBinaries builds every command under moduleDir/cmd into outDir as
-// the image carries them: static (no cgo), without local paths, without
-// the symbol table and DWARF (panics still name functions and lines).
-func BuildBinaries(ctx context.Context, moduleDir, outDir string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", outDir+"/", "./cmd/...")
+// BuildBinaries builds every command under moduleDir/cmd as the images
+// carry them: static (no cgo), without local paths, without the symbol
+// table and DWARF (panics still name functions and lines). The product's
+// go to the directory product, the lab's to the file lab
+// (outDir/LabBinary), which are returned.
+func BuildBinaries(ctx context.Context, moduleDir, outDir string) (product, lab string, err error) {
+	product = filepath.Join(outDir, "product")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", product+"/", "./cmd/...")
 	cmd.Dir = moduleDir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/...: %w\n%s", err, out)
+		return "", "", fmt.Errorf("go build ./cmd/...: %w\n%s", err, out)
 	}
-	return nil
+	lab = filepath.Join(outDir, LabBinary)
+	if err := os.Rename(filepath.Join(product, LabBinary), lab); err != nil {
+		return "", "", fmt.Errorf("move the lab's binary out of the product's: %w", err)
+	}
+	return product, lab, nil
 }

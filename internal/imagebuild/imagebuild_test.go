@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -263,4 +264,110 @@ func layoutImage(dir, tag string) (v1.Image, error) {
 		}
 	}
 	return nil, errors.New("no image tagged " + tag + " in " + dir)
+}
+
+// The product image has no lab binary; the lab image is the product
+// image's layers plus one with the lab's binary, and runs the lab's idle
+// client by default (the containerd lab's sandbox image). Two builds from
+// binaries of different mtimes and modes give one digest.
+func TestBuildLab(t *testing.T) {
+	base := fakeBase(t)
+	var digests []v1.Hash
+	for _, mtime := range []time.Time{time.Now(), time.Now().Add(-time.Hour)} {
+		bins := fakeBinaries(t, mtime, 0o700)
+		product, err := Build(testConfig(base, bins))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lab := filepath.Join(t.TempDir(), LabBinary)
+		if err := os.WriteFile(lab, []byte("binary "+LabBinary), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(lab, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		img, err := BuildLab(product, lab, created)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		productFiles, labFiles := imageFiles(t, product), imageFiles(t, img)
+		labPath := "usr/local/bin/" + LabBinary
+		if _, ok := productFiles[labPath]; ok {
+			t.Errorf("the product image has %s", labPath)
+		}
+		if got := labFiles[labPath]; got != "binary "+LabBinary {
+			t.Errorf("the lab image's %s holds %q", labPath, got)
+		}
+		for f, content := range productFiles {
+			if labFiles[f] != content {
+				t.Errorf("the lab image's %s holds %q, the product image's %q", f, labFiles[f], content)
+			}
+		}
+		productCfg, labCfg := mustConfig(t, product), mustConfig(t, img)
+		if ids := labCfg.RootFS.DiffIDs; len(ids) != len(productCfg.RootFS.DiffIDs)+1 || !slices.Equal(ids[:len(ids)-1], productCfg.RootFS.DiffIDs) {
+			t.Errorf("lab image layers %v, want the product image's %v and one more", ids, productCfg.RootFS.DiffIDs)
+		}
+		if want := []string{"/usr/local/bin/" + LabBinary, "app", "client"}; !slices.Equal(labCfg.Config.Cmd, want) || labCfg.Config.Entrypoint != nil {
+			t.Errorf("lab image entrypoint %v cmd %v, want none and %v", labCfg.Config.Entrypoint, labCfg.Config.Cmd, want)
+		}
+		if !slices.Equal(labCfg.Config.Env, productCfg.Config.Env) || labCfg.Config.Labels["org.opencontainers.image.revision"] != productCfg.Config.Labels["org.opencontainers.image.revision"] {
+			t.Errorf("lab image env %v labels %v, want the product image's %v %v", labCfg.Config.Env, labCfg.Config.Labels, productCfg.Config.Env, productCfg.Config.Labels)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests = append(digests, d)
+	}
+	if digests[0] != digests[1] {
+		t.Errorf("two builds, two lab image digests: %s, %s", digests[0], digests[1])
+	}
+
+	other := filepath.Join(t.TempDir(), "gateway")
+	if err := os.WriteFile(other, []byte("binary gateway"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	product, err := Build(testConfig(base, fakeBinaries(t, created, 0o755)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := BuildLab(product, other, created); err == nil {
+		t.Error("BuildLab took a binary not named " + LabBinary)
+	}
+}
+
+// imageFiles maps each regular file of img's flattened filesystem to its
+// content.
+func imageFiles(t *testing.T, img v1.Image) map[string]string {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	files := map[string]string{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[h.Name] = string(b)
+		}
+	}
+}
+
+func mustConfig(t *testing.T, img v1.Image) *v1.ConfigFile {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cf
 }

@@ -3,6 +3,7 @@ package imagebuild
 import (
 	"archive/tar"
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -27,11 +28,13 @@ import (
 // moduleDir is the repository root, seen from this package.
 const moduleDir = "../.."
 
-// TestImageRuns builds the real image the way `make image` does (the
+// TestImageRuns builds the real images the way `make image` does (the
 // cached Debian base from hack/image/base.sh, the binaries from ./cmd),
-// reads it back from its OCI layout, unpacks its flattened filesystem and
-// runs, chrooted into it, every binary's --help and every tool the
-// daemons exec. It needs root (chroot; base.sh builds the base when the
+// reads the product image back from its OCI layout, unpacks its flattened
+// filesystem and runs, chrooted into it, every product binary's --help
+// and every tool the daemons exec; it has no causeway-lab. Then it
+// unpacks the lab image's one more layer over it and runs causeway-lab,
+// static, there. It needs root (chroot; base.sh builds the base when the
 // cache lacks it) and fails under root when any step fails.
 func TestImageRuns(t *testing.T) {
 	if testing.Short() {
@@ -40,7 +43,7 @@ func TestImageRuns(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("chroot and hack/image/base.sh need root")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 
 	out, err := exec.CommandContext(ctx, filepath.Join(moduleDir, "hack/image/base.sh")).Output()
@@ -48,11 +51,11 @@ func TestImageRuns(t *testing.T) {
 		t.Fatalf("hack/image/base.sh: %v\n%s", err, stderr(err))
 	}
 	base := strings.TrimSpace(string(out))
-	bins := t.TempDir()
-	if err := BuildBinaries(ctx, moduleDir, bins); err != nil {
+	product, lab, err := BuildBinaries(ctx, moduleDir, t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := Build(Config{BaseLayer: base, Binaries: bins, Created: created,
+	img, err := Build(Config{BaseLayer: base, Binaries: product, Created: created,
 		Source: Source, Revision: "test", Version: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -88,12 +91,19 @@ func TestImageRuns(t *testing.T) {
 	}
 	var checks [][]string
 	for _, c := range cmds {
-		if c.IsDir() {
+		if c.IsDir() && c.Name() != LabBinary {
 			checks = append(checks, []string{filepath.Join(BinDir, c.Name()), "--help"})
 		}
 	}
 	if len(checks) < 4 {
-		t.Fatalf("found %d commands under cmd/, want every Causeway binary", len(checks))
+		t.Fatalf("found %d product commands under cmd/, want every Causeway binary", len(checks))
+	}
+	for _, c := range checks {
+		requireStatic(t, filepath.Join(root, c[0]))
+	}
+	labPath := filepath.Join(root, BinDir, LabBinary)
+	if _, err := os.Lstat(labPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the product image has %s (%v)", filepath.Join(BinDir, LabBinary), err)
 	}
 	// What the chart's workloads exec is among them.
 	for _, c := range chartCommands(t) {
@@ -128,6 +138,45 @@ func TestImageRuns(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: %.80s", strings.Join(c, " "), strings.SplitN(strings.TrimSpace(out), "\n", 2)[0])
+	}
+
+	// The lab image: the product image's layers and one with causeway-lab.
+	labImg, err := BuildLab(fromLayout, lab, created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := labImg.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := layers[len(layers)-1].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer top.Close()
+	if err := untar(top, root); err != nil {
+		t.Fatalf("unpack the lab image's layer: %v", err)
+	}
+	requireStatic(t, labPath)
+	if out, err := chrooted(ctx, root, LabBinary, "app", "--help"); err != nil || !strings.Contains(out, "whereami") {
+		t.Errorf("in the lab image, %s app --help: %v\n%s", LabBinary, err, out)
+	}
+}
+
+// requireStatic fails unless the ELF executable at file is statically
+// linked: it names no program interpreter (the dynamic loader).
+func requireStatic(t *testing.T, file string) {
+	t.Helper()
+	f, err := elf.Open(file)
+	if err != nil {
+		t.Errorf("%s: %v", file, err)
+		return
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s is dynamically linked", file)
+		}
 	}
 }
 

@@ -113,7 +113,7 @@ never duplicates anything.`,
 	f.BoolVar(&cfg.NoInstall, "no-install", false, "do not install Causeway: print the causewayctl deploy-broker and join commands that install it as a user does")
 	f.BoolVar(&cfg.NoGlobalnet, "no-globalnet", false, "run the gateways without globalnet (c1 and c2 overlap: only the older of the two is then reachable from c3)")
 	f.StringVar(&cfg.IPFamily, "ip-family", lab.IPFamilyIPv4, "ipv4, or dual for dual-stack clusters (IPv6 pod and service CIDRs fd00:10:244:<i>::/64 and fd00:10:96:<i>::/112 besides the IPv4 ones)")
-	f.StringVar(&cfg.Runtime, "runtime", lab.RuntimeLab, "what runs the nodes' pods: lab (the lab kubelet: pods as processes of the local binaries) or containerd (a real kubelet and containerd per node: pods as containers of Causeway's image, `make image`)")
+	f.StringVar(&cfg.Runtime, "runtime", lab.RuntimeLab, "what runs the nodes' pods: lab (the lab kubelet: pods as processes of the local binaries) or containerd (a real kubelet and containerd per node: pods as containers of Causeway's image and the lab image, `make image`)")
 	f.StringVar(&cfg.ContainerdDir, "containerd-bin", lab.DefaultContainerdDir(), "directory with containerd, containerd-shim-runc-v2 and ctr, for --runtime containerd (hack/k8s-binaries.sh)")
 	f.StringVar(&cfg.Cable, "cable", lab.DefaultCable, "the gateways' cable driver: wireguard (embedded wireguard-go), ipsec (strongSwan charon, userspace ESP) or vxlan (unencrypted)")
 	return cmd

@@ -17,7 +17,7 @@ func testConfig() Config {
 	return Config{
 		NodeName: "n1", NodeIP: netip.MustParseAddr("172.18.1.11"),
 		PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), ClusterDNS: netip.MustParseAddr("10.96.0.10"),
-		CgroupRoot: "/causeway-lab/cwl-c1/n1", SandboxImage: "causeway.dev/lab/pause:v1",
+		CgroupRoot: "/causeway-lab/cwl-c1/n1", SandboxImage: "causeway.dev/lab/causeway-lab:v1",
 		ConfigDir: "/lab/nodes/c1/n1/config", CACertFile: "/lab/c1/ca.crt",
 		ServingCertFile: "/lab/c1/n1.crt", ServingKeyFile: "/lab/c1/n1.key",
 	}
@@ -96,7 +96,7 @@ func TestContainerdConfigTakesEffect(t *testing.T) {
 	if err != nil {
 		t.Fatalf("containerd config dump: %v\n%s", err, out)
 	}
-	for _, want := range []string{`sandbox = 'causeway.dev/lab/pause:v1'`, "restrict_oom_score_adj = true",
+	for _, want := range []string{`sandbox = 'causeway.dev/lab/causeway-lab:v1'`, "restrict_oom_score_adj = true",
 		"netns_mounts_under_state_dir = true", `BinaryName = '/usr/sbin/runc'`, `bin_dirs = ['/usr/lib/cni']`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("effective configuration lacks %s:\n%s", want, out)

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -22,7 +21,8 @@ import (
 
 // TestLabContainerd: `lab up --runtime containerd` runs every node with
 // a real kubelet and containerd, the chart's Pods from Causeway's image
-// (built here as `make image` builds it), and traffic crosses clusters
+// and the demo Pods from the lab image (built here as `make image` builds
+// them), and traffic crosses clusters
 // by clusterset VIP, causewayctl's node views work through the real
 // kubelet's exec; `lab down` gives the host its sysctls back.
 func TestLabContainerd(t *testing.T) {
@@ -64,6 +64,24 @@ func TestLabContainerd(t *testing.T) {
 				if !cs.Ready || cs.Image != image || !strings.HasPrefix(cs.ContainerID, "containerd://") {
 					t.Errorf("%s: Pod %s container %s: ready %v, image %s, id %s; want ready, %s in containerd",
 						cluster, p.Name, cs.Name, cs.Ready, cs.Image, cs.ContainerID, image)
+				}
+			}
+		}
+	}
+	// The demo Pods run the lab image, which alone has causeway-lab.
+	labImage := imagebuild.LabRepository + ":" + tag
+	for _, cluster := range []string{"c1", "c2", "c3"} {
+		pods := &corev1.PodList{}
+		if err := l.Client(cluster).List(ctx, pods, client.InNamespace("demo")); err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			t.Errorf("%s: no demo Pods", cluster)
+		}
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Image != labImage {
+					t.Errorf("%s: demo Pod %s container %s runs %s, want %s", cluster, p.Name, cs.Name, cs.Image, labImage)
 				}
 			}
 		}
@@ -124,29 +142,22 @@ func (l *Lab) kubectlCurl(t *testing.T, cluster, url string, want ...string) {
 	})
 }
 
-// buildImage writes Causeway's image to bin/causeway-image.tar as `make
-// image` does, tagged tag: the cached Debian base and the binaries.
+// buildImage writes Causeway's image to bin/causeway-image.tar and the lab
+// image to bin/causeway-lab-image.tar, tagged tag, with hack/image as
+// `make image` runs it: the cached Debian base and the binaries.
 func buildImage(t *testing.T, bin, tag string) {
 	t.Helper()
 	out, err := exec.Command("../../hack/image/base.sh", "--print").Output()
 	if err != nil {
 		t.Fatalf("hack/image/base.sh --print (make image-base builds the base): %v", err)
 	}
-	bins := t.TempDir()
-	if err := imagebuild.BuildBinaries(context.Background(), "../..", bins); err != nil {
-		t.Fatal(err)
-	}
-	img, err := imagebuild.Build(imagebuild.Config{BaseLayer: strings.TrimSpace(string(out)), Binaries: bins,
-		Created: time.Unix(1, 0), Source: imagebuild.Source, Revision: tag, Version: tag})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := name.NewTag(imagebuild.Repository + ":" + tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := imagebuild.WriteTarball(filepath.Join(bin, "causeway-image.tar"), img, ref); err != nil {
-		t.Fatal(err)
+	cmd := exec.Command("go", "run", "./hack/image", "--base", strings.TrimSpace(string(out)),
+		"--layout", filepath.Join(t.TempDir(), "layout"), "--tarball", filepath.Join(bin, "causeway-image.tar"),
+		"--lab-tarball", filepath.Join(bin, "causeway-lab-image.tar"),
+		"--tags", tag, "--version", tag, "--revision", tag, "--epoch", "1")
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/image: %v\n%s", err, out)
 	}
 }
 
