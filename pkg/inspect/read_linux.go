@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/causeway-net/causeway/pkg/nodeview"
 	"github.com/causeway-net/causeway/pkg/vip"
@@ -238,30 +239,32 @@ func neighState(s int) string {
 	return strings.Join(out, ",")
 }
 
-// readWireGuard lists the WireGuard devices of this network namespace:
-// kernel ones, and userspace ones (wireguard-go) whose UAPI socket under
-// /var/run/wireguard is visible here — the socket directory is not
-// per namespace, so a userspace device counts only when its TUN device
-// is a link here.
+// readWireGuard reads the WireGuard devices among this network
+// namespace's links: kernel ones, and userspace ones (wireguard-go)
+// through their UAPI socket under /var/run/wireguard. That directory is
+// not per namespace and may hold other namespaces' sockets, also dead
+// ones of a killed process, so devices are asked for by the names of
+// links here rather than listed.
 func readWireGuard(n *nodeview.Node, links map[int]string) error {
 	c, err := wgctrl.New()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	devs, err := c.Devices()
-	if err != nil {
-		return err
-	}
-	now := time.Now()
-	here := map[string]bool{}
+	var devs []*wgtypes.Device
 	for _, name := range links {
-		here[name] = true
-	}
-	for _, d := range devs {
-		if !here[d.Name] {
-			continue
+		d, err := c.Device(name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // not a WireGuard device
 		}
+		if err != nil {
+			return fmt.Errorf("device %s: %w", name, err)
+		}
+		devs = append(devs, d)
+	}
+	slices.SortFunc(devs, func(a, b *wgtypes.Device) int { return strings.Compare(a.Name, b.Name) })
+	now := time.Now()
+	for _, d := range devs {
 		v := nodeview.WireGuardDevice{Name: d.Name, Type: d.Type.String(), PublicKey: d.PublicKey.String(), ListenPort: d.ListenPort, Peers: []nodeview.WireGuardPeer{}}
 		for _, p := range d.Peers {
 			pv := nodeview.WireGuardPeer{PublicKey: p.PublicKey.String(), RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes,

@@ -3,9 +3,11 @@ package inspect
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,10 +22,26 @@ import (
 	"github.com/causeway-net/causeway/pkg/vip"
 )
 
+// deadSocket leaves a unix socket file at path that nothing listens on.
+func deadSocket(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	_ = l.Close()
+	t.Cleanup(func() { _ = os.Remove(path) })
+}
+
 // TestRead builds in a fresh network namespace one of everything a node
 // view reports — a veth with an address, a VXLAN device with an FDB
 // entry, a neighbour, a route in table 100 and an unreachable fallback,
-// a fwmark rule, a WireGuard device with a peer, a CAUSEWAY- iptables
+// a fwmark rule, a WireGuard device with a peer (beside a dead UAPI
+// socket of another process), a CAUSEWAY- iptables
 // chain jumped to from FORWARD, a causeway nftables table, and a VIP
 // datapath with one service pinned on a private bpffs — and checks Read
 // returns each of them, from inside the namespace, and nothing of the
@@ -65,6 +83,10 @@ func TestRead(t *testing.T) {
 		PublicKey: peer, Subnets: []netip.Prefix{netip.MustParsePrefix("10.99.0.0/16")}}}); err != nil {
 		t.Fatalf("wireguard peer: %v", err)
 	}
+	// A dead UAPI socket of some other process (a wireguard-go killed
+	// with SIGKILL leaves its socket behind) must not hide this
+	// namespace's devices.
+	deadSocket(t, fmt.Sprintf("/var/run/wireguard/cwinsp-dead%d.sock", os.Getpid()%100000))
 	in("iptables", "-N", "CAUSEWAY-TEST")
 	in("iptables", "-A", "CAUSEWAY-TEST", "-j", "ACCEPT")
 	in("iptables", "-A", "FORWARD", "-j", "CAUSEWAY-TEST")
