@@ -25,47 +25,49 @@ func (c *RequestsConfig) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.URL, "url", "", "whereami URL to request")
 	fs.DurationVar(&c.Interval, "interval", 50*time.Millisecond, "time between two request starts")
 	fs.DurationVar(&c.Timeout, "timeout", 2*time.Second, "bound of one request")
-	fs.DurationVar(&c.Duration, "duration", 30*time.Second, "how long requests are started")
+	fs.DurationVar(&c.Duration, "duration", 30*time.Second, "how long requests are started (0: until SIGINT or SIGTERM)")
 }
 
-// RunRequests starts a GET of c.URL every c.Interval for c.Duration, each
-// on its own connection and without waiting for the previous one, and
-// writes one line per request once all are done: "<unix ns of its start>
-// <cluster that answered>", or "<unix ns> FAIL <error>".
+// RunRequests starts a GET of c.URL every c.Interval for c.Duration (0:
+// until ctx ends), each on its own connection and without waiting for
+// the previous one, and writes one line per request as it ends: "<unix
+// ns of its start> <cluster that answered>", or "<unix ns> FAIL
+// <error>" — lines of overlapping requests may come out of start order.
+// When ctx ends no request is started any more; those running finish
+// (each bounded by c.Timeout) and are written.
 func RunRequests(ctx context.Context, c RequestsConfig, out io.Writer) error {
 	if c.URL == "" || c.Interval <= 0 {
 		return fmt.Errorf("requests: --url and a positive --interval are required")
 	}
 	client := &http.Client{Timeout: c.Timeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	var (
-		mu    sync.Mutex
-		lines []string
-		wg    sync.WaitGroup
+		mu     sync.Mutex
+		outErr error
+		wg     sync.WaitGroup
 	)
+	reqCtx := context.WithoutCancel(ctx)
 	t := time.NewTicker(c.Interval)
 	defer t.Stop()
-	for end := time.Now().Add(c.Duration); time.Now().Before(end); {
+	end := time.Now().Add(c.Duration)
+	for c.Duration == 0 || time.Now().Before(end) {
 		start := time.Now()
 		wg.Go(func() {
-			line := fmt.Sprintf("%d %s", start.UnixNano(), request(ctx, client, c.URL))
+			line := fmt.Sprintf("%d %s", start.UnixNano(), request(reqCtx, client, c.URL))
 			mu.Lock()
-			lines = append(lines, line)
-			mu.Unlock()
+			defer mu.Unlock()
+			if _, err := fmt.Fprintln(out, line); err != nil && outErr == nil {
+				outErr = err
+			}
 		})
 		select {
 		case <-ctx.Done():
 			wg.Wait()
-			return ctx.Err()
+			return outErr
 		case <-t.C:
 		}
 	}
 	wg.Wait()
-	for _, l := range lines {
-		if _, err := fmt.Fprintln(out, l); err != nil {
-			return err
-		}
-	}
-	return nil
+	return outErr
 }
 
 // request is the cluster that answered url, or "FAIL <why>".

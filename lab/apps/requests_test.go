@@ -43,6 +43,16 @@ func TestRunRequests(t *testing.T) {
 	if len(lines) < 5 || ok == 0 || failed == 0 {
 		t.Errorf("%d lines, %d answered, %d failed:\n%s", len(lines), ok, failed, out.String())
 	}
+	// Duration 0: until ctx ends; what ran is written.
+	out.Reset()
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	if err := RunRequests(ctx, RequestsConfig{URL: srv.URL, Interval: 20 * time.Millisecond, Timeout: time.Second}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "\n"); n < 3 {
+		t.Errorf("until cancelled: %d lines:\n%s", n, out.String())
+	}
 	if err := RunRequests(context.Background(), RequestsConfig{}, &out); err == nil {
 		t.Error("no URL: no error")
 	}

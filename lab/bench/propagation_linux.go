@@ -90,6 +90,8 @@ type ExportResult struct {
 	// succeeds (connect4 translation on the client's node, the route to
 	// the gateway, the tunnel, the backend's SYN-ACK).
 	Reachable Stats `json:"reachable"`
+	// reachable are Reachable's samples.
+	reachable []time.Duration
 }
 
 // WithdrawResult is what MeasureWithdraw measured, from the deletion of
@@ -236,7 +238,7 @@ func (p *Propagation) MeasureExport(ctx context.Context, n int) (ExportResult, e
 			cluster, node, m.at.Sub(start).Round(time.Millisecond),
 			target, p.Client, reachedAt.Sub(start).Round(time.Millisecond))
 	}
-	return ExportResult{Imported: NewStats(imported), Programmed: NewStats(programmed), Reachable: NewStats(reachable)}, nil
+	return ExportResult{Imported: NewStats(imported), Programmed: NewStats(programmed), Reachable: NewStats(reachable), reachable: reachable}, nil
 }
 
 // memberClients are clients of every cluster of the lab, by name.

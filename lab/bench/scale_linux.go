@@ -138,6 +138,8 @@ type DaemonStats struct {
 	// HeapBytes: go_memstats_heap_alloc_bytes (live heap plus garbage
 	// not yet collected).
 	HeapBytes int64 `json:"heapBytes"`
+	// Goroutines: go_goroutines.
+	Goroutines int `json:"goroutines"`
 	// CPUSeconds: process_cpu_seconds_total spent during the benchmark,
 	// from before the simulated members were written until the daemon
 	// was measured; TotalCPUSeconds: since the process started.
@@ -200,7 +202,7 @@ func (s *Scale) Run(ctx context.Context) (ScaleResult, error) {
 	case !slices.Contains(s.Lab.Members(), s.ResyncCluster):
 		return res, fmt.Errorf("--resync-cluster %s is no cluster of the lab (%v)", s.ResyncCluster, s.Lab.Members())
 	}
-	before, err := s.daemons(ctx)
+	before, err := measureDaemons(ctx, s.Lab)
 	if err != nil {
 		return res, err
 	}
@@ -249,7 +251,7 @@ func (s *Scale) Run(ctx context.Context) (ScaleResult, error) {
 	if res.Broker, err = s.brokerStats(ctx, brokerBefore, brokerAfter, time.Since(window)); err != nil {
 		return res, err
 	}
-	after, err := s.daemons(ctx)
+	after, err := measureDaemons(ctx, s.Lab)
 	if err != nil {
 		return res, err
 	}
@@ -501,11 +503,12 @@ func (s *Scale) waitImported(ctx context.Context) error {
 	return nil
 }
 
-// daemons measures every Causeway daemon Pod of every real member.
-func (s *Scale) daemons(ctx context.Context) ([]DaemonStats, error) {
+// measureDaemons measures every Causeway daemon Pod of every member of
+// the lab.
+func measureDaemons(ctx context.Context, st *lab.State) ([]DaemonStats, error) {
 	var out []DaemonStats
-	for _, cl := range s.Lab.Members() {
-		pods, err := s.daemonPods(ctx, cl)
+	for _, cl := range st.Members() {
+		pods, err := daemonPods(ctx, st, cl)
 		if err != nil {
 			return nil, err
 		}
@@ -523,11 +526,11 @@ func (s *Scale) daemons(ctx context.Context) ([]DaemonStats, error) {
 
 // daemonPods lists the running daemon Pods of a cluster; the chart runs
 // each daemon as the one container of its Pod.
-func (s *Scale) daemonPods(ctx context.Context, cluster string) ([]corev1.Pod, error) {
-	if s.Lab.Runtime != "" && s.Lab.Runtime != lab.RuntimeLab {
-		return nil, fmt.Errorf("the scale benchmark reads the daemons' processes of the lab kubelet, not of runtime %s", s.Lab.Runtime)
+func daemonPods(ctx context.Context, st *lab.State, cluster string) ([]corev1.Pod, error) {
+	if st.Runtime != "" && st.Runtime != lab.RuntimeLab {
+		return nil, fmt.Errorf("the daemons' processes are read as the lab kubelet runs them, not of runtime %s", st.Runtime)
 	}
-	c, err := s.Lab.Client(cluster)
+	c, err := st.Client(cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -578,6 +581,11 @@ func measureDaemon(ctx context.Context, cluster string, p corev1.Pod) (DaemonSta
 		return d, fmt.Errorf("%s: no go_memstats_heap_alloc_bytes in its metrics", d.Name)
 	}
 	d.HeapBytes = int64(heap)
+	g, ok := sum(metrics, "go_goroutines", nil)
+	if !ok {
+		return d, fmt.Errorf("%s: no go_goroutines in its metrics", d.Name)
+	}
+	d.Goroutines = int(g)
 	if d.TotalCPUSeconds, ok = sum(metrics, "process_cpu_seconds_total", nil); !ok {
 		return d, fmt.Errorf("%s: no process_cpu_seconds_total in its metrics", d.Name)
 	}
@@ -712,7 +720,7 @@ func (s *Scale) resync(ctx context.Context) (ResyncResult, error) {
 		return r, err
 	}
 	find := func() (*corev1.Pod, error) {
-		pods, err := s.daemonPods(ctx, s.ResyncCluster)
+		pods, err := daemonPods(ctx, s.Lab, s.ResyncCluster)
 		if err != nil {
 			return nil, err
 		}

@@ -153,7 +153,7 @@ causeway-bench-<pod> with the benchmark's ports), removed afterwards.`,
 		},
 	}
 	latency.Flags().IntVar(&r.Count, "count", r.Count, "number of round trips")
-	cmd.AddCommand(throughput, latency, newPropagationCommand(dir, &output), newScaleCommand(dir, &output))
+	cmd.AddCommand(throughput, latency, newPropagationCommand(dir, &output), newScaleCommand(dir, &output), newSoakCommand(dir, &output))
 	return cmd
 }
 
@@ -410,4 +410,127 @@ func printScale(cmd *cobra.Command, output string, p *bench.Propagation, res ben
 	fmt.Fprintf(tw, "broker\t%d\t%.1f\t%d\t%d\t%d\t%d (%d)\t%.1f\n", b.Objects, float64(b.DBBytes)/mib, b.Records, b.VIPAllocations, b.Leases,
 		b.Watches, b.CausewayWatches, b.WatchEventsPerSecond)
 	return tw.Flush()
+}
+
+// newSoakCommand is `causeway-lab benchmark soak`.
+func newSoakCommand(dir, output *string) *cobra.Command {
+	p := defaultPropagation()
+	s := bench.Soak{Samples: 2, Failover: "c2", Duration: 30 * time.Minute, Interval: 100 * time.Millisecond,
+		Settle: 30 * time.Second, Timeout: 2 * time.Minute}
+	var url string
+	cmd := &cobra.Command{
+		Use:   "soak",
+		Short: "Churn the lab for --duration with traffic flowing; compare every daemon and node before and after",
+		Long: `While --client requests --url (default: the clusterset VIP of demo/whereami,
+exported from c1 and c2 for the soak when not exported yet) every --interval,
+each request on a new connection, repeat until --duration has passed:
+
+  export: --samples Services exported from --export-cluster, each timed
+  until a TCP connect from --client to its VIP succeeds, then unexported
+  and awaited gone from every node's VIP map;
+
+  scale: --failover-cluster's whereami Deployment scaled to 2 and back to 1;
+
+  gateway failover: --failover-cluster's active gateway process killed
+  (SIGKILL), until another node is active and the killed one is back;
+
+  restarts: --failover-cluster's kube-apiserver, --export-cluster's MCS
+  controller and the route agent of --client's node killed (SIGKILL) and
+  awaited back.
+
+Gateway failovers and scale-downs are fault windows (from the fault until
+the new active gateway or the pod's removal, plus 1 s): a request may fail
+in one, and each window reports its failures; a request failing outside
+every window is a failure of the soak. At the end the active gateway goes
+back to where it started and, after --settle, every daemon's RSS and
+goroutines and every node's routes, nftables set and map elements, VIP map
+entries and conntrack entries are compared with the start: routes, nftables
+elements and VIP entries must be back exactly, RSS within +25 % + 8 MiB,
+goroutines within +10 % + 10, conntrack entries within +50 % + 200. The
+command fails when a request failed outside the windows or a figure grew
+beyond its tolerance.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var res bench.SoakResult
+			var unexport func(context.Context) error
+			prepare := func(st *lab.State) { s.Lab, s.Self, s.Export, s.Progress = st, p.Self, &p, cmd.ErrOrStderr() }
+			err := runLabBenchmark(cmd, *dir, &p, s.Timeout, prepare, p.Cleanup, func(ctx context.Context) error {
+				var err error
+				if s.URL = url; s.URL == "" {
+					if s.URL, unexport, err = bench.ExportWhereami(ctx, s.Lab, p.Client, []string{p.Exporter, s.Failover}, s.Timeout); err != nil {
+						return err
+					}
+				}
+				res, err = s.Run(ctx)
+				return err
+			})
+			if unexport != nil {
+				err = errors.Join(err, unexport(context.WithoutCancel(cmd.Context())))
+			}
+			if err != nil {
+				return err
+			}
+			if err := printSoak(cmd, *output, res); err != nil {
+				return err
+			}
+			if res.FailedOutside > 0 || len(res.Growth) > 0 {
+				return fmt.Errorf("soak failed: %d requests failed outside the fault windows; %d figures grew beyond their tolerance", res.FailedOutside, len(res.Growth))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&s.Duration, "duration", s.Duration, "how long rounds of churn are started")
+	f.DurationVar(&s.Interval, "interval", s.Interval, "time between two requests of the client")
+	f.DurationVar(&s.Settle, "settle", s.Settle, "wait after the last round before the final snapshot")
+	f.IntVar(&s.Samples, "samples", s.Samples, "Services exported and unexported per round")
+	f.StringVar(&s.Failover, "failover-cluster", s.Failover, "cluster whose gateways fail over, whose API server restarts and whose whereami scales")
+	f.StringVar(&p.Exporter, "export-cluster", p.Exporter, "cluster the churn's Services are exported from, whose MCS controller restarts")
+	f.StringVar(&p.Client, "client", p.Client, "pod that requests --url and connects to the churn's VIPs, <cluster>/<namespace>/<pod>")
+	f.StringVar(&url, "url", "", "whereami URL the client requests (default: the clusterset VIP of demo/whereami)")
+	f.DurationVar(&s.Timeout, "timeout", s.Timeout, "bound of each wait")
+	return cmd
+}
+
+func printSoak(cmd *cobra.Command, output string, res bench.SoakResult) error {
+	if output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+	}
+	const mib = 1 << 20
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SECONDS\tROUNDS\tREQUESTS\tFAILED\tFAILED OUTSIDE WINDOWS\tEXPORT → REACHABLE P50 ms\tP99 ms")
+	fmt.Fprintf(tw, "%.0f\t%d\t%d\t%d\t%d\t%.0f\t%.0f\n", res.Seconds, res.Rounds, res.Requests, res.Failed, res.FailedOutside, res.Export.P50MS, res.Export.P99MS)
+	fmt.Fprintln(tw, "\t\t\t\t\t\t")
+	fmt.Fprintln(tw, "FAULT WINDOW\tSECONDS\tFAILED\tFAILED FOR s")
+	for _, w := range res.Windows {
+		fmt.Fprintf(tw, "%s\t%.2f\t%d\t%.2f\n", w.Fault, w.End.Sub(w.Start).Seconds(), w.Failed, w.FailedSeconds)
+	}
+	fmt.Fprintln(tw, "\t\t\t")
+	fmt.Fprintln(tw, "DAEMON\tRSS MiB BEFORE\tAFTER\tGOROUTINES BEFORE\tAFTER")
+	after := map[string]bench.DaemonStats{}
+	for _, d := range res.After.Daemons {
+		after[d.Name] = d
+	}
+	for _, b := range res.Before.Daemons {
+		a := after[b.Name]
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\t%d\n", b.Name, float64(b.RSSBytes)/mib, float64(a.RSSBytes)/mib, b.Goroutines, a.Goroutines)
+	}
+	fmt.Fprintln(tw, "\t\t\t\t")
+	fmt.Fprintln(tw, "NODE\tROUTES BEFORE\tAFTER\tNFT ELEMENTS BEFORE\tAFTER\tVIP SERVICES/BACKENDS BEFORE\tAFTER\tCONNTRACK BEFORE\tAFTER")
+	nodes := map[string]bench.NodeCounts{}
+	for _, n := range res.After.Nodes {
+		nodes[n.Name] = n
+	}
+	for _, b := range res.Before.Nodes {
+		a := nodes[b.Name]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d/%d\t%d/%d\t%d\t%d\n", b.Name, b.Routes, a.Routes, b.NftElements, a.NftElements,
+			b.VIPServices, b.VIPBackends, a.VIPServices, a.VIPBackends, b.Conntrack, a.Conntrack)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, g := range res.Growth {
+		fmt.Fprintln(cmd.OutOrStdout(), "GROWTH: "+g)
+	}
+	return nil
 }

@@ -199,3 +199,8 @@ func (h *Host) Dial(name, network, address string) (net.Conn, error) {
 	}
 	return c, nil
 }
+
+// NodeNetns is the path of a node's network namespace.
+func (h *Host) NodeNetns(cluster, node string) string {
+	return h.netnsPath(h.names.Node(cluster, node))
+}
