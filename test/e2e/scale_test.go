@@ -76,8 +76,12 @@ func (l *Lab) checkScale(ctx context.Context) {
 		switch {
 		case d.PID <= 0, d.RSSBytes < 10*mib, d.RSSBytes > 1024*mib, d.PeakRSSBytes < d.RSSBytes:
 			l.t.Errorf("%s: pid %d, RSS %d, peak %d: want a live process of 10 MiB to 1 GiB", d.Name, d.PID, d.RSSBytes, d.PeakRSSBytes)
-		case d.HeapBytes <= 0 || d.HeapBytes >= d.RSSBytes:
-			l.t.Errorf("%s: heap %d bytes, RSS %d: want 0 < heap < RSS", d.Name, d.HeapBytes, d.RSSBytes)
+		case d.HeapBytes <= 0:
+			// Not bounded by RSS: an allocated buffer's untouched pages
+			// are not resident (the embedded WireGuard's 64 KiB packet
+			// buffers hold ~1500-byte packets; after TestLab's throughput
+			// benchmark a gateway had 163 MB of heap in 102 MB of RSS).
+			l.t.Errorf("%s: heap %d bytes: want > 0", d.Name, d.HeapBytes)
 		case d.CPUSeconds < 0 || d.CPUSeconds > d.TotalCPUSeconds:
 			l.t.Errorf("%s: %v CPU seconds in the benchmark, %v in all: want 0 ≤ benchmark ≤ all", d.Name, d.CPUSeconds, d.TotalCPUSeconds)
 		}
