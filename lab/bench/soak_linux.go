@@ -150,6 +150,16 @@ func (s *Soak) progress(format string, args ...any) {
 // Export.Cleanup (the caller's, also after an error).
 func (s *Soak) Run(ctx context.Context) (SoakResult, error) {
 	var res SoakResult
+	if err := s.waitDaemonsReady(ctx, s.Failover, "gateway"); err != nil {
+		return res, err
+	}
+	pods, err := daemonPods(ctx, s.Lab, s.Failover)
+	if err != nil {
+		return res, err
+	}
+	if n := len(slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Spec.Containers[0].Name != "gateway" })); n < 2 {
+		return res, fmt.Errorf("%s has %d gateway candidate(s); a failover needs 2 (lab up --gateways 2)", s.Failover, n)
+	}
 	startNode, err := s.activeGateway(ctx)
 	if err != nil {
 		return res, err
@@ -448,7 +458,10 @@ func (s *Soak) failover(ctx context.Context) (SoakWindow, error) {
 		return w, fmt.Errorf("kill the gateway of %s/%s (pid %d): %w", s.Failover, old, pid, err)
 	}
 	var now string
-	for now == "" || now == old {
+	for deadline := time.Now().Add(s.Timeout); now == "" || now == old; {
+		if time.Now().After(deadline) {
+			return w, fmt.Errorf("%s: no other gateway took over from %s in %s", s.Failover, old, s.Timeout)
+		}
 		if now, err = s.activeGateway(ctx); err != nil {
 			return w, err
 		}

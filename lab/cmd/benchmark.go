@@ -431,7 +431,7 @@ each request on a new connection, repeat until --duration has passed:
 
   scale: --failover-cluster's whereami Deployment scaled to 2 and back to 1;
 
-  gateway failover: --failover-cluster's active gateway process killed
+  gateway failover (the lab up with --gateways 2): --failover-cluster's active gateway process killed
   (SIGKILL), until another node is active and the killed one is back;
 
   restarts: --failover-cluster's kube-apiserver, --export-cluster's MCS

@@ -13,7 +13,7 @@ import (
 )
 
 // TestSoak runs `causeway-lab benchmark soak` for a few minutes in the
-// default lab: rounds of export/unexport, scaling, gateway failovers and
+// default lab with two gateway candidates per cluster: rounds of export/unexport, scaling, gateway failovers and
 // restarts of an API server, an MCS controller and a route agent, with a
 // client requesting the clusterset VIP of whereami (c1 and c2) from c3
 // every 100 ms. No request fails outside the fault windows, a gateway
@@ -22,7 +22,7 @@ import (
 // elements, VIP entries and conntrack entries are back within the
 // soak's tolerance at the end (30 min by hand: --duration 30m).
 func TestSoak(t *testing.T) {
-	l := StartLab(t)
+	l := StartLab(t, "--gateways", "2")
 	const duration = 3 * time.Minute
 	cmd := exec.Command(l.labBin, "benchmark", "soak", "--duration", duration.String(), "--settle", "20s", "-o", "json")
 	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
