@@ -37,6 +37,7 @@ import (
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/internal/procmem"
 	"github.com/causeway-net/causeway/lab"
+	"github.com/causeway-net/causeway/lab/kubelet"
 	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/clusterset"
 	"github.com/causeway-net/causeway/pkg/kube"
@@ -561,9 +562,8 @@ func measureDaemon(ctx context.Context, cluster string, p corev1.Pod) (DaemonSta
 	ct := p.Spec.Containers[0]
 	d.Daemon = ct.Name
 	d.Name = cluster + "/" + d.Node + "/" + d.Daemon
-	id, ok := strings.CutPrefix(p.Status.ContainerStatuses[0].ContainerID, "lab://")
-	pid, err := strconv.Atoi(id)
-	if !ok || err != nil {
+	pid, ok := kubelet.ContainerPID(p.Status.ContainerStatuses[0].ContainerID)
+	if !ok {
 		return d, fmt.Errorf("%s: container ID %q of pod %s is not the lab kubelet's", d.Name, p.Status.ContainerStatuses[0].ContainerID, p.Name)
 	}
 	d.PID = pid

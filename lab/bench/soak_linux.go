@@ -29,6 +29,7 @@ import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/lab"
+	"github.com/causeway-net/causeway/lab/kubelet"
 	"github.com/causeway-net/causeway/pkg/vip"
 )
 
@@ -617,8 +618,8 @@ func (s *Soak) daemonPID(ctx context.Context, cluster, node, daemon string) (int
 			continue
 		}
 		cs := p.Status.ContainerStatuses[0]
-		pid, err := strconv.Atoi(strings.TrimPrefix(cs.ContainerID, "lab://"))
-		if !cs.Ready || err != nil || syscall.Kill(pid, 0) != nil {
+		pid, ok := kubelet.ContainerPID(cs.ContainerID)
+		if !cs.Ready || !ok || syscall.Kill(pid, 0) != nil {
 			return 0, fmt.Errorf("%s: %s on %s not ready", cluster, daemon, p.Spec.NodeName)
 		}
 		return pid, nil

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -200,7 +199,7 @@ func containerPid(pod *corev1.Pod, name string) (int, error) {
 		if s.Name != name || s.State.Running == nil {
 			continue
 		}
-		if pid, err := strconv.Atoi(strings.TrimPrefix(s.ContainerID, "lab://")); err == nil && pid > 0 {
+		if pid, ok := ContainerPID(s.ContainerID); ok {
 			return pid, nil
 		}
 	}

@@ -508,7 +508,17 @@ func unknownExit(pid int, startedAt time.Time) *termination {
 	}
 }
 
+// containerID is the ContainerID of a container the lab kubelet runs:
+// lab://<pid of its process>.
 func containerID(pid int) string { return "lab://" + strconv.Itoa(pid) }
+
+// ContainerPID is the process of a container the lab kubelet runs, from
+// its ContainerID; false when id is not one of the lab kubelet's.
+func ContainerPID(id string) (int, bool) {
+	s, ok := strings.CutPrefix(id, "lab://")
+	pid, err := strconv.Atoi(s)
+	return pid, ok && err == nil && pid > 0
+}
 
 // start runs a container's process.
 func (w *worker) start(pod *corev1.Pod, spec corev1.Container, c *ctr, r *containerRecord) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/lab"
+	"github.com/causeway-net/causeway/lab/kubelet"
 	"github.com/causeway-net/causeway/lab/netlab"
 	"github.com/causeway-net/causeway/pkg/kube"
 )
@@ -109,8 +109,8 @@ func (l *Lab) podPID(ctx context.Context, c component) (int, error) {
 		return 0, fmt.Errorf("pod %s not ready: %+v", p.Name, p.Status.ContainerStatuses)
 	}
 	id := p.Status.ContainerStatuses[0].ContainerID
-	pid, err := strconv.Atoi(strings.TrimPrefix(id, "lab://"))
-	if err != nil || syscall.Kill(pid, 0) != nil {
+	pid, ok := kubelet.ContainerPID(id)
+	if !ok || syscall.Kill(pid, 0) != nil {
 		return 0, fmt.Errorf("pod %s: container %q not a live lab process", p.Name, id)
 	}
 	return pid, nil
