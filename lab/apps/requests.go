@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,6 +70,33 @@ func RunRequests(ctx context.Context, c RequestsConfig, out io.Writer) error {
 	}
 	wg.Wait()
 	return outErr
+}
+
+// Request is one line of RunRequests' output.
+type Request struct {
+	At time.Time
+	// Cluster answered; empty when the request failed (Err says why).
+	Cluster, Err string
+}
+
+// ParseRequest reads one line of RunRequests' output; false when the
+// line is not one.
+func ParseRequest(line string) (Request, bool) {
+	at, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+	ns, err := strconv.ParseInt(at, 10, 64)
+	if err != nil || rest == "" {
+		return Request{}, false
+	}
+	r := Request{At: time.Unix(0, ns)}
+	if why, failed := strings.CutPrefix(rest, "FAIL"); failed {
+		r.Err = strings.TrimSpace(why)
+		if r.Err == "" {
+			r.Err = "failed"
+		}
+	} else {
+		r.Cluster = rest
+	}
+	return r, true
 }
 
 // request is the cluster that answered url, or "FAIL <why>".

@@ -30,14 +30,14 @@ func TestRunRequests(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	ok, failed := 0, 0
 	for _, l := range lines {
-		f := strings.Fields(l)
+		r, parsed := ParseRequest(l)
 		switch {
-		case len(f) == 2 && f[1] == "c2":
+		case parsed && r.Cluster == "c2" && r.Err == "" && !r.At.IsZero():
 			ok++
-		case len(f) > 2 && f[1] == "FAIL":
+		case parsed && r.Cluster == "" && strings.Contains(r.Err, "503"):
 			failed++
 		default:
-			t.Errorf("line %q", l)
+			t.Errorf("line %q: %+v", l, r)
 		}
 	}
 	if len(lines) < 5 || ok == 0 || failed == 0 {
@@ -52,6 +52,11 @@ func TestRunRequests(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "\n"); n < 3 {
 		t.Errorf("until cancelled: %d lines:\n%s", n, out.String())
+	}
+	for _, l := range []string{"", "x c2", "123", "123 "} {
+		if r, ok := ParseRequest(l); ok {
+			t.Errorf("ParseRequest(%q) = %+v, want not a request line", l, r)
+		}
 	}
 	if err := RunRequests(context.Background(), RequestsConfig{}, &out); err == nil {
 		t.Error("no URL: no error")

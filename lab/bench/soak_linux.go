@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -29,8 +28,9 @@ import (
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/netnsx"
 	"github.com/causeway-net/causeway/lab"
+	"github.com/causeway-net/causeway/lab/apps"
 	"github.com/causeway-net/causeway/lab/kubelet"
-	"github.com/causeway-net/causeway/pkg/vip"
+	"github.com/causeway-net/causeway/pkg/inspect"
 )
 
 // Soak runs a running lab through continuous churn while a client pod
@@ -117,6 +117,24 @@ type SoakSnapshot struct {
 	Nodes   []NodeCounts  `json:"nodes"`
 }
 
+// Daemon is the snapshot's daemon of that name.
+func (s SoakSnapshot) Daemon(name string) (DaemonStats, bool) {
+	i := slices.IndexFunc(s.Daemons, func(d DaemonStats) bool { return d.Name == name })
+	if i < 0 {
+		return DaemonStats{}, false
+	}
+	return s.Daemons[i], true
+}
+
+// Node is the snapshot's node of that name.
+func (s SoakSnapshot) Node(name string) (NodeCounts, bool) {
+	i := slices.IndexFunc(s.Nodes, func(n NodeCounts) bool { return n.Name == name })
+	if i < 0 {
+		return NodeCounts{}, false
+	}
+	return s.Nodes[i], true
+}
+
 // NodeCounts counts what a node holds in the kernel.
 type NodeCounts struct {
 	// Name is <cluster>/<node>.
@@ -161,7 +179,7 @@ func (s *Soak) Run(ctx context.Context) (SoakResult, error) {
 	if n := len(slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Spec.Containers[0].Name != "gateway" })); n < 2 {
 		return res, fmt.Errorf("%s has %d gateway candidate(s); a failover needs 2 (lab up --gateways 2)", s.Failover, n)
 	}
-	startNode, err := s.activeGateway(ctx)
+	startNode, err := s.activeGateway(ctx, "")
 	if err != nil {
 		return res, err
 	}
@@ -203,7 +221,7 @@ func (s *Soak) Run(ctx context.Context) (SoakResult, error) {
 	// Back to the node the soak started on, so that every node's state
 	// compares with its own.
 	for i := 0; ; i++ {
-		now, err := s.activeGateway(ctx)
+		now, err := s.activeGateway(ctx, "")
 		if err != nil {
 			return res, err
 		}
@@ -240,27 +258,27 @@ func (s *Soak) Run(ctx context.Context) (SoakResult, error) {
 }
 
 // count attributes every request to the windows.
-func (s *Soak) count(res *SoakResult, results []soakRequest) {
+func (s *Soak) count(res *SoakResult, results []apps.Request) {
 	res.Requests = len(results)
 	first := make([]time.Time, len(res.Windows))
 	last := make([]time.Time, len(res.Windows))
 	for _, r := range results {
-		if r.ok {
+		if r.Err == "" {
 			continue
 		}
 		res.Failed++
-		in := slices.IndexFunc(res.Windows, func(w SoakWindow) bool { return !r.at.Before(w.Start) && !r.at.After(w.End) })
+		in := slices.IndexFunc(res.Windows, func(w SoakWindow) bool { return !r.At.Before(w.Start) && !r.At.After(w.End) })
 		if in < 0 {
 			res.FailedOutside++
-			s.progress("request at %s failed outside every fault window: %s", r.at.Format(time.RFC3339Nano), r.err)
+			s.progress("request at %s failed outside every fault window: %s", r.At.Format(time.RFC3339Nano), r.Err)
 			continue
 		}
 		w := &res.Windows[in]
 		w.Failed++
 		if first[in].IsZero() {
-			first[in] = r.at
+			first[in] = r.At
 		}
-		last[in] = r.at
+		last[in] = r.At
 	}
 	for i := range res.Windows {
 		if res.Windows[i].Failed > 0 {
@@ -273,12 +291,8 @@ func (s *Soak) count(res *SoakResult, results []soakRequest) {
 // before.
 func compareSnapshots(before, after SoakSnapshot) []string {
 	var growth []string
-	daemons := map[string]DaemonStats{}
-	for _, d := range before.Daemons {
-		daemons[d.Name] = d
-	}
 	for _, a := range after.Daemons {
-		b, ok := daemons[a.Name]
+		b, ok := before.Daemon(a.Name)
 		if !ok {
 			growth = append(growth, a.Name+": not running at the start")
 			continue
@@ -290,12 +304,8 @@ func compareSnapshots(before, after SoakSnapshot) []string {
 			growth = append(growth, fmt.Sprintf("%s: %d goroutines, was %d (limit %d)", a.Name, a.Goroutines, b.Goroutines, limit))
 		}
 	}
-	nodes := map[string]NodeCounts{}
-	for _, n := range before.Nodes {
-		nodes[n.Name] = n
-	}
 	for _, a := range after.Nodes {
-		b := nodes[a.Name]
+		b, _ := before.Node(a.Name)
 		for _, f := range []struct {
 			what          string
 			before, after int
@@ -338,16 +348,21 @@ func (s *Soak) snapshot(ctx context.Context) (SoakSnapshot, error) {
 	return snap, nil
 }
 
-// countNode counts a node's kernel state, from inside its network
-// namespace.
+// countNode counts a node's kernel state: its routes and VIP map entries
+// from its node view (what `causewayctl diagnose` reads), its conntrack
+// entries and its causeway nftables elements, which the view does not
+// count — all from inside its network namespace.
 func countNode(netnsPath, vipPinDir string) (NodeCounts, error) {
 	var nc NodeCounts
 	err := netnsx.Do(netnsPath, func() error {
-		routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: syscall.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
-		if err != nil {
-			return fmt.Errorf("routes: %w", err)
+		view := inspect.Read(vipPinDir)
+		if len(view.Errors) > 0 {
+			return fmt.Errorf("node view: %s", strings.Join(view.Errors, "; "))
 		}
-		nc.Routes = len(routes)
+		nc.Routes, nc.VIPServices = len(view.Routes), len(view.VIPs)
+		for _, v := range view.VIPs {
+			nc.VIPBackends += len(v.Backends)
+		}
 		b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_count")
 		if err != nil {
 			return fmt.Errorf("conntrack count: %w", err)
@@ -362,23 +377,7 @@ func countNode(netnsPath, vipPinDir string) (NodeCounts, error) {
 		nc.NftElements, err = nftElements(out)
 		return err
 	})
-	if err != nil {
-		return nc, err
-	}
-	m, err := vip.OpenPinned(vipPinDir)
-	if err != nil {
-		return nc, err
-	}
-	defer m.Close()
-	services, err := m.Services()
-	if err != nil {
-		return nc, fmt.Errorf("VIP map: %w", err)
-	}
-	nc.VIPServices = len(services)
-	for _, svc := range services {
-		nc.VIPBackends += len(svc.Backends)
-	}
-	return nc, nil
+	return nc, err
 }
 
 // nftElements counts the elements of the sets and maps of the causeway
@@ -412,14 +411,19 @@ func nftElements(out []byte) (int, error) {
 	return n, nil
 }
 
-// activeGateway is the node of Failover whose Gateway is active.
-func (s *Soak) activeGateway(ctx context.Context) (string, error) {
+// activeGateway waits until exactly one Gateway of Failover is active,
+// on a node other than not, and returns that node.
+func (s *Soak) activeGateway(ctx context.Context, not string) (string, error) {
 	c, err := s.Lab.Client(s.Failover)
 	if err != nil {
 		return "", err
 	}
+	what := s.Failover + ": one active gateway"
+	if not != "" {
+		what += ", not " + not
+	}
 	var node string
-	err = poll(ctx, s.Timeout, 100*time.Millisecond, s.Failover+": one active gateway", func() (bool, error) {
+	err = poll(ctx, s.Timeout, 100*time.Millisecond, what, func() (bool, error) {
 		var gws v1alpha1.GatewayList
 		if err := c.List(ctx, &gws, client.InNamespace(causewayNamespace)); err != nil {
 			return false, err
@@ -430,7 +434,7 @@ func (s *Soak) activeGateway(ctx context.Context) (string, error) {
 				active = append(active, g.Name)
 			}
 		}
-		if len(active) != 1 {
+		if len(active) != 1 || active[0] == not {
 			return false, fmt.Errorf("active: %v", active)
 		}
 		node = active[0]
@@ -443,7 +447,7 @@ func (s *Soak) activeGateway(ctx context.Context) (string, error) {
 // another node is active and every gateway Pod is ready again (the
 // killed one restarted as passive).
 func (s *Soak) failover(ctx context.Context) (SoakWindow, error) {
-	old, err := s.activeGateway(ctx)
+	old, err := s.activeGateway(ctx, "")
 	if err != nil {
 		return SoakWindow{}, err
 	}
@@ -458,14 +462,9 @@ func (s *Soak) failover(ctx context.Context) (SoakWindow, error) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return w, fmt.Errorf("kill the gateway of %s/%s (pid %d): %w", s.Failover, old, pid, err)
 	}
-	var now string
-	for deadline := time.Now().Add(s.Timeout); now == "" || now == old; {
-		if time.Now().After(deadline) {
-			return w, fmt.Errorf("%s: no other gateway took over from %s in %s", s.Failover, old, s.Timeout)
-		}
-		if now, err = s.activeGateway(ctx); err != nil {
-			return w, err
-		}
+	now, err := s.activeGateway(ctx, old)
+	if err != nil {
+		return w, err
 	}
 	w.End = time.Now().Add(time.Second)
 	s.progress("%s: active gateway %s killed, %s active after %s", s.Failover, old, now, time.Since(w.Start).Round(time.Millisecond))
@@ -646,20 +645,12 @@ func (s *Soak) waitDaemonsReady(ctx context.Context, cluster, daemon string) err
 	})
 }
 
-// soakRequest is one request of the client: when it started, and
-// whether a whereami answered.
-type soakRequest struct {
-	at  time.Time
-	ok  bool
-	err string
-}
-
 // requests is the client's request loop (`causeway-lab app requests`
 // in the client pod).
 type requests struct {
 	cmd  *exec.Cmd
 	mu   sync.Mutex
-	got  []soakRequest
+	got  []apps.Request
 	done chan error
 }
 
@@ -679,16 +670,9 @@ func (s *Soak) startRequests(ctx context.Context) (*requests, error) {
 	go func() {
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
-			at, rest, _ := strings.Cut(sc.Text(), " ")
-			ns, err := strconv.ParseInt(at, 10, 64)
-			if err != nil {
+			req, ok := apps.ParseRequest(sc.Text())
+			if !ok {
 				continue
-			}
-			req := soakRequest{at: time.Unix(0, ns)}
-			if after, failed := strings.CutPrefix(rest, "FAIL"); failed {
-				req.err = strings.TrimSpace(after)
-			} else {
-				req.ok = true
 			}
 			rq.mu.Lock()
 			rq.got = append(rq.got, req)
@@ -705,7 +689,7 @@ func (s *Soak) startRequests(ctx context.Context) (*requests, error) {
 
 // stop ends the request loop (SIGTERM: the running requests end and are
 // written) and returns every request in start order.
-func (rq *requests) stop() ([]soakRequest, error) {
+func (rq *requests) stop() ([]apps.Request, error) {
 	_ = rq.cmd.Process.Signal(syscall.SIGTERM)
 	var err error
 	select {
@@ -717,7 +701,7 @@ func (rq *requests) stop() ([]soakRequest, error) {
 	rq.mu.Lock()
 	defer rq.mu.Unlock()
 	got := slices.Clone(rq.got)
-	slices.SortFunc(got, func(a, b soakRequest) int { return a.at.Compare(b.at) })
+	slices.SortFunc(got, func(a, b apps.Request) int { return a.At.Compare(b.At) })
 	return got, err
 }
 

@@ -507,22 +507,14 @@ func printSoak(cmd *cobra.Command, output string, res bench.SoakResult) error {
 	}
 	fmt.Fprintln(tw, "\t\t\t")
 	fmt.Fprintln(tw, "DAEMON\tRSS MiB BEFORE\tAFTER\tGOROUTINES BEFORE\tAFTER")
-	after := map[string]bench.DaemonStats{}
-	for _, d := range res.After.Daemons {
-		after[d.Name] = d
-	}
 	for _, b := range res.Before.Daemons {
-		a := after[b.Name]
+		a, _ := res.After.Daemon(b.Name)
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\t%d\n", b.Name, float64(b.RSSBytes)/mib, float64(a.RSSBytes)/mib, b.Goroutines, a.Goroutines)
 	}
 	fmt.Fprintln(tw, "\t\t\t\t")
 	fmt.Fprintln(tw, "NODE\tROUTES BEFORE\tAFTER\tNFT ELEMENTS BEFORE\tAFTER\tVIP SERVICES/BACKENDS BEFORE\tAFTER\tCONNTRACK BEFORE\tAFTER")
-	nodes := map[string]bench.NodeCounts{}
-	for _, n := range res.After.Nodes {
-		nodes[n.Name] = n
-	}
 	for _, b := range res.Before.Nodes {
-		a := nodes[b.Name]
+		a, _ := res.After.Node(b.Name)
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d/%d\t%d/%d\t%d\t%d\n", b.Name, b.Routes, a.Routes, b.NftElements, a.NftElements,
 			b.VIPServices, b.VIPBackends, a.VIPServices, a.VIPBackends, b.Conntrack, a.Conntrack)
 	}

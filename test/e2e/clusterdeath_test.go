@@ -8,12 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/causeway-net/causeway/lab/apps"
 	"github.com/causeway-net/causeway/lab/netlab"
 )
 
@@ -134,16 +134,15 @@ func (l *Lab) startRequests(pod, url string, d time.Duration) func() []request {
 			l.t.Fatalf("requests from %s: %v\n%s", pod, err, stderr.String())
 		}
 		var rs []request
-		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 2 {
+		for _, line := range strings.Split(out.String(), "\n") {
+			r, ok := apps.ParseRequest(line)
+			if !ok {
 				continue
 			}
-			ns, err := strconv.ParseInt(f[0], 10, 64)
-			if err != nil {
-				continue
+			if r.Cluster == "" {
+				r.Cluster = "FAIL"
 			}
-			rs = append(rs, request{at: time.Unix(0, ns), cluster: f[1]})
+			rs = append(rs, request{at: r.At, cluster: r.Cluster})
 		}
 		slices.SortFunc(rs, func(a, b request) int { return a.at.Compare(b.at) })
 		return rs
