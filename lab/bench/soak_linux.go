@@ -49,12 +49,15 @@ import (
 //     controller and the route agent of the client's node killed
 //     (SIGKILL) and awaited back — the dataplane must not notice.
 //
-// The gateway failovers and the scale-downs are the fault windows: a
-// request may fail inside one (each window reports its failures), never
-// outside. At the end the active gateway of Failover is moved back to
-// the node it started on, and after Settle every daemon's RSS and
-// goroutines and every node's routes, nftables set and map elements,
-// VIP map entries and conntrack entries are compared with the start.
+// Each round ends with Failover's active gateway moved back to the node
+// it started on. The gateway failovers and the scale-downs are the fault
+// windows: a request may fail inside one (each window reports its
+// failures), never outside. A warm-up round comes first; Settle after
+// it and after the last round, every daemon's RSS and goroutines and
+// every node's routes, nftables set and map elements, VIP map entries
+// and conntrack entries are measured, and the second snapshot compared
+// with the first. Requests, windows and export samples include the
+// warm-up's; Rounds and Seconds do not.
 type Soak struct {
 	// Lab is the lab, up.
 	Lab *lab.State
@@ -144,6 +147,9 @@ type NodeCounts struct {
 	VIPServices int    `json:"vipServices"` // services in the VIP map
 	VIPBackends int    `json:"vipBackends"` // their backends
 	Conntrack   int    `json:"conntrack"`   // nf_conntrack_count
+	// routes are the routes counted, one line each, to name those that
+	// differ.
+	routes []string
 }
 
 // Tolerances of the before/after comparison: a daemon's RSS and
@@ -183,65 +189,37 @@ func (s *Soak) Run(ctx context.Context) (SoakResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if res.Before, err = s.snapshot(ctx); err != nil {
-		return res, err
-	}
 	reqs, err := s.startRequests(ctx)
 	if err != nil {
 		return res, err
 	}
 	defer reqs.stop()
 
-	start := time.Now()
+	// A warm-up round, so that the first snapshot sees every daemon
+	// after its first churn (caches, pools, a gateway's tunnel device)
+	// and the requests' conntrack entries: what the soak compares is the
+	// growth over the rounds, not the cost of the first one.
 	var exports []time.Duration
+	s.progress("warm-up round")
+	if err := s.round(ctx, &res, &exports, startNode); err != nil {
+		return res, fmt.Errorf("warm-up: %w", err)
+	}
+	if err := s.sleep(ctx, s.Settle); err != nil {
+		return res, err
+	}
+	if res.Before, err = s.snapshot(ctx); err != nil {
+		return res, err
+	}
+	start := time.Now()
 	for res.Rounds == 0 || time.Since(start) < s.Duration {
 		res.Rounds++
 		s.progress("round %d (%s of %s)", res.Rounds, time.Since(start).Round(time.Second), s.Duration)
-		e, err := s.Export.MeasureExport(ctx, s.Samples)
-		if err != nil {
-			return res, fmt.Errorf("round %d: export: %w", res.Rounds, err)
-		}
-		exports = append(exports, e.reachable...)
-		if err := s.Export.Cleanup(ctx); err != nil {
-			return res, fmt.Errorf("round %d: unexport: %w", res.Rounds, err)
-		}
-		w, err := s.scale(ctx)
-		if err != nil {
-			return res, fmt.Errorf("round %d: scale: %w", res.Rounds, err)
-		}
-		res.Windows = append(res.Windows, w)
-		if w, err = s.failover(ctx); err != nil {
-			return res, fmt.Errorf("round %d: gateway failover: %w", res.Rounds, err)
-		}
-		res.Windows = append(res.Windows, w)
-		if err := s.restarts(ctx); err != nil {
-			return res, fmt.Errorf("round %d: restarts: %w", res.Rounds, err)
+		if err := s.round(ctx, &res, &exports, startNode); err != nil {
+			return res, fmt.Errorf("round %d: %w", res.Rounds, err)
 		}
 	}
-	// Back to the node the soak started on, so that every node's state
-	// compares with its own.
-	for i := 0; ; i++ {
-		now, err := s.activeGateway(ctx, "")
-		if err != nil {
-			return res, err
-		}
-		if now == startNode {
-			break
-		}
-		if i == 3 {
-			return res, fmt.Errorf("%s's active gateway stays on %s, want %s (where the soak started)", s.Failover, now, startNode)
-		}
-		w, err := s.failover(ctx)
-		if err != nil {
-			return res, fmt.Errorf("gateway failover back to %s: %w", startNode, err)
-		}
-		res.Windows = append(res.Windows, w)
-	}
-	s.progress("settling for %s", s.Settle)
-	select {
-	case <-ctx.Done():
-		return res, ctx.Err()
-	case <-time.After(s.Settle):
+	if err := s.sleep(ctx, s.Settle); err != nil {
+		return res, err
 	}
 	results, err := reqs.stop()
 	if err != nil {
@@ -255,6 +233,61 @@ func (s *Soak) Run(ctx context.Context) (SoakResult, error) {
 	}
 	res.Growth = compareSnapshots(res.Before, res.After)
 	return res, nil
+}
+
+// round is one round of churn: export and unexport, scale, gateway
+// failover, restarts; then Failover's active gateway is moved back to
+// home, so that every node's state compares with its own. Its windows
+// go to res, its export → reachable samples to exports.
+func (s *Soak) round(ctx context.Context, res *SoakResult, exports *[]time.Duration, home string) error {
+	e, err := s.Export.MeasureExport(ctx, s.Samples)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	*exports = append(*exports, e.reachable...)
+	if err := s.Export.Cleanup(ctx); err != nil {
+		return fmt.Errorf("unexport: %w", err)
+	}
+	w, err := s.scale(ctx)
+	if err != nil {
+		return fmt.Errorf("scale: %w", err)
+	}
+	res.Windows = append(res.Windows, w)
+	if w, err = s.failover(ctx); err != nil {
+		return fmt.Errorf("gateway failover: %w", err)
+	}
+	res.Windows = append(res.Windows, w)
+	if err := s.restarts(ctx); err != nil {
+		return fmt.Errorf("restarts: %w", err)
+	}
+	for i := 0; ; i++ {
+		now, err := s.activeGateway(ctx, "")
+		if err != nil {
+			return err
+		}
+		if now == home {
+			return nil
+		}
+		if i == 3 {
+			return fmt.Errorf("%s's active gateway stays on %s, want %s (where the soak started)", s.Failover, now, home)
+		}
+		w, err := s.failover(ctx)
+		if err != nil {
+			return fmt.Errorf("gateway failover back to %s: %w", home, err)
+		}
+		res.Windows = append(res.Windows, w)
+	}
+}
+
+// sleep waits d or until ctx ends.
+func (s *Soak) sleep(ctx context.Context, d time.Duration) error {
+	s.progress("settling for %s", d)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 // count attributes every request to the windows.
@@ -309,17 +342,43 @@ func compareSnapshots(before, after SoakSnapshot) []string {
 		for _, f := range []struct {
 			what          string
 			before, after int
-		}{{"routes", b.Routes, a.Routes}, {"nftables elements", b.NftElements, a.NftElements},
+		}{{"nftables elements", b.NftElements, a.NftElements},
 			{"VIP services", b.VIPServices, a.VIPServices}, {"VIP backends", b.VIPBackends, a.VIPBackends}} {
 			if f.after != f.before {
 				growth = append(growth, fmt.Sprintf("%s: %d %s, was %d", a.Name, f.after, f.what, f.before))
 			}
+		}
+		if gone, added := diffLines(b.routes, a.routes); len(gone)+len(added) > 0 {
+			growth = append(growth, fmt.Sprintf("%s: routes gone %v, added %v", a.Name, gone, added))
 		}
 		if limit := int(float64(b.Conntrack)*(1+soakConntrackGrowth)) + soakConntrackSlack; a.Conntrack > limit {
 			growth = append(growth, fmt.Sprintf("%s: %d conntrack entries, was %d (limit %d)", a.Name, a.Conntrack, b.Conntrack, limit))
 		}
 	}
 	return growth
+}
+
+// diffLines returns the lines of before missing from after and those
+// of after missing from before (as multisets).
+func diffLines(before, after []string) (gone, added []string) {
+	n := map[string]int{}
+	for _, l := range before {
+		n[l]++
+	}
+	for _, l := range after {
+		n[l]--
+	}
+	for l, c := range n {
+		for ; c > 0; c-- {
+			gone = append(gone, l)
+		}
+		for ; c < 0; c++ {
+			added = append(added, l)
+		}
+	}
+	slices.Sort(gone)
+	slices.Sort(added)
+	return gone, added
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
@@ -360,6 +419,9 @@ func countNode(netnsPath, vipPinDir string) (NodeCounts, error) {
 			return fmt.Errorf("node view: %s", strings.Join(view.Errors, "; "))
 		}
 		nc.Routes, nc.VIPServices = len(view.Routes), len(view.VIPs)
+		for _, r := range view.Routes {
+			nc.routes = append(nc.routes, fmt.Sprintf("%+v", r))
+		}
 		for _, v := range view.VIPs {
 			nc.VIPBackends += len(v.Backends)
 		}

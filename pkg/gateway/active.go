@@ -138,12 +138,13 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 	}
 }
 
-// endTerm tears the term down: on shutdown the driver is closed (kernel
-// state stays for a restarted gateway to adopt); when another candidate
-// holds the Lease (the only other way a term ends: an unreachable API
-// server ends none) the tunnel is removed, since a passive candidate
-// holds none.
+// endTerm tears the term down: on shutdown without a successor the
+// driver is closed (kernel state stays for a restarted gateway to
+// adopt); when another candidate holds the Lease (the other ways a term
+// ends: an unreachable API server ends none) the tunnel and the
+// translation are removed, since a passive candidate holds none.
 func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
+	keep := runCtx.Err() != nil && !e.handedOver.Load()
 	e.setRole(v1alpha1.HAStatusPassive)
 	e.m.active.Set(0)
 	e.view.clear()
@@ -154,7 +155,7 @@ func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 	defer cancel()
 	if t.driver != nil {
 		var err error
-		if runCtx.Err() != nil {
+		if keep {
 			err = t.driver.Close()
 		} else {
 			err = t.driver.Cleanup(ctx)
@@ -163,7 +164,7 @@ func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
 			e.log.Warn("stop cable driver", "err", err)
 		}
 	}
-	if t.global != nil && runCtx.Err() == nil {
+	if t.global != nil && !keep {
 		// A passive candidate translates nothing; on shutdown the rules
 		// stay for a restarted gateway to adopt, like the tunnel.
 		e.dropTranslation(ctx)
@@ -352,6 +353,11 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 	t.prober.SetTargets(d.HealthTargets)
 	step("cable")
 	if t.global != nil {
+		// Before anything is published: the conntrack entries syncNAT
+		// deletes once its rules are in place must be gone before the
+		// remotes send this node translated traffic (a packet between
+		// the two would be tracked with a clashing reply tuple, its
+		// source port remapped, its connection reset).
 		if err := e.syncNAT(ctx, t, d); err != nil {
 			errs = append(errs, err)
 		}
@@ -472,8 +478,7 @@ func (e *Engine) syncNAT(ctx context.Context, t *activeTerm, d Desired) error {
 	if t.adopted == nil {
 		// A passive node holds no table (dropTranslation), so one
 		// found here was left by this node's previous active run.
-		_, err := e.nat.Counts(ctx)
-		t.adopted = ptr.To(err == nil)
+		t.adopted = ptr.To(e.nat.Present(ctx))
 	}
 	var remote []netip.Prefix
 	for _, c := range d.Connections {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -256,6 +257,9 @@ type Engine struct {
 	mu     sync.Mutex
 	role   v1alpha1.HAStatus
 	leader string
+	// handedOver is set when a stopping active gateway's successor holds
+	// the Lease (handOver): its term then ends like a lost one.
+	handedOver atomic.Bool
 }
 
 // New validates cfg and builds the API clients; nothing is contacted yet.
@@ -441,29 +445,29 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	if e.cfg.Globalnet {
+		// nft's first run (knftables checks that it works) is taken
+		// here, off the path of the first takeover.
+		e.nat.Present(ctx)
+	}
 	for ctx.Err() == nil {
 		lease, sent := el.acquire(ctx)
 		if lease == nil {
 			break
 		}
 		e.log.Info("acquired the gateway lease", "transitions", ptr.Deref(lease.Spec.LeaseTransitions, 0))
-		lctx, stopActive := context.WithCancel(ctx)
+		// The term outlives ctx until the hand-over below is settled.
+		tctx, stopActive := context.WithCancel(context.WithoutCancel(ctx))
 		activeDone := make(chan struct{})
 		go func() {
 			defer close(activeDone)
-			e.runActive(lctx, ctx)
+			e.runActive(tctx, ctx)
 		}()
-		lease = el.renew(lctx, lease, sent)
-		stopActive()
+		lease = el.renew(ctx, lease, sent)
 		if ctx.Err() != nil && e.cfg.ReleaseOnStop {
-			// Hand over at once, before tearing down (a passive
-			// candidate sees the release at its next watch event).
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RenewDeadline)
-			if err := el.release(rctx, lease); err != nil {
-				e.log.Warn("release gateway lease", "err", err)
-			}
-			cancel()
+			e.handOver(ctx, el, lease)
 		}
+		stopActive()
 		<-activeDone
 		cleanedLeftovers.Store(true) // runActive tore its tunnel down itself
 	}
@@ -473,6 +477,30 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.log.Warn("write gateway status at stop", "err", err)
 	}
 	return ctx.Err()
+}
+
+// handOver releases the Lease of a stopping active gateway, its term
+// still running (a passive candidate sees the release at its next watch
+// event), and waits up to a lease duration for a successor. With one,
+// the term ends like a lost one (tunnel, translation and its conntrack
+// entries removed): this node's pods must reach the successor through
+// the route agent's overlay routes, not the departing device and NAT.
+// Without one (a single candidate, restarted) the kernel state stays for
+// the next process to adopt.
+func (e *Engine) handOver(ctx context.Context, el *elector, lease *coordinationv1.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RenewDeadline)
+	err := el.release(rctx, lease)
+	cancel()
+	if err != nil {
+		e.log.Warn("release gateway lease", "err", err)
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.LeaseDuration)
+	defer cancel()
+	if to := el.successor(wctx); to != "" {
+		e.handedOver.Store(true)
+		e.log.Info("handed the gateway lease over", "to", to)
+	}
 }
 
 // startCandidateProbes answers the other candidates' probes on

@@ -126,6 +126,13 @@ func (t *Table) Cleanup(ctx context.Context) error {
 	return nil
 }
 
+// Present reports whether the table is in the kernel, with one nft call
+// (the elements of its set SetRemote) where Counts makes one per set.
+func (t *Table) Present(ctx context.Context) bool {
+	_, err := t.run.ListElements(ctx, "set", SetRemote)
+	return err == nil
+}
+
 // Counts reads the table from the kernel and returns the number of
 // elements of each of its sets and maps (by name); an error if the table
 // or one of them is missing.

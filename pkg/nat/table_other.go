@@ -30,5 +30,8 @@ func (*Table) Sync(context.Context, Config) (SyncResult, error) { return SyncRes
 // Cleanup fails.
 func (*Table) Cleanup(context.Context) error { return errNoNft }
 
+// Present reports false.
+func (*Table) Present(context.Context) bool { return false }
+
 // Counts fails.
 func (*Table) Counts(context.Context) (map[string]int, error) { return nil, errNoNft }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"time"
@@ -264,6 +265,9 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		}
 		return err
 	})
+	// From here on the agent stops only once its node no longer holds
+	// the active gateway (or StopLinger passed): see lingerWhileGateway.
+	ctx = lingerWhileGateway(ctx, agent, nodeIP, StopLinger, rt.Log)
 	leaseMoved := func(from, to string) {
 		agent.GatewayLeaseMoved(ctx, from, to, runner.Kick)
 	}
@@ -339,6 +343,47 @@ func run(ctx context.Context, rt *daemon.Runtime, opts *daemon.Options, f *flags
 		return ctx.Err()
 	}
 	return <-policyErr
+}
+
+// StopLinger bounds how long a stopping agent goes on while its node
+// holds the active gateway.
+const StopLinger = 5 * time.Second
+
+// lingerWhileGateway returns a context that ends with ctx — unless the
+// node holds the active gateway when ctx ends: then it ends once the
+// agent has applied a state routing through another node, or after
+// bound. A rolling update replaces the gateway and the route agent of a
+// node at about the same time (two DaemonSets, one node at a time
+// each); the gateway hands over by a clean stop, and the node's pods
+// reach the new active only through this node's routes, which only this
+// agent changes. Without the linger they would point at the node's own
+// departed tunnel until the next agent had started and synced (seconds).
+func lingerWhileGateway(ctx context.Context, agent *Agent, nodeIP netip.Addr, bound time.Duration, log *slog.Logger) context.Context {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer cancel()
+		<-ctx.Done()
+		if agent.ActiveGateway() != nodeIP {
+			return
+		}
+		log.Info("stopping once the active gateway has left this node", "bound", bound)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.After(bound)
+		for {
+			select {
+			case <-deadline:
+				log.Info("stopping: the active gateway stayed on this node", "waited", bound)
+				return
+			case <-tick.C:
+				if gw := agent.ActiveGateway(); gw != nodeIP {
+					log.Info("stopping: this node routes through the new active gateway", "gateway", gw)
+					return
+				}
+			}
+		}
+	}()
+	return out
 }
 
 // PolicyCheckInterval is how often the agent reads the mirrored ClusterSet
