@@ -559,26 +559,34 @@ func (e *Engine) removeLeftovers(ctx context.Context) {
 }
 
 // dropTranslation removes, on a node that is no longer (or was, in a
-// previous run) the active gateway, the globalnet table and then the
-// conntrack entries of flows to or from global addresses (the
-// supernet): those it tracked as active carry its translation, and a
+// previous run) the active gateway, the conntrack entries of flows to or
+// from global addresses (the supernet), the globalnet table, and those
+// entries again: those it tracked as active carry its translation, and a
 // flow the new active now sends this node (to a pod here) or this node's
 // pods send through the new active would otherwise keep matching them
-// (see pkg/nat, "Conntrack on failover").
+// (see pkg/nat, "Conntrack on failover"). The first deletion does not
+// wait for nft (hundreds of ms on a loaded node, while the successor's
+// first packets arrive); the second removes what the table translated
+// meanwhile.
 func (e *Engine) dropTranslation(ctx context.Context) {
-	if err := e.nat.Cleanup(ctx); err != nil {
-		e.log.Warn("remove globalnet rules", "err", err)
-		return
-	}
 	pol, err := clusterset.Read(ctx, e.broker)
 	if err != nil {
 		e.log.Warn("read the ClusterSet policy; removing conntrack entries of the default supernet", "err", err)
 		pol = addrpolicy.DefaultPolicy()
 	}
-	n, err := nat.DeleteConntrack(e.cfg.Netns, []netip.Prefix{pol.Supernet})
-	if err != nil {
-		e.log.Warn("remove conntrack entries of global flows", "err", err)
-	} else if n > 0 {
+	forget := func() uint {
+		n, err := nat.DeleteConntrack(e.cfg.Netns, []netip.Prefix{pol.Supernet})
+		if err != nil {
+			e.log.Warn("remove conntrack entries of global flows", "err", err)
+		}
+		return n
+	}
+	n := forget()
+	if err := e.nat.Cleanup(ctx); err != nil {
+		e.log.Warn("remove globalnet rules", "err", err)
+		return
+	}
+	if n += forget(); n > 0 {
 		e.log.Info("removed conntrack entries of global flows tracked while active", "entries", n)
 	}
 }
