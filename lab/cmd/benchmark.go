@@ -441,10 +441,12 @@ each request on a new connection, repeat until --duration has passed:
 Gateway failovers and scale-downs are fault windows (from the fault until
 the new active gateway or the pod's removal, plus 1 s): a request may fail
 in one, and each window reports its failures; a request failing outside
-every window is a failure of the soak. At the end the active gateway goes
-back to where it started and, after --settle, every daemon's RSS and
-goroutines and every node's routes, nftables set and map elements, VIP map
-entries and conntrack entries are compared with the start: routes, nftables
+every window is a failure of the soak. Every round ends with the active
+gateway back where it started. A warm-up round comes first; --settle after
+it, every daemon's RSS and goroutines and every node's routes, nftables set
+and map elements, VIP map entries and conntrack entries are measured, and
+again --settle after the last round, and compared: routes (each one that
+differs is named), nftables
 elements and VIP entries must be back exactly, RSS within +25 % + 8 MiB,
 goroutines within +10 % + 10, conntrack entries within +50 % + 200. The
 command fails when a request failed outside the windows or a figure grew
