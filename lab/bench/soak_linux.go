@@ -342,7 +342,7 @@ func compareSnapshots(before, after SoakSnapshot) []string {
 		for _, f := range []struct {
 			what          string
 			before, after int
-		}{{"nftables elements", b.NftElements, a.NftElements},
+		}{{"routes", b.Routes, a.Routes}, {"nftables elements", b.NftElements, a.NftElements},
 			{"VIP services", b.VIPServices, a.VIPServices}, {"VIP backends", b.VIPBackends, a.VIPBackends}} {
 			if f.after != f.before {
 				growth = append(growth, fmt.Sprintf("%s: %d %s, was %d", a.Name, f.after, f.what, f.before))

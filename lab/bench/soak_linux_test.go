@@ -50,4 +50,12 @@ func TestCompareSnapshots(t *testing.T) {
 	if !slices.Equal(g, want) {
 		t.Errorf("growth\n%q\nwant\n%q", g, want)
 	}
+
+	// Routes are named: one replaced by another is growth too.
+	before.Nodes[0].routes = []string{"a", "b"}
+	moved := SoakSnapshot{Daemons: before.Daemons, Nodes: []NodeCounts{before.Nodes[0]}}
+	moved.Nodes[0].routes = []string{"a", "c"}
+	if g, want := compareSnapshots(before, moved), []string{"c1/n0: routes gone [b], added [c]"}; !slices.Equal(g, want) {
+		t.Errorf("a route replaced: growth %q, want %q", g, want)
+	}
 }

@@ -589,6 +589,11 @@ func testEngine(t *testing.T, env *env, tp *topo, driver string) {
 	if b.e.Role() != v1alpha1.HAStatusActive {
 		t.Errorf("b is %s after a stopped", b.e.Role())
 	}
+	// With a successor, a stop removes the tunnel like a lost term (a
+	// kernel device kept for adoption would hold a's pods on its routes).
+	if out, _ := exec.Command("ip", "-n", tp.gw1a, "link", "show", tp.dev("1a")).CombinedOutput(); !strings.Contains(string(out), "does not exist") {
+		t.Errorf("c1-gw-a stopped with a successor, its tunnel device stays: %s", out)
+	}
 	waitEndpointValid(t, env.c3.Client, "c1", metav1.ConditionTrue, v1alpha1.ReasonValid)
 	if driver == "wireguard" {
 		// Each candidate has its own key: b's claim came with its term,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -337,5 +338,52 @@ func TestValidateFlags(t *testing.T) {
 		if err := validate(&f); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error mentioning %s", name, err, tc.want)
 		}
+	}
+}
+
+// A stopped agent whose node holds the active gateway goes on until it
+// has applied a state routing through another node (or its bound
+// passed); any other agent stops at once.
+func TestLingerWhileGateway(t *testing.T) {
+	remote := endpoint("c3", "g3", "", "242.0.2.0/24")
+	setValid(remote, true)
+	eps := staticLister{*endpoint("c1", "n2", nodeW.String(), "242.0.0.0/24"), *remote}
+	agent := NewAgent(AgentConfig{Node: Node{ClusterID: "c1", Name: "n2", IP: nodeW}, Dataplane: &fakeDataplane{},
+		Endpoints: &eps})
+	if err := agent.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	done := func(ctx context.Context, within time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+
+	// The gateway stays on this node: the bound ends the linger.
+	if !done(lingerWhileGateway(stopped, agent, nodeW, 100*time.Millisecond, slog.New(slog.DiscardHandler)), 30*time.Second) {
+		t.Fatal("the linger outlived its bound")
+	}
+
+	// The gateway moves: the linger ends once the agent applied it.
+	ctx := lingerWhileGateway(stopped, agent, nodeW, time.Hour, slog.New(slog.DiscardHandler))
+	if done(ctx, 300*time.Millisecond) {
+		t.Fatal("the agent stopped while its node still held the active gateway")
+	}
+	eps[0] = *endpoint("c1", "n0", "172.18.1.10", "242.0.0.0/24")
+	if err := agent.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if !done(ctx, 30*time.Second) {
+		t.Fatal("the agent did not stop once it routed through the new active gateway")
+	}
+
+	// Not the gateway node: no linger.
+	if !done(lingerWhileGateway(stopped, agent, nodeW, time.Hour, slog.New(slog.DiscardHandler)), 30*time.Second) {
+		t.Fatal("an agent off the gateway node lingered")
 	}
 }
