@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
@@ -420,6 +421,11 @@ func countNode(netnsPath, vipPinDir string) (NodeCounts, error) {
 		}
 		nc.Routes, nc.VIPServices = len(view.Routes), len(view.VIPs)
 		for _, r := range view.Routes {
+			if p, err := netip.ParsePrefix(r.Dst); err == nil && p.Addr().IsLinkLocalUnicast() && p.IsSingleIP() {
+				// A re-created device's link-local address is new
+				// each time: its route compares by device.
+				r.Dst = "link-local"
+			}
 			nc.routes = append(nc.routes, fmt.Sprintf("%+v", r))
 		}
 		for _, v := range view.VIPs {
