@@ -11,12 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -147,7 +148,7 @@ type NodeCounts struct {
 	NftElements int    `json:"nftElements"` // in the causeway tables' sets and maps
 	VIPServices int    `json:"vipServices"` // services in the VIP map
 	VIPBackends int    `json:"vipBackends"` // their backends
-	Conntrack   int    `json:"conntrack"`   // nf_conntrack_count
+	Conntrack   int    `json:"conntrack"`   // entries with more than soakConntrackLongLived to live
 	// routes are the routes counted, one line each, to name those that
 	// differ.
 	routes []string
@@ -165,6 +166,12 @@ const (
 	soakConntrackGrowth = 0.5
 	soakConntrackSlack  = 200
 )
+
+// soakConntrackLongLived is the remaining lifetime (seconds) above which
+// a conntrack entry counts: established TCP connections (5 days), not
+// the requests' closed ones (TIME_WAIT, 2 min) or UDP (at most 2 min),
+// whose numbers follow the traffic rather than leaks.
+const soakConntrackLongLived = 300
 
 func (s *Soak) progress(format string, args ...any) {
 	if s.Progress != nil {
@@ -431,12 +438,16 @@ func countNode(netnsPath, vipPinDir string) (NodeCounts, error) {
 		for _, v := range view.VIPs {
 			nc.VIPBackends += len(v.Backends)
 		}
-		b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_count")
-		if err != nil {
-			return fmt.Errorf("conntrack count: %w", err)
-		}
-		if nc.Conntrack, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
-			return fmt.Errorf("conntrack count %q: %w", b, err)
+		for _, family := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+			flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, family)
+			if err != nil {
+				return fmt.Errorf("conntrack table: %w", err)
+			}
+			for _, f := range flows {
+				if f.TimeOut > soakConntrackLongLived {
+					nc.Conntrack++
+				}
+			}
 		}
 		out, err := exec.Command("nft", "-j", "list", "ruleset").Output()
 		if err != nil {

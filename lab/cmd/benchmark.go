@@ -444,7 +444,8 @@ in one, and each window reports its failures; a request failing outside
 every window is a failure of the soak. Every round ends with the active
 gateway back where it started. A warm-up round comes first; --settle after
 it, every daemon's RSS and goroutines and every node's routes, nftables set
-and map elements, VIP map entries and conntrack entries are measured, and
+and map elements, VIP map entries and long-lived conntrack entries (more
+than 5 min to live: established TCP, not TIME_WAIT or UDP) are measured, and
 again --settle after the last round, and compared: routes (each one that
 differs is named), nftables
 elements and VIP entries must be back exactly, RSS within +25 % + 8 MiB,
