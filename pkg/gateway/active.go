@@ -79,7 +79,7 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 	start := time.Now()
 	e.log.Info("became the active gateway")
 	t := &activeTerm{prober: noProber{}, endpoints: map[string]v1alpha1.EndpointSpec{}, setAt: map[string]time.Time{}, untracked: map[netip.Prefix]bool{}}
-	defer e.endTerm(t, runCtx)
+	defer e.endTerm(t, lctx, runCtx)
 
 	if !e.bcache.WaitForCacheSync(lctx) {
 		return
@@ -138,13 +138,13 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 	}
 }
 
-// endTerm tears the term down: on shutdown without a successor the
-// driver is closed (kernel state stays for a restarted gateway to
+// endTerm tears the term down: on shutdown without a successor (lctx's
+// cause is not errHandedOver) the driver is closed (kernel state stays for a restarted gateway to
 // adopt); when another candidate holds the Lease (the other ways a term
 // ends: an unreachable API server ends none) the tunnel and the
 // translation are removed, since a passive candidate holds none.
-func (e *Engine) endTerm(t *activeTerm, runCtx context.Context) {
-	keep := runCtx.Err() != nil && !e.handedOver.Load()
+func (e *Engine) endTerm(t *activeTerm, lctx, runCtx context.Context) {
+	keep := runCtx.Err() != nil && !errors.Is(context.Cause(lctx), errHandedOver)
 	e.setRole(v1alpha1.HAStatusPassive)
 	e.m.active.Set(0)
 	e.view.clear()

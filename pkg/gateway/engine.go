@@ -257,9 +257,6 @@ type Engine struct {
 	mu     sync.Mutex
 	role   v1alpha1.HAStatus
 	leader string
-	// handedOver is set when a stopping active gateway's successor holds
-	// the Lease (handOver): its term then ends like a lost one.
-	handedOver atomic.Bool
 }
 
 // New validates cfg and builds the API clients; nothing is contacted yet.
@@ -430,7 +427,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		defer stop()
 	}
 	e.leaseFresh = el.fresh
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	// The watch outlives ctx until Run returns: a stopping active
+	// gateway waits on it for its successor (handOver).
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
 	go el.watch(watchCtx)
 	if e.cfg.Ready != nil {
@@ -456,20 +455,22 @@ func (e *Engine) Run(ctx context.Context) error {
 			break
 		}
 		e.log.Info("acquired the gateway lease", "transitions", ptr.Deref(lease.Spec.LeaseTransitions, 0))
-		// The term outlives ctx until the hand-over below is settled.
-		tctx, stopActive := context.WithCancel(context.WithoutCancel(ctx))
+		cleanedLeftovers.Store(true) // a term tears its tunnel down itself (endTerm)
+		// The term outlives ctx until the hand-over below is settled;
+		// its cause tells endTerm how it ended.
+		tctx, stopActive := context.WithCancelCause(context.WithoutCancel(ctx))
 		activeDone := make(chan struct{})
 		go func() {
 			defer close(activeDone)
 			e.runActive(tctx, ctx)
 		}()
 		lease = el.renew(ctx, lease, sent)
+		var ended error
 		if ctx.Err() != nil && e.cfg.ReleaseOnStop {
-			e.handOver(ctx, el, lease)
+			ended = e.handOver(ctx, el, lease)
 		}
-		stopActive()
+		stopActive(ended)
 		<-activeDone
-		cleanedLeftovers.Store(true) // runActive tore its tunnel down itself
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
@@ -479,28 +480,35 @@ func (e *Engine) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// errHandedOver ends a term whose Lease a successor took after this
+// gateway released it on the way out.
+var errHandedOver = errors.New("the gateway lease was handed over")
+
 // handOver releases the Lease of a stopping active gateway, its term
 // still running (a passive candidate sees the release at its next watch
-// event), and waits up to a lease duration for a successor. With one,
-// the term ends like a lost one (tunnel, translation and its conntrack
-// entries removed): this node's pods must reach the successor through
-// the route agent's overlay routes, not the departing device and NAT.
-// Without one (a single candidate, restarted) the kernel state stays for
-// the next process to adopt.
-func (e *Engine) handOver(ctx context.Context, el *elector, lease *coordinationv1.Lease) {
+// event), and waits up to a lease duration for a successor: then it
+// returns errHandedOver and the term ends like a lost one (tunnel,
+// translation and its conntrack entries removed): this node's pods must
+// reach the successor through the route agent's overlay routes, not the
+// departing device and NAT. Without one (a single candidate, restarted)
+// it returns nil and the kernel state stays for the next process to
+// adopt.
+func (e *Engine) handOver(ctx context.Context, el *elector, lease *coordinationv1.Lease) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RenewDeadline)
 	err := el.release(rctx, lease)
 	cancel()
 	if err != nil {
 		e.log.Warn("release gateway lease", "err", err)
-		return
+		return nil
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.LeaseDuration)
 	defer cancel()
-	if to := el.successor(wctx); to != "" {
-		e.handedOver.Store(true)
-		e.log.Info("handed the gateway lease over", "to", to)
+	to := el.successor(wctx)
+	if to == "" {
+		return nil
 	}
+	e.log.Info("handed the gateway lease over", "to", to)
+	return errHandedOver
 }
 
 // startCandidateProbes answers the other candidates' probes on
