@@ -427,9 +427,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		defer stop()
 	}
 	e.leaseFresh = el.fresh
-	// The watch outlives ctx until Run returns: a stopping active
-	// gateway waits on it for its successor (handOver).
-	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go el.watch(watchCtx)
 	if e.cfg.Ready != nil {
@@ -455,7 +453,6 @@ func (e *Engine) Run(ctx context.Context) error {
 			break
 		}
 		e.log.Info("acquired the gateway lease", "transitions", ptr.Deref(lease.Spec.LeaseTransitions, 0))
-		cleanedLeftovers.Store(true) // a term tears its tunnel down itself (endTerm)
 		// The term outlives ctx until the hand-over below is settled;
 		// its cause tells endTerm how it ended.
 		tctx, stopActive := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -471,6 +468,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		stopActive(ended)
 		<-activeDone
+		cleanedLeftovers.Store(true) // runActive tore its tunnel down itself
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()

@@ -579,21 +579,22 @@ func (el *elector) release(ctx context.Context, l *coordinationv1.Lease) error {
 	}
 }
 
-// successor waits, until ctx ends, for the watch to show another
-// candidate holding the Lease (after a release); it returns that
+// successor waits, until ctx ends, for another candidate to hold the
+// Lease after a release, polling it every retry period; it returns that
 // candidate ("" when none took it).
 func (el *elector) successor(ctx context.Context) string {
+	tick := time.NewTicker(el.retry)
+	defer tick.Stop()
 	for {
-		el.mu.Lock()
-		h := holderOf(el.observed)
-		el.mu.Unlock()
-		if h != "" && h != el.identity {
-			return h
+		if l, err := el.writes.Get(ctx, el.name, metav1.GetOptions{}); err == nil {
+			if h := holderOf(l); h != "" && h != el.identity {
+				return h
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return ""
-		case <-el.changed:
+		case <-tick.C:
 		}
 	}
 }
