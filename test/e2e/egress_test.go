@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
@@ -58,19 +61,18 @@ func TestLabNamespaceEgress(t *testing.T) {
 		return nil
 	})
 
+	// setLabel sets (or, with "", removes) the egress label of c1's demo
+	// namespace by a merge patch: no read-modify-write to conflict.
 	setLabel := func(value string) {
 		t.Helper()
-		ns := &corev1.Namespace{}
-		if err := c1.Get(ctx, client.ObjectKey{Name: "demo"}, ns); err != nil {
-			t.Fatal(err)
+		v := "null"
+		if value != "" {
+			v = strconv.Quote(value)
 		}
-		if value == "" {
-			delete(ns.Labels, v1alpha1.LabelGlobalEgress)
-		} else {
-			ns.Labels[v1alpha1.LabelGlobalEgress] = value
-		}
-		if err := c1.Update(ctx, ns); err != nil {
-			t.Fatal(err)
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, v1alpha1.LabelGlobalEgress, v)
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}
+		if err := c1.Patch(ctx, ns, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Fatalf("label namespace demo %s: %v", patch, err)
 		}
 	}
 	setLabel("1")
@@ -80,7 +82,7 @@ func TestLabNamespaceEgress(t *testing.T) {
 	if err := c1.Get(ctx, client.ObjectKey{Namespace: "demo", Name: "client"}, clientPod); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "c1's GlobalEgress demo allocated with the client's address", func() error {
+	waitForWithin(t, 2*time.Minute, "c1's GlobalEgress demo allocated with the client's address", func() error {
 		ge := &v1alpha1.GlobalEgress{}
 		if err := c1.Get(ctx, client.ObjectKey{Name: "demo"}, ge); err != nil {
 			return err
@@ -96,7 +98,7 @@ func TestLabNamespaceEgress(t *testing.T) {
 		}
 		return nil
 	})
-	waitFor(t, "c2 seeing c1's client at demo's own egress IP", func() error {
+	waitForWithin(t, 2*time.Minute, "c2 seeing c1's client at demo's own egress IP", func() error {
 		if a, err := seenByC2(); err != nil || a != nsIP {
 			return fmt.Errorf("seen as %s (%v), want %s", a, err, nsIP)
 		}
@@ -105,7 +107,7 @@ func TestLabNamespaceEgress(t *testing.T) {
 	t.Logf("labelled: c2 saw c1's client at demo's egress IP %s after %.2fs", nsIP, time.Since(start).Seconds())
 
 	setLabel("")
-	waitFor(t, "c1's GlobalEgress demo released and c2 seeing the cluster-wide egress again", func() error {
+	waitForWithin(t, 2*time.Minute, "c1's GlobalEgress demo released and c2 seeing the cluster-wide egress again", func() error {
 		ge := &v1alpha1.GlobalEgress{}
 		if err := c1.Get(ctx, client.ObjectKey{Name: "demo"}, ge); err == nil && ge.Spec.ReleasedAt == nil {
 			return fmt.Errorf("not released: %+v", ge.Spec)
