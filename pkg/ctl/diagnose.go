@@ -164,6 +164,20 @@ func eventTime(ev eventsv1.Event) time.Time {
 // without anything being wrong with the path.
 const diagnoseLossLimit = 50
 
+// checkTunnel is the finding on one gateway's connection to a remote
+// cluster (pure): connected, with less than diagnoseLossLimit loss.
+func checkTunnel(cluster, node string, c v1alpha1.Connection) finding {
+	loss := int32(0)
+	if c.LatencyRTT != nil {
+		loss = c.LatencyRTT.LossPercent
+	}
+	about := fmt.Sprintf("%s, loss %d%%", c.Status, loss)
+	if c.StatusMessage != "" {
+		about += ": " + c.StatusMessage
+	}
+	return finding{c.Status == v1alpha1.Connected && loss < diagnoseLossLimit, fmt.Sprintf("%s: tunnel %s → %s", cluster, node, c.ClusterID), about}
+}
+
 func gatewaysByCluster(ctx context.Context, clusters []memberCluster) map[string][]finding {
 	out := map[string][]finding{}
 	active := map[string]int{}
@@ -176,17 +190,7 @@ func gatewaysByCluster(ctx context.Context, clusters []memberCluster) map[string
 			active[g.Cluster]++
 		}
 		for _, c := range g.Connections {
-			what := fmt.Sprintf("%s: tunnel %s → %s", g.Cluster, g.Node, c.ClusterID)
-			loss := int32(0)
-			if c.LatencyRTT != nil {
-				loss = c.LatencyRTT.LossPercent
-			}
-			ok := c.Status == v1alpha1.Connected && loss < diagnoseLossLimit
-			about := fmt.Sprintf("%s, loss %d%%", c.Status, loss)
-			if c.StatusMessage != "" {
-				about += ": " + c.StatusMessage
-			}
-			out[g.Cluster] = append(out[g.Cluster], finding{ok, what, about})
+			out[g.Cluster] = append(out[g.Cluster], checkTunnel(g.Cluster, g.Node, c))
 		}
 	}
 	for _, c := range clusters {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/nodeview"
 )
 
@@ -24,6 +25,32 @@ func TestReport(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "FAIL c1: tunnel n0 → c3") {
 		t.Errorf("failed check not shown:\n%s", out.String())
+	}
+}
+
+// TestCheckTunnel: a connected tunnel passes with the loss of a stalled
+// echo or two and fails from half of its health checks lost; a tunnel not
+// connected fails whatever its loss.
+func TestCheckTunnel(t *testing.T) {
+	conn := func(status v1alpha1.ConnectionStatus, loss int32) v1alpha1.Connection {
+		return v1alpha1.Connection{ClusterID: "c3", Status: status, LatencyRTT: &v1alpha1.LatencyRTT{LossPercent: loss}}
+	}
+	for _, tc := range []struct {
+		conn v1alpha1.Connection
+		ok   bool
+	}{
+		{conn(v1alpha1.Connected, 0), true},
+		{conn(v1alpha1.Connected, 10), true},
+		{conn(v1alpha1.Connected, 40), true},
+		{conn(v1alpha1.Connected, 50), false},
+		{conn(v1alpha1.Connecting, 0), false},
+		{conn(v1alpha1.ConnError, 0), false},
+		{v1alpha1.Connection{ClusterID: "c3", Status: v1alpha1.Connected}, true}, // no health checks yet
+	} {
+		f := checkTunnel("c1", "n0", tc.conn)
+		if f.ok != tc.ok || f.what != "c1: tunnel n0 → c3" {
+			t.Errorf("%+v: finding %+v, want ok=%v", tc.conn, f, tc.ok)
+		}
 	}
 }
 
