@@ -43,7 +43,7 @@ type activeTerm struct {
 	steps       []any // the last sync's steps: name, time since its start
 	// global is this cluster's global CIDR split into its parts, once
 	// claimed (globalnet only).
-	global *nat.Layout
+	global *globalnet.Layout
 	// natSkipped is what the last NAT sync left out (logged on change).
 	natSkipped string
 	// untracked are the remote subnets whose conntrack entries this term
@@ -273,7 +273,7 @@ func (e *Engine) sync(ctx context.Context, t *activeTerm) (err error) {
 			}
 			return fmt.Errorf("global CIDR: %w", err)
 		}
-		l, err := nat.ClusterLayout(cidr)
+		l, err := globalnet.ClusterLayout(cidr)
 		if err != nil {
 			return fmt.Errorf("global CIDR %s: %w", cidr, err)
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/causeway-net/causeway/pkg/cable/drivers"
 	"github.com/causeway-net/causeway/pkg/cable/ipsec"
 	"github.com/causeway-net/causeway/pkg/daemon"
-	"github.com/causeway-net/causeway/pkg/nat"
+	"github.com/causeway-net/causeway/pkg/globalnet"
 )
 
 func TestConfigIPsec(t *testing.T) {
@@ -55,7 +55,7 @@ func TestAnnouncedDualStack(t *testing.T) {
 			want []netip.Prefix
 		}{
 			"plain":     {&activeTerm{}, pfx("10.244.0.0/16", "fd00:10:244:1::/64", "10.96.0.0/16", "fd00:10:96:1::/112")},
-			"globalnet": {&activeTerm{global: &nat.Layout{CIDR: netip.MustParsePrefix("242.0.1.0/24")}}, pfx("242.0.1.0/24", "fd00:10:244:1::/64", "fd00:10:96:1::/112")},
+			"globalnet": {&activeTerm{global: &globalnet.Layout{CIDR: netip.MustParsePrefix("242.0.1.0/24")}}, pfx("242.0.1.0/24", "fd00:10:244:1::/64", "fd00:10:96:1::/112")},
 		} {
 			if got := e.announced(tt.term); !slices.Equal(got, tt.want) {
 				t.Errorf("%s, %s: announced %v, want %v", driver, name, got, tt.want)

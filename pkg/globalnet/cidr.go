@@ -3,7 +3,9 @@
 // a global CIDR of the ClusterSet policy's supernet
 // (pkg/addrpolicy.Policy): ClaimCIDR takes this cluster's in the broker
 // (atomically, one GlobalCIDR object per range; run by the active
-// gateway), AssignIngress and its siblings (ingress.go) allocate the
+// gateway), NewLayout (layout.go) splits a global CIDR into health-check,
+// pool and egress addresses and Allocator (alloc.go) hands out the pool's
+// IP:port pairs and whole IPs, AssignIngress and its siblings (ingress.go) allocate the
 // exported Services' global addresses inside it (run by the globalnet
 // controller, pkg/globalnet/controller, which writes them as GlobalIngress
 // objects), AssignEgress and its siblings (egress.go) the own egress IPs

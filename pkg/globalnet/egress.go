@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 // The global egress IPs of a namespace labelled
@@ -71,7 +70,7 @@ func egressOwner(namespace string, i int) string {
 
 // ReplayEgress re-holds in a the egress IPs a GlobalEgress persists (all
 // or nothing).
-func ReplayEgress(a *nat.Allocator, namespace string, ips []string) error {
+func ReplayEgress(a *Allocator, namespace string, ips []string) error {
 	var errs []error
 	for i, s := range ips {
 		ip, err := netip.ParseAddr(s)
@@ -90,7 +89,7 @@ func ReplayEgress(a *nat.Allocator, namespace string, ips []string) error {
 }
 
 // FreeEgress gives a namespace's egress IPs back to a.
-func FreeEgress(a *nat.Allocator, namespace string, ips []string) {
+func FreeEgress(a *Allocator, namespace string, ips []string) {
 	for i := range ips {
 		a.Release(egressOwner(namespace, i))
 	}
@@ -98,9 +97,9 @@ func FreeEgress(a *nat.Allocator, namespace string, ips []string) {
 
 // AssignEgress returns the n egress IPs of a namespace that holds have
 // in a: have's first n are kept, the rest released, missing ones
-// allocated (the highest free whole IPs). On error (nat.ErrExhausted) a
+// allocated (the highest free whole IPs). On error (ErrExhausted) a
 // holds exactly have again and have is returned.
-func AssignEgress(a *nat.Allocator, namespace string, have []string, n int) ([]string, error) {
+func AssignEgress(a *Allocator, namespace string, have []string, n int) ([]string, error) {
 	out := slices.Clone(have[:min(n, len(have))])
 	for i := n; i < len(have); i++ {
 		a.Release(egressOwner(namespace, i))

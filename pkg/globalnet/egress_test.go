@@ -8,8 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 func TestEgressIPCount(t *testing.T) {
@@ -76,7 +74,7 @@ func TestAssignEgress(t *testing.T) {
 	}
 	// Two IPs do not fit (one left): nothing changes.
 	got, err := AssignEgress(a, "blue", blue, 3)
-	if !errors.Is(err, nat.ErrExhausted) || !slices.Equal(got, blue) {
+	if !errors.Is(err, ErrExhausted) || !slices.Equal(got, blue) {
 		t.Fatalf("blue ×3: %v, %v; want ErrExhausted and %v", got, err, blue)
 	}
 	if u := a.Usage(); u.WholeIPs != 1 {
@@ -86,7 +84,7 @@ func TestAssignEgress(t *testing.T) {
 	if err != nil || !slices.Equal(blue2, []string{"242.0.9.4", "242.0.9.3"}) {
 		t.Fatalf("blue ×2: %v, %v", blue2, err)
 	}
-	if _, err := AssignEgress(a, "red", nil, 1); !errors.Is(err, nat.ErrExhausted) {
+	if _, err := AssignEgress(a, "red", nil, 1); !errors.Is(err, ErrExhausted) {
 		t.Errorf("red in a full pool: %v, want ErrExhausted", err)
 	}
 
@@ -102,10 +100,10 @@ func TestAssignEgress(t *testing.T) {
 	if err := ReplayEgress(b, "blue", blue2); err != nil {
 		t.Fatal(err)
 	}
-	if err := ReplayEgress(b, "copy", []string{"242.0.9.3"}); !errors.Is(err, nat.ErrConflict) {
+	if err := ReplayEgress(b, "copy", []string{"242.0.9.3"}); !errors.Is(err, ErrConflict) {
 		t.Errorf("replay of a held IP: %v, want ErrConflict", err)
 	}
-	if _, err := AssignEgress(b, "red", nil, 1); !errors.Is(err, nat.ErrExhausted) {
+	if _, err := AssignEgress(b, "red", nil, 1); !errors.Is(err, ErrExhausted) {
 		t.Errorf("red after the replay: %v, want ErrExhausted", err)
 	}
 

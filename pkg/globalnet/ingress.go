@@ -10,7 +10,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 // The global addresses of this cluster's exported Services, the
@@ -23,14 +22,14 @@ import (
 // Allocator methods underneath.
 
 // NewIngressAllocator returns the allocator of a cluster's global CIDR:
-// the ingress range of nat.ClusterLayout (the layout the gateway uses),
-// ports from nat.DefaultPortRange.
-func NewIngressAllocator(cidr netip.Prefix) (*nat.Allocator, error) {
-	l, err := nat.ClusterLayout(cidr)
+// the ingress range of ClusterLayout (the layout the gateway uses),
+// ports from DefaultPortRange.
+func NewIngressAllocator(cidr netip.Prefix) (*Allocator, error) {
+	l, err := ClusterLayout(cidr)
 	if err != nil {
 		return nil, err
 	}
-	return nat.NewAllocator(l.Ingress, nat.DefaultPortRange)
+	return NewAllocator(l.Ingress, DefaultPortRange)
 }
 
 // ingressOwner is the allocator owner of a ClusterSetIP Service's port
@@ -120,7 +119,7 @@ func keyOf(p v1alpha1.GlobalIngressPort) portKey { return portKey{p.Name, p.Prot
 // ReplayIngress replays an allocation that is already persisted (in a
 // GlobalIngress) into a: the Service's port pairs and its pods' IPs. It
 // reserves all or nothing.
-func ReplayIngress(a *nat.Allocator, namespace, name string, spec v1alpha1.GlobalIngressSpec) error {
+func ReplayIngress(a *Allocator, namespace, name string, spec v1alpha1.GlobalIngressSpec) error {
 	owner := ingressOwner(namespace, name)
 	var errs []error
 	if len(spec.Ports) > 0 {
@@ -156,7 +155,7 @@ func ReplayIngress(a *nat.Allocator, namespace, name string, spec v1alpha1.Globa
 }
 
 // FreeIngress frees everything spec holds in a.
-func FreeIngress(a *nat.Allocator, namespace, name string, spec v1alpha1.GlobalIngressSpec) {
+func FreeIngress(a *Allocator, namespace, name string, spec v1alpha1.GlobalIngressSpec) {
 	a.Release(ingressOwner(namespace, name))
 	for _, p := range spec.Pods {
 		if pod, err := netip.ParseAddr(p.PodIP); err == nil {
@@ -170,10 +169,10 @@ func FreeIngress(a *nat.Allocator, namespace, name string, spec v1alpha1.GlobalI
 // ReplayIngress after a restart). It is stable: ports present in both
 // keep their global port and the Service keeps its global IP; pods
 // present in both keep their global IP; what have holds and want does not
-// is released. On error (nat.ErrExhausted: no room) a holds exactly have
+// is released. On error (ErrExhausted: no room) a holds exactly have
 // again — nothing is half allocated — and the returned spec is have.
 // ReleasedAt is never set in the result.
-func AssignIngress(a *nat.Allocator, namespace, name string, have v1alpha1.GlobalIngressSpec, want IngressWant) (v1alpha1.GlobalIngressSpec, error) {
+func AssignIngress(a *Allocator, namespace, name string, have v1alpha1.GlobalIngressSpec, want IngressWant) (v1alpha1.GlobalIngressSpec, error) {
 	owner := ingressOwner(namespace, name)
 	var out v1alpha1.GlobalIngressSpec
 	if want.ClusterIP.IsValid() {

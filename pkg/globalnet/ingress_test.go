@@ -13,7 +13,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 func TestAssignIngress(t *testing.T) {
@@ -107,10 +106,10 @@ func TestAssignIngressHeadlessAndExhaustion(t *testing.T) {
 		t.Fatal(err)
 	}
 	h3, err := AssignIngress(a, "ns", "db", h2, IngressWant{Pods: []netip.Addr{pod("10.244.0.2"), pod("10.244.0.3"), pod("10.244.0.4")}})
-	if !errors.Is(err, nat.ErrExhausted) || fmt.Sprint(h3) != fmt.Sprint(h2) {
+	if !errors.Is(err, ErrExhausted) || fmt.Sprint(h3) != fmt.Sprint(h2) {
 		t.Fatalf("exhausted: %+v, %v", h3, err)
 	}
-	if _, err := AssignIngress(a, "ns", "other", v1alpha1.GlobalIngressSpec{}, IngressWant{Pods: []netip.Addr{pod("10.244.0.9")}}); !errors.Is(err, nat.ErrExhausted) {
+	if _, err := AssignIngress(a, "ns", "other", v1alpha1.GlobalIngressSpec{}, IngressWant{Pods: []netip.Addr{pod("10.244.0.9")}}); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("nothing left, got %v", err)
 	}
 	// Nothing was half allocated: releasing web frees exactly one IP.
@@ -172,7 +171,7 @@ func TestAssignIngressRandom(t *testing.T) {
 		before := held[name]
 		got, err := AssignIngress(a, "ns", name, before, want)
 		switch {
-		case errors.Is(err, nat.ErrExhausted):
+		case errors.Is(err, ErrExhausted):
 			exhausted++
 			if fmt.Sprint(got) != fmt.Sprint(before) {
 				t.Fatalf("step %d: exhausted changed %+v to %+v", step, before, got)

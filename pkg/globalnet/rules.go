@@ -32,11 +32,13 @@ import (
 // (oldest first too); a pod address two GlobalEgresses hold (a pod
 // gone from one namespace and its address reused in another, before
 // the older object caught up) stays with the older one.
-func Rules(layout nat.Layout, ingresses []v1alpha1.GlobalIngress, egresses []v1alpha1.GlobalEgress, remote []netip.Prefix) (cfg nat.Config, skipped []string) {
+func Rules(layout Layout, ingresses []v1alpha1.GlobalIngress, egresses []v1alpha1.GlobalEgress, remote []netip.Prefix) (cfg nat.Config, skipped []string) {
+	remote4 := slices.DeleteFunc(slices.Clone(remote), func(p netip.Prefix) bool { return !p.Addr().Is4() })
 	cfg = nat.Config{
-		LocalGlobal: []netip.Prefix{layout.CIDR},
-		Remote:      slices.DeleteFunc(slices.Clone(remote), func(p netip.Prefix) bool { return !p.Addr().Is4() }),
-		Egress:      slices.Clone(layout.Egress),
+		LocalGlobal:  []netip.Prefix{layout.CIDR},
+		Remote:       remote4,
+		RemoteEgress: remoteEgress(remote4),
+		Egress:       slices.Clone(layout.Egress),
 	}
 	objs := make([]*v1alpha1.GlobalIngress, 0, len(ingresses))
 	for i := range ingresses {
@@ -101,6 +103,23 @@ func Rules(layout nat.Layout, ingresses []v1alpha1.GlobalIngress, egresses []v1a
 // egressIPOf is the one of a namespace's egress IPs (at least one) its
 // pod leaves from: spread by the pod's address, so a pod keeps its IP
 // while others come and go.
+// remoteEgress is the remote clusters' SNAT sources: the Egress of each
+// remote CIDR's ClusterLayout, the layout every member uses. A CIDR inside
+// another one of the list adds nothing; one too small for a layout has
+// none.
+func remoteEgress(remote []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range remote {
+		if slices.ContainsFunc(remote, func(o netip.Prefix) bool { return o.Bits() < p.Bits() && o.Contains(p.Addr()) }) {
+			continue
+		}
+		if l, err := ClusterLayout(p); err == nil {
+			out = append(out, l.Egress...)
+		}
+	}
+	return out
+}
+
 func egressIPOf(pod netip.Addr, ips []netip.Addr) netip.Addr {
 	b := pod.As4()
 	return ips[(uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3]))%uint32(len(ips))]
@@ -108,7 +127,7 @@ func egressIPOf(pod netip.Addr, ips []netip.Addr) netip.Addr {
 
 // egressIPs parses a GlobalEgress's IPs, each an ingress address of
 // layout's CIDR (the controller hands them out of that range).
-func egressIPs(layout nat.Layout, in []string) ([]netip.Addr, error) {
+func egressIPs(layout Layout, in []string) ([]netip.Addr, error) {
 	out := make([]netip.Addr, 0, len(in))
 	for _, s := range in {
 		ip, err := netip.ParseAddr(s)
@@ -130,7 +149,7 @@ func wholeKeys(ips []netip.Addr) []string {
 }
 
 // translation is one GlobalIngress's entries, or why they do not fit.
-func translation(layout nat.Layout, spec v1alpha1.GlobalIngressSpec) ([]nat.Ingress, []nat.PodIngress, error) {
+func translation(layout Layout, spec v1alpha1.GlobalIngressSpec) ([]nat.Ingress, []nat.PodIngress, error) {
 	var pods []nat.PodIngress
 	for _, p := range spec.Pods {
 		pod, err1 := netip.ParseAddr(p.PodIP)

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 // FuzzRules: whatever GlobalIngress and GlobalEgress objects the cluster
@@ -26,7 +25,7 @@ func FuzzRules(f *testing.F) {
 	f.Add([]byte{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2})
 	f.Add([]byte{7, 0, 1, 7, 0, 1, 7, 0, 1, 200, 3, 3, 9, 9, 9})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		layout, err := nat.ClusterLayout(netip.MustParsePrefix("242.0.1.0/24"))
+		layout, err := ClusterLayout(netip.MustParsePrefix("242.0.1.0/24"))
 		if err != nil {
 			t.Fatal(err)
 		}

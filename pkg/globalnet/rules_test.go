@@ -15,7 +15,7 @@ import (
 )
 
 func TestRules(t *testing.T) {
-	layout, err := nat.ClusterLayout(netip.MustParsePrefix("242.0.1.0/24"))
+	layout, err := ClusterLayout(netip.MustParsePrefix("242.0.1.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +86,23 @@ func TestRules(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("round %d: nat refuses the result: %v", round, err)
 		}
-		if cfg.LocalGlobal[0] != layout.CIDR || len(cfg.Egress) != 2 || !slices.Equal(cfg.Remote, remote[:1]) {
+		if cfg.LocalGlobal[0] != layout.CIDR || len(cfg.Egress) != 2 || !slices.Equal(cfg.Remote, remote[:1]) ||
+			!slices.Equal(cfg.RemoteEgress, []netip.Addr{netip.MustParseAddr("242.0.3.253"), netip.MustParseAddr("242.0.3.254")}) {
 			t.Errorf("cfg = %+v", cfg)
 		}
+	}
+}
+
+// TestRemoteEgress: the remotes' SNAT sources are their layouts' egress
+// addresses; a CIDR inside another adds none, one too small has none.
+func TestRemoteEgress(t *testing.T) {
+	got := remoteEgress([]netip.Prefix{
+		netip.MustParsePrefix("242.0.3.0/24"), netip.MustParsePrefix("242.0.2.0/24"),
+		netip.MustParsePrefix("242.0.2.0/25"), netip.MustParsePrefix("242.0.4.0/30"),
+	})
+	want := []netip.Addr{netip.MustParseAddr("242.0.3.253"), netip.MustParseAddr("242.0.3.254"), netip.MustParseAddr("242.0.2.253"), netip.MustParseAddr("242.0.2.254")}
+	if !slices.Equal(got, want) {
+		t.Errorf("remoteEgress = %v, want %v", got, want)
 	}
 }
 
@@ -97,7 +111,7 @@ func TestRules(t *testing.T) {
 // one contending for an ingress object's IP or with a foreign IP is
 // skipped whole, a pod address two namespaces hold stays with the older.
 func TestRulesEgress(t *testing.T) {
-	layout, err := nat.ClusterLayout(netip.MustParsePrefix("242.0.1.0/24"))
+	layout, err := ClusterLayout(netip.MustParsePrefix("242.0.1.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,61 +1,29 @@
 package nat
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
 )
 
-// BenchmarkGlobalAddresses: global IPs needed to export 10 000 service
-// ports (5 000 Services of two ports), ours from the Allocator against
-// one global IP per Service.
-func BenchmarkGlobalAddresses(b *testing.B) {
-	l, err := NewLayout(netip.MustParsePrefix("242.0.0.0/8"), DefaultEgressIPs) // room for the baseline's 5 000 IPs
-	if err != nil {
-		b.Fatal(err)
-	}
-	const services, ports = 5000, 2
-	var ours int
-	for b.Loop() {
-		a, err := NewAllocator(l.Ingress, DefaultPortRange)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range services {
-			if _, _, err := a.Allocate(fmt.Sprintf("ns/svc-%d", i), ports); err != nil {
-				b.Fatal(err)
-			}
-		}
-		ours = a.IPsInUse()
-	}
-	b.ReportMetric(float64(ours), "ours-IPs")
-	b.ReportMetric(float64(services), "per-service-IPs")
-	b.ReportMetric(float64(services)/float64(ours), "per-service/ours")
-	b.ReportMetric(float64(services*ports)/float64(ours), "ports/IP")
-}
-
-// manyPortsConfig is a config of n tcp ports: n/2 Services of two ports each,
-// allocated by the Allocator in the local global CIDR.
+// manyPortsConfig is a config of n tcp ports: n/2 Services of two ports
+// each, their global pairs packed from 242.0.1.2:1024 on as globalnet's
+// allocator packs them (every port of an IP before the next IP).
 func manyPortsConfig(tb testing.TB, n int) Config {
 	tb.Helper()
-	l, err := NewLayout(localGlobal, DefaultEgressIPs)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	a, err := NewAllocator(l.Ingress, DefaultPortRange)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg := Config{LocalGlobal: []netip.Prefix{localGlobal}, Remote: []netip.Prefix{remoteGlobal}, Egress: l.Egress}
+	const first, ports = 1024, 65536 - 1024
+	base := addrIndex(localGlobal.Addr()) + 2
+	cfg := Config{LocalGlobal: []netip.Prefix{localGlobal}, Remote: []netip.Prefix{remoteGlobal},
+		Egress: []netip.Addr{netip.MustParseAddr("242.0.1.253"), netip.MustParseAddr("242.0.1.254")}}
 	for i := range n / 2 {
-		ip, ports, err := a.Allocate(fmt.Sprintf("ns/svc-%d", i), 2)
-		if err != nil {
-			tb.Fatal(err)
-		}
 		cip := netip.AddrFrom4([4]byte{10, 96, byte(1 + i/250), byte(1 + i%250)})
-		for j, p := range ports {
-			cfg.Ingress = append(cfg.Ingress, Ingress{Protocol: "tcp", Global: netip.AddrPortFrom(ip, p), Target: netip.AddrPortFrom(cip, uint16(80+j))})
+		for j := range 2 {
+			k := uint32(2*i + j)
+			global := netip.AddrPortFrom(addrFromIndex(base+k/ports), uint16(first+k%ports))
+			if !localGlobal.Contains(global.Addr()) {
+				tb.Fatalf("%d ports do not fit %s", n, localGlobal)
+			}
+			cfg.Ingress = append(cfg.Ingress, Ingress{Protocol: "tcp", Global: global, Target: netip.AddrPortFrom(cip, uint16(80+j))})
 		}
 	}
 	return cfg

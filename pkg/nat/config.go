@@ -22,9 +22,9 @@ const (
 	ChainCanary  = "canary"  // empty; its absence means someone removed the table
 
 	SetRemote = "remote" // interval set of remote clusters' global CIDRs
-	// SetRemoteEgress is the remote clusters' egress addresses (the
-	// Egress of ClusterLayout of each remote CIDR) as /32s: only SNAT
-	// sources, never a connection's destination.
+	// SetRemoteEgress is the remote clusters' egress addresses
+	// (Config.RemoteEgress) as /32s: only SNAT sources, never a
+	// connection's destination.
 	SetRemoteEgress = "remote-egress"
 	SetLocal        = "local"   // interval set of this cluster's global CIDRs
 	MapPodIn        = "pod-in"  // global IP : pod IP
@@ -74,6 +74,10 @@ type Config struct {
 	// Remote is the remote clusters' global CIDRs, reached through the
 	// tunnel. Only traffic to them is SNATed or rewritten back.
 	Remote []netip.Prefix
+	// RemoteEgress is the remote clusters' SNAT source addresses (IPv4,
+	// each inside Remote): traffic from them is a reply path, never a
+	// new connection to translate.
+	RemoteEgress []netip.Addr
 	// Egress is the SNAT source range (Layout.Egress): ascending,
 	// contiguous. Empty: no egress SNAT.
 	Egress  []netip.Addr
@@ -93,14 +97,14 @@ type Config struct {
 }
 
 func (c Config) equal(o Config) bool {
-	return slices.Equal(c.LocalGlobal, o.LocalGlobal) && slices.Equal(c.Remote, o.Remote) && slices.Equal(c.Egress, o.Egress) &&
+	return slices.Equal(c.LocalGlobal, o.LocalGlobal) && slices.Equal(c.Remote, o.Remote) && slices.Equal(c.RemoteEgress, o.RemoteEgress) && slices.Equal(c.Egress, o.Egress) &&
 		slices.Equal(c.Ingress, o.Ingress) && slices.Equal(c.Pods, o.Pods) && slices.Equal(c.PodEgress, o.PodEgress) && c.Device == o.Device
 }
 
 // clone copies c's slices, so a caller reusing them cannot change what
 // Table believes it applied.
 func (c Config) clone() Config {
-	return Config{LocalGlobal: slices.Clone(c.LocalGlobal), Remote: slices.Clone(c.Remote), Egress: slices.Clone(c.Egress),
+	return Config{LocalGlobal: slices.Clone(c.LocalGlobal), Remote: slices.Clone(c.Remote), RemoteEgress: slices.Clone(c.RemoteEgress), Egress: slices.Clone(c.Egress),
 		Ingress: slices.Clone(c.Ingress), Pods: slices.Clone(c.Pods), PodEgress: slices.Clone(c.PodEgress), Device: c.Device}
 }
 
@@ -196,17 +200,13 @@ func (c Config) compile() (*desired, error) {
 			d.elems[set.name] = append(d.elems[set.name], elem{k: uint64(addrIndex(p.Addr()))<<8 | uint64(p.Bits())})
 		}
 	}
-	// The remote clusters' egress addresses, by the layout every member
-	// uses (a remote CIDR too small for one has none).
+	// The remote clusters' egress addresses, each inside a remote CIDR.
 	remotePs, _ := disjoint(c.Remote) // validated above
-	for _, p := range remotePs {
-		l, err := ClusterLayout(p)
-		if err != nil {
-			continue
+	for _, a := range c.RemoteEgress {
+		if !a.Is4() || !slices.ContainsFunc(remotePs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			return nil, fmt.Errorf("%w: remote egress address %s is not an IPv4 address of a remote CIDR", ErrConfig, a)
 		}
-		for _, a := range l.Egress {
-			d.elems[SetRemoteEgress] = append(d.elems[SetRemoteEgress], elem{k: uint64(addrIndex(a))<<8 | 32})
-		}
+		d.elems[SetRemoteEgress] = append(d.elems[SetRemoteEgress], elem{k: uint64(addrIndex(a))<<8 | 32})
 	}
 	// A global address outside our own CIDRs would capture traffic meant
 	// for another cluster (or leave unanswerable), so every one must be local.
@@ -448,4 +448,14 @@ func sortElems(es []elem) {
 	if &src[0] != &es[0] {
 		copy(es, src)
 	}
+}
+
+// addrIndex is an IPv4 address as the integer elements pack.
+func addrIndex(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func addrFromIndex(i uint32) netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)})
 }

@@ -10,12 +10,15 @@ import (
 )
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+func ip(s string) netip.Addr     { return netip.MustParseAddr(s) }
 
 func smallConfig() Config {
 	return Config{
 		LocalGlobal: []netip.Prefix{netip.MustParsePrefix("242.0.1.0/24")},
 		Remote:      []netip.Prefix{netip.MustParsePrefix("242.0.3.0/24"), netip.MustParsePrefix("242.0.2.0/24"), netip.MustParsePrefix("242.0.2.128/25")},
-		Egress:      []netip.Addr{ip("242.0.1.253"), ip("242.0.1.254")},
+		// The remotes' egress addresses (their layouts' last two hosts).
+		RemoteEgress: []netip.Addr{ip("242.0.3.253"), ip("242.0.3.254"), ip("242.0.2.253"), ip("242.0.2.254")},
+		Egress:       []netip.Addr{ip("242.0.1.253"), ip("242.0.1.254")},
 		Ingress: []Ingress{
 			{Protocol: "tcp", Global: ap("242.0.1.2:1024"), Target: ap("10.96.0.10:80")},
 			{Protocol: "tcp", Global: ap("242.0.1.2:1025"), Target: ap("10.96.0.10:443")},
@@ -55,6 +58,8 @@ func TestCompileRefusesAmbiguousConfigs(t *testing.T) {
 		{"egress IP carrying ports", func(c *Config) { c.PodEgress[0].Global = ip("242.0.1.2") }},
 		{"egress IP 1:1 for a pod", func(c *Config) { c.PodEgress[0].Global = ip("242.0.1.252") }},
 		{"pod egress outside the local global CIDR", func(c *Config) { c.PodEgress[0].Global = ip("242.0.3.9") }},
+		{"remote egress outside the remote CIDRs", func(c *Config) { c.RemoteEgress = append(c.RemoteEgress, ip("242.0.1.253")) }},
+		{"remote egress IPv6", func(c *Config) { c.RemoteEgress = append(c.RemoteEgress, ip("fd00::1")) }},
 		{"remote not canonical", func(c *Config) { c.Remote = []netip.Prefix{netip.MustParsePrefix("242.0.3.1/24")} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,48 +15,31 @@ import (
 
 // baseConfig is the gateway's config of the test topology: the Service
 // 10.96.0.10 (tcp/80, udp/53) exported at 242.0.1.2:1024/1025, the
-// headless pod 10.244.0.6 at 242.0.1.3; the "tunnel" is g0, the gateway's
-// veth to the client.
-func baseConfig(t testing.TB) (Config, Layout) {
-	t.Helper()
-	l, err := NewLayout(localGlobal, DefaultEgressIPs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := NewAllocator(l.Ingress, DefaultPortRange)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gip, ports, err := a.Allocate("default/web", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	podIP, err := a.AllocateIP("default/db/" + headlessPod.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+// headless pod 10.244.0.6 at 242.0.1.252, egress from 242.0.1.253 and
+// .254 (the addresses globalnet's layout and allocator give a /24); the
+// "tunnel" is g0, the gateway's veth to the client.
+func baseConfig() Config {
+	gip := netip.MustParseAddr("242.0.1.2")
 	return Config{
-		LocalGlobal: []netip.Prefix{localGlobal},
-		Remote:      []netip.Prefix{remoteGlobal},
-		Egress:      l.Egress,
+		LocalGlobal:  []netip.Prefix{localGlobal},
+		Remote:       []netip.Prefix{remoteGlobal},
+		RemoteEgress: []netip.Addr{netip.MustParseAddr("242.0.3.253"), netip.MustParseAddr("242.0.3.254")},
+		Egress:       []netip.Addr{netip.MustParseAddr("242.0.1.253"), netip.MustParseAddr("242.0.1.254")},
 		Ingress: []Ingress{
-			{Protocol: "tcp", Global: netip.AddrPortFrom(gip, ports[0]), Target: netip.AddrPortFrom(clusterIP, 80)},
-			{Protocol: "udp", Global: netip.AddrPortFrom(gip, ports[1]), Target: netip.AddrPortFrom(clusterIP, 53)},
+			{Protocol: "tcp", Global: netip.AddrPortFrom(gip, 1024), Target: netip.AddrPortFrom(clusterIP, 80)},
+			{Protocol: "udp", Global: netip.AddrPortFrom(gip, 1025), Target: netip.AddrPortFrom(clusterIP, 53)},
 		},
-		Pods:   []PodIngress{{Global: podIP, Pod: headlessPod}},
+		Pods:   []PodIngress{{Global: netip.MustParseAddr("242.0.1.252"), Pod: headlessPod}},
 		Device: "g0",
-	}, l
+	}
 }
 
 func TestGatewayTranslatesBothWays(t *testing.T) {
 	t.Parallel()
 	tp := newTopo(t)
 	tp.kubeProxy(t)
-	cfg, l := baseConfig(t)
+	cfg := baseConfig()
 	tcpG, udpG, podG := cfg.Ingress[0].Global, cfg.Ingress[1].Global, cfg.Pods[0].Global
-	if tcpG.String() != "242.0.1.2:1024" || udpG.String() != "242.0.1.2:1025" || podG.String() != "242.0.1.252" {
-		t.Fatalf("allocator handed out %s %s %s, want 242.0.1.2:1024 242.0.1.2:1025 242.0.1.252", tcpG, udpG, podG)
-	}
 	tp.tcpPeerServer(t, "pod", podAddr.String()+":8080")
 	tp.udpPeerServer(t, "pod", podAddr.String()+":5353")
 	tp.tcpPeerServer(t, "pod", headlessPod.String()+":9000")
@@ -116,8 +99,8 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pod → remote: %v", err)
 	}
-	if ip := netip.MustParseAddr(hostOf(got)); !slices.Contains(l.Egress, ip) {
-		t.Errorf("pod → remote seen as %s, want one of the egress IPs %v", got, l.Egress)
+	if ip := netip.MustParseAddr(hostOf(got)); !slices.Contains(cfg.Egress, ip) {
+		t.Errorf("pod → remote seen as %s, want one of the egress IPs %v", got, cfg.Egress)
 	}
 	// The gateway itself (host network) leaves with an egress IP too.
 	gwOut := ""
@@ -128,8 +111,8 @@ func TestGatewayTranslatesBothWays(t *testing.T) {
 			t.Fatalf("gateway → remote: %v", err)
 		}
 	}
-	if ip := netip.MustParseAddr(hostOf(gwOut)); !slices.Contains(l.Egress, ip) {
-		t.Errorf("gateway → remote seen as %s, want one of %v", gwOut, l.Egress)
+	if ip := netip.MustParseAddr(hostOf(gwOut)); !slices.Contains(cfg.Egress, ip) {
+		t.Errorf("gateway → remote seen as %s, want one of %v", gwOut, cfg.Egress)
 	}
 
 	// An equal Sync writes nothing; Cleanup removes everything.
@@ -160,7 +143,7 @@ func TestNamespaceEgress(t *testing.T) {
 	tp.tcpPeerServer(t, "client", remoteService.String()+":7000")
 	remote := netip.AddrPortFrom(remoteService, 7000)
 
-	cfg, l := baseConfig(t)
+	cfg := baseConfig()
 	nsIP := netip.MustParseAddr("242.0.1.251") // the next whole IP after the headless pod's
 	cfg.PodEgress = []PodEgress{{Pod: labelled, Global: nsIP}}
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
@@ -181,8 +164,8 @@ func TestNamespaceEgress(t *testing.T) {
 	if got := seenAs(labelled); got != nsIP {
 		t.Errorf("labelled namespace's pod seen as %s, want its namespace's egress IP %s", got, nsIP)
 	}
-	if got := seenAs(podAddr); !slices.Contains(l.Egress, got) {
-		t.Errorf("other pod seen as %s, want one of the cluster-wide egress IPs %v", got, l.Egress)
+	if got := seenAs(podAddr); !slices.Contains(cfg.Egress, got) {
+		t.Errorf("other pod seen as %s, want one of the cluster-wide egress IPs %v", got, cfg.Egress)
 	}
 	if got, want := seenAs(headlessPod), cfg.Pods[0].Global; got != want {
 		t.Errorf("headless pod seen as %s, want its own global IP %s", got, want)
@@ -192,8 +175,8 @@ func TestNamespaceEgress(t *testing.T) {
 	if res, err := tab.Sync(ctx, cfg); err != nil || res.Full || res.Removed != 1 {
 		t.Fatalf("pod out of the map: %+v, %v; want one element removed incrementally", res, err)
 	}
-	if got := seenAs(labelled); !slices.Contains(l.Egress, got) {
-		t.Errorf("after the namespace lost its egress IP its pod is seen as %s, want one of %v", got, l.Egress)
+	if got := seenAs(labelled); !slices.Contains(cfg.Egress, got) {
+		t.Errorf("after the namespace lost its egress IP its pod is seen as %s, want one of %v", got, cfg.Egress)
 	}
 }
 
@@ -264,7 +247,7 @@ func TestTableWithoutItsDeviceTranslatesNothing(t *testing.T) {
 	run(t, "ip", "-n", tp.ns("client"), "route", "add", "10.244.0.0/24", "via", "10.9.0.1")
 	tp.tcpPeerServer(t, "pod", podAddr.String()+":8080")
 	tp.tcpPeerServer(t, "client", remoteService.String()+":7000")
-	cfg, _ := baseConfig(t)
+	cfg := baseConfig()
 	cfg.Device = "cw-gone" // no such device
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
 	ctx := context.Background()
@@ -290,7 +273,7 @@ func TestOutsideFlushIsRepaired(t *testing.T) {
 	tp := newTopo(t)
 	tp.kubeProxy(t)
 	tp.tcpPeerServer(t, "pod", podAddr.String()+":8080")
-	cfg, _ := baseConfig(t)
+	cfg := baseConfig()
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
 	ctx := context.Background()
 	if _, err := tab.Sync(ctx, cfg); err != nil {
@@ -357,7 +340,7 @@ func TestIncrementalSyncChangesOnlyTheDifference(t *testing.T) {
 	// Re-point an existing pair to another ClusterIP: delete + add of its elements.
 	moved := slices.Clone(cfg.Ingress)
 	moved[7].Target = netip.MustParseAddrPort("10.98.0.7:8080")
-	res, err = tab.Sync(ctx, Config{LocalGlobal: cfg.LocalGlobal, Remote: cfg.Remote, Egress: cfg.Egress, Ingress: moved})
+	res, err = tab.Sync(ctx, Config{LocalGlobal: cfg.LocalGlobal, Remote: cfg.Remote, RemoteEgress: cfg.RemoteEgress, Egress: cfg.Egress, Ingress: moved})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +378,7 @@ func (tp topo) lateAnswers(t *testing.T, delay time.Duration) (Config, netip.Add
 			time.AfterFunc(delay, func() { _, _ = pc.WriteTo([]byte("late"), from) })
 		}
 	}()
-	cfg, _ := baseConfig(t)
+	cfg := baseConfig()
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
 	if _, err := tab.Sync(context.Background(), cfg); err != nil {
 		t.Fatal(err)
@@ -445,7 +428,7 @@ func TestReleasedPairNeverLeaksClusterIP(t *testing.T) {
 func TestRunnerStaysInItsNamespace(t *testing.T) {
 	t.Parallel()
 	tp := newTopo(t)
-	cfg, _ := baseConfig(t)
+	cfg := baseConfig()
 	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
 	ctx := context.Background()
 	if _, err := tab.Sync(ctx, cfg); err != nil {

@@ -131,6 +131,7 @@ func TestDiffTransaction(t *testing.T) {
 	c.Ingress[1].Target = ap("10.96.0.10:8443")                                                                            // value change
 	c.Ingress = append(c.Ingress[:2], Ingress{Protocol: "sctp", Global: ap("242.0.1.2:1027"), Target: ap("10.96.0.10:9")}) // udp gone, sctp new
 	c.Remote = c.Remote[:1]
+	c.RemoteEgress = c.RemoteEgress[:2] // 242.0.2.0/24 left, and its egress addresses with it
 	d, err := c.compile()
 	if err != nil {
 		t.Fatal(err)

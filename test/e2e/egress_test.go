@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
-	"github.com/causeway-net/causeway/pkg/nat"
+	"github.com/causeway-net/causeway/pkg/globalnet"
 )
 
 // TestLabNamespaceEgress: in the default (globalnet) lab, with whereami
@@ -31,7 +31,7 @@ func TestLabNamespaceEgress(t *testing.T) {
 	l := StartLab(t)
 	ctx := context.Background()
 	c1 := l.Client("c1")
-	layout, err := nat.ClusterLayout(l.globalCIDR(ctx, "c1"))
+	layout, err := globalnet.ClusterLayout(l.globalCIDR(ctx, "c1"))
 	if err != nil {
 		t.Fatal(err)
 	}

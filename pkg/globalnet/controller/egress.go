@@ -22,7 +22,6 @@ import (
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/globalnet"
-	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 // Namespace egress: a namespace labelled causeway.dev/global-egress gets
@@ -145,7 +144,7 @@ func (c *Controller) syncEgress(ctx context.Context, ns string) (time.Duration, 
 	default:
 		ips, err = globalnet.AssignEgress(a, ns, ips, n)
 		switch {
-		case errors.Is(err, nat.ErrExhausted):
+		case errors.Is(err, globalnet.ErrExhausted):
 			cond.Reason = causewayv1alpha1.ReasonGlobalPoolExhausted
 			g.waitingEgress[ns] = true
 		case err != nil:

@@ -22,11 +22,10 @@ import (
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/globalnet"
-	"github.com/causeway-net/causeway/pkg/nat"
 )
 
 // allocation is this cluster's global-address allocation: one
-// nat.Allocator for the cluster's global CIDR, kept for the leadership
+// globalnet.Allocator for the cluster's global CIDR, kept for the leadership
 // term (reconciles run only on the leader, and losing leadership ends
 // the process), seeded once from a live List of the GlobalIngress objects
 // — the persisted allocations — before anything new is handed out. A
@@ -37,7 +36,7 @@ import (
 type allocation struct {
 	mu   sync.Mutex
 	cidr netip.Prefix
-	pool *nat.Allocator
+	pool *globalnet.Allocator
 	// held is what pool holds per Service: the spec of its GlobalIngress
 	// (released ones included, until deleted after the quarantine).
 	held map[types.NamespacedName]causewayv1alpha1.GlobalIngressSpec
@@ -73,7 +72,7 @@ func (c *Controller) ownCluster(ctx context.Context) (global netip.Prefix, podCI
 
 // allocator returns the allocator of cidr, building and seeding it on
 // first use (or when the CIDR changed). Call with c.alloc.mu held.
-func (c *Controller) allocator(ctx context.Context, cidr netip.Prefix) (*nat.Allocator, error) {
+func (c *Controller) allocator(ctx context.Context, cidr netip.Prefix) (*globalnet.Allocator, error) {
 	g := &c.alloc
 	if g.pool != nil && g.cidr == cidr {
 		return g.pool, nil
@@ -146,7 +145,7 @@ func (c *Controller) syncIngress(ctx context.Context, key types.NamespacedName, 
 		return 0, err
 	}
 	spec, err := globalnet.AssignIngress(a, key.Namespace, key.Name, g.held[key], want)
-	exhausted := errors.Is(err, nat.ErrExhausted)
+	exhausted := errors.Is(err, globalnet.ErrExhausted)
 	switch {
 	case exhausted:
 		g.waiting[key] = true

@@ -1,4 +1,4 @@
-package nat
+package globalnet
 
 import (
 	"errors"
