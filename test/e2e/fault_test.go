@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -49,6 +50,11 @@ import (
 // of d it may stay silent up to about 2d + the first RTO: TCP's own
 // backoff, not the dataplane's (a 3.8 s outage read 6.7 s on TCP). TCP
 // is bounded by tcpSilenceBound.
+// nodeDeaths is how many times TestFaults runs its node-death rows
+// (death, revival, failback) at its end: once in make test, more by hand
+// (go test ./test/e2e -run TestFaults -args -node-deaths 10).
+var nodeDeaths = flag.Int("node-deaths", 1, "TestFaults: how many rounds of node death, revival and failback")
+
 const (
 	quietBound    = 2 * time.Second
 	failoverBound = 2 * time.Second
@@ -271,34 +277,40 @@ func TestFaults(t *testing.T) {
 	// resume, with the state it had: it must step down without
 	// disturbing the new active's path); then the new active's gateway
 	// is killed and the revived node takes over again, as before the
-	// death.
-	if active := l.activeGateway(ctx, "c1"); active == echo.Spec.NodeName {
-		// The upgrade left the active on the echo pod's node, which
-		// must live: move it off first.
-		start := time.Now()
-		took := l.failover(ctx, "c1", active)
-		measure(fmt.Sprintf("active gateway c1/%s, passive candidate %s: SIGKILL", active, took), start, failoverBound)
+	// death. -node-deaths repeats the three rows.
+	for i := range *nodeDeaths {
+		round := ""
+		if *nodeDeaths > 1 {
+			round = fmt.Sprintf(" [%d/%d]", i+1, *nodeDeaths)
+		}
+		if active := l.activeGateway(ctx, "c1"); active == echo.Spec.NodeName {
+			// The upgrade left the active on the echo pod's node, which
+			// must live: move it off first.
+			start := time.Now()
+			took := l.failover(ctx, "c1", active)
+			measure(fmt.Sprintf("active gateway c1/%s, passive candidate %s: SIGKILL%s", active, took, round), start, failoverBound)
+		}
+		before = state()
+		dead := l.activeGateway(ctx, "c1")
+		other := l.waitStandby(ctx, "c1", dead)
+		start = time.Now()
+		_, revive := l.killNode("c1", dead)
+		if got := l.waitNewActive(ctx, "c1", dead); got != other {
+			t.Errorf("after node %s died, c1's active gateway is %s, want %s", dead, got, other)
+		}
+		time.Sleep(time.Until(start.Add(faultHold)))
+		measure(fmt.Sprintf("node c1/%s of the active gateway: dead (stopped, unplugged), passive %s takes over%s", dead, other, round), start, failoverBound)
+		start = time.Now()
+		revive()
+		l.waitStandby(ctx, "c1", other)
+		measure(fmt.Sprintf("node c1/%s revived: steps down%s", dead, round), start, quietBound)
+		start = time.Now()
+		if took := l.failover(ctx, "c1", other); took != dead {
+			t.Errorf("failback: %s took over from %s, want the revived %s", took, other, dead)
+		}
+		measure(fmt.Sprintf("failback: active gateway c1/%s SIGKILL, revived %s takes over%s", other, dead, round), start, failoverBound)
+		unchanged("node death, revival and failback"+round, before)
 	}
-	before = state()
-	dead := l.activeGateway(ctx, "c1")
-	other := l.waitStandby(ctx, "c1", dead)
-	start = time.Now()
-	_, revive := l.killNode("c1", dead)
-	if got := l.waitNewActive(ctx, "c1", dead); got != other {
-		t.Errorf("after node %s died, c1's active gateway is %s, want %s", dead, got, other)
-	}
-	time.Sleep(time.Until(start.Add(faultHold)))
-	measure(fmt.Sprintf("node c1/%s of the active gateway: dead (stopped, unplugged), passive %s takes over", dead, other), start, failoverBound)
-	start = time.Now()
-	revive()
-	l.waitStandby(ctx, "c1", other)
-	measure(fmt.Sprintf("node c1/%s revived: steps down", dead), start, quietBound)
-	start = time.Now()
-	if took := l.failover(ctx, "c1", other); took != dead {
-		t.Errorf("failback: %s took over from %s, want the revived %s", took, other, dead)
-	}
-	measure(fmt.Sprintf("failback: active gateway c1/%s SIGKILL, revived %s takes over", other, dead), start, failoverBound)
-	unchanged("node death, revival and failback", before)
 }
 
 // echoStreams starts TestFaults' streams in a lab with two gateway
