@@ -58,15 +58,18 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 )
 
 // NamespacePrefix starts every member cluster's broker namespace.
@@ -249,14 +252,20 @@ func EnsureClusterIdentity(ctx context.Context, brokerAdmin *rest.Config, cluste
 }
 
 // apply runs create, and update when the object already exists (nil
-// update: leave it as it is).
+// update: leave it as it is). update reads the object and writes it
+// back; it is retried when another writer came in between (the members'
+// identities are ensured concurrently, e.g. by lab up, and share the
+// ClusterSet-wide objects such as the admission policies).
 func apply(ctx context.Context, what string, create, update func() error) error {
 	err := create()
 	if apierrors.IsAlreadyExists(err) {
 		if update == nil {
 			return nil
 		}
-		err = update()
+		// Growing, jittered waits (10 ms up to 2.5 s) so that a handful
+		// of concurrent writers all get through.
+		backoff := wait.Backoff{Steps: 10, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5}
+		err = retry.RetryOnConflict(backoff, update)
 	}
 	if err != nil {
 		return fmt.Errorf("ensure broker %s: %w", what, err)
