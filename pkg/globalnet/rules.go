@@ -183,8 +183,10 @@ func translation(layout Layout, spec v1alpha1.GlobalIngressSpec) ([]nat.Ingress,
 }
 
 // claims records which object holds each address the stateless maps key
-// on: a global IP:port, a ClusterIP:port (the reply direction), a global
-// IP used whole (1:1 for a pod, or a namespace's egress IP) or for
+// on: a global IP:port, a ClusterIP:port (the reply direction), a
+// ClusterIP with a global port (the reply's global port and address are
+// looked up by that pair: one ClusterIP's global port on two global IPs
+// would give it two values), a global IP used whole (1:1 for a pod, or a namespace's egress IP) or for
 // ports, a pod, a pod of a namespace with its own egress IPs.
 type claims map[string]string
 
@@ -196,6 +198,7 @@ func (c claims) take(owner string, ins []nat.Ingress, pods []nat.PodIngress) err
 		keys = append(keys,
 			in.Protocol+" global "+in.Global.String(),
 			in.Protocol+" target "+in.Target.String(),
+			in.Protocol+" target-global-port "+netip.AddrPortFrom(in.Target.Addr(), in.Global.Port()).String(),
 			"ports-on "+in.Global.Addr().String())
 	}
 	for _, p := range pods {

@@ -19,7 +19,10 @@ import (
 // GlobalEgress's pods are what tenants run), Rules never panics, returns a Config
 // that pkg/nat accepts whole (one bad object never stops every
 // translation), accounts for every live object (translated or skipped),
-// and does not depend on the objects' order.
+// and does not depend on the objects' order. The remote subnets (what the
+// gateway's policy accepted: global CIDRs of any size inside the
+// supernet, contained or repeated ones, IPv6 subnets) are fuzzed too:
+// every remote egress address lies in a remote IPv4 subnet.
 func FuzzRules(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2})
@@ -29,8 +32,8 @@ func FuzzRules(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in, eg := fuzzIngresses(data), fuzzEgresses(data)
-		cfg, skipped := Rules(layout, in, eg, []netip.Prefix{netip.MustParsePrefix("242.0.2.0/24"), netip.MustParsePrefix("fd00::/64")})
+		in, eg, remote := fuzzIngresses(data), fuzzEgresses(data), fuzzRemotes(data)
+		cfg, skipped := Rules(layout, in, eg, remote)
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("Rules gave a Config nat refuses: %v\ninput %+v", err, in)
 		}
@@ -63,6 +66,11 @@ func FuzzRules(f *testing.F) {
 				}
 			}
 		}
+		for _, a := range cfg.RemoteEgress {
+			if !slices.ContainsFunc(remote, func(p netip.Prefix) bool { return p.Contains(a) }) {
+				t.Fatalf("remote egress %s outside every remote subnet %v", a, remote)
+			}
+		}
 		egressOf := map[netip.Addr]bool{}
 		for _, p := range cfg.PodEgress {
 			egressOf[p.Pod] = true
@@ -81,13 +89,44 @@ func FuzzRules(f *testing.F) {
 		slices.Reverse(rev)
 		egRev := slices.Clone(eg)
 		slices.Reverse(egRev)
-		cfg2, skipped2 := Rules(layout, rev, egRev, []netip.Prefix{netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("242.0.2.0/24")})
-		slices.SortFunc(cfg2.Remote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-		slices.SortFunc(cfg.Remote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+		remoteRev := slices.Clone(remote)
+		slices.Reverse(remoteRev)
+		cfg2, skipped2 := Rules(layout, rev, egRev, remoteRev)
+		byAddrBits := func(a, b netip.Prefix) int {
+			if c := a.Addr().Compare(b.Addr()); c != 0 {
+				return c
+			}
+			return a.Bits() - b.Bits()
+		}
+		slices.SortFunc(cfg2.Remote, byAddrBits)
+		slices.SortFunc(cfg.Remote, byAddrBits)
+		slices.SortFunc(cfg2.RemoteEgress, netip.Addr.Compare)
+		slices.SortFunc(cfg.RemoteEgress, netip.Addr.Compare)
 		if !reflect.DeepEqual(cfg, cfg2) || !slices.Equal(skipped, skipped2) {
 			t.Fatalf("Rules depends on the input order:\n%+v %v\n%+v %v", cfg, skipped, cfg2, skipped2)
 		}
 	})
+}
+
+// fuzzRemotes decodes data into one to four remote subnets, picked by
+// its first bytes from global CIDRs the policy could accept besides the
+// local 242.0.1.0/24: other clusters' of every size (one contained in
+// another, one too small for a layout), and IPv6.
+func fuzzRemotes(data []byte) []netip.Prefix {
+	pool := []string{"242.0.2.0/24", "242.0.2.0/23", "242.0.2.128/25", "242.0.3.0/30", "242.0.4.0/22", "242.1.0.0/16", "fd00::/64"}
+	if len(data) == 0 {
+		return []netip.Prefix{netip.MustParsePrefix(pool[0])}
+	}
+	n := 1 + int(data[0])%4
+	out := make([]netip.Prefix, 0, n)
+	for i := range n {
+		b := byte(i)
+		if i+1 < len(data) {
+			b = data[i+1]
+		}
+		out = append(out, netip.MustParsePrefix(pool[int(b)%len(pool)]))
+	}
+	return out
 }
 
 // fuzzIngresses decodes data into GlobalIngress objects, 5 bytes each:

@@ -47,7 +47,8 @@ func TestRules(t *testing.T) {
 			{Protocol: "TCP", Port: 80, GlobalPort: 1026}}}),
 		gi("pods", v1alpha1.GlobalIngressSpec{Pods: []v1alpha1.GlobalPodAddress{{PodIP: "10.244.1.7", GlobalIP: "242.0.1.10"}}}),
 		// Contending with older objects: a pair of web's, web's IP 1:1,
-		// the same pair twice, db's ClusterIP:port, a pod of pods'.
+		// the same pair twice, db's ClusterIP:port, a pod of pods', db's
+		// ClusterIP with db's global port on another global IP.
 		gi("copy", v1alpha1.GlobalIngressSpec{ClusterIP: "10.96.0.20", IP: "242.0.1.2", Ports: []v1alpha1.GlobalIngressPort{
 			{Protocol: "TCP", Port: 80, GlobalPort: 1024}}}),
 		gi("both", v1alpha1.GlobalIngressSpec{Pods: []v1alpha1.GlobalPodAddress{{PodIP: "10.244.1.8", GlobalIP: "242.0.1.2"}}}),
@@ -56,6 +57,8 @@ func TestRules(t *testing.T) {
 		gi("target", v1alpha1.GlobalIngressSpec{ClusterIP: "10.96.0.15", IP: "242.0.1.6", Ports: []v1alpha1.GlobalIngressPort{
 			{Protocol: "TCP", Port: 5432, GlobalPort: 3000}}}),
 		gi("pod-again", v1alpha1.GlobalIngressSpec{Pods: []v1alpha1.GlobalPodAddress{{PodIP: "10.244.1.7", GlobalIP: "242.0.1.11"}}}),
+		gi("split", v1alpha1.GlobalIngressSpec{ClusterIP: "10.96.0.15", IP: "242.0.1.7", Ports: []v1alpha1.GlobalIngressPort{
+			{Protocol: "TCP", Port: 5433, GlobalPort: 1024}}}),
 	}
 	want := []nat.Ingress{
 		{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.2:1024"), Target: netip.MustParseAddrPort("10.96.0.10:80")},
@@ -64,7 +67,7 @@ func TestRules(t *testing.T) {
 		{Protocol: "tcp", Global: netip.MustParseAddrPort("242.0.1.2:1026"), Target: netip.MustParseAddrPort("10.96.0.16:80")},
 	}
 	wantPods := []nat.PodIngress{{Global: netip.MustParseAddr("242.0.1.10"), Pod: netip.MustParseAddr("10.244.1.7")}}
-	wantSkipped := []string{"foreign", "health", "proto", "headless", "copy", "both", "twice", "target", "pod-again"}
+	wantSkipped := []string{"foreign", "health", "proto", "headless", "copy", "both", "twice", "target", "pod-again", "split"}
 	// A dual-stack remote's IPv6 subnet is reached directly: not translated.
 	remote := []netip.Prefix{netip.MustParsePrefix("242.0.3.0/24"), netip.MustParsePrefix("fd00:10:244:3::/64")}
 	// The result does not depend on the objects' order: age decides.
