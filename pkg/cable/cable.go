@@ -156,6 +156,15 @@ type KeyRotator interface {
 	RotateKey(ctx context.Context) (Key, error)
 }
 
+// SessionResetter is implemented by drivers whose connections carry a
+// session apart from their configuration (WireGuard: the keys of the
+// last handshake), which can go bad while the configuration stays right.
+type SessionResetter interface {
+	// ResetSession drops the session of clusterID's connection and keeps
+	// its configuration: the next packet either way starts a new one.
+	ResetSession(ctx context.Context, clusterID string) error
+}
+
 // Constructor creates a driver for a local endpoint.
 type Constructor func(ctx context.Context, local LocalEndpoint) (Driver, error)
 

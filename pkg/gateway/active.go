@@ -58,6 +58,9 @@ type activeTerm struct {
 	keyInUse string
 	// unreachable are the remotes the last judgeReach found unreachable.
 	unreachable map[string]bool
+	// resetAt is, per silent remote, when its tunnel session may be
+	// reset again (resetSilentSessions).
+	resetAt map[string]time.Time
 }
 
 var errLeaseNotFresh = errors.New("gateway lease not renewed for its duration: holding back publish and mirror")
@@ -78,7 +81,7 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 	e.m.leaderChanges.Inc()
 	start := time.Now()
 	e.log.Info("became the active gateway")
-	t := &activeTerm{prober: noProber{}, endpoints: map[string]v1alpha1.EndpointSpec{}, setAt: map[string]time.Time{}, untracked: map[netip.Prefix]bool{}}
+	t := &activeTerm{prober: noProber{}, endpoints: map[string]v1alpha1.EndpointSpec{}, setAt: map[string]time.Time{}, untracked: map[netip.Prefix]bool{}, resetAt: map[string]time.Time{}}
 	defer e.endTerm(t, lctx, runCtx)
 
 	if !e.bcache.WaitForCacheSync(lctx) {
@@ -132,7 +135,7 @@ func (e *Engine) runActive(lctx, runCtx context.Context) {
 			cancel()
 			goto wait
 		case <-judge.C:
-			e.judgeReach(t)
+			e.judgeReach(lctx, t)
 			goto wait
 		}
 	}

@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"context"
+	"log/slog"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/cable"
+	"github.com/causeway-net/causeway/pkg/reach"
 )
 
 func TestProbeLog(t *testing.T) {
@@ -118,4 +122,56 @@ func TestProbeLogAnsweredInARow(t *testing.T) {
 	if s := l.stats(); s.AnsweredInARow != 0 || s.LostInARow != 1 {
 		t.Fatalf("stats = %+v, want 1 lost in a row", s)
 	}
+}
+
+// resettingDriver is a cable.Driver that counts the sessions reset per
+// remote; nothing else is called by judgeReach.
+type resettingDriver struct {
+	cable.Driver
+	resets map[string]int
+}
+
+func (d *resettingDriver) ResetSession(_ context.Context, id string) error {
+	d.resets[id]++
+	return nil
+}
+
+// TestJudgeReachResetsSilentSessions: the tunnel session of a remote in
+// error is reset at once, not again within sessionResetInterval, again
+// after it; a remote that answers again is reset at once when it goes
+// silent the next time; one that answers is never reset; a driver
+// without sessions is left alone.
+func TestJudgeReachResetsSilentSessions(t *testing.T) {
+	ctx := context.Background()
+	p := &fakeProber{}
+	p.SetTargets(map[string]netip.Addr{"c2": netip.MustParseAddr("242.0.2.1"), "c3": netip.MustParseAddr("242.0.3.1")})
+	p.setDown("c3", true)
+	drv := &resettingDriver{resets: map[string]int{}}
+	e := &Engine{cfg: Config{HealthInterval: 100 * time.Millisecond, HealthTimeout: 500 * time.Millisecond, Reach: reach.NewBoard()},
+		m: newMetrics(nil), log: slog.New(slog.DiscardHandler)}
+	term := &activeTerm{prober: p, driver: drv, resetAt: map[string]time.Time{}}
+	want := func(step string, c3 int) {
+		t.Helper()
+		if drv.resets["c3"] != c3 || drv.resets["c2"] != 0 {
+			t.Fatalf("%s: resets %v, want c3 %d and c2 none", step, drv.resets, c3)
+		}
+	}
+	e.judgeReach(ctx, term)
+	want("silent", 1)
+	if got := e.cfg.Reach.Get().Unreachable; !slices.Equal(got, []string{"c3"}) {
+		t.Fatalf("unreachable %v, want [c3]", got)
+	}
+	e.judgeReach(ctx, term)
+	want("silent again within the interval", 1)
+	term.resetAt["c3"] = time.Now().Add(-time.Millisecond)
+	e.judgeReach(ctx, term)
+	want("silent after the interval", 2)
+	p.setDown("c3", false)
+	e.judgeReach(ctx, term)
+	p.setDown("c3", true)
+	e.judgeReach(ctx, term)
+	want("silent after answering", 3)
+
+	term.driver = countingDriver{}
+	e.judgeReach(ctx, term) // no SessionResetter: nothing to call
 }

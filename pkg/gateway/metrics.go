@@ -12,6 +12,7 @@ type metrics struct {
 	connStatus     *prometheus.GaugeVec
 	rtt            *prometheus.HistogramVec
 	probesLost     *prometheus.CounterVec
+	sessionResets  *prometheus.CounterVec
 	syncDuration   prometheus.Histogram
 	syncFailures   prometheus.Counter
 	lastSync       prometheus.Gauge
@@ -35,6 +36,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"remote_cluster"}),
 		probesLost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "health_check_lost_total",
 			Help: "Health-check echoes that got no answer."}, []string{"remote_cluster"}),
+		sessionResets: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tunnel_session_resets_total",
+			Help: "Tunnel sessions restarted because the remote's health checks went unanswered (a new handshake)."}, []string{"remote_cluster"}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "sync_duration_seconds",
 			Help: "Duration of one sync (publish, mirror, program the cable).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		syncFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "sync_failures_total",
@@ -53,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Remote clusters this active gateway tells the route agents are unreachable (health checks silent)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.active, m.connStatus, m.rtt, m.probesLost, m.syncDuration, m.syncFailures,
+		reg.MustRegister(m.active, m.connStatus, m.rtt, m.probesLost, m.sessionResets, m.syncDuration, m.syncFailures,
 			m.lastSync, m.remotes, m.leaderChanges, m.driverSetFails, m.leaseRenewed, m.unreachable)
 	}
 	return m

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"sort"
@@ -69,18 +70,23 @@ func unreachable(was bool, status v1alpha1.ConnectionStatus, ps probeStats) bool
 }
 
 // judgeReach publishes the probed remotes that are unreachable on the
-// board the route agents follow (Config.Reach). Remotes without a
-// health-check target are never unreachable: nothing measures them.
-func (e *Engine) judgeReach(t *activeTerm) {
+// board the route agents follow (Config.Reach), and restarts the tunnel
+// session of every probed remote whose connection is in error
+// (resetSilentSessions). Remotes without a health-check target are
+// never unreachable: nothing measures them.
+func (e *Engine) judgeReach(ctx context.Context, t *activeTerm) {
 	now := time.Now()
 	was := t.unreachable
 	t.unreachable = map[string]bool{}
-	var ids []string
+	var ids, silent []string
 	for id, ps := range t.prober.Stats() {
 		st, _ := connStatus(cable.Status{}, true, ps, now, e.cfg.HealthInterval, e.cfg.HealthTimeout)
 		if unreachable(was[id], st, ps) {
 			t.unreachable[id] = true
 			ids = append(ids, id)
+		}
+		if st == v1alpha1.ConnError {
+			silent = append(silent, id)
 		}
 	}
 	if e.cfg.Reach.Set(ids) {
@@ -88,6 +94,45 @@ func (e *Engine) judgeReach(t *activeTerm) {
 		e.log.Info("unreachable remotes (health checks)", "unreachable", ids)
 	}
 	e.m.unreachable.Set(float64(len(ids)))
+	e.resetSilentSessions(ctx, t, silent, now)
+}
+
+// sessionResetInterval is the least time between two session resets of
+// one remote's tunnel; a random part of a second is added so that two
+// gateways resetting the tunnel between them do not keep meeting.
+const sessionResetInterval = time.Second
+
+// resetSilentSessions restarts the session of the tunnels to the remotes
+// in silent (health checks unanswered for the timeout) when the driver
+// keeps one (cable.SessionResetter), at most once per
+// sessionResetInterval each. A WireGuard session can end up with one
+// side sending under keys the other no longer accepts (seen after a
+// gateway node that died came back and took over again: the path stayed
+// silent until WireGuard's own new handshake, 15 s after the first
+// unanswered packet); a new handshake ends it. A remote that is down
+// costs a handshake attempt per reset.
+func (e *Engine) resetSilentSessions(ctx context.Context, t *activeTerm, silent []string, now time.Time) {
+	r, ok := t.driver.(cable.SessionResetter)
+	if !ok {
+		return
+	}
+	for id := range t.resetAt {
+		if !slices.Contains(silent, id) {
+			delete(t.resetAt, id) // answering again: the next silence resets at once
+		}
+	}
+	for _, id := range silent {
+		if now.Before(t.resetAt[id]) {
+			continue
+		}
+		t.resetAt[id] = now.Add(sessionResetInterval + rand.N(time.Second))
+		if err := r.ResetSession(ctx, id); err != nil {
+			e.log.Warn("reset the tunnel session of a silent remote", "remote", id, "err", err)
+			continue
+		}
+		e.m.sessionResets.WithLabelValues(id).Inc()
+		e.log.Info("tunnel silent: session reset, a new handshake starts", "remote", id)
+	}
 }
 
 // connections renders the term's connections for the Gateway status.

@@ -77,8 +77,9 @@ type Driver struct {
 }
 
 var (
-	_ cable.Driver     = (*Driver)(nil)
-	_ cable.KeyRotator = (*Driver)(nil)
+	_ cable.Driver          = (*Driver)(nil)
+	_ cable.KeyRotator      = (*Driver)(nil)
+	_ cable.SessionResetter = (*Driver)(nil)
 )
 
 // New creates the driver in ModeAuto.
@@ -252,6 +253,30 @@ func (d *Driver) RotateKey(ctx context.Context) (cable.Key, error) {
 	d.key = k
 	d.log.Info("rotated private key", "publicKey", k.PublicKey().String())
 	return cable.Key(k.PublicKey()), nil
+}
+
+// ResetSession implements cable.SessionResetter: the peer of clusterID's
+// connection is removed and configured again, which drops its keys (and
+// what was queued for it); the re-added peer starts a new handshake
+// (its persistent keepalive sends one at once).
+func (d *Driver) ResetSession(ctx context.Context, clusterID string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("wireguard: driver closed")
+	}
+	i := slices.IndexFunc(d.conns, func(c cable.Connection) bool { return c.ClusterID == clusterID })
+	if i < 0 {
+		return fmt.Errorf("wireguard %s: no connection to %s", d.local.Interface, clusterID)
+	}
+	remove := wgtypes.PeerConfig{PublicKey: wgtypes.Key(d.conns[i].PublicKey), Remove: true}
+	if err := d.wg.ConfigureDevice(d.local.Interface, wgtypes.Config{Peers: []wgtypes.PeerConfig{remove}}); err != nil {
+		return fmt.Errorf("wireguard %s: remove the peer of %s: %w", d.local.Interface, clusterID, err)
+	}
+	if err := d.apply(d.conns); err != nil {
+		return fmt.Errorf("wireguard %s: %w", d.local.Interface, err)
+	}
+	return nil
 }
 
 // Set implements cable.Driver.

@@ -194,3 +194,49 @@ func TestRemoveStaleSocket(t *testing.T) {
 		t.Errorf("stale socket still there: %v", err)
 	}
 }
+
+// TestResetSessionEndsAHalfOpenSession: B loses its session with A (its
+// peer re-created, without the persistent keepalive that would make it
+// start a handshake) while A keeps its keys. A's packets are then
+// dropped by B, and B, which receives nothing, sends nothing: WireGuard
+// alone would start a new handshake 15 s after A's first unanswered
+// packet. ResetSession on A ends it at once, and keeps A's peer as
+// configured.
+func TestResetSessionEndsAHalfOpenSession(t *testing.T) {
+	tp := cabletest.New(t)
+	cabletest.EchoServer(t, tp.PodB, netip.AddrPortFrom(cabletest.PodB, cabletest.EchoPort))
+	ctx := context.Background()
+	a := newTest(t, tp, "a", t.TempDir())
+	b := newTest(t, tp, "b", t.TempDir())
+	cabletest.Connect(t, a, b, testPort)
+	echo := func() error {
+		return cabletest.DialEcho(tp.PodA, netip.AddrPortFrom(cabletest.PodB, cabletest.EchoPort), "ping", 2*time.Second)
+	}
+	if err := cabletest.Eventually(20*time.Second, echo); err != nil {
+		t.Fatalf("traffic: %v", err)
+	}
+
+	toA := cabletest.ConnTo("a", testPort, a.PublicKey())
+	devB := tp.IfName("b")
+	tp.MustRun(t, "ip", "netns", "exec", tp.GwB, "wg", "set", devB, "peer", toA.PublicKey.String(), "remove")
+	tp.MustRun(t, "ip", "netns", "exec", tp.GwB, "wg", "set", devB, "peer", toA.PublicKey.String(),
+		"endpoint", toA.Endpoint.String(), "allowed-ips", toA.Subnets[0].String())
+	if err := cabletest.DialEcho(tp.PodA, netip.AddrPortFrom(cabletest.PodB, cabletest.EchoPort), "half-open", 3*time.Second); err == nil {
+		t.Fatal("traffic passed while B had no session with A: the half-open session was not made")
+	}
+	before := tp.MustRun(t, "ip", "netns", "exec", tp.GwA, "wg", "show", tp.IfName("a"), "allowed-ips")
+	start := time.Now()
+	if err := a.ResetSession(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cabletest.Eventually(10*time.Second, echo); err != nil {
+		t.Fatalf("traffic after ResetSession: %v", err)
+	}
+	t.Logf("traffic again %v after ResetSession", time.Since(start).Round(time.Millisecond))
+	if after := tp.MustRun(t, "ip", "netns", "exec", tp.GwA, "wg", "show", tp.IfName("a"), "allowed-ips"); after != before {
+		t.Errorf("allowed-ips after ResetSession %q, want as before %q", after, before)
+	}
+	if err := a.ResetSession(ctx, "nobody"); err == nil {
+		t.Error("ResetSession of an unknown cluster succeeded")
+	}
+}
