@@ -65,6 +65,7 @@ func TestClusterDeath(t *testing.T) {
 	results := reqs()
 
 	var failed []time.Time
+	var why []string
 	byPhase := map[string]map[string]int{"before": {}, "frozen": {}, "thawed": {}}
 	var c1Back time.Time
 	for _, r := range results {
@@ -81,6 +82,7 @@ func TestClusterDeath(t *testing.T) {
 		byPhase[phase][r.cluster]++
 		if r.cluster == "FAIL" {
 			failed = append(failed, r.at)
+			why = append(why, fmt.Sprintf("%s: %s", since(frozeAt, []time.Time{r.at}, 0), r.err))
 		}
 	}
 	var outage time.Duration
@@ -102,7 +104,8 @@ func TestClusterDeath(t *testing.T) {
 		}
 	}
 	if outage >= clusterDeathBound {
-		t.Errorf("requests failed for %s, want < %s", outage, clusterDeathBound)
+		t.Errorf("requests failed for %s, want < %s; the failures (after the freeze):\n%s", outage, clusterDeathBound, strings.Join(why, "\n"))
+		l.logTimeline(frozeAt.Add(-time.Second), thawedAt)
 	}
 	if c1Back.IsZero() {
 		t.Errorf("c1 never answered in the %s after its thaw: %v", total-5*time.Second-clusterFreeze, byPhase["thawed"])
@@ -110,10 +113,10 @@ func TestClusterDeath(t *testing.T) {
 }
 
 // request is one request of startRequests: when it started and which
-// cluster answered ("FAIL": none).
+// cluster answered ("FAIL": none, err says why).
 type request struct {
-	at      time.Time
-	cluster string
+	at           time.Time
+	cluster, err string
 }
 
 // startRequests requests url from pod every 50 ms for d, each request on
@@ -142,7 +145,7 @@ func (l *Lab) startRequests(pod, url string, d time.Duration) func() []request {
 			if r.Cluster == "" {
 				r.Cluster = "FAIL"
 			}
-			rs = append(rs, request{at: r.At, cluster: r.Cluster})
+			rs = append(rs, request{at: r.At, cluster: r.Cluster, err: r.Err})
 		}
 		slices.SortFunc(rs, func(a, b request) int { return a.at.Compare(b.at) })
 		return rs
