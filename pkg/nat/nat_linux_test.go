@@ -1,8 +1,10 @@
 package nat
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/causeway-net/causeway/internal/netnsx"
+	"github.com/causeway-net/causeway/internal/testserve"
 )
 
 // baseConfig is the gateway's config of the test topology: the Service
@@ -236,10 +239,96 @@ func TestFailoverReplyWaitsForTheRemote(t *testing.T) {
 	}
 }
 
+// TestHandoverReplyOverTheOverlayWaitsForTheRemote is a gateway handing
+// over while serving a remote client's TCP connection: its route agent
+// has removed the node's entries of remote flows and routes the pods'
+// traffic to the successor over the overlay (here a veth whose peer is
+// down), while the tunnel still brings the client's packets. The pod
+// writes in between; that segment must not leave and make an entry, or
+// the client's next segment through the tunnel meets an entry holding
+// its reply tuple: its destination port is remapped and the pod resets
+// the connection. Dropped, it is retransmitted once the client's
+// segment has made the right entry, and the connection lives.
+func TestHandoverReplyOverTheOverlayWaitsForTheRemote(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.kubeProxy(t)
+	var ln net.Listener
+	if err := netnsx.Do(tp.path("pod"), func() (err error) { ln, err = net.Listen("tcp4", podAddr.String()+":8080"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	// The pod answers each line at once, and a line "late" also 300 ms
+	// later.
+	testserve.Serve(t, ln, func(c net.Conn) {
+		buf := make([]byte, 64)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			line := string(buf[:n])
+			_, _ = io.WriteString(c, "echo "+line)
+			if line == "late\n" {
+				time.AfterFunc(300*time.Millisecond, func() { _, _ = io.WriteString(c, "later\n") })
+			}
+		}
+	})
+	cfg := baseConfig()
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	ctx := context.Background()
+	if _, err := tab.Sync(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+	var c net.Conn
+	if err := netnsx.Do(tp.path("client"), func() (err error) {
+		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(clientAddr, 0)), Timeout: 3 * time.Second}
+		c, err = d.Dial("tcp4", cfg.Ingress[0].Global.String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rd := bufio.NewReader(c)
+	read := func() string {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		return line
+	}
+	if _, err := io.WriteString(c, "late\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "echo late\n" {
+		t.Fatalf("first answer %q", got)
+	}
+	tp.in(t, "gw", "ip", "link", "add", "ov0", "type", "veth", "peer", "name", "ov1")
+	tp.in(t, "gw", "ip", "link", "set", "ov0", "up")
+	tp.in(t, "gw", "ip", "route", "replace", remoteGlobal.String(), "dev", "ov0")
+	if n, err := DeleteConntrack(tp.path("gw"), []netip.Prefix{remoteGlobal}); err != nil || n == 0 {
+		t.Fatalf("delete the flow's conntrack entry: %d deleted, %v", n, err)
+	}
+	time.Sleep(time.Second) // the pod's "later" is due in this second
+	tp.in(t, "gw", "ip", "route", "replace", remoteGlobal.String(), "via", "10.9.0.2")
+	if _, err := io.WriteString(c, "again\n"); err != nil {
+		t.Fatal(err)
+	}
+	got := []string{read(), read()}
+	slices.Sort(got)
+	if want := []string{"echo again\n", "later\n"}; !slices.Equal(got, want) {
+		t.Errorf("after the handover the client read %q, want %q", got, want)
+	}
+}
+
 // TestTableWithoutItsDeviceTranslatesNothing is the table a killed
 // gateway leaves behind once its tunnel device went with it: traffic
 // takes another way (here the client reaches the pod network directly)
-// and no rule of the table touches it — no rewrite, no SNAT, no drop.
+// and no rule of the table touches it — no rewrite, no SNAT, no drop
+// (the drop of a new flow to a remote egress address, the one rule
+// without the device, sees no such flow here).
 func TestTableWithoutItsDeviceTranslatesNothing(t *testing.T) {
 	t.Parallel()
 	tp := newTopo(t)

@@ -39,7 +39,8 @@ func baseChain(name string, typ knftables.BaseChainType, hook knftables.BaseChai
 // The rules are nft text: knftables has no rule builder (kube-proxy's
 // nftables mode writes its rules as text too).
 func addChains(tx *knftables.Transaction, d *desired) {
-	// in and out scope every rule to the tunnel device (Config.Device).
+	// in and out scope the rules to the tunnel device (Config.Device),
+	// all but the drop of new flows to a remote's egress address.
 	in, out := "", ""
 	if d.device != "" {
 		in, out = `iifname "`+d.device+`" `, `oifname "`+d.device+`" `
@@ -56,12 +57,16 @@ func addChains(tx *knftables.Transaction, d *desired) {
 	// Nothing connects to a remote's egress address (it is only a SNAT
 	// source there): a new flow to one is a reply whose entry this node
 	// no longer has — a backend's retransmission right after a failover
-	// removed the entries of the flows this node tracked while passive.
-	// SNATed, its entry would hold the reply tuple the remote's next
-	// packet needs, and that flow would never be tracked again; dropped
-	// here, before conntrack confirms it, no entry is made, and the
-	// remote's next packet creates the right one.
-	rule(ChainReply, out+"ct state new ip daddr @"+SetRemoteEgress+" drop")
+	// removed the entries of the flows this node tracked while passive,
+	// or after this node's route agent, the Lease gone, removed them
+	// while the tunnel still carries the remote's packets. Confirmed,
+	// its entry would hold the reply tuple the remote's next packet
+	// needs (conntrack would remap that packet's port, the backend
+	// would reset the connection); dropped here, before conntrack
+	// confirms it, no entry is made, and the remote's next packet
+	// creates the right one. Whatever the way out: the entry is this
+	// node's, the tunnel or the overlay to the next active alike.
+	rule(ChainReply, "ct state new ip daddr @"+SetRemoteEgress+" drop")
 	for _, p := range Protocols {
 		rule(ChainReply, out+"ct direction reply ip daddr @"+SetRemote+" "+p+" sport set ip saddr . "+p+" sport map @"+p+suffixOutPort+
 			" ip saddr set ip saddr . "+p+" sport map @"+p+suffixOutAddr)

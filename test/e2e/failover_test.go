@@ -165,7 +165,7 @@ func (l *Lab) logTimeline(from, to time.Time) {
 	for _, ln := range lines {
 		b.WriteString(ln.text + "\n")
 	}
-	l.t.Logf("timeline (log lines of c1's and c3's gateways and route agents, seconds after the kill):\n%s", b.String())
+	l.t.Logf("timeline (log lines of c1's and c3's gateways and route agents, seconds after the kill at %s):\n%s", from.Format(time.StampMilli), b.String())
 }
 
 // logTime splits a slog text line into its time and the rest.

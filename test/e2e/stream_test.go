@@ -199,7 +199,13 @@ func (s *stream) fail(err error) {
 	default:
 	}
 	if s.err == nil {
-		s.err = err
+		// When, and the last echo before: a failure's cause is found
+		// in the timeline of that moment.
+		last := "none"
+		if n := len(s.recv); n > 0 {
+			last = s.start.Add(s.recv[n-1].at).Format(time.StampMilli)
+		}
+		s.err = fmt.Errorf("at %s (last echo %s): %w", time.Now().Format(time.StampMilli), last, err)
 	}
 }
 
