@@ -464,6 +464,20 @@ func (e *Engine) Run(ctx context.Context) error {
 		lease = el.renew(ctx, lease, sent)
 		var ended error
 		if ctx.Err() != nil && e.cfg.ReleaseOnStop {
+			if el.probedWithin(standbyProbed * e.cfg.CandidateProbeInterval) {
+				// A passive candidate is probing: it takes over at the
+				// release. Break before make: the tunnel, translation
+				// and their conntrack entries go first, then the Lease.
+				// Forwarding on until the successor's Endpoint moved the
+				// remotes, this node would still translate the remotes'
+				// packets when the successor starts sending it the same
+				// flows over the overlay (a pod here) or stop after the
+				// successor cleared the entries of flows it forwarded
+				// (a pod there): either way two entries for one flow,
+				// conntrack remaps a port, the pod resets the connection.
+				stopActive(errHandedOver)
+				<-activeDone
+			}
 			ended = e.handOver(ctx, el, lease)
 		}
 		stopActive(ended)
@@ -478,12 +492,18 @@ func (e *Engine) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// standbyProbed is how many candidate probe intervals after the last
+// probe answered a stopping holder still counts on a passive candidate.
+const standbyProbed = 3
+
 // errHandedOver ends a term whose Lease a successor took after this
-// gateway released it on the way out.
+// gateway released it on the way out, or that a stopping gateway ended
+// before releasing it to a passive candidate that probes it.
 var errHandedOver = errors.New("the gateway lease was handed over")
 
 // handOver releases the Lease of a stopping active gateway, its term
-// still running (a passive candidate sees the release at its next watch
+// still running unless Run ended it first for a probing passive
+// candidate (a passive candidate sees the release at its next watch
 // event), and waits up to a lease duration for a successor: then it
 // returns errHandedOver and the term ends like a lost one (tunnel,
 // translation and its conntrack entries removed): this node's pods must
@@ -516,7 +536,7 @@ func (e *Engine) startCandidateProbes(el *elector) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("candidate probe responder: %w", err)
 	}
-	go serveEchoes(conn, el.holding)
+	go serveEchoes(conn, el.answerProbe)
 	h := &holderProbe{misses: e.cfg.CandidateProbeMisses, silence: time.Duration(e.cfg.CandidateProbeMisses) * e.cfg.CandidateProbeInterval, onDown: el.notify}
 	p, err := newUDPProber(e.cfg.Netns, e.cfg.PrivateIP, e.cfg.CandidateProbePort, e.cfg.CandidateProbeInterval, e.log, h.result)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -82,6 +83,10 @@ type elector struct {
 	// its answering holder (logged once per version); only the acquire
 	// loop's goroutine uses it.
 	deferred string
+
+	// probedAt is when a candidate's probe was last answered by this
+	// holder (Unix ns; zero: never): a passive candidate is watching.
+	probedAt atomic.Int64
 
 	mu         sync.Mutex
 	renewed    time.Time // send time of this term's last successful write; zero: no term
@@ -503,6 +508,23 @@ func (el *elector) holding() bool {
 	el.mu.Lock()
 	defer el.mu.Unlock()
 	return !el.renewed.IsZero()
+}
+
+// answerProbe reports whether a candidate's probe is answered (this
+// candidate holds the Lease) and notes when one was.
+func (el *elector) answerProbe() bool {
+	if !el.holding() {
+		return false
+	}
+	el.probedAt.Store(time.Now().UnixNano())
+	return true
+}
+
+// probedWithin reports whether a candidate probed this holder within d:
+// a passive candidate is alive and watching, ready to take over.
+func (el *elector) probedWithin(d time.Duration) bool {
+	at := el.probedAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) <= d
 }
 
 // observedOther reports whether the last version seen names a holder

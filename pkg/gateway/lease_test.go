@@ -683,3 +683,22 @@ func (f *fakeProber) targetsNow() map[string]netip.Addr {
 	defer f.mu.Unlock()
 	return f.targets
 }
+
+// TestAnswerProbeNotesAStandby: a holder answers a candidate's probe and
+// notes it (a passive candidate is watching: a stop tears down before it
+// releases the Lease); a candidate that holds nothing neither answers
+// nor counts as probed.
+func TestAnswerProbeNotesAStandby(t *testing.T) {
+	el := &elector{}
+	if el.answerProbe() || el.probedWithin(time.Hour) {
+		t.Fatal("a candidate without the Lease answered a probe or counts as probed")
+	}
+	el.renewed = time.Now()
+	if !el.answerProbe() || !el.probedWithin(time.Second) {
+		t.Fatal("the holder did not answer a probe, or did not note it")
+	}
+	el.probedAt.Store(time.Now().Add(-time.Second).UnixNano())
+	if el.probedWithin(300 * time.Millisecond) {
+		t.Error("a probe a second old counts within 300 ms")
+	}
+}
