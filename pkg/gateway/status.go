@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -122,7 +123,8 @@ func (e *Engine) resetSilentSessions(ctx context.Context, t *activeTerm, silent 
 		}
 	}
 	for _, id := range silent {
-		if now.Before(t.resetAt[id]) {
+		next, again := t.resetAt[id]
+		if now.Before(next) {
 			continue
 		}
 		t.resetAt[id] = now.Add(sessionResetInterval + rand.N(time.Second))
@@ -131,7 +133,13 @@ func (e *Engine) resetSilentSessions(ctx context.Context, t *activeTerm, silent 
 			continue
 		}
 		e.m.sessionResets.WithLabelValues(id).Inc()
-		e.log.Info("tunnel silent: session reset, a new handshake starts", "remote", id)
+		// Once per silence at Info: a remote that stays down is reset
+		// every second or two (counted in the metric).
+		level := slog.LevelInfo
+		if again {
+			level = slog.LevelDebug
+		}
+		e.log.Log(ctx, level, "tunnel silent: session reset, a new handshake starts", "remote", id)
 	}
 }
 
