@@ -2,6 +2,7 @@ package nat
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -91,6 +92,18 @@ func newTopo(tb testing.TB) topo {
 	}
 	tp.in(tb, "gw", "sysctl", "-qw", "net.ipv4.ip_forward=1")
 	return tp
+}
+
+// syncedTable is a Table in gw synced to cfg, removed when the test
+// ends.
+func (tp topo) syncedTable(tb testing.TB, cfg Config) *Table {
+	tb.Helper()
+	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	if _, err := tab.Sync(context.Background(), cfg); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = tab.Cleanup(context.Background()) })
+	return tab
 }
 
 // kubeProxy installs what kube-proxy (iptables mode) would for ClusterIP

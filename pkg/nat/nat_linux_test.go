@@ -149,12 +149,8 @@ func TestNamespaceEgress(t *testing.T) {
 	cfg := baseConfig()
 	nsIP := netip.MustParseAddr("242.0.1.251") // the next whole IP after the headless pod's
 	cfg.PodEgress = []PodEgress{{Pod: labelled, Global: nsIP}}
-	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	tab := tp.syncedTable(t, cfg)
 	ctx := context.Background()
-	if _, err := tab.Sync(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
 
 	seenAs := func(src netip.Addr) netip.Addr {
 		t.Helper()
@@ -195,9 +191,7 @@ func TestFailoverReplyWaitsForTheRemote(t *testing.T) {
 	t.Parallel()
 	tp := newTopo(t)
 	tp.kubeProxy(t)
-	_, udpG, tab := tp.lateAnswers(t, 300*time.Millisecond)
-	ctx := context.Background()
-	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+	_, udpG, _ := tp.lateAnswers(t, 300*time.Millisecond)
 	var c net.PacketConn
 	if err := netnsx.Do(tp.path("client"), func() (err error) {
 		c, err = net.ListenPacket("udp4", clientAddr.String()+":0")
@@ -274,12 +268,7 @@ func TestHandoverReplyOverTheOverlayWaitsForTheRemote(t *testing.T) {
 		}
 	})
 	cfg := baseConfig()
-	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
-	ctx := context.Background()
-	if _, err := tab.Sync(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+	tp.syncedTable(t, cfg)
 	var c net.Conn
 	if err := netnsx.Do(tp.path("client"), func() (err error) {
 		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(clientAddr, 0)), Timeout: 3 * time.Second}
@@ -338,12 +327,7 @@ func TestTableWithoutItsDeviceTranslatesNothing(t *testing.T) {
 	tp.tcpPeerServer(t, "client", remoteService.String()+":7000")
 	cfg := baseConfig()
 	cfg.Device = "cw-gone" // no such device
-	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
-	ctx := context.Background()
-	if _, err := tab.Sync(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
+	tp.syncedTable(t, cfg)
 	if got, err := tp.tcpAsk("client", netip.Addr{}, cfg.Ingress[0].Global); err == nil {
 		t.Errorf("the client reached %s through a table scoped to a missing device (%q)", cfg.Ingress[0].Global, got)
 	}
@@ -468,11 +452,7 @@ func (tp topo) lateAnswers(t *testing.T, delay time.Duration) (Config, netip.Add
 		}
 	}()
 	cfg := baseConfig()
-	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
-	if _, err := tab.Sync(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg, cfg.Ingress[1].Global, tab
+	return cfg, cfg.Ingress[1].Global, tp.syncedTable(t, cfg)
 }
 
 // TestReleasedPairNeverLeaksClusterIP: a UDP flow outlives its pair. New
@@ -518,12 +498,8 @@ func TestRunnerStaysInItsNamespace(t *testing.T) {
 	t.Parallel()
 	tp := newTopo(t)
 	cfg := baseConfig()
-	tab := NewTable(NewNftRunner(tp.path("gw")), nil)
+	tab := tp.syncedTable(t, cfg)
 	ctx := context.Background()
-	if _, err := tab.Sync(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tab.Cleanup(ctx) })
 	if out := tp.in(t, "gw", "nft", "list", "tables"); !strings.Contains(out, "table ip "+TableName) {
 		t.Errorf("gw lacks the table: %q", out)
 	}
