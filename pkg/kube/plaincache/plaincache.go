@@ -12,9 +12,9 @@ package plaincache
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
-	"time"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -40,13 +40,10 @@ type Config[T any] struct {
 	// Groups, if set, names the groups a value belongs to: Group lists the
 	// values of one group.
 	Groups func(key types.NamespacedName, v T) []string
-	// ResyncPeriod, if set, is how often every value is reported again,
-	// unchanged (old and new equal), as informers resync.
-	ResyncPeriod time.Duration
 	// Observe, if set, sees every change of a key's value as Notify's
-	// receiver does (old or new nil when the key had or has no value;
-	// resyncs excluded), from the first list on whether or not Notify was
-	// called, outside the store's lock and before the receiver.
+	// receiver does (old or new nil when the key had or has no value),
+	// from the first list on whether or not Notify was called, outside
+	// the store's lock and before the receiver.
 	Observe func(key types.NamespacedName, old, new *T)
 }
 
@@ -79,7 +76,7 @@ func New[T any](cfg Config[T]) *Store[T] {
 // Run lists and watches the resource until ctx ends.
 func (s *Store[T]) Run(ctx context.Context) {
 	r := cache.NewReflectorWithOptions(s.cfg.ListWatch, s.cfg.Example, &reflectorStore[T]{s: s},
-		cache.ReflectorOptions{Name: s.cfg.Name, ResyncPeriod: s.cfg.ResyncPeriod})
+		cache.ReflectorOptions{Name: s.cfg.Name})
 	r.RunWithContext(ctx)
 }
 
@@ -293,25 +290,19 @@ func (r *reflectorStore[T]) Replace(list []any, _ string) error {
 	return nil
 }
 
-// Resync reports every value again (Config.ResyncPeriod).
-func (r *reflectorStore[T]) Resync() error {
-	r.s.mu.RLock()
-	cs := make([]change[T], 0, len(r.s.items))
-	for key, v := range r.s.items {
-		cs = append(cs, change[T]{key: key, old: v, new: v})
-	}
-	onChange := r.s.onChange
-	r.s.mu.RUnlock()
-	if onChange != nil {
-		for _, c := range cs {
-			onChange(c.key, c.old, c.new)
-		}
-	}
-	return nil
-}
+// Resync is part of the reflector's store interface; a reflector without
+// a resync period, as Run makes, never calls it.
+func (r *reflectorStore[T]) Resync() error { return nil }
 
 // Transformer slims the objects the reflector holds during a list.
 func (r *reflectorStore[T]) Transformer() cache.TransformFunc { return r.s.cfg.Transform }
+
+// Keys returns the key of every cached value, in no particular order.
+func (s *Store[T]) Keys() []types.NamespacedName {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Collect(maps.Keys(s.items))
+}
 
 // Items returns every cached value with its key, in no particular order.
 func (s *Store[T]) Items() []Item[T] {

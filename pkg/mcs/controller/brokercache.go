@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -154,10 +153,9 @@ type brokerStores struct {
 	vips    *plaincache.Store[cachedVIP]
 }
 
-// newBrokerStores returns the plain caches of the broker; records are
-// reported again every resync period (they name every Service exported
-// anywhere), and every change of one is told to observeRecord.
-func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer, resync time.Duration,
+// newBrokerStores returns the plain caches of the broker; every change of
+// a record is told to observeRecord.
+func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer,
 	observeRecord func(key types.NamespacedName, old, new *cachedRecord)) (brokerStores, error) {
 	wc, err := client.NewWithWatch(broker, client.Options{Scheme: scheme})
 	if err != nil {
@@ -169,12 +167,11 @@ func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer, re
 			ListWatch: typedListWatch(wc, func() *causewayv1alpha1.ServiceExportRecordList {
 				return &causewayv1alpha1.ServiceExportRecordList{}
 			}),
-			Example:      &causewayv1alpha1.ServiceExportRecord{},
-			Transform:    t.record,
-			Convert:      t.cachedRecord,
-			Groups:       recordGroup,
-			ResyncPeriod: resync,
-			Observe:      observeRecord,
+			Example:   &causewayv1alpha1.ServiceExportRecord{},
+			Transform: t.record,
+			Convert:   t.cachedRecord,
+			Groups:    recordGroup,
+			Observe:   observeRecord,
 		}),
 		vips: plaincache.New(plaincache.Config[cachedVIP]{
 			Name:      "vipallocations",

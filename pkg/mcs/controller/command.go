@@ -129,7 +129,7 @@ own broker identity and writes it into Secret causeway-broker (key
 	fs := cmd.Flags()
 	fs.DurationVar(&deadAfter, "dead-cluster-timeout", deadAfter, "withdraw a cluster's endpoints this long after its liveness Lease expired")
 	fs.DurationVar(&liveness, "liveness-lease-duration", liveness, "duration of this cluster's liveness Lease in the broker (renewed every third)")
-	fs.DurationVar(&resync, "resync-period", resync, "full resync period")
+	fs.DurationVar(&resync, "resync-period", resync, "every Service exported or imported here is re-checked once per period, one at a time, spread evenly over it (the caches report changes only)")
 	fs.IntVar(&workers, "workers", workers, "Services synced in parallel")
 	fs.Float32Var(&qps, "kube-api-qps", qps, "client-side rate limit of requests to each API server (local and broker)")
 	fs.IntVar(&burst, "kube-api-burst", burst, "burst of requests to each API server above --kube-api-qps")

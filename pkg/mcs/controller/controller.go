@@ -70,7 +70,8 @@ type Config struct {
 	// LivenessDuration is the liveness Lease's duration; it is renewed
 	// every third of it.
 	LivenessDuration time.Duration
-	// ResyncPeriod is how often every object is re-checked.
+	// ResyncPeriod is how often every Service exported or imported here
+	// is re-checked (runVerify: one at a time, spread over the period).
 	ResyncPeriod time.Duration
 	// Workers is the number of Services synced in parallel.
 	Workers int
@@ -196,7 +197,9 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	scheme := kube.NewScheme()
-	resync := cfg.ResyncPeriod
+	// No cache reports its objects again on a timer (runVerify re-checks
+	// the Services instead).
+	noResync := time.Duration(0)
 	// The objects there are many of are cached as plain values
 	// (localcache.go, brokercache.go), and the clients never cache them.
 	// The few others (Namespaces, GlobalIngresses, the gateway's mirrors,
@@ -208,7 +211,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	// its quota.
 	slim.quotas = newRecordQuotas(cfg.Policy.Quotas)
 	localCache := cache.Options{
-		SyncPeriod:       &resync,
+		SyncPeriod:       &noResync,
 		DefaultTransform: stripManagedFields,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Namespace{}: {Transform: slim.namespace},
@@ -217,7 +220,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			&causewayv1alpha1.Endpoint{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
 		},
 	}
-	brokerCache := cache.Options{SyncPeriod: &resync, DefaultTransform: stripManagedFields}
+	brokerCache := cache.Options{SyncPeriod: &noResync, DefaultTransform: stripManagedFields}
 
 	// Leader election with client-go's usual timings: a short renew
 	// deadline lost leadership (and exited) while the API server was
@@ -279,10 +282,10 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		refused:       map[types.NamespacedName]map[string]string{},
 		quotaReported: map[string]bool{},
 	}
-	if c.stores, err = newLocalStores(local, scheme, slim, resync); err != nil {
+	if c.stores, err = newLocalStores(local, scheme, slim); err != nil {
 		return nil, err
 	}
-	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim, resync, c.observeRecord); err != nil {
+	if c.brokerStores, err = newBrokerStores(brokerCfg, scheme, slim, c.observeRecord); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(c.allStores()); err != nil {
@@ -409,6 +412,9 @@ func (c *Controller) setup() error {
 		Complete(reconcile.Func(c.reconcile))
 	if err != nil {
 		return fmt.Errorf("build controller: %w", err)
+	}
+	if err := c.mgr.Add(manager.RunnableFunc(c.runVerify)); err != nil {
+		return err
 	}
 	return c.mgr.Add(manager.RunnableFunc(c.runLiveness))
 }

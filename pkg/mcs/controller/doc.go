@@ -32,5 +32,7 @@
 // coming back, its Cluster or Endpoint mirror changing, its namespace
 // appearing) queues that key, and one reconcile computes the
 // desired state of the key from the caches and applies the difference.
-// Caches are resynced every ResyncPeriod, which re-checks every key.
+// The caches report changes only; every Service exported or imported
+// here is re-checked once per ResyncPeriod, one at a time, spread evenly
+// over the period (runVerify).
 package controller

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -174,10 +173,8 @@ type localStores struct {
 
 // newLocalStores returns the plain caches of the local cluster: Services
 // and EndpointSlices read through a clientset speaking protobuf, the MCS
-// objects through a client of scheme. ServiceExports and ServiceImports
-// are reported again every resync period: between them they name every
-// Service exported or imported here.
-func newLocalStores(local *rest.Config, scheme *runtime.Scheme, t *slimmer, resync time.Duration) (localStores, error) {
+// objects through a client of scheme.
+func newLocalStores(local *rest.Config, scheme *runtime.Scheme, t *slimmer) (localStores, error) {
 	cfg := rest.CopyConfig(local)
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
@@ -206,20 +203,18 @@ func newLocalStores(local *rest.Config, scheme *runtime.Scheme, t *slimmer, resy
 			Groups:    sliceGroup,
 		}),
 		exports: plaincache.New(plaincache.Config[cachedExport]{
-			Name:         "serviceexports",
-			ListWatch:    typedListWatch(wc, func() *mcsv1beta1.ServiceExportList { return &mcsv1beta1.ServiceExportList{} }),
-			Example:      &mcsv1beta1.ServiceExport{},
-			Transform:    t.serviceExport,
-			Convert:      t.cachedExport,
-			ResyncPeriod: resync,
+			Name:      "serviceexports",
+			ListWatch: typedListWatch(wc, func() *mcsv1beta1.ServiceExportList { return &mcsv1beta1.ServiceExportList{} }),
+			Example:   &mcsv1beta1.ServiceExport{},
+			Transform: t.serviceExport,
+			Convert:   t.cachedExport,
 		}),
 		imports: plaincache.New(plaincache.Config[cachedImport]{
-			Name:         "serviceimports",
-			ListWatch:    typedListWatch(wc, func() *mcsv1beta1.ServiceImportList { return &mcsv1beta1.ServiceImportList{} }),
-			Example:      &mcsv1beta1.ServiceImport{},
-			Transform:    stripManagedFields,
-			Convert:      t.cachedImport,
-			ResyncPeriod: resync,
+			Name:      "serviceimports",
+			ListWatch: typedListWatch(wc, func() *mcsv1beta1.ServiceImportList { return &mcsv1beta1.ServiceImportList{} }),
+			Example:   &mcsv1beta1.ServiceImport{},
+			Transform: stripManagedFields,
+			Convert:   t.cachedImport,
 		}),
 	}, nil
 }
