@@ -86,6 +86,10 @@ type Scale struct {
 	// simulated members are steady; Exports is its number of samples.
 	Export  *Propagation
 	Exports int
+	// Steady is how long the daemons' CPU time is measured once
+	// everything is imported and the export samples are taken, while
+	// nothing changes but the simulated members' Lease renewals.
+	Steady time.Duration
 	// ResyncCluster is the real member whose MCS controller is restarted
 	// to time its full resync.
 	ResyncCluster string
@@ -119,6 +123,9 @@ type ScaleResult struct {
 	ExportReachableP50Ms float64       `json:"exportReachableP50Ms"`
 	ExportReachableP99Ms float64       `json:"exportReachableP99Ms"`
 	Export               *ExportResult `json:"export"`
+	// SteadySeconds is the steady window Daemons' SteadyCPUSeconds
+	// cover.
+	SteadySeconds float64 `json:"steadySeconds"`
 	Resync               ResyncResult  `json:"resync"`
 	Broker               BrokerStats   `json:"broker"`
 }
@@ -143,9 +150,12 @@ type DaemonStats struct {
 	Goroutines int `json:"goroutines"`
 	// CPUSeconds: process_cpu_seconds_total spent during the benchmark,
 	// from before the simulated members were written until the daemon
-	// was measured; TotalCPUSeconds: since the process started.
-	CPUSeconds      float64 `json:"cpuSeconds"`
-	TotalCPUSeconds float64 `json:"totalCpuSeconds"`
+	// was measured; SteadyCPUSeconds: during the steady window after
+	// that (ScaleResult.SteadySeconds); TotalCPUSeconds: since the
+	// process started.
+	CPUSeconds       float64 `json:"cpuSeconds"`
+	SteadyCPUSeconds float64 `json:"steadyCpuSeconds"`
+	TotalCPUSeconds  float64 `json:"totalCpuSeconds"`
 }
 
 // ResyncResult times a full resync: ResyncCluster's MCS controller Pod
@@ -256,12 +266,35 @@ func (s *Scale) Run(ctx context.Context) (ScaleResult, error) {
 	if err != nil {
 		return res, err
 	}
+	s.progress("steady for %s: the daemons' CPU time while nothing changes but the simulated members' Lease renewals", s.Steady)
+	steady := time.Now()
+	select {
+	case <-ctx.Done():
+		return res, ctx.Err()
+	case <-time.After(s.Steady):
+	}
+	steadyAfter, err := measureDaemons(ctx, s.Lab)
+	if err != nil {
+		return res, err
+	}
+	res.SteadySeconds = time.Since(steady).Seconds()
 	for _, d := range after {
-		i := slices.IndexFunc(before, func(b DaemonStats) bool { return b.Name == d.Name && b.PID == d.PID })
-		if i < 0 {
-			return res, fmt.Errorf("%s restarted during the benchmark (pid %d): its CPU time cannot be told", d.Name, d.PID)
+		cpu := func(from []DaemonStats) (float64, error) {
+			i := slices.IndexFunc(from, func(b DaemonStats) bool { return b.Name == d.Name && b.PID == d.PID })
+			if i < 0 {
+				return 0, fmt.Errorf("%s restarted during the benchmark (pid %d): its CPU time cannot be told", d.Name, d.PID)
+			}
+			return from[i].TotalCPUSeconds, nil
 		}
-		d.CPUSeconds = d.TotalCPUSeconds - before[i].TotalCPUSeconds
+		start, err := cpu(before)
+		if err != nil {
+			return res, err
+		}
+		end, err := cpu(steadyAfter)
+		if err != nil {
+			return res, err
+		}
+		d.CPUSeconds, d.SteadyCPUSeconds = d.TotalCPUSeconds-start, end-d.TotalCPUSeconds
 		res.Daemons = append(res.Daemons, d)
 	}
 	res.LeaseRenewalFailures = sims.failed.Load()

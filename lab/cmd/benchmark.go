@@ -315,7 +315,7 @@ func printExport(w io.Writer, p *bench.Propagation, e *bench.ExportResult) {
 
 // newScaleCommand is `causeway-lab benchmark scale`.
 func newScaleCommand(dir, output *string) *cobra.Command {
-	s := bench.Scale{Members: 10, Services: 100, Writers: 16, Exports: 20, ResyncCluster: "c2", Timeout: 30 * time.Minute}
+	s := bench.Scale{Members: 10, Services: 100, Writers: 16, Exports: 20, Steady: time.Minute, ResyncCluster: "c2", Timeout: 30 * time.Minute}
 	p := defaultPropagation()
 	cmd := &cobra.Command{
 		Use:   "scale",
@@ -341,6 +341,9 @@ route agents, MCS and globalnet controllers as the chart runs them):
   daemons: RSS (VmRSS, VmHWM from /proc), Go heap (go_memstats_heap_alloc_bytes)
   and CPU seconds (process_cpu_seconds_total, during the benchmark) of
   every real daemon, its metrics read inside its network namespace;
+
+  steady: each real daemon's CPU seconds during --steady after that,
+  while nothing changes but the simulated members' Lease renewals;
 
   broker: etcd's key count and database size, the records, VIP allocations
   and Leases it holds, its API server's open watches and watch events per
@@ -375,6 +378,7 @@ identities and VIP allocations in the broker, the namespace
 	f.IntVar(&s.Services, "services", s.Services, "Services each simulated member exports (the same names in every member)")
 	f.IntVar(&s.Exports, "exports", s.Exports, "export → reachable samples in the real members")
 	f.IntVar(&s.Writers, "writers", s.Writers, "concurrent API requests of the simulated members")
+	f.DurationVar(&s.Steady, "steady", s.Steady, "how long the daemons' CPU time is measured while nothing changes")
 	f.StringVar(&s.ResyncCluster, "resync-cluster", s.ResyncCluster, "real member whose MCS controller is restarted to time its full resync")
 	f.StringVar(&p.Exporter, "export-cluster", p.Exporter, "real member the export samples are created in")
 	f.StringVar(&p.Client, "client", p.Client, "pod of another real member that connects to the samples' VIPs, <cluster>/<namespace>/<pod>")
@@ -391,10 +395,10 @@ func printScale(cmd *cobra.Command, output string, p *bench.Propagation, res ben
 	fmt.Fprintln(tw, "SIMULATED MEMBERS\tSERVICES EACH\tWRITTEN IN s\tIMPORTED EVERYWHERE AFTER s\tLEASE RENEWALS FAILED")
 	fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%d\n", res.Members, res.Services, res.WriteSeconds, res.ConvergeSeconds, res.LeaseRenewalFailures)
 	fmt.Fprintln(tw, "\t\t\t")
-	fmt.Fprintln(tw, "DAEMON\tPID\tRSS MiB\tPEAK RSS MiB\tHEAP MiB\tCPU s (BENCHMARK)\tCPU s (TOTAL)")
+	fmt.Fprintf(tw, "DAEMON\tPID\tRSS MiB\tPEAK RSS MiB\tHEAP MiB\tCPU s (BENCHMARK)\tCPU s (STEADY %.0f s)\tCPU s (TOTAL)\n", res.SteadySeconds)
 	for _, d := range res.Daemons {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\n", d.Name, d.PID, float64(d.RSSBytes)/mib, float64(d.PeakRSSBytes)/mib,
-			float64(d.HeapBytes)/mib, d.CPUSeconds, d.TotalCPUSeconds)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\n", d.Name, d.PID, float64(d.RSSBytes)/mib, float64(d.PeakRSSBytes)/mib,
+			float64(d.HeapBytes)/mib, d.CPUSeconds, d.SteadyCPUSeconds, d.TotalCPUSeconds)
 	}
 	if e := res.Export; e != nil {
 		fmt.Fprintln(tw, "\t\t\t\t\t\t")

@@ -20,7 +20,7 @@ import (
 )
 
 // checkScale runs `causeway-lab benchmark scale` at a small size (3
-// simulated members × 5 Services, 3 export samples): the JSON carries
+// simulated members × 5 Services, 3 export samples, 5 s steady): the JSON carries
 // every real daemon with sane figures, the export and resync samples,
 // the broker's counts (which include the simulated members' objects),
 // and afterwards nothing of the simulated members is left in the broker
@@ -30,7 +30,7 @@ func (l *Lab) checkScale(ctx context.Context) {
 	l.t.Helper()
 	const members, services, exports = 3, 5, 3
 	cmd := exec.Command(l.labBin, "benchmark", "scale", "--members", fmt.Sprint(members), "--services", fmt.Sprint(services),
-		"--exports", fmt.Sprint(exports), "--timeout", "5m", "-o", "json")
+		"--exports", fmt.Sprint(exports), "--steady", "5s", "--timeout", "5m", "-o", "json")
 	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -82,9 +82,13 @@ func (l *Lab) checkScale(ctx context.Context) {
 			// buffers hold ~1500-byte packets; after TestLab's throughput
 			// benchmark a gateway had 163 MB of heap in 102 MB of RSS).
 			l.t.Errorf("%s: heap %d bytes: want > 0", d.Name, d.HeapBytes)
-		case d.CPUSeconds < 0 || d.CPUSeconds > d.TotalCPUSeconds:
-			l.t.Errorf("%s: %v CPU seconds in the benchmark, %v in all: want 0 ≤ benchmark ≤ all", d.Name, d.CPUSeconds, d.TotalCPUSeconds)
+		case d.CPUSeconds < 0 || d.SteadyCPUSeconds < 0 || d.CPUSeconds+d.SteadyCPUSeconds > d.TotalCPUSeconds:
+			l.t.Errorf("%s: %v CPU seconds in the benchmark, %v steady, %v in all: want 0 ≤ each, benchmark + steady ≤ all",
+				d.Name, d.CPUSeconds, d.SteadyCPUSeconds, d.TotalCPUSeconds)
 		}
+	}
+	if res.SteadySeconds < 5 {
+		l.t.Errorf("steady window %vs, want ≥ 5 s", res.SteadySeconds)
 	}
 	for _, c := range []string{"c1", "c2", "c3"} {
 		for _, daemon := range []string{"gateway", "route-agent", "mcs-controller", "globalnet"} {
