@@ -113,9 +113,8 @@ type ScaleResult struct {
 	// LeaseRenewalFailures counts the simulated members' liveness Lease
 	// renewals that failed (timed out under load, say) while they ran.
 	LeaseRenewalFailures int64 `json:"leaseRenewalFailures"`
-	// Daemons are the real members' daemons, measured once the
-	// simulated members' Services are imported everywhere and the
-	// export samples are taken.
+	// Daemons are the real members' daemons, measured at the end of
+	// the steady window.
 	Daemons []DaemonStats `json:"daemons"`
 	// ExportReachableP50Ms and ExportReachableP99Ms: from a new
 	// ServiceExport in Export.Exporter until a TCP connect from
@@ -149,10 +148,10 @@ type DaemonStats struct {
 	// Goroutines: go_goroutines.
 	Goroutines int `json:"goroutines"`
 	// CPUSeconds: process_cpu_seconds_total spent during the benchmark,
-	// from before the simulated members were written until the daemon
-	// was measured; SteadyCPUSeconds: during the steady window after
-	// that (ScaleResult.SteadySeconds); TotalCPUSeconds: since the
-	// process started.
+	// from before the simulated members were written until the export
+	// samples were taken; SteadyCPUSeconds: during the steady window
+	// after that (ScaleResult.SteadySeconds); TotalCPUSeconds: since the
+	// process started, at the end of the steady window.
 	CPUSeconds       float64 `json:"cpuSeconds"`
 	SteadyCPUSeconds float64 `json:"steadyCpuSeconds"`
 	TotalCPUSeconds  float64 `json:"totalCpuSeconds"`
@@ -278,23 +277,23 @@ func (s *Scale) Run(ctx context.Context) (ScaleResult, error) {
 		return res, err
 	}
 	res.SteadySeconds = time.Since(steady).Seconds()
-	for _, d := range after {
-		cpu := func(from []DaemonStats) (float64, error) {
-			i := slices.IndexFunc(from, func(b DaemonStats) bool { return b.Name == d.Name && b.PID == d.PID })
+	for _, d := range steadyAfter {
+		cpu := func(at []DaemonStats) (float64, error) {
+			i := slices.IndexFunc(at, func(b DaemonStats) bool { return b.Name == d.Name && b.PID == d.PID })
 			if i < 0 {
 				return 0, fmt.Errorf("%s restarted during the benchmark (pid %d): its CPU time cannot be told", d.Name, d.PID)
 			}
-			return from[i].TotalCPUSeconds, nil
+			return at[i].TotalCPUSeconds, nil
 		}
 		start, err := cpu(before)
 		if err != nil {
 			return res, err
 		}
-		end, err := cpu(steadyAfter)
+		mid, err := cpu(after)
 		if err != nil {
 			return res, err
 		}
-		d.CPUSeconds, d.SteadyCPUSeconds = d.TotalCPUSeconds-start, end-d.TotalCPUSeconds
+		d.CPUSeconds, d.SteadyCPUSeconds = mid-start, d.TotalCPUSeconds-mid
 		res.Daemons = append(res.Daemons, d)
 	}
 	res.LeaseRenewalFailures = sims.failed.Load()
