@@ -124,9 +124,9 @@ type ScaleResult struct {
 	Export               *ExportResult `json:"export"`
 	// SteadySeconds is the steady window Daemons' SteadyCPUSeconds
 	// cover.
-	SteadySeconds float64 `json:"steadySeconds"`
-	Resync               ResyncResult  `json:"resync"`
-	Broker               BrokerStats   `json:"broker"`
+	SteadySeconds float64      `json:"steadySeconds"`
+	Resync        ResyncResult `json:"resync"`
+	Broker        BrokerStats  `json:"broker"`
 }
 
 // DaemonStats is one real daemon's process, measured from /proc (RSS)
