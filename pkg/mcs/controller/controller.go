@@ -199,7 +199,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	scheme := kube.NewScheme()
 	// No cache reports its objects again on a timer (runVerify re-checks
 	// the Services instead).
-	noResync := time.Duration(0)
+	noResync := ptrTo(time.Duration(0))
 	// The objects there are many of are cached as plain values
 	// (localcache.go, brokercache.go), and the clients never cache them.
 	// The few others (Namespaces, GlobalIngresses, the gateway's mirrors,
@@ -211,7 +211,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 	// its quota.
 	slim.quotas = newRecordQuotas(cfg.Policy.Quotas)
 	localCache := cache.Options{
-		SyncPeriod:       &noResync,
+		SyncPeriod:       noResync,
 		DefaultTransform: stripManagedFields,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Namespace{}: {Transform: slim.namespace},
@@ -220,7 +220,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 			&causewayv1alpha1.Endpoint{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}},
 		},
 	}
-	brokerCache := cache.Options{SyncPeriod: &noResync, DefaultTransform: stripManagedFields}
+	brokerCache := cache.Options{SyncPeriod: noResync, DefaultTransform: stripManagedFields}
 
 	// Leader election with client-go's usual timings: a short renew
 	// deadline lost leadership (and exited) while the API server was

@@ -1,11 +1,9 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -49,7 +47,7 @@ func spread(ctx context.Context, keys []types.NamespacedName, start time.Time, p
 }
 
 // verifyKeys returns the Services exported or imported here, or that the
-// controller remembers (VIPs held), each once and in order.
+// controller remembers (VIPs held), each once.
 func (c *Controller) verifyKeys() []types.NamespacedName {
 	keys := map[types.NamespacedName]bool{}
 	for _, k := range c.stores.exports.Keys() {
@@ -63,9 +61,7 @@ func (c *Controller) verifyKeys() []types.NamespacedName {
 		keys[k] = true
 	}
 	c.mu.Unlock()
-	return slices.SortedFunc(maps.Keys(keys), func(a, b types.NamespacedName) int {
-		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
-	})
+	return slices.Collect(maps.Keys(keys))
 }
 
 // sleepUntil waits until t; false when ctx ended first.
