@@ -24,7 +24,8 @@ import (
 // ("-" is an empty field, numbers that do not parse are 0):
 //
 //	L <services> <backends>                       the table's limits
-//	I <ns> <name> <uid> <age> <type> <ip>...      a ServiceImport; type C ClusterSetIP, else Headless
+//	I <ns> <name> <uid> <age> <type> <ip>...      a ServiceImport; type C ClusterSetIP, else Headless;
+//	                                              it replaces an earlier one of the same name (the API holds one)
 //	P <protocol> <port> <name>                    a port of the last import
 //	A <affinity> <timeout> <itp> <td>             its affinity (C ClientIP) and traffic policy (L Local, P PreferClose)
 //	S <ns> <svc> <cluster> <family> <manager> <owner uid> <ready-endpoints>  a slice; family 6 IPv6, else IPv4; manager m: the MCS controller's
@@ -67,6 +68,7 @@ func parseVIPInputs(spec string) (vip.Limits, []*mcsv1beta1.ServiceImport, []*di
 			if len(f) > 6 {
 				si.Spec.IPs = f[6:]
 			}
+			imports = slices.DeleteFunc(imports, func(o *mcsv1beta1.ServiceImport) bool { return o.Namespace == si.Namespace && o.Name == si.Name })
 			imports = append(imports, si)
 		case "P":
 			if len(imports) > 0 {
