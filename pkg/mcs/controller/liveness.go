@@ -19,7 +19,11 @@ const LivenessLeaseName = "causeway-liveness"
 // While this cluster cannot renew its own Lease, or does not see its own
 // renewals come back through the watch, the broker (or the way to it) is
 // the problem, not the other clusters: nobody is declared dead then, so a
-// broker outage never withdraws endpoints.
+// broker outage never withdraws endpoints. Nor does its end: the time
+// this cluster was blind does not count against the others, whose
+// Leases get the whole duration+deadAfter from the moment it sees again
+// to change (their controllers come back from the outage later than
+// this one, after their own retries).
 //
 // A cluster never seen is alive: records are written only after the
 // Lease, and this avoids withdrawing everything while the caches fill.
@@ -33,6 +37,9 @@ type liveness struct {
 	seen      map[string]observation
 	dead      map[string]bool
 	lastRenew time.Time
+	// healthySince is when this cluster last became healthy (renewing
+	// and seeing its renewals); zero while it is not.
+	healthySince time.Time
 }
 
 type observation struct {
@@ -93,13 +100,19 @@ func (l *liveness) check() (changed []string, alive, dead int) {
 	own, ok := l.seen[l.own]
 	healthy := !l.lastRenew.IsZero() && now.Sub(l.lastRenew) < l.duration &&
 		ok && now.Sub(own.changedAt) < limit
+	switch {
+	case !healthy:
+		l.healthySince = time.Time{}
+	case l.healthySince.IsZero():
+		l.healthySince = now
+	}
 	for c, o := range l.seen {
 		if c == l.own {
 			continue
 		}
 		isDead := l.dead[c]
 		if healthy {
-			isDead = now.Sub(o.changedAt) > limit
+			isDead = now.Sub(later(o.changedAt, l.healthySince)) > limit
 		}
 		if isDead != l.dead[c] {
 			changed = append(changed, c)
@@ -116,4 +129,11 @@ func (l *liveness) check() (changed []string, alive, dead int) {
 		}
 	}
 	return changed, alive + 1, dead
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
