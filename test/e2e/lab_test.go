@@ -538,9 +538,10 @@ func (l *Lab) checkMCS(ctx context.Context) {
 	})
 }
 
-// checkBrokerOutage freezes the broker's API server (SIGSTOP): traffic
-// through the tunnel and the VIP keeps flowing, and an export made
-// meanwhile converges once the broker is back (SIGCONT).
+// checkBrokerOutage freezes the broker's API server (SIGSTOP) for longer
+// than the liveness timeout: traffic through the tunnel and the VIP keeps
+// flowing, nothing is withdrawn during the outage nor when it ends, and
+// an export made meanwhile converges once the broker is back (SIGCONT).
 func (l *Lab) checkBrokerOutage(ctx context.Context) {
 	l.t.Helper()
 	st, err := lab.Load(l.Dir)
@@ -560,6 +561,10 @@ func (l *Lab) checkBrokerOutage(ctx context.Context) {
 	if pid == 0 {
 		l.t.Fatal("no broker kube-apiserver in the supervisor's status")
 	}
+	// c1's MCS controller comes back from the outage 3 s after the
+	// others (as after a real outage, each controller reconnects after
+	// its own retries): it is frozen with the broker and thawed later.
+	thawC1 := l.freezeCgroupOf(l.pid(ctx, daemon("c1", "", "mcs-controller")))
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		l.t.Fatal(err)
 	}
@@ -580,11 +585,29 @@ func (l *Lab) checkBrokerOutage(ctx context.Context) {
 	if out, err := l.causewayctl("export", "demo/whereami", "--cluster", "c2"); err != nil {
 		l.t.Fatalf("export from c2 while the broker is down: %v\n%s", err, out)
 	}
-	time.Sleep(2 * time.Second) // the change cannot reach anyone yet
-	if sources, err := sliceSources(ctx, l.Client("c3")); err != nil || sources["c2"] {
-		l.t.Errorf("c3 got c2's slices while the broker was frozen: %v %v", sources, err)
+	// Longer than a liveness Lease plus the dead-cluster timeout (3 s +
+	// 10 s by default): every Lease looks stale once the broker is back.
+	time.Sleep(16 * time.Second)
+	if sources, err := sliceSources(ctx, l.Client("c3")); err != nil || sources["c2"] || !sources["c1"] {
+		l.t.Errorf("c3's slices while the broker was frozen: %v %v, want c1's and not c2's", sources, err)
 	}
 	resume()
+	// The end of the outage withdraws nobody: c1's slices stay in c3
+	// while c1's controller is still away and once it is back, and c2's
+	// arrive.
+	thawAt := time.Now().Add(3 * time.Second)
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(thawAt) {
+			thawC1()
+		}
+		sources, err := sliceSources(ctx, l.Client("c3"))
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		if !sources["c1"] {
+			l.t.Fatalf("c3 lost c1's slices after the broker outage: %v", sources)
+		}
+	}
 	waitFor(l.t, "c2's export reaching c3 after the broker is back", func() error {
 		sources, err := sliceSources(ctx, l.Client("c3"))
 		if err != nil {
