@@ -27,19 +27,25 @@ func (s *State) Exec(ctx context.Context, cluster, namespace, pod, path string, 
 	if p.Spec.NodeName == "" || p.Status.PodIP == "" {
 		return nil, fmt.Errorf("pod %s/%s/%s is not running yet (phase %s)", cluster, namespace, pod, p.Status.Phase)
 	}
+	lp := netlab.Pod{Cluster: cluster, Node: p.Spec.NodeName, Namespace: namespace, Name: pod}
+	return s.ExecIn(lp, p.Spec.HostNetwork, path, args, stdin, stdout, stderr)
+}
+
+// ExecIn is Exec in a pod already looked up (its node, and whether it
+// runs in the host network): it needs no API server.
+func (s *State) ExecIn(lp netlab.Pod, hostNetwork bool, path string, args []string, stdin io.Reader, stdout, stderr io.Writer) (*exec.Cmd, error) {
 	h, err := s.Host()
 	if err != nil {
 		return nil, err
 	}
-	lp := netlab.Pod{Cluster: cluster, Node: p.Spec.NodeName, Namespace: namespace, Name: pod}
 	netns, cgroup := h.Names().PodOf(lp), h.Cgroups().PodOf(lp)
-	if p.Spec.HostNetwork {
-		netns, cgroup = h.Names().Node(cluster, p.Spec.NodeName), h.Cgroups().NodeSystem(cluster, p.Spec.NodeName)
+	if hostNetwork {
+		netns, cgroup = h.Names().Node(lp.Cluster, lp.Node), h.Cgroups().NodeSystem(lp.Cluster, lp.Node)
 	}
 	// Pods share this machine's files but not its resolver: give the
 	// command a private mount namespace where /etc/resolv.conf names the
 	// cluster's DNS service, as a kubelet does for a container.
-	resolv, err := s.resolvConf(cluster, namespace)
+	resolv, err := s.resolvConf(lp.Cluster, lp.Namespace)
 	if err != nil {
 		return nil, err
 	}

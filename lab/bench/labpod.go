@@ -18,14 +18,16 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/lab"
+	"github.com/causeway-net/causeway/lab/netlab"
 )
 
 // LabPod is a pod of the lab as a benchmark endpoint.
 type LabPod struct {
-	st                      *lab.State
-	cluster, namespace, pod string
-	ip                      string
-	via                     string // how IP reaches the pod, when not directly
+	st          *lab.State
+	pod         netlab.Pod
+	hostNetwork bool
+	ip          string
+	via         string // how IP reaches the pod, when not directly
 }
 
 // NewLabPod resolves "<cluster>/<namespace>/<pod>" in the lab.
@@ -45,24 +47,27 @@ func NewLabPod(ctx context.Context, st *lab.State, ref string) (*LabPod, error) 
 	if p.Status.PodIP == "" {
 		return nil, fmt.Errorf("pod %s has no IP yet", ref)
 	}
-	return &LabPod{st: st, cluster: parts[0], namespace: parts[1], pod: parts[2], ip: p.Status.PodIP}, nil
+	return &LabPod{st: st, pod: netlab.Pod{Cluster: parts[0], Node: p.Spec.NodeName, Namespace: parts[1], Name: parts[2]},
+		hostNetwork: p.Spec.HostNetwork, ip: p.Status.PodIP}, nil
 }
 
 // Name is the pod's reference, and how it is reached when that is not
 // its pod IP.
 func (p *LabPod) Name() string {
+	ref := p.pod.Cluster + "/" + p.pod.Namespace + "/" + p.pod.Name
 	if p.via != "" {
-		return p.cluster + "/" + p.namespace + "/" + p.pod + " (" + p.via + ")"
+		return ref + " (" + p.via + ")"
 	}
-	return p.cluster + "/" + p.namespace + "/" + p.pod
+	return ref
 }
 
 // IP is the pod's IP.
 func (p *LabPod) IP() string { return p.ip }
 
-// Start runs a program in the pod.
-func (p *LabPod) Start(ctx context.Context, path string, args []string, out io.Writer) (*exec.Cmd, error) {
-	return p.st.Exec(ctx, p.cluster, p.namespace, p.pod, path, args, nil, out, out)
+// Start runs a program in the pod (without asking the API server: the
+// pod was looked up by NewLabPod).
+func (p *LabPod) Start(_ context.Context, path string, args []string, out io.Writer) (*exec.Cmd, error) {
+	return p.st.ExecIn(p.pod, p.hostNetwork, path, args, nil, out, out)
 }
 
 // pairName labels the Service and ServiceExport of ExposeTo.
@@ -76,33 +81,33 @@ const pairName = "pair"
 // ServiceExport — once from's cluster imports it. IP then answers that
 // VIP. The returned function removes what ExposeTo created.
 func (p *LabPod) ExposeTo(ctx context.Context, from *LabPod, timeout time.Duration) (cleanup func(), err error) {
-	if from.cluster == p.cluster {
+	if from.pod.Cluster == p.pod.Cluster {
 		return func() {}, nil
 	}
-	cl, err := p.st.Client(p.cluster)
+	cl, err := p.st.Client(p.pod.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	imp, err := p.st.Client(from.cluster)
+	imp, err := p.st.Client(from.pod.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	name := "causeway-bench-" + p.pod
+	name := "causeway-bench-" + p.pod.Name
 	if len(name) > 63 {
 		name = name[:63]
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: p.pod}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.pod.Namespace, Name: p.pod.Name}}
 	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, LabelBenchmark, name))
 	if err := cl.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return nil, fmt.Errorf("label pod %s: %w", p.Name(), err)
 	}
 	labels := map[string]string{LabelBenchmark: pairName}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: name, Labels: labels},
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: p.pod.Namespace, Name: name, Labels: labels},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{LabelBenchmark: name}, Ports: []corev1.ServicePort{
 			{Name: "iperf3", Protocol: corev1.ProtocolTCP, Port: iperfPort},
 			{Name: "rr", Protocol: corev1.ProtocolUDP, Port: rrPort},
 		}}}
-	export := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: name, Labels: labels}}
+	export := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: p.pod.Namespace, Name: name, Labels: labels}}
 	cleanup = func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -114,13 +119,13 @@ func (p *LabPod) ExposeTo(ctx context.Context, from *LabPod, timeout time.Durati
 	for _, o := range []client.Object{svc, export} {
 		if err := cl.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			cleanup()
-			return nil, fmt.Errorf("create %T %s/%s in %s: %w", o, p.namespace, name, p.cluster, err)
+			return nil, fmt.Errorf("create %T %s/%s in %s: %w", o, p.pod.Namespace, name, p.pod.Cluster, err)
 		}
 	}
 	var vip string
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		si := &mcsv1beta1.ServiceImport{}
-		if err := imp.Get(ctx, client.ObjectKey{Namespace: p.namespace, Name: name}, si); err != nil {
+		if err := imp.Get(ctx, client.ObjectKey{Namespace: p.pod.Namespace, Name: name}, si); err != nil {
 			return false, nil
 		}
 		for _, ip := range si.Spec.IPs {
@@ -133,7 +138,7 @@ func (p *LabPod) ExposeTo(ctx context.Context, from *LabPod, timeout time.Durati
 	})
 	if err != nil {
 		cleanup()
-		return nil, fmt.Errorf("%s imports no clusterset VIP for %s/%s within %v: %w", from.cluster, p.namespace, name, timeout, err)
+		return nil, fmt.Errorf("%s imports no clusterset VIP for %s/%s within %v: %w", from.pod.Cluster, p.pod.Namespace, name, timeout, err)
 	}
 	p.ip, p.via = vip, "clusterset VIP "+vip
 	return cleanup, nil

@@ -506,15 +506,9 @@ func (s *Soak) activeGateway(ctx context.Context, not string) (string, error) {
 	}
 	var node string
 	err = poll(ctx, s.Timeout, 100*time.Millisecond, what, func() (bool, error) {
-		var gws v1alpha1.GatewayList
-		if err := c.List(ctx, &gws, client.InNamespace(causewayNamespace)); err != nil {
+		active, err := activeGateways(ctx, c, not)
+		if err != nil {
 			return false, err
-		}
-		var active []string
-		for _, g := range gws.Items {
-			if g.Status.HAStatus == v1alpha1.HAStatusActive && g.Name != not {
-				active = append(active, g.Name)
-			}
 		}
 		if len(active) != 1 {
 			return false, fmt.Errorf("active: %v", active)
@@ -523,6 +517,21 @@ func (s *Soak) activeGateway(ctx context.Context, not string) (string, error) {
 		return true, nil
 	})
 	return node, err
+}
+
+// activeGateways are the nodes whose Gateway in c says active, but not.
+func activeGateways(ctx context.Context, c client.Client, not string) ([]string, error) {
+	var gws v1alpha1.GatewayList
+	if err := c.List(ctx, &gws, client.InNamespace(causewayNamespace)); err != nil {
+		return nil, err
+	}
+	var active []string
+	for _, g := range gws.Items {
+		if g.Status.HAStatus == v1alpha1.HAStatusActive && g.Name != not {
+			active = append(active, g.Name)
+		}
+	}
+	return active, nil
 }
 
 // failover kills Failover's active gateway process and waits until

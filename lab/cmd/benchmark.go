@@ -24,6 +24,8 @@ func newBenchmarkCommand(dir *string) *cobra.Command {
 	var from, to, output string
 	r := bench.Runner{Duration: 5 * time.Second, Count: 2000}
 	var streams []int
+	var segments bool
+	var rounds int
 	cmd := &cobra.Command{
 		Use:   "benchmark",
 		Short: "Measure throughput or latency between two lab pods, against a raw veth baseline",
@@ -102,7 +104,28 @@ causeway-bench-<pod> with the benchmark's ports), removed afterwards.`,
 		Use:   "throughput",
 		Short: "TCP throughput with iperf3 (1 and 4 streams by default)",
 		Args:  cobra.NoArgs,
+		Long: `Measure TCP throughput with iperf3 from the --from pod to the --to pod, and
+over a raw veth pair in the same run (1 and 4 streams by default).
+
+With --segments, measure the cross-cluster path piece by piece instead, from
+the cluster of --from to the cluster of --to, each piece added to the one
+before: node network (pod to pod inside the server's cluster, across its
+nodes), tunnel (gateway node to gateway node through the clusterset VIP:
+gateways, cable, globalnet when on), + overlay (the client on a non-gateway
+node), full path (both pods on non-gateway nodes). These and the baseline are
+measured with every lab control plane (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, which share the cores with the
+datapath here but not on a real cluster's nodes) SIGSTOPped for the
+measurement and resumed between two; a last row measures the full path with
+them running. Each piece gets the iperf3 figures with their ratio to raw
+veth, the machine's busy CPU seconds per GB moved (every process,
+/proc/stat), and UDP request/response p50/p99, each the median over
+--rounds rounds. The benchmark's pods (namespace default,
+causeway-bench-<node>) and exports are removed afterwards.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if segments {
+				return runSegments(cmd, *dir, from, to, output, bench.Segments{Runner: r, Streams: streams, Rounds: rounds, Timeout: 2 * time.Minute})
+			}
 			client, server, base, cleanup, err := setup(cmd)
 			if err != nil {
 				return err
@@ -127,6 +150,9 @@ causeway-bench-<pod> with the benchmark's ports), removed afterwards.`,
 	}
 	throughput.Flags().IntSliceVar(&streams, "streams", []int{1, 4}, "parallel TCP streams, one measurement each")
 	throughput.Flags().DurationVar(&r.Duration, "duration", r.Duration, "length of one measurement")
+	throughput.Flags().BoolVar(&segments, "segments", false, "measure the path piece by piece (see above) between the clusters of --from and --to")
+	throughput.Flags().IntVar(&r.Count, "count", r.Count, "request/response round trips per segment and round (--segments)")
+	throughput.Flags().IntVar(&rounds, "rounds", 3, "rounds of measurements (--segments): each figure is the median over them")
 
 	latency := &cobra.Command{
 		Use:   "latency",
@@ -532,4 +558,45 @@ func printSoak(cmd *cobra.Command, output string, res bench.SoakResult) error {
 		fmt.Fprintln(cmd.OutOrStdout(), "GROWTH: "+g)
 	}
 	return nil
+}
+
+// runSegments is `benchmark throughput --segments`.
+func runSegments(cmd *cobra.Command, dir, from, to, output string, seg bench.Segments) error {
+	st, err := lab.Load(dir)
+	if err != nil {
+		return err
+	}
+	if seg.Runner.Self, err = os.Executable(); err != nil {
+		return err
+	}
+	if seg.Runner.IPerf3, err = exec.LookPath("iperf3"); err != nil {
+		return fmt.Errorf("iperf3 is needed: %w", err)
+	}
+	clientCluster, _, _ := strings.Cut(from, "/")
+	serverCluster, _, _ := strings.Cut(to, "/")
+	if clientCluster == serverCluster {
+		return fmt.Errorf("--segments: --from and --to are in the same cluster %s; the segments cross clusters", clientCluster)
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	seg.Lab, seg.Client, seg.Server = st, clientCluster, serverCluster
+	segs, err := seg.Run(ctx)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(segs)
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEGMENT\tSTREAMS\tGBIT/S\tRATIO TO VETH\tCPU S/GB\tRR P50 µs\tRR P99 µs")
+	for _, s := range segs {
+		for _, t := range s.Throughput {
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.3f\t%.2f\t%.1f\t%.1f\n", s.Name, t.Streams, t.Gbps, t.RatioToVeth, t.CPUSecondsPerGB, s.P50US, s.P99US)
+		}
+	}
+	fmt.Fprintln(tw)
+	for _, s := range segs {
+		fmt.Fprintf(tw, "%s:\t%s → %s\n", s.Name, s.From, s.To)
+	}
+	return tw.Flush()
 }
