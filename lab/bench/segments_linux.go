@@ -62,8 +62,9 @@ type Segments struct {
 
 // Segment is one measured piece of the path.
 type Segment struct {
-	Name     string `json:"segment"`
-	From, To string
+	Name string `json:"segment"`
+	From string `json:"from"`
+	To   string `json:"to"`
 	// Throughput: one figure per stream count, with the busy CPU seconds
 	// of the whole machine (every process, /proc/stat) per GB moved.
 	Throughput []SegmentThroughput `json:"throughput"`
@@ -286,10 +287,14 @@ func (s Segments) pod(ctx context.Context, cluster, node string) (_ *LabPod, cle
 	if err := cl.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, nil, fmt.Errorf("%s: create pod %s: %w", cluster, p.Name, err)
 	}
-	cleanup = func() {
+	cleanup = func() { // deletes the pod and waits until it is gone
 		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = cl.Delete(dctx, p)
+		_ = poll(dctx, 30*time.Second, 200*time.Millisecond, "pod "+p.Name+" gone", func() (bool, error) {
+			err := cl.Get(dctx, client.ObjectKeyFromObject(p), &corev1.Pod{})
+			return apierrors.IsNotFound(err), nil
+		})
 	}
 	ref := cluster + "/" + p.Namespace + "/" + p.Name
 	var lp *LabPod

@@ -113,14 +113,49 @@ func (l *Lab) checkPairBenchmarks(ctx context.Context) {
 			l.t.Errorf("%v: rows %+v, want the baseline and c1 → c3 through a clusterset VIP with a positive ratio", args, rows)
 		}
 	}
+	l.checkSegmentsBenchmark()
 	for _, cluster := range []string{"c1", "c3"} {
-		for _, list := range []client.ObjectList{&corev1.ServiceList{}, &mcsv1beta1.ServiceExportList{}} {
-			if err := l.Client(cluster).List(ctx, list, client.InNamespace("demo"), client.HasLabels{bench.LabelBenchmark}); err != nil {
-				l.t.Fatal(err)
-			}
-			if n := meta.LenList(list); n > 0 {
-				l.t.Errorf("%s: %d benchmark objects left behind (%T)", cluster, n, list)
+		for _, ns := range []string{"demo", bench.SegmentsNamespace} {
+			for _, list := range []client.ObjectList{&corev1.ServiceList{}, &mcsv1beta1.ServiceExportList{}, &corev1.PodList{}} {
+				if err := l.Client(cluster).List(ctx, list, client.InNamespace(ns), client.HasLabels{bench.LabelBenchmark}); err != nil {
+					l.t.Fatal(err)
+				}
+				if n := meta.LenList(list); n > 0 {
+					l.t.Errorf("%s/%s: %d benchmark objects left behind (%T)", cluster, ns, n, list)
+				}
 			}
 		}
+	}
+}
+
+// checkSegmentsBenchmark runs `benchmark throughput --segments` from c3
+// to c1, one short round: every segment in order, each with a positive
+// throughput, ratio, CPU per GB and round trip.
+func (l *Lab) checkSegmentsBenchmark() {
+	l.t.Helper()
+	args := []string{"benchmark", "throughput", "--segments", "--from", "c3/demo/client", "--to", "c1/demo/client",
+		"--rounds", "1", "--streams", "1", "--duration", "1s", "--count", "100", "-o", "json"}
+	cmd := exec.Command(l.labBin, args...)
+	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		l.t.Fatalf("%v: %v\n%s%s", args, err, stderr.String(), stdout.String())
+	}
+	l.t.Logf("%v:\n%s", args, stdout.String())
+	var segs []bench.Segment
+	if err := json.Unmarshal(stdout.Bytes(), &segs); err != nil {
+		l.t.Fatalf("%v: output is not JSON: %v\n%s", args, err, stdout.String())
+	}
+	want := []string{"veth (baseline)", "node network", "tunnel", "+ overlay", "full path", "full path, control planes running"}
+	var got []string
+	for _, s := range segs {
+		got = append(got, s.Name)
+		if len(s.Throughput) != 1 || s.Throughput[0].Gbps <= 0 || s.Throughput[0].RatioToVeth <= 0 || s.Throughput[0].CPUSecondsPerGB <= 0 || s.P50US <= 0 {
+			l.t.Errorf("segment %q: %+v, want one positive throughput figure and round trip", s.Name, s)
+		}
+	}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		l.t.Errorf("segments %q, want %q", got, want)
 	}
 }
