@@ -45,17 +45,27 @@ func (s probeStats) LossPercent() int32 {
 }
 
 // probeLog keeps the outcomes of the last probeWindow echoes to one remote.
-// It is the pure bookkeeping of the prober (no I/O).
+// It is the pure bookkeeping of the prober (no I/O). Loss (Sent, Lost)
+// counts from the remote's first answer, late or not, once there is one:
+// the echoes lost before went out while the path was being set up (a new
+// tunnel's handshake) and are no loss of a path that works. Until then,
+// and for the runs in a row, every echo counts (a remote that never
+// answers is unreachable).
 type probeLog struct {
 	rtts      []time.Duration // -1 = lost
+	setup     int             // how many of rtts went out before the first answer
 	lastReply time.Time
 	refused   bool
 }
 
 func (l *probeLog) add(rtt time.Duration, at time.Time) {
+	if rtt >= 0 && l.lastReply.IsZero() {
+		l.setup = len(l.rtts)
+	}
 	l.rtts = append(l.rtts, rtt)
-	if len(l.rtts) > probeWindow {
-		l.rtts = slices.Delete(l.rtts, 0, len(l.rtts)-probeWindow)
+	if drop := len(l.rtts) - probeWindow; drop > 0 {
+		l.rtts = slices.Delete(l.rtts, 0, drop)
+		l.setup = max(0, l.setup-drop)
 	}
 	if rtt >= 0 {
 		l.lastReply = at
@@ -66,17 +76,22 @@ func (l *probeLog) add(rtt time.Duration, at time.Time) {
 // late records an answer to an echo already counted as lost: the target
 // is alive, only slow.
 func (l *probeLog) late(at time.Time) {
+	if l.lastReply.IsZero() {
+		l.setup = len(l.rtts)
+	}
 	l.lastReply = at
 	l.refused = false
 }
 
 func (l *probeLog) stats() probeStats {
-	s := probeStats{Sent: len(l.rtts), LastReply: l.lastReply, Refused: l.refused}
+	s := probeStats{Sent: len(l.rtts) - l.setup, LastReply: l.lastReply, Refused: l.refused}
 	var sum time.Duration
 	n := 0
 	for i, r := range l.rtts {
 		if r < 0 {
-			s.Lost++
+			if i >= l.setup {
+				s.Lost++
+			}
 			s.LostInARow++
 			s.AnsweredInARow = 0
 			if i == len(l.rtts)-1 {

@@ -37,6 +37,38 @@ func TestProbeLog(t *testing.T) {
 	}
 }
 
+// TestProbeLogSetup: the echoes lost before a remote first answers (a new
+// tunnel's handshake) count while it has never answered, and no longer
+// count as loss from its first answer, late or on time; they stay in the
+// run of losses in a row until then, and losses after it count.
+func TestProbeLogSetup(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		var l probeLog
+		l.add(-1, t0)
+		l.add(-1, t0)
+		if s := l.stats(); s.LossPercent() != 100 || s.LostInARow != 2 {
+			t.Fatalf("never answered: %+v, want 100%% loss, 2 in a row", s)
+		}
+		if late {
+			l.late(t0) // the answer to the second echo, after its deadline
+			if s := l.stats(); s.Sent != 0 || s.LossPercent() != 0 || s.LostInARow != 2 {
+				t.Fatalf("late first answer: %+v, want no loss counted, still 2 in a row", s)
+			}
+		}
+		l.add(time.Millisecond, t0)
+		l.add(-1, t0)
+		if s := l.stats(); s.Sent != 2 || s.Lost != 1 || s.LossPercent() != 50 || s.LostInARow != 1 || s.LastReply != t0 {
+			t.Fatalf("late %v: %+v, want the two echoes since the first answer, one lost", late, s)
+		}
+		for range probeWindow {
+			l.add(time.Millisecond, t0)
+		}
+		if s := l.stats(); s.Sent != probeWindow || s.Lost != 0 {
+			t.Fatalf("late %v: a full window later %+v, want %d sent, none lost", late, s, probeWindow)
+		}
+	}
+}
+
 func TestProbeTableKeepsHistoryPerAddress(t *testing.T) {
 	var tb probeTable
 	a := netip.MustParseAddr("10.245.0.1")
