@@ -25,21 +25,11 @@ import (
 func (l *Lab) checkPropagation(ctx context.Context) {
 	l.t.Helper()
 	const n = 3
-	cmd := exec.Command(l.labBin, "benchmark", "propagation", "--services", "3", "--removals", "3", "--timeout", "90s", "-o", "json")
-	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		l.t.Fatalf("benchmark propagation: %v\n%s%s", err, stderr.String(), stdout.String())
-	}
-	l.t.Logf("benchmark propagation:\n%s%s", stderr.String(), stdout.String())
 	var res struct {
 		Export   *bench.ExportResult   `json:"export"`
 		Withdraw *bench.WithdrawResult `json:"withdraw"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		l.t.Fatalf("benchmark output is not JSON: %v\n%s", err, stdout.String())
-	}
+	l.benchmark(&res, "propagation", "--services", "3", "--removals", "3", "--timeout", "90s")
 	if res.Export == nil || res.Withdraw == nil {
 		l.t.Fatalf("benchmark reported export %v, withdraw %v: want both", res.Export, res.Withdraw)
 	}
@@ -91,24 +81,14 @@ func (l *Lab) checkPropagation(ctx context.Context) {
 func (l *Lab) checkPairBenchmarks(ctx context.Context) {
 	l.t.Helper()
 	for _, args := range [][]string{
-		{"benchmark", "throughput", "--streams", "1", "--duration", "2s", "-o", "json"},
-		{"benchmark", "latency", "--count", "200", "-o", "json"},
+		{"throughput", "--streams", "1", "--duration", "2s"},
+		{"latency", "--count", "200"},
 	} {
-		cmd := exec.Command(l.labBin, args...)
-		cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			l.t.Fatalf("%v: %v\n%s%s", args, err, stderr.String(), stdout.String())
-		}
-		l.t.Logf("%v:\n%s", args, stdout.String())
 		var rows []struct {
 			Path  string  `json:"path"`
 			Ratio float64 `json:"ratioToVeth"`
 		}
-		if err := json.Unmarshal(stdout.Bytes(), &rows); err != nil {
-			l.t.Fatalf("%v: output is not JSON: %v\n%s", args, err, stdout.String())
-		}
+		l.benchmark(&rows, args...)
 		if len(rows) != 2 || rows[1].Ratio <= 0 || !strings.Contains(rows[1].Path, "clusterset VIP") {
 			l.t.Errorf("%v: rows %+v, want the baseline and c1 → c3 through a clusterset VIP with a positive ratio", args, rows)
 		}
@@ -133,20 +113,9 @@ func (l *Lab) checkPairBenchmarks(ctx context.Context) {
 // throughput, ratio, CPU per GB and round trip.
 func (l *Lab) checkSegmentsBenchmark() {
 	l.t.Helper()
-	args := []string{"benchmark", "throughput", "--segments", "--from", "c3/demo/client", "--to", "c1/demo/client",
-		"--rounds", "1", "--streams", "1", "--duration", "1s", "--count", "100", "-o", "json"}
-	cmd := exec.Command(l.labBin, args...)
-	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		l.t.Fatalf("%v: %v\n%s%s", args, err, stderr.String(), stdout.String())
-	}
-	l.t.Logf("%v:\n%s", args, stdout.String())
 	var segs []bench.Segment
-	if err := json.Unmarshal(stdout.Bytes(), &segs); err != nil {
-		l.t.Fatalf("%v: output is not JSON: %v\n%s", args, err, stdout.String())
-	}
+	l.benchmark(&segs, "throughput", "--segments", "--from", "c3/demo/client", "--to", "c1/demo/client",
+		"--rounds", "1", "--streams", "1", "--duration", "1s", "--count", "100")
 	want := []string{"veth (baseline)", "node network", "tunnel", "+ overlay", "full path", "full path, control planes running"}
 	var got []string
 	for _, s := range segs {
@@ -157,5 +126,24 @@ func (l *Lab) checkSegmentsBenchmark() {
 	}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		l.t.Errorf("segments %q, want %q", got, want)
+	}
+}
+
+// benchmark runs `causeway-lab benchmark <args> -o json` on this lab,
+// logs what it printed and decodes its output into v; a failure or
+// output that is not JSON fails the test.
+func (l *Lab) benchmark(v any, args ...string) {
+	l.t.Helper()
+	args = append(append([]string{"benchmark"}, args...), "-o", "json")
+	cmd := exec.Command(l.labBin, args...)
+	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		l.t.Fatalf("%v: %v\n%s%s", args, err, stderr.String(), stdout.String())
+	}
+	l.t.Logf("%v:\n%s%s", args, stderr.String(), stdout.String())
+	if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
+		l.t.Fatalf("%v: output is not JSON: %v\n%s", args, err, stdout.String())
 	}
 }

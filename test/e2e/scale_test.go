@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,15 +26,9 @@ import (
 func (l *Lab) checkScale(ctx context.Context) {
 	l.t.Helper()
 	const members, services, exports = 3, 5, 3
-	cmd := exec.Command(l.labBin, "benchmark", "scale", "--members", fmt.Sprint(members), "--services", fmt.Sprint(services),
-		"--exports", fmt.Sprint(exports), "--steady", "5s", "--timeout", "5m", "-o", "json")
-	cmd.Env = append(os.Environ(), "CAUSEWAY_LAB_DIR="+l.Dir)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		l.t.Fatalf("benchmark scale: %v\n%s%s", err, stderr.String(), stdout.String())
-	}
-	l.t.Logf("benchmark scale:\n%s%s", stderr.String(), stdout.String())
+	var out json.RawMessage
+	l.benchmark(&out, "scale", "--members", fmt.Sprint(members), "--services", fmt.Sprint(services),
+		"--exports", fmt.Sprint(exports), "--steady", "5s", "--timeout", "5m")
 
 	// The issue's contract, by field name.
 	var raw struct {
@@ -45,11 +36,11 @@ func (l *Lab) checkScale(ctx context.Context) {
 		P50     *float64         `json:"exportReachableP50Ms"`
 		P99     *float64         `json:"exportReachableP99Ms"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &raw); err != nil {
-		l.t.Fatalf("benchmark output is not JSON: %v\n%s", err, stdout.String())
+	if err := json.Unmarshal(out, &raw); err != nil {
+		l.t.Fatal(err)
 	}
 	if raw.P50 == nil || raw.P99 == nil || len(raw.Daemons) == 0 {
-		l.t.Fatalf("want exportReachableP50Ms, exportReachableP99Ms and daemons in %s", stdout.String())
+		l.t.Fatalf("want exportReachableP50Ms, exportReachableP99Ms and daemons in %s", out)
 	}
 	for _, d := range raw.Daemons {
 		for _, f := range []string{"name", "rssBytes", "cpuSeconds"} {
@@ -60,7 +51,7 @@ func (l *Lab) checkScale(ctx context.Context) {
 	}
 
 	var res bench.ScaleResult
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+	if err := json.Unmarshal(out, &res); err != nil {
 		l.t.Fatal(err)
 	}
 	if res.Members != members || res.Services != services {
