@@ -3,7 +3,8 @@
 // request/response latency, each also measured over a raw veth pair
 // between two fresh network namespaces in the same run, so every figure
 // comes with its ratio to that baseline (the machines are shared and
-// noisy; absolute numbers alone mean little).
+// noisy; absolute numbers alone mean little). Segments measures the
+// cross-cluster path piece by piece in the same way.
 //
 // Propagation measures the control plane and the datapath together: how
 // long after a ServiceExport a pod of another cluster connects through the
