@@ -23,6 +23,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -571,13 +572,12 @@ func (s *Soak) scale(ctx context.Context) (SoakWindow, error) {
 	}
 	key := client.ObjectKey{Namespace: s.Export.Namespace, Name: "whereami"}
 	set := func(n int32) error {
-		d := &appsv1.Deployment{}
-		if err := c.Get(ctx, key, d); err != nil {
-			return err
-		}
-		d.Spec.Replicas = ptr.To(n)
-		if err := c.Update(ctx, d); err != nil {
-			return err
+		// A patch of the replicas alone: an update of the object read
+		// before conflicts with the controllers' writes (its status).
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
+		if err := c.Patch(ctx, d, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return fmt.Errorf("scale %s/%s to %d: %w", key.Namespace, key.Name, n, err)
 		}
 		return poll(ctx, s.Timeout, 200*time.Millisecond, fmt.Sprintf("%s: %d whereami pods ready, none else", s.Failover, n), func() (bool, error) {
 			var pods corev1.PodList
