@@ -10,6 +10,7 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -98,6 +100,9 @@ type ControlPlane struct {
 	// EtcdURL is etcd's client URL on 127.0.0.1 (plain http; it also
 	// serves etcd's /metrics).
 	EtcdURL string
+	// etcdPeerURL is the peer URL this control plane's etcd advertises:
+	// what tells it apart from another etcd answering at EtcdURL.
+	etcdPeerURL string
 	// AdminKubeconfig is the path of a kubeconfig for system:masters.
 	AdminKubeconfig string
 }
@@ -132,20 +137,18 @@ func Prepare(cfg Config) (*ControlPlane, []ProcessConfig, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("controlplane %s: ports: %w", cfg.Name, err)
 	}
-	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
-
-	cp := &ControlPlane{cfg: cfg, URL: fmt.Sprintf("https://127.0.0.1:%d", apiPort), EtcdURL: fmt.Sprintf("http://127.0.0.1:%d", etcdClient)}
+	cp := newControlPlane(cfg, ports)
 	if cp.pki, err = NewPKI(filepath.Join(cfg.Dir, "pki"), cfg.Name, cfg.ServingIPs); err != nil {
 		return nil, nil, err
 	}
 	if cp.AdminKubeconfig, err = cp.pki.Kubeconfig(cp.URL, "admin", "admin", []string{"system:masters"}); err != nil {
 		return nil, nil, err
 	}
-	apiserver, err := cp.apiserver(etcdClient, apiPort)
+	apiserver, err := cp.apiserver(ports[0], ports[2])
 	if err != nil {
 		return nil, nil, err
 	}
-	procs := []ProcessConfig{cp.etcd(etcdClient, etcdPeer), apiserver}
+	procs := []ProcessConfig{cp.etcd(), apiserver}
 	for _, c := range cfg.Components {
 		pc, err := cp.component(c)
 		if err != nil {
@@ -202,12 +205,22 @@ func Adopt(cfg Config) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	url := fmt.Sprintf("https://127.0.0.1:%d", ports[2])
-	admin, err := pki.Kubeconfig(url, "admin", "admin", []string{"system:masters"})
-	if err != nil {
+	cp := newControlPlane(cfg, ports)
+	cp.pki = pki
+	if cp.AdminKubeconfig, err = pki.Kubeconfig(cp.URL, "admin", "admin", []string{"system:masters"}); err != nil {
 		return nil, err
 	}
-	return &ControlPlane{cfg: cfg, pki: pki, URL: url, EtcdURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), AdminKubeconfig: admin}, nil
+	return cp, nil
+}
+
+// newControlPlane is the handle of a control plane on ports (etcd client,
+// etcd peer, API server), without PKI.
+func newControlPlane(cfg Config, ports []int) *ControlPlane {
+	return &ControlPlane{cfg: cfg,
+		URL:         fmt.Sprintf("https://127.0.0.1:%d", ports[2]),
+		EtcdURL:     fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		etcdPeerURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+	}
 }
 
 // RESTConfig is an admin client configuration.
@@ -264,9 +277,8 @@ func (cp *ControlPlane) Stop() {
 	cp.procs = nil
 }
 
-func (cp *ControlPlane) etcd(clientPort, peerPort int) ProcessConfig {
-	client := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
-	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+func (cp *ControlPlane) etcd() ProcessConfig {
+	client, peer := cp.EtcdURL, cp.etcdPeerURL
 	return cp.process("etcd",
 		"--name=default",
 		"--data-dir="+filepath.Join(cp.cfg.Dir, "etcd"),
@@ -408,7 +420,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *Process) error
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				return cp.checkEtcd(ctx)
 			}
 			last = resp.Status
 		} else {
@@ -425,6 +437,34 @@ func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *Process) error
 	}
 }
 
+// checkEtcd fails unless the etcd answering at EtcdURL is this control
+// plane's: another process that took its client port (this one's etcd then
+// cannot bind it) would give the API server that process's data.
+func (cp *ControlPlane) checkEtcd(ctx context.Context) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, cp.EtcdURL+"/v3/cluster/member/list", strings.NewReader("{}"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("controlplane %s: etcd members: %w", cp.cfg.Name, err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Members []struct {
+			PeerURLs []string `json:"peerURLs"`
+		} `json:"members"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return fmt.Errorf("controlplane %s: etcd members (%s): %w", cp.cfg.Name, resp.Status, err)
+	}
+	var peers []string
+	for _, m := range list.Members {
+		peers = append(peers, m.PeerURLs...)
+	}
+	if !slices.Contains(peers, cp.etcdPeerURL) {
+		return fmt.Errorf("controlplane %s: the etcd at %s is not this control plane's (its peers %v, want %s): another process holds the port", cp.cfg.Name, cp.EtcdURL, peers, cp.etcdPeerURL)
+	}
+	return nil
+}
+
 func componentNames(cs []Component) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
@@ -434,10 +474,18 @@ func componentNames(cs []Component) []string {
 }
 
 // loadOrPickPorts reuses the ports recorded in file, or picks n free
-// loopback ports and records them.
+// loopback ports and records them. A port is free only while it is
+// picked: the processes bind it later. So the ports recorded by the
+// control planes beside this one (files of the same name in the sibling
+// directories: a lab prepares all its control planes before starting any)
+// are never picked again.
 func loadOrPickPorts(file string, n int) ([]int, error) {
 	if ports, err := readPorts(file); err == nil && len(ports) == n {
 		return ports, nil
+	}
+	taken, err := siblingPorts(file)
+	if err != nil {
+		return nil, err
 	}
 	var ports []int
 	var lns []net.Listener
@@ -446,13 +494,15 @@ func loadOrPickPorts(file string, n int) ([]int, error) {
 			ln.Close()
 		}
 	}()
-	for range n {
+	for len(ports) < n {
 		ln, err := listenBelowEphemeral()
 		if err != nil {
 			return nil, err
 		}
 		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		if port := ln.Addr().(*net.TCPAddr).Port; !taken[port] {
+			ports = append(ports, port)
+		}
 	}
 	var b []byte
 	for _, p := range ports {
@@ -460,6 +510,30 @@ func loadOrPickPorts(file string, n int) ([]int, error) {
 		b = append(b, '\n')
 	}
 	return ports, os.WriteFile(file, b, 0o600)
+}
+
+// siblingPorts are the ports recorded in the files named like file in the
+// directories beside file's directory.
+func siblingPorts(file string) (map[int]bool, error) {
+	dir := filepath.Dir(file)
+	files, err := filepath.Glob(filepath.Join(filepath.Dir(dir), "*", filepath.Base(file)))
+	if err != nil {
+		return nil, err
+	}
+	taken := map[int]bool{}
+	for _, f := range files {
+		if filepath.Dir(f) == dir {
+			continue
+		}
+		ports, err := readPorts(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ports {
+			taken[p] = true
+		}
+	}
+	return taken, nil
 }
 
 // portFloor is the lowest port listenBelowEphemeral picks.

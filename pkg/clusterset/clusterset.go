@@ -75,12 +75,12 @@ func read(ctx context.Context, c client.Reader) (addrpolicy.Policy, error) {
 // Wait reads the policy with read, retrying every interval while the API
 // server does not answer, the policy is missing (ReadMirror) or does not
 // parse, until ctx ends. report, when set, is told every failure and the
-// success (nil).
+// success (nil). Each read is bounded by readTimeout.
 func Wait(ctx context.Context, read Reader, c client.Reader, interval time.Duration, report func(error)) (addrpolicy.Policy, error) {
 	var p addrpolicy.Policy
 	err := wait.PollUntilContextCancel(ctx, interval, true, func(ctx context.Context) (bool, error) {
 		var err error
-		p, err = read(ctx, c)
+		p, err = readWithin(ctx, read, c)
 		if report != nil {
 			report(err)
 		}
@@ -90,6 +90,16 @@ func Wait(ctx context.Context, read Reader, c client.Reader, interval time.Durat
 		return addrpolicy.Policy{}, fmt.Errorf("wait for the ClusterSet policy: %w", err)
 	}
 	return p, nil
+}
+
+// readTimeout bounds one read of Wait and Watch: a request that hangs is
+// given up and tried again at the next interval.
+const readTimeout = 10 * time.Second
+
+func readWithin(ctx context.Context, read Reader, c client.Reader) (addrpolicy.Policy, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	return read(ctx, c)
 }
 
 // ErrChanged is returned by Watch when the policy is no longer the one the
@@ -110,7 +120,7 @@ func Watch(ctx context.Context, read Reader, c client.Reader, have addrpolicy.Po
 			return nil
 		case <-t.C:
 		}
-		p, err := read(ctx, c)
+		p, err := readWithin(ctx, read, c)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("cannot read the ClusterSet policy; keeping the one in use", "err", err)

@@ -27,6 +27,8 @@ func (r *Runtime) NodeAddress(ctx context.Context, cfg *rest.Config, name string
 	}
 	var out netip.Addr
 	err = wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		defer cancel()
 		var node corev1.Node
 		if err := cl.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
 			r.SetReady("node address", fmt.Errorf("get node %s: %w", name, err))

@@ -52,15 +52,24 @@ func (r *Runtime) HandleHealth(pattern string, h http.Handler) {
 }
 
 // SetReady records the state of one readiness check; /readyz answers 200
-// only when every check that was ever set is ready.
+// only when every check that was ever set is ready. Each change is logged
+// (a check becoming not ready or changing its reason, and ready again), so
+// a daemon that waits says what for.
 func (r *Runtime) SetReady(check string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	was, notReady := r.notReady[check]
 	if err == nil {
-		delete(r.notReady, check)
+		if notReady {
+			delete(r.notReady, check)
+			r.Log.Info("ready", "check", check)
+		}
 		return
 	}
-	r.notReady[check] = err.Error()
+	if msg := err.Error(); !notReady || msg != was {
+		r.notReady[check] = msg
+		r.Log.Info("not ready", "check", check, "reason", msg)
+	}
 }
 
 func (r *Runtime) readiness() (bool, map[string]string) {
