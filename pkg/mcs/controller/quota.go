@@ -317,3 +317,10 @@ func (r *requeuer) add(key types.NamespacedName) {
 		(*q).Add(reconcile.Request{NamespacedName: key})
 	}
 }
+
+// addAfter hands key to the controller after d.
+func (r *requeuer) addAfter(key types.NamespacedName, d time.Duration) {
+	if q := r.q.Load(); q != nil {
+		(*q).AddAfter(reconcile.Request{NamespacedName: key}, d)
+	}
+}

@@ -462,6 +462,10 @@ func (c *Controller) syncImport(ctx context.Context, key types.NamespacedName, e
 	if m.Spec.Type == mcsv1beta1.ClusterSetIP {
 		vips, vipErr = c.clustersetVIPs(ctx, key, m.Spec.IPFamilies, c.vipExporters(ctx, key, exporters))
 	}
+	if wait := c.vipPendingWait(key, len(vips) == 0 && errors.Is(vipErr, mcs.ErrVIPPending)); wait > 0 {
+		c.requeue.addAfter(key, wait)
+		return &m, nil
+	}
 	want := mcs.BuildServiceImport(m, key.Namespace, key.Name, vips)
 	ready := metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
 		Reason: string(mcsv1beta1.ServiceImportReasonReady), Message: "imported"}
@@ -641,7 +645,7 @@ func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName)
 	c.setImported(key, -1)
 
 	c.mu.Lock()
-	c.updateLocked(key, func(st *serviceState) { st.vips = nil })
+	c.updateLocked(key, func(st *serviceState) { st.vips, st.vipPendingSince = nil, time.Time{} })
 	delete(c.waitingVIP, key)
 	c.mu.Unlock()
 	// This cluster does not export key (else its record would be there):
@@ -705,10 +709,42 @@ type serviceState struct {
 	exported bool         // this cluster's record is published
 	imported bool         // the ServiceImport is written here
 	slices   int32        // multi-cluster EndpointSlices written here
+	// vipPendingSince is when this cluster, not importing the Service
+	// yet, first found no VIP allocated for it (vipPendingWait).
+	vipPendingSince time.Time
 }
 
 func (st serviceState) empty() bool {
-	return len(st.vips) == 0 && !st.exported && !st.imported && st.slices == 0
+	return len(st.vips) == 0 && !st.exported && !st.imported && st.slices == 0 && st.vipPendingSince.IsZero()
+}
+
+// VIPPendingGrace is how long a cluster that does not import a
+// ClusterSetIP Service yet waits for an exporter's VIP allocation before
+// it imports the Service without one (Ready=False, VIPPending). An
+// importer usually sees the exporter's record a moment before its
+// allocation; creating the import without an address and updating it
+// then would cost two writes more per Service.
+const VIPPendingGrace = 5 * time.Second
+
+// vipPendingWait is how much longer key's import waits for its VIP:
+// positive only while pending (no VIP allocated yet), key is not
+// imported here, and VIPPendingGrace has not passed since it was first
+// found pending.
+func (c *Controller) vipPendingWait(key types.NamespacedName, pending bool) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, imported := c.stores.imports.Get(key); !pending || imported {
+		c.updateLocked(key, func(st *serviceState) { st.vipPendingSince = time.Time{} })
+		return 0
+	}
+	var since time.Time
+	c.updateLocked(key, func(st *serviceState) {
+		if st.vipPendingSince.IsZero() {
+			st.vipPendingSince = time.Now()
+		}
+		since = st.vipPendingSince
+	})
+	return VIPPendingGrace - time.Since(since)
 }
 
 // updateLocked applies f to key's state and keeps the totals; call with

@@ -252,3 +252,99 @@ func firstCandidate(r mcs.VIPRange, svc types.NamespacedName) netip.Addr {
 	}
 	return netip.Addr{}
 }
+
+// TestImportWaitsForTheVIP: c2 (its broker identity only) writes its
+// record of demo/web, and its VIP allocation a second later, as its
+// controller does in that order. c1, which only imports web, creates the
+// ServiceImport once, with the VIP: no import without an address first,
+// updated when the allocation comes (VIPPendingGrace).
+func TestImportWaitsForTheVIP(t *testing.T) {
+	e := newEnv(t, "c1")
+	ctx := context.Background()
+	kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, "c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.identity["c2"], err = clientcmd.RESTConfigFromKubeConfig(kc); err != nil {
+		t.Fatal(err)
+	}
+	e.tunnel("c1", "c2", true, "10.96.0.0/16")
+	e.namespace("c1", "demo")
+	e.start("c1")
+	c2 := e.member("c2")
+	web := types.NamespacedName{Namespace: "demo", Name: "web"}
+	rec := mcs.ExportRecord{ClusterID: "c2", ServiceNamespace: "demo", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP,
+		ExportCreationTimestamp: metav1.Now(), ClusterIPs: []string{"10.96.0.30"}, ReadyEndpoints: 1, ServingEndpoints: 1,
+		Ports: []causewayv1alpha1.RecordPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}
+	if err := writeRecord(t, c2, "c2", rec); err != nil {
+		t.Fatal(err)
+	}
+	// c1 syncs web (the only Service it knows) without an allocation.
+	kubetest.Eventually(t, "c1 synced web", func() error {
+		if n := metricCount(t, e, "c1", "causeway_mcs_sync_duration_seconds"); n == 0 {
+			return fmt.Errorf("no sync yet")
+		}
+		return nil
+	})
+	vip := firstCandidate(vipRange(), web)
+	allocateByHand(t, c2, "c2", vip, web)
+	kubetest.Eventually(t, "c1 imports web with c2's VIP", func() error {
+		got, err := importVIP(e.c("c1"), "demo", "web")
+		if err != nil {
+			return err
+		}
+		if got != vip {
+			return fmt.Errorf("VIP %s, want %s", got, vip)
+		}
+		return nil
+	})
+	for op, want := range map[string]float64{"create": 1, "update": 0} {
+		if got := apiWrites(t, e, "c1", "ServiceImport", op); got != want {
+			t.Errorf("c1's ServiceImport writes, %s: %v, want %v", op, got, want)
+		}
+	}
+}
+
+// metricCount is the sample count of controller id's histogram name.
+func metricCount(t *testing.T, e *env, id, name string) uint64 {
+	t.Helper()
+	mfs, err := e.metrics[id].Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var n uint64
+			for _, m := range mf.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// apiWrites is controller id's causeway_mcs_api_writes_total of kind and
+// op (0 when never written).
+func apiWrites(t *testing.T, e *env, id, kind, op string) float64 {
+	t.Helper()
+	mfs, err := e.metrics[id].Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "causeway_mcs_api_writes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["kind"] == kind && labels["op"] == op {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
