@@ -31,6 +31,19 @@ import (
 
 // member is a client of the broker with cluster id's own identity: what
 // a compromised member (its controller stopped) writes by hand.
+// remoteMember gives cluster id, which has no API server here, its broker
+// identity (as deploy-broker does); e.member(id) is then its client.
+func (e *env) remoteMember(id string) {
+	e.t.Helper()
+	kc, err := broker.EnsureClusterIdentity(context.Background(), e.broker.Config, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if e.identity[id], err = clientcmd.RESTConfigFromKubeConfig(kc); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *env) member(id string) client.Client {
 	e.t.Helper()
 	c, err := client.New(e.identity[id], client.Options{Scheme: kube.NewScheme()})
@@ -146,15 +159,7 @@ func TestBadRecords(t *testing.T) {
 	ctx := context.Background()
 	// c3 has no API server here, only its broker identity and, in c1, a
 	// Valid Endpoint mirror.
-	kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, "c3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c3cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.identity["c3"] = c3cfg
+	e.remoteMember("c3")
 	e.tunnel("c1", "c3", true, "10.97.0.0/16", "10.245.0.0/16")
 	c1, svc := exportWeb(t, e, "demo")
 

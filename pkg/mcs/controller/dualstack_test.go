@@ -11,13 +11,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
-	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
@@ -34,13 +32,7 @@ func TestDualStackImport(t *testing.T) {
 	ctx := context.Background()
 	// c3 writes its record with its broker identity; c1 reaches it
 	// through a Valid Endpoint covering both families.
-	kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, "c3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.identity["c3"], err = clientcmd.RESTConfigFromKubeConfig(kc); err != nil {
-		t.Fatal(err)
-	}
+	e.remoteMember("c3")
 	e.tunnel("c1", "c3", true, "10.97.0.0/16", "fd00:97::/108")
 	e.namespace("c1", "demo")
 	e.start("c1")

@@ -9,7 +9,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
@@ -36,15 +35,8 @@ func TestRecordQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.cfg.Policy = pol
-	for _, id := range []string{"c2", "c3"} {
-		kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e.identity[id], err = clientcmd.RESTConfigFromKubeConfig(kc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.remoteMember("c2")
+	e.remoteMember("c3")
 	e.tunnel("c1", "c2", true, "10.96.0.0/16")
 	e.tunnel("c1", "c3", true, "10.97.0.0/16")
 	e.namespace("c1", "demo")

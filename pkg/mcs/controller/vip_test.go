@@ -12,13 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/internal/kubetest"
-	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
@@ -110,13 +108,7 @@ func wantSources(c client.Client, ns, name string, want ...string) func() error 
 func TestVIPSquat(t *testing.T) {
 	e := newEnv(t, "c1", "c2")
 	ctx := context.Background()
-	kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, "c3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.identity["c3"], err = clientcmd.RESTConfigFromKubeConfig(kc); err != nil {
-		t.Fatal(err)
-	}
+	e.remoteMember("c3")
 	c3 := e.member("c3")
 	web := types.NamespacedName{Namespace: "demo", Name: "web"}
 	first := firstCandidate(vipRange(), web)
@@ -260,14 +252,7 @@ func firstCandidate(r mcs.VIPRange, svc types.NamespacedName) netip.Addr {
 // updated when the allocation comes (VIPPendingGrace).
 func TestImportWaitsForTheVIP(t *testing.T) {
 	e := newEnv(t, "c1")
-	ctx := context.Background()
-	kc, err := broker.EnsureClusterIdentity(ctx, e.broker.Config, "c2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.identity["c2"], err = clientcmd.RESTConfigFromKubeConfig(kc); err != nil {
-		t.Fatal(err)
-	}
+	e.remoteMember("c2")
 	e.tunnel("c1", "c2", true, "10.96.0.0/16")
 	e.namespace("c1", "demo")
 	e.start("c1")
