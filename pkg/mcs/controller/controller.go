@@ -128,6 +128,9 @@ type Controller struct {
 	exports, imports, sliceCount int
 	// waitingVIP are Services whose VIP allocation found the range full.
 	waitingVIP map[types.NamespacedName]bool
+	// vipPendingSince holds, for each Service not imported here yet that
+	// found no VIP allocated, when it first did (vipPendingWait).
+	vipPendingSince map[types.NamespacedName]time.Time
 	// refused holds, per Service, the remote records refused at its last
 	// sync (cluster ID -> refusal), so that each refusal is reported once;
 	// quotaReported the clusters over their quota reported while they are.
@@ -277,10 +280,11 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		trigger:  make(chan event.GenericEvent, 1024),
 		services: map[types.NamespacedName]serviceState{},
 
-		quotas:        slim.quotas,
-		waitingVIP:    map[types.NamespacedName]bool{},
-		refused:       map[types.NamespacedName]map[string]string{},
-		quotaReported: map[string]bool{},
+		quotas:          slim.quotas,
+		waitingVIP:      map[types.NamespacedName]bool{},
+		vipPendingSince: map[types.NamespacedName]time.Time{},
+		refused:         map[types.NamespacedName]map[string]string{},
+		quotaReported:   map[string]bool{},
 	}
 	if c.stores, err = newLocalStores(local, scheme, slim); err != nil {
 		return nil, err

@@ -645,8 +645,9 @@ func (c *Controller) removeImport(ctx context.Context, key types.NamespacedName)
 	c.setImported(key, -1)
 
 	c.mu.Lock()
-	c.updateLocked(key, func(st *serviceState) { st.vips, st.vipPendingSince = nil, time.Time{} })
+	c.updateLocked(key, func(st *serviceState) { st.vips = nil })
 	delete(c.waitingVIP, key)
+	delete(c.vipPendingSince, key)
 	c.mu.Unlock()
 	// This cluster does not export key (else its record would be there):
 	// its allocations of key count for nobody.
@@ -709,13 +710,10 @@ type serviceState struct {
 	exported bool         // this cluster's record is published
 	imported bool         // the ServiceImport is written here
 	slices   int32        // multi-cluster EndpointSlices written here
-	// vipPendingSince is when this cluster, not importing the Service
-	// yet, first found no VIP allocated for it (vipPendingWait).
-	vipPendingSince time.Time
 }
 
 func (st serviceState) empty() bool {
-	return len(st.vips) == 0 && !st.exported && !st.imported && st.slices == 0 && st.vipPendingSince.IsZero()
+	return len(st.vips) == 0 && !st.exported && !st.imported && st.slices == 0
 }
 
 // VIPPendingGrace is how long a cluster that does not import a
@@ -734,16 +732,14 @@ func (c *Controller) vipPendingWait(key types.NamespacedName, pending bool) time
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, imported := c.stores.imports.Get(key); !pending || imported {
-		c.updateLocked(key, func(st *serviceState) { st.vipPendingSince = time.Time{} })
+		delete(c.vipPendingSince, key)
 		return 0
 	}
-	var since time.Time
-	c.updateLocked(key, func(st *serviceState) {
-		if st.vipPendingSince.IsZero() {
-			st.vipPendingSince = time.Now()
-		}
-		since = st.vipPendingSince
-	})
+	since, ok := c.vipPendingSince[key]
+	if !ok {
+		since = time.Now()
+		c.vipPendingSince[key] = since
+	}
 	return VIPPendingGrace - time.Since(since)
 }
 
