@@ -144,7 +144,7 @@ func Prepare(cfg Config) (*ControlPlane, []ProcessConfig, error) {
 	if cp.AdminKubeconfig, err = cp.pki.Kubeconfig(cp.URL, "admin", "admin", []string{"system:masters"}); err != nil {
 		return nil, nil, err
 	}
-	apiserver, err := cp.apiserver(ports[0], ports[2])
+	apiserver, err := cp.apiserver(ports[2])
 	if err != nil {
 		return nil, nil, err
 	}
@@ -292,10 +292,10 @@ func (cp *ControlPlane) etcd() ProcessConfig {
 	)
 }
 
-func (cp *ControlPlane) apiserver(etcdPort, apiPort int) (ProcessConfig, error) {
+func (cp *ControlPlane) apiserver(apiPort int) (ProcessConfig, error) {
 	p := cp.pki
 	args := []string{
-		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
+		"--etcd-servers=" + cp.EtcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--endpoint-reconciler-type=none",
@@ -447,13 +447,16 @@ func (cp *ControlPlane) checkEtcd(ctx context.Context) error {
 		return fmt.Errorf("controlplane %s: etcd members: %w", cp.cfg.Name, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("controlplane %s: etcd members: %s", cp.cfg.Name, resp.Status)
+	}
 	var list struct {
 		Members []struct {
 			PeerURLs []string `json:"peerURLs"`
 		} `json:"members"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return fmt.Errorf("controlplane %s: etcd members (%s): %w", cp.cfg.Name, resp.Status, err)
+		return fmt.Errorf("controlplane %s: etcd members: %w", cp.cfg.Name, err)
 	}
 	var peers []string
 	for _, m := range list.Members {

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -56,4 +57,31 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// The ports a lab's other control planes recorded are taken; this one's
+// own file and unrelated files are not read.
+func TestSiblingPorts(t *testing.T) {
+	lab := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(lab, name)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(lab, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("broker/ports", "20001\n20002\n20003\n")
+	write("c2/ports", "20004\n20005\n20006\n")
+	write("c1/ports", "20007\n")
+	write("nodes/other", "20008\n")
+	taken, err := siblingPorts(filepath.Join(lab, "c1", "ports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]bool{20001: true, 20002: true, 20003: true, 20004: true, 20005: true, 20006: true}
+	if !maps.Equal(taken, want) {
+		t.Errorf("siblingPorts = %v, want %v", taken, want)
+	}
 }

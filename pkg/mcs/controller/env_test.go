@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -184,6 +185,36 @@ func (e *env) startReplica(id, name string) {
 func (e *env) stop(name string) { e.daemons.Stop("controller " + name) }
 
 func (e *env) c(id string) client.Client { return e.clusters[id].Client }
+
+// series returns the series of metric name in controller id's registry
+// that carry every label of labels.
+func (e *env) series(id, name string, labels map[string]string) []*dto.Metric {
+	e.t.Helper()
+	mfs, err := e.metrics[id].Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []*dto.Metric
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			match := true
+			for k, v := range labels {
+				match = match && have[k] == v
+			}
+			if match {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
 
 // importVIP returns the ServiceImport's VIP, or an error while it has none.
 func importVIP(c client.Client, ns, name string) (netip.Addr, error) {

@@ -73,21 +73,11 @@ func TestRecordQuota(t *testing.T) {
 	if err := c1.Get(ctx, types.NamespacedName{Namespace: "demo", Name: "s3"}, &mcsv1beta1.ServiceImport{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ServiceImport demo/s3: err=%v, want NotFound", err)
 	}
-	reg := e.metrics["c1"]
 	overQuota := func(want float64) func() error {
 		return func() error {
-			mfs, err := reg.Gather()
-			if err != nil {
-				return err
-			}
-			for _, mf := range mfs {
-				if mf.GetName() != "causeway_mcs_remote_record_objects_over_quota" {
-					continue
-				}
-				for _, m := range mf.GetMetric() {
-					if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "c2" && m.GetGauge().GetValue() == want {
-						return nil
-					}
+			for _, m := range e.series("c1", "causeway_mcs_remote_record_objects_over_quota", map[string]string{"cluster": "c2"}) {
+				if m.GetGauge().GetValue() == want {
+					return nil
 				}
 			}
 			return fmt.Errorf("causeway_mcs_remote_record_objects_over_quota{cluster=c2} is not %v", want)

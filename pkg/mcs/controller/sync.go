@@ -729,9 +729,10 @@ const VIPPendingGrace = 5 * time.Second
 // imported here, and VIPPendingGrace has not passed since it was first
 // found pending.
 func (c *Controller) vipPendingWait(key types.NamespacedName, pending bool) time.Duration {
+	_, imported := c.stores.imports.Get(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, imported := c.stores.imports.Get(key); !pending || imported {
+	if !pending || imported {
 		delete(c.vipPendingSince, key)
 		return 0
 	}

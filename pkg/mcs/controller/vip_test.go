@@ -266,7 +266,11 @@ func TestImportWaitsForTheVIP(t *testing.T) {
 	}
 	// c1 syncs web (the only Service it knows) without an allocation.
 	kubetest.Eventually(t, "c1 synced web", func() error {
-		if n := metricCount(t, e, "c1", "causeway_mcs_sync_duration_seconds"); n == 0 {
+		var n uint64
+		for _, m := range e.series("c1", "causeway_mcs_sync_duration_seconds", nil) {
+			n += m.GetHistogram().GetSampleCount()
+		}
+		if n == 0 {
 			return fmt.Errorf("no sync yet")
 		}
 		return nil
@@ -284,52 +288,12 @@ func TestImportWaitsForTheVIP(t *testing.T) {
 		return nil
 	})
 	for op, want := range map[string]float64{"create": 1, "update": 0} {
-		if got := apiWrites(t, e, "c1", "ServiceImport", op); got != want {
+		var got float64
+		for _, m := range e.series("c1", "causeway_mcs_api_writes_total", map[string]string{"kind": "ServiceImport", "op": op}) {
+			got += m.GetCounter().GetValue()
+		}
+		if got != want {
 			t.Errorf("c1's ServiceImport writes, %s: %v, want %v", op, got, want)
 		}
 	}
-}
-
-// metricCount is the sample count of controller id's histogram name.
-func metricCount(t *testing.T, e *env, id, name string) uint64 {
-	t.Helper()
-	mfs, err := e.metrics[id].Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			var n uint64
-			for _, m := range mf.GetMetric() {
-				n += m.GetHistogram().GetSampleCount()
-			}
-			return n
-		}
-	}
-	return 0
-}
-
-// apiWrites is controller id's causeway_mcs_api_writes_total of kind and
-// op (0 when never written).
-func apiWrites(t *testing.T, e *env, id, kind, op string) float64 {
-	t.Helper()
-	mfs, err := e.metrics[id].Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "causeway_mcs_api_writes_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["kind"] == kind && labels["op"] == op {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
