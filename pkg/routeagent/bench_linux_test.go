@@ -3,6 +3,7 @@ package routeagent
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -20,22 +21,29 @@ import (
 
 	"github.com/causeway-net/causeway/internal/kubetest"
 	"github.com/causeway-net/causeway/internal/procmem"
+	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/clusterset"
 )
 
 // BenchmarkVIPMemory runs the real route agent process (VIP datapath on,
 // in a lab node namespace with a private bpffs) against a real API server
 // and measures its RSS and Go heap in use with $RA_BENCH_SERVICES (default
 // 10000) imported services (a ServiceImport with a clusterset VIP and a
-// multicluster EndpointSlice each) programmed into the BPF maps. Baseline:
+// multicluster EndpointSlice from each of $RA_BENCH_MEMBERS clusters,
+// default 1) programmed into the BPF maps; with $RA_BENCH_HEAP_PROFILE
+// set, the agent's heap profile after a GC is saved there. Baseline:
 // the same agent idle, with no import, in the same run. $BENCH_GOMEMLIMIT
 // is passed to the agent as GOMEMLIMIT (Go's soft memory limit).
 //
 //	go test -run '^$' -bench BenchmarkVIPMemory -benchtime 1x ./pkg/routeagent/
 func BenchmarkVIPMemory(b *testing.B) {
 	requireRoot(b)
-	n := 10000
+	n, members := 10000, 1
 	if s := os.Getenv("RA_BENCH_SERVICES"); s != "" {
 		n, _ = strconv.Atoi(s)
+	}
+	if s := os.Getenv("RA_BENCH_MEMBERS"); s != "" {
+		members, _ = strconv.Atoi(s)
 	}
 	kc := kubetest.Start(b, "ravipmem")
 	ctx := context.Background()
@@ -44,6 +52,10 @@ func BenchmarkVIPMemory(b *testing.B) {
 		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			b.Fatal(err)
 		}
+	}
+	// The ClusterSet policy as the gateway mirrors it: the agent waits for it.
+	if err := clusterset.Store(ctx, cl, addrpolicy.DefaultPolicy()); err != nil {
+		b.Fatal(err)
 	}
 
 	h, c := labHost(b, "rab", 1)
@@ -94,7 +106,7 @@ func BenchmarkVIPMemory(b *testing.B) {
 	for range 8 {
 		wg.Go(func() {
 			for i := range work {
-				createImport(b, ctx, cl, i)
+				createImport(b, ctx, cl, i, members)
 			}
 		})
 	}
@@ -109,20 +121,43 @@ func BenchmarkVIPMemory(b *testing.B) {
 	converge := time.Since(t0)
 	loaded := memory(agent)
 	b.StopTimer()
+	if path := os.Getenv("RA_BENCH_HEAP_PROFILE"); path != "" {
+		saveHeapProfile(b, httpc, "http://127.0.0.1:9532/debug/pprof/heap?gc=1", path)
+	}
 
 	b.ReportMetric(loaded.RSSMiB(), "RSS-MiB")
 	b.ReportMetric(loaded.PeakMiB(), "peak-RSS-MiB")
 	b.ReportMetric(loaded.HeapMiB(), "heap-MiB")
 	b.ReportMetric(idle.RSSMiB(), "idle-RSS-MiB")
 	b.ReportMetric(loaded.RSSMiB()/idle.RSSMiB(), "RSS/idle")
-	b.Logf("route agent with the VIP datapath: idle %s; with %d imported services programmed %s (RSS %.1f× idle); "+
-		"writing the imports and programming them took %.1fs", idle, n, loaded, loaded.RSSMiB()/idle.RSSMiB(), converge.Seconds())
+	b.Logf("route agent with the VIP datapath: idle %s; with %d imported services of %d clusters programmed %s (RSS %.1f× idle); "+
+		"writing the imports and programming them took %.1fs", idle, n, members, loaded, loaded.RSSMiB()/idle.RSSMiB(), converge.Seconds())
+}
+
+// saveHeapProfile writes the agent's heap profile, taken after a
+// garbage collection, to path.
+func saveHeapProfile(b *testing.B, c *http.Client, url, path string) {
+	resp, err := c.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("heap profile (after a GC) in %s", path)
 }
 
 // createImport writes service s<i>'s ServiceImport (VIP 243.x.y.z) and
-// its multicluster EndpointSlice (one ready backend), shaped as the MCS
-// controller writes them.
-func createImport(b *testing.B, ctx context.Context, cl client.Client, i int) {
+// its multicluster EndpointSlices, one per member cluster c<m> with one
+// ready backend (a pod of c1; with several members, each member's global
+// IP:port), shaped as the MCS controller writes them.
+func createImport(b *testing.B, ctx context.Context, cl client.Client, i, members int) {
 	name := fmt.Sprintf("s%d", i)
 	si := &mcsv1beta1.ServiceImport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
@@ -137,25 +172,32 @@ func createImport(b *testing.B, ctx context.Context, cl client.Client, i int) {
 		return
 	}
 	ready := true
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name + "-c1",
-			Labels: map[string]string{
-				LabelServiceName:                            name,
-				LabelSourceCluster:                          "c1",
-				discoveryv1.LabelManagedBy:                  "mcs-controller.causeway.dev",
-				"multicluster.kubernetes.io/service-import": name,
-			},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1beta1.GroupVersion.String(), Kind: mcsv1beta1.ServiceImportKindName,
-				Name: name, UID: si.UID, Controller: ref(true)}}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ref("http"), Protocol: ref(corev1.ProtocolTCP), Port: ref(int32(8080))}},
-		Endpoints: []discoveryv1.Endpoint{{
-			Addresses:  []string{fmt.Sprintf("10.244.%d.%d", i/250, i%250+1)},
-			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ref(false)},
-		}},
-	}
-	if err := cl.Create(ctx, slice); err != nil {
-		b.Error(err)
+	for m := range members {
+		cluster := fmt.Sprintf("c%d", m+1)
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name + "-" + cluster,
+				Labels: map[string]string{
+					LabelServiceName:                            name,
+					LabelSourceCluster:                          cluster,
+					discoveryv1.LabelManagedBy:                  "mcs-controller.causeway.dev",
+					"multicluster.kubernetes.io/service-import": name,
+				},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1beta1.GroupVersion.String(), Kind: mcsv1beta1.ServiceImportKindName,
+					Name: name, UID: si.UID, Controller: ref(true)}}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ref("http"), Protocol: ref(corev1.ProtocolTCP), Port: ref(int32(8080))}},
+			Endpoints: []discoveryv1.Endpoint{{
+				Addresses:  []string{fmt.Sprintf("10.244.%d.%d", i/250, i%250+1)},
+				Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ref(false)},
+			}},
+		}
+		if members > 1 { // a remote member's global IP:port
+			slice.Endpoints[0].Addresses[0] = fmt.Sprintf("242.%d.%d.2", m/250, m%250)
+			slice.Ports[0].Port = ref(int32(1024 + i))
+		}
+		if err := cl.Create(ctx, slice); err != nil {
+			b.Error(err)
+		}
 	}
 }
 

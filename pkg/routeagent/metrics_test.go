@@ -24,8 +24,13 @@ type staticVIPSource struct {
 	err     error
 }
 
-func (s staticVIPSource) ListVIPInputs(context.Context) ([]*mcsv1beta1.ServiceImport, []*discoveryv1.EndpointSlice, error) {
-	return s.imports, s.slices, s.err
+func (s staticVIPSource) ListVIPInputs(context.Context) ([]*mcsv1beta1.ServiceImport, []*VIPSlice, error) {
+	parsed := make([]*VIPSlice, len(s.slices))
+	for i, sl := range s.slices {
+		v := ParseVIPSlice(sl)
+		parsed[i] = &v
+	}
+	return s.imports, parsed, s.err
 }
 
 // filledVIPTable is a vip.Table with limits that counts what it holds as

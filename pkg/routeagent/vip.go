@@ -13,15 +13,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/pkg/kube"
+	"github.com/causeway-net/causeway/pkg/kube/plaincache"
 	"github.com/causeway-net/causeway/pkg/mcs"
 	"github.com/causeway-net/causeway/pkg/vip"
 )
@@ -105,6 +106,17 @@ type VIPState struct {
 // backends, so that connecting to it fails at once. Pure: same input,
 // same output; the result always passes vip.Table.Set's validation.
 func VIPDesired(cfg VIPConfig, imports []*mcsv1beta1.ServiceImport, eps []*discoveryv1.EndpointSlice) VIPState {
+	parsed := make([]*VIPSlice, len(eps))
+	for i, s := range eps {
+		v := ParseVIPSlice(s)
+		parsed[i] = &v
+	}
+	return vipDesired(cfg, imports, parsed)
+}
+
+// vipDesired is VIPDesired over slices already parsed (what the agent's
+// cache holds).
+func vipDesired(cfg VIPConfig, imports []*mcsv1beta1.ServiceImport, eps []*VIPSlice) VIPState {
 	var st VIPState
 	type sliceKey struct {
 		svc  client.ObjectKey
@@ -114,18 +126,17 @@ func VIPDesired(cfg VIPConfig, imports []*mcsv1beta1.ServiceImport, eps []*disco
 	for _, si := range imports {
 		byName[client.ObjectKeyFromObject(si)] = si
 	}
-	bySvc := map[sliceKey][]*discoveryv1.EndpointSlice{}
+	bySvc := map[sliceKey][]*VIPSlice{}
 	for _, s := range eps {
-		name := s.Labels[LabelServiceName]
-		if name == "" || s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+		if s.Service == "" {
 			continue
 		}
-		svc := client.ObjectKey{Namespace: s.Namespace, Name: name}
+		svc := client.ObjectKey{Namespace: s.Namespace, Name: s.Service}
 		if !writtenFor(s, byName[svc]) {
 			st.Ignored++
 			continue
 		}
-		k := sliceKey{svc, s.AddressType == discoveryv1.AddressTypeIPv6}
+		k := sliceKey{svc, s.IPv6}
 		bySvc[k] = append(bySvc[k], s)
 	}
 
@@ -141,9 +152,8 @@ func VIPDesired(cfg VIPConfig, imports []*mcsv1beta1.ServiceImport, eps []*disco
 			continue
 		}
 		key := client.ObjectKeyFromObject(si)
-		local := slices.ContainsFunc(append(bySvc[sliceKey{key, false}], bySvc[sliceKey{key, true}]...), func(s *discoveryv1.EndpointSlice) bool {
-			return s.Labels[LabelSourceCluster] == cfg.ClusterID
-		})
+		fromHere := func(s *VIPSlice) bool { return s.Cluster == cfg.ClusterID }
+		local := slices.ContainsFunc(bySvc[sliceKey{key, false}], fromHere) || slices.ContainsFunc(bySvc[sliceKey{key, true}], fromHere)
 		cands = append(cands, candidate{si, local})
 	}
 	slices.SortFunc(cands, func(a, b candidate) int {
@@ -232,17 +242,13 @@ func olderFirst(a, b *mcsv1beta1.ServiceImport) int {
 
 // writtenFor tells whether s is a slice the MCS controller wrote for si:
 // labelled managed-by mcs.ManagedBy, with si (name and UID) as its
-// controller. In a member cluster the chart's admission policy lets
-// nobody else write such a slice (pkg/chart); this keeps a slice that was
-// written elsewhere (a cluster without the policy) out all the same when
-// it does not belong to the import.
-func writtenFor(s *discoveryv1.EndpointSlice, si *mcsv1beta1.ServiceImport) bool {
-	if si == nil || s.Labels[discoveryv1.LabelManagedBy] != mcs.ManagedBy {
-		return false
-	}
-	ref := metav1.GetControllerOfNoCopy(s)
-	return ref != nil && ref.Kind == mcsv1beta1.ServiceImportKindName && ref.Name == si.Name && ref.UID == si.UID &&
-		strings.HasPrefix(ref.APIVersion, mcsv1beta1.GroupName+"/")
+// controller (ParseVIPSlice keeps the owner of such slices only). In a
+// member cluster the chart's admission policy lets nobody else write such
+// a slice (pkg/chart); this keeps a slice that was written elsewhere (a
+// cluster without the policy) out all the same when it does not belong
+// to the import.
+func writtenFor(s *VIPSlice, si *mcsv1beta1.ServiceImport) bool {
+	return si != nil && s.OwnerName == si.Name && s.OwnerUID == si.UID
 }
 
 // weightsFit tells whether the backends' weights sum to what the table
@@ -259,47 +265,41 @@ func weightsFit(bes []vip.Backend) bool {
 // the import's slices of one address family, narrowed by spec's traffic
 // policy and by cfg.Unreachable (how many that withdrew is the second
 // result).
-func backendsFor(cfg VIPConfig, spec mcsv1beta1.ServiceImportSpec, eps []*discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) ([]vip.Backend, int) {
-	localCluster := cfg.ClusterID
-	byCluster := map[string][]vip.Backend{}
+func backendsFor(cfg VIPConfig, spec mcsv1beta1.ServiceImportSpec, eps []*VIPSlice, p mcsv1beta1.ServicePort) ([]vip.Backend, int) {
+	// The slices that serve p with their port for it, and whether one of
+	// them is local.
+	type serving struct {
+		*VIPSlice
+		number uint16 // the slice's port number for p
+	}
+	var all []serving
+	localReady, ready := false, 0
 	for _, s := range eps {
-		port := slicePort(s, p)
-		if port == 0 {
-			continue
-		}
-		weight := sliceWeight(s)
-		cluster := s.Labels[LabelSourceCluster]
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
-				continue
+		if port := s.port(p); port != 0 && len(s.Ready) > 0 {
+			if all == nil {
+				all = make([]serving, 0, len(eps))
 			}
-			for _, a := range e.Addresses {
-				addr, err := netip.ParseAddr(a)
-				if err != nil || addr.Is4() != (s.AddressType == discoveryv1.AddressTypeIPv4) || addr.Is4In6() || addr.Zone() != "" {
-					continue
-				}
-				byCluster[cluster] = append(byCluster[cluster], vip.Backend{Addr: addr, Port: port, Weight: weight})
-			}
+			all = append(all, serving{s, port})
+			localReady = localReady || s.Cluster == cfg.ClusterID
+			ready += len(s.Ready)
 		}
 	}
 	local := spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal ||
-		spec.TrafficDistribution != nil && *spec.TrafficDistribution == corev1.ServiceTrafficDistributionPreferClose && len(byCluster[localCluster]) > 0
-	chosen := map[string][]vip.Backend{}
-	reachable := false
-	for cluster, bes := range byCluster {
-		if !local || cluster == localCluster {
-			chosen[cluster] = bes
-			reachable = reachable || !cfg.Unreachable[cluster]
-		}
-	}
-	backends := []vip.Backend{}
+		spec.TrafficDistribution != nil && *spec.TrafficDistribution == corev1.ServiceTrafficDistributionPreferClose && localReady
+	chosen := func(s serving) bool { return !local || s.Cluster == cfg.ClusterID }
+	reachable := slices.ContainsFunc(all, func(s serving) bool { return chosen(s) && !cfg.Unreachable[s.Cluster] })
+	backends := make([]vip.Backend, 0, ready)
 	withdrawn := 0
-	for cluster, bes := range chosen {
-		if reachable && cfg.Unreachable[cluster] {
-			withdrawn += len(bes)
-			continue
+	for _, s := range all {
+		switch {
+		case !chosen(s):
+		case reachable && cfg.Unreachable[s.Cluster]:
+			withdrawn += len(s.Ready)
+		default:
+			for _, addr := range s.Ready {
+				backends = append(backends, vip.Backend{Addr: addr, Port: s.number, Weight: s.Weight})
+			}
 		}
-		backends = append(backends, bes...)
 	}
 	slices.SortFunc(backends, func(a, b vip.Backend) int {
 		if c := a.Addr.Compare(b.Addr); c != 0 {
@@ -329,39 +329,6 @@ func affinitySeconds(spec mcsv1beta1.ServiceImportSpec) uint32 {
 	return defaultClientIPTimeout
 }
 
-// sliceWeight is the weight of a slice's backends: its
-// mcs.AnnotationReadyEndpoints, at least 1 (a ready backend gets traffic;
-// a missing or malformed annotation counts as 1).
-func sliceWeight(s *discoveryv1.EndpointSlice) uint32 {
-	n, err := strconv.ParseUint(s.Annotations[mcs.AnnotationReadyEndpoints], 10, 32)
-	if err != nil || n == 0 {
-		return 1
-	}
-	return uint32(n)
-}
-
-// slicePort is the slice's port for the import's port: same name and
-// protocol (a single unnamed port matches an unnamed one).
-func slicePort(s *discoveryv1.EndpointSlice, p mcsv1beta1.ServicePort) uint16 {
-	for _, sp := range s.Ports {
-		name, proto := "", corev1.ProtocolTCP
-		if sp.Name != nil {
-			name = *sp.Name
-		}
-		if sp.Protocol != nil {
-			proto = *sp.Protocol
-		}
-		want := p.Protocol
-		if want == "" {
-			want = corev1.ProtocolTCP
-		}
-		if name == p.Name && proto == want && sp.Port != nil && *sp.Port > 0 && *sp.Port <= 65535 {
-			return uint16(*sp.Port)
-		}
-	}
-	return 0
-}
-
 func vipProto(p corev1.Protocol) (vip.Proto, bool) {
 	switch p {
 	case corev1.ProtocolTCP, "":
@@ -372,97 +339,202 @@ func vipProto(p corev1.Protocol) (vip.Proto, bool) {
 	return 0, false
 }
 
-// VIPSource lists the inputs of VIPDesired. The objects may be shared
-// with a cache: callers must not modify them.
-type VIPSource interface {
-	ListVIPInputs(ctx context.Context) ([]*mcsv1beta1.ServiceImport, []*discoveryv1.EndpointSlice, error)
+// VIPSlice is what the VIP table reads of a multicluster EndpointSlice,
+// parsed once, when the agent's cache receives it (ParseVIPSlice): a node
+// caches one per exporting cluster of every import (50 000 at 100
+// members × 500 Services), so it keeps bytes, not the object.
+type VIPSlice struct {
+	// Namespace is the slice's namespace (its import's).
+	Namespace string
+	// Service is the slice's LabelServiceName; "" for a slice the VIP
+	// table never reads (no such label, or an address type other than
+	// IPv4 and IPv6).
+	Service string
+	// Cluster is the slice's LabelSourceCluster.
+	Cluster string
+	// OwnerName and OwnerUID are the ServiceImport that controls the
+	// slice, when it is labelled managed-by mcs.ManagedBy; empty otherwise
+	// (writtenFor).
+	OwnerName string
+	OwnerUID  types.UID
+	// IPv6 is the slice's address family.
+	IPv6 bool
+	// Weight is the slice's mcs.AnnotationReadyEndpoints, at least 1 (a
+	// ready backend gets traffic; a missing or malformed annotation counts
+	// as 1).
+	Weight uint32
+	// Ports are the slice's ports with a port number in 1..65535.
+	Ports []VIPSlicePort
+	// Ready are the addresses of the slice's ready endpoints (the ready
+	// condition true or absent) of its address family (neither
+	// IPv4-mapped nor zoned).
+	Ready []netip.Addr
 }
 
-// vipCache reads the informers' stores directly: a sync at 10 000
-// imports then allocates no copy of the objects, only the two slices of
-// pointers.
-type vipCache struct{ imports, slices toolscache.Store }
-
-func (v vipCache) ListVIPInputs(context.Context) ([]*mcsv1beta1.ServiceImport, []*discoveryv1.EndpointSlice, error) {
-	return storeList[*mcsv1beta1.ServiceImport](v.imports), storeList[*discoveryv1.EndpointSlice](v.slices), nil
+// VIPSlicePort is a port of a VIPSlice: its name ("" when unnamed),
+// protocol (TCP when absent) and number.
+type VIPSlicePort struct {
+	Name  string
+	Proto corev1.Protocol
+	Port  uint16
 }
 
-func storeList[T any](s toolscache.Store) []T {
-	objs := s.List()
-	out := make([]T, 0, len(objs))
-	for _, o := range objs {
-		if t, ok := o.(T); ok {
-			out = append(out, t)
+// ParseVIPSlice keeps of s what the VIP table reads. Names and UIDs
+// repeat across slices (every member's slice of a Service has the same
+// namespace, service and owner): they are interned.
+func ParseVIPSlice(s *discoveryv1.EndpointSlice) VIPSlice {
+	out := VIPSlice{Namespace: kube.Intern(s.Namespace)}
+	name := s.Labels[LabelServiceName]
+	if name == "" || s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+		return out
+	}
+	out.Service, out.Cluster = kube.Intern(name), kube.Intern(s.Labels[LabelSourceCluster])
+	out.IPv6 = s.AddressType == discoveryv1.AddressTypeIPv6
+	if ref := metav1.GetControllerOfNoCopy(s); ref != nil && s.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy &&
+		ref.Kind == mcsv1beta1.ServiceImportKindName && strings.HasPrefix(ref.APIVersion, mcsv1beta1.GroupName+"/") {
+		out.OwnerName, out.OwnerUID = kube.Intern(ref.Name), types.UID(kube.Intern(string(ref.UID)))
+	}
+	out.Weight = 1
+	if n, err := strconv.ParseUint(s.Annotations[mcs.AnnotationReadyEndpoints], 10, 32); err == nil && n > 0 {
+		out.Weight = uint32(n)
+	}
+	for _, sp := range s.Ports {
+		if sp.Port == nil || *sp.Port < 1 || *sp.Port > 65535 {
+			continue
+		}
+		p := VIPSlicePort{Proto: corev1.ProtocolTCP, Port: uint16(*sp.Port)}
+		if sp.Name != nil {
+			p.Name = kube.Intern(*sp.Name)
+		}
+		if sp.Protocol != nil {
+			p.Proto = corev1.Protocol(kube.Intern(string(*sp.Protocol)))
+		}
+		out.Ports = append(out.Ports, p)
+	}
+	for _, e := range s.Endpoints {
+		if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+			continue
+		}
+		for _, a := range e.Addresses {
+			addr, err := netip.ParseAddr(a)
+			if err != nil || addr.Is6() != out.IPv6 || addr.Is4In6() || addr.Zone() != "" {
+				continue
+			}
+			out.Ready = append(out.Ready, addr)
 		}
 	}
 	return out
+}
+
+// port is the slice's port for the import's port: same name and protocol
+// (a single unnamed port matches an unnamed one); 0 when none.
+func (s *VIPSlice) port(p mcsv1beta1.ServicePort) uint16 {
+	want := p.Protocol
+	if want == "" {
+		want = corev1.ProtocolTCP
+	}
+	for _, sp := range s.Ports {
+		if sp.Name == p.Name && sp.Proto == want {
+			return sp.Port
+		}
+	}
+	return 0
+}
+
+// VIPSource lists the inputs of the VIP table. The objects may be shared
+// with a cache: callers must not modify them.
+type VIPSource interface {
+	ListVIPInputs(ctx context.Context) ([]*mcsv1beta1.ServiceImport, []*VIPSlice, error)
+}
+
+// vipCache lists the plain caches of the inputs.
+type vipCache struct {
+	imports *plaincache.Store[*mcsv1beta1.ServiceImport]
+	slices  *plaincache.Store[VIPSlice]
+}
+
+func (v vipCache) ListVIPInputs(context.Context) ([]*mcsv1beta1.ServiceImport, []*VIPSlice, error) {
+	imports := v.imports.Items()
+	sis := make([]*mcsv1beta1.ServiceImport, len(imports))
+	for i := range imports {
+		sis[i] = imports[i].Value
+	}
+	slices := v.slices.Items()
+	eps := make([]*VIPSlice, len(slices))
+	for i := range slices {
+		eps[i] = &slices[i].Value
+	}
+	return sis, eps, nil
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch
 
 // WatchVIPInputs watches ServiceImports and multicluster EndpointSlices in
-// every namespace and calls changed on every event.
+// every namespace and calls changed on every event. It returns once both
+// caches hold their initial list; they stop with ctx.
+//
+// The caches are plain (pkg/kube/plaincache) and keep only what the VIP
+// table reads: a slim copy of each import (slimImport) and a VIPSlice of
+// each slice. With many imports the slices are the agent's largest
+// memory cost.
 func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPSource, error) {
-	hasService, err := labels.NewRequirement(LabelServiceName, selection.Exists, nil)
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: kube.NewScheme()})
 	if err != nil {
+		return nil, fmt.Errorf("VIP inputs client: %w", err)
+	}
+	pb := rest.CopyConfig(cfg)
+	pb.ContentType = runtime.ContentTypeProtobuf
+	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	cs, err := kubernetes.NewForConfig(pb)
+	if err != nil {
+		return nil, fmt.Errorf("VIP inputs clientset: %w", err)
+	}
+	c := vipCache{
+		imports: plaincache.New(plaincache.Config[*mcsv1beta1.ServiceImport]{
+			Name:      "serviceimports",
+			ListWatch: kube.ListWatch(wc, func() *mcsv1beta1.ServiceImportList { return &mcsv1beta1.ServiceImportList{} }),
+			Example:   &mcsv1beta1.ServiceImport{},
+			Convert: func(obj any) (*mcsv1beta1.ServiceImport, bool) {
+				si, ok := obj.(*mcsv1beta1.ServiceImport)
+				if !ok {
+					return nil, false
+				}
+				return slimImport(si), true
+			},
+		}),
+		slices: plaincache.New(plaincache.Config[VIPSlice]{
+			Name: "endpointslices",
+			ListWatch: toolscache.NewFilteredListWatchFromClient(cs.DiscoveryV1().RESTClient(), "endpointslices", metav1.NamespaceAll,
+				func(o *metav1.ListOptions) { o.LabelSelector = LabelServiceName }),
+			Example:   &discoveryv1.EndpointSlice{},
+			Transform: slimSlice,
+			Convert: func(obj any) (VIPSlice, bool) {
+				s, ok := obj.(*discoveryv1.EndpointSlice)
+				if !ok {
+					return VIPSlice{}, false
+				}
+				return ParseVIPSlice(s), true
+			},
+		}),
+	}
+	go c.imports.Run(ctx)
+	go c.slices.Run(ctx)
+	if err := c.imports.WaitForSync(ctx); err != nil {
 		return nil, err
 	}
-	// The caches keep only what VIPDesired reads (slimImport,
-	// slimSlice), and syncs read the cached objects themselves (VIPDesired
-	// only reads them): at 10 000 imports the cache is the agent's largest
-	// memory cost.
-	c, err := cache.New(cfg, cache.Options{
-		Scheme: kube.NewScheme(),
-		ByObject: map[client.Object]cache.ByObject{
-			&mcsv1beta1.ServiceImport{}: {Transform: slimImport, UnsafeDisableDeepCopy: ptrTo(true)},
-			&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*hasService), Transform: slimSlice,
-				UnsafeDisableDeepCopy: ptrTo(true)},
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("VIP cache: %w", err)
+	if err := c.slices.WaitForSync(ctx); err != nil {
+		return nil, err
 	}
-	var stores []toolscache.Store
-	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
-		inf, err := c.GetInformer(ctx, obj)
-		if err != nil {
-			return nil, fmt.Errorf("VIP informer %T: %w", obj, err)
-		}
-		si, ok := inf.(toolscache.SharedIndexInformer)
-		if !ok {
-			return nil, fmt.Errorf("VIP informer %T: %T has no store", obj, inf)
-		}
-		stores = append(stores, si.GetStore())
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { changed() },
-			UpdateFunc: func(any, any) { changed() },
-			DeleteFunc: func(any) { changed() },
-		}); err != nil {
-			return nil, err
-		}
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		select {
-		case err := <-errc:
-			return nil, fmt.Errorf("VIP cache: %w", err)
-		default:
-			return nil, fmt.Errorf("VIP cache did not sync: %w", ctx.Err())
-		}
-	}
-	return vipCache{imports: stores[0], slices: stores[1]}, nil
+	c.imports.Notify(func(types.NamespacedName, **mcsv1beta1.ServiceImport, **mcsv1beta1.ServiceImport) { changed() })
+	c.slices.Notify(func(types.NamespacedName, *VIPSlice, *VIPSlice) { changed() })
+	return c, nil
 }
 
-// slimImport keeps of a ServiceImport what VIPDesired reads: its
+// slimImport keeps of a ServiceImport what the VIP table reads: its
 // identity, creation time, type, IPs, ports, session affinity and traffic
 // policy.
-func slimImport(in any) (any, error) {
-	si, ok := in.(*mcsv1beta1.ServiceImport)
-	if !ok {
-		return in, nil
-	}
+func slimImport(si *mcsv1beta1.ServiceImport) *mcsv1beta1.ServiceImport {
 	out := &mcsv1beta1.ServiceImport{
 		TypeMeta: si.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Namespace: si.Namespace, Name: si.Name, UID: si.UID, ResourceVersion: si.ResourceVersion,
@@ -477,21 +549,21 @@ func slimImport(in any) (any, error) {
 			out.Spec.Ports[i] = mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port}
 		}
 	}
-	return out, nil
+	return out
 }
 
-// slimSlice keeps of a multicluster EndpointSlice what VIPDesired reads:
-// its identity, service-name, source-cluster and managed-by labels,
-// controller reference, ready-endpoints annotation, address type, ports,
-// and each endpoint's addresses and ready condition.
+// slimSlice keeps of the EndpointSlices of the initial list, which the
+// cache's reflector holds until the list ends, what ParseVIPSlice reads:
+// namespace and name, the service-name, source-cluster and managed-by
+// labels, the controller reference, the ready-endpoints annotation,
+// address type, ports, and each endpoint's addresses and ready condition.
 func slimSlice(in any) (any, error) {
 	s, ok := in.(*discoveryv1.EndpointSlice)
 	if !ok {
 		return in, nil
 	}
 	out := &discoveryv1.EndpointSlice{
-		TypeMeta: s.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion,
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, ResourceVersion: s.ResourceVersion,
 			Labels: map[string]string{LabelServiceName: s.Labels[LabelServiceName], LabelSourceCluster: s.Labels[LabelSourceCluster],
 				discoveryv1.LabelManagedBy: s.Labels[discoveryv1.LabelManagedBy]}},
 		AddressType: s.AddressType,
@@ -522,7 +594,7 @@ func SyncVIPs(ctx context.Context, cfg VIPConfig, src VIPSource, table vip.Table
 		return VIPState{}, fmt.Errorf("list VIP inputs: %w", err)
 	}
 	cfg.Limits = table.Limits()
-	st := VIPDesired(cfg, imports, eps)
+	st := vipDesired(cfg, imports, eps)
 	if err := table.Set(ctx, st.Services); err != nil {
 		return st, fmt.Errorf("program VIP table: %w", err)
 	}

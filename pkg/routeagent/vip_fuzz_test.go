@@ -184,7 +184,8 @@ func FuzzVIPDesired(f *testing.F) {
 			}
 			for _, b := range svc.Backends {
 				if !slices.ContainsFunc(eps, func(s *discoveryv1.EndpointSlice) bool {
-					return writtenFor(s, owner) && slices.ContainsFunc(s.Endpoints, func(e discoveryv1.Endpoint) bool {
+					parsed := ParseVIPSlice(s)
+					return writtenFor(&parsed, owner) && slices.ContainsFunc(s.Endpoints, func(e discoveryv1.Endpoint) bool {
 						return slices.ContainsFunc(e.Addresses, func(a string) bool { addr, err := netip.ParseAddr(a); return err == nil && addr == b.Addr })
 					})
 				}) {

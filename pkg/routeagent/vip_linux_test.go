@@ -144,7 +144,7 @@ func dualStackNode(t *testing.T) (*netlab.Host, netlab.Pod, netip.Addr) {
 // startVIPAgent runs the route agent (test binary, mainEnv) in node n0's
 // namespace with the VIP datapath on, attached to the node's cgroup and
 // pinned on a private bpffs, reaching kc's API server through a forwarder
-// at 127.0.0.1:6443, with metrics on 127.0.0.1:9532 there and env added
+// at 127.0.0.1:6443, with metrics (and pprof) on 127.0.0.1:9532 there and env added
 // to the environment; its log is shown when the test fails, and it is
 // stopped (SIGTERM) at cleanup unless the caller waited for it.
 func startVIPAgent(tb testing.TB, h *netlab.Host, kc *kubetest.Cluster, nodeIP netip.Addr, logLevel string, env ...string) *exec.Cmd {
@@ -182,7 +182,7 @@ func startVIPAgent(tb testing.TB, h *netlab.Host, kc *kubetest.Cluster, nodeIP n
 	cmd, err := h.Start(netlab.Process{Netns: nodeNS, Cgroup: h.Cgroups().NodeSystem("c1", "n0"), Path: self,
 		Args: []string{"--kubeconfig", kubeconfig, "--cluster-id", "c1", "--node-name", "n0",
 			"--node-ip", nodeIP.String(), "--pod-cidrs", "10.244.0.0/16", "--service-cidrs", "10.96.0.0/16",
-			"--tunnel-mtu", "1420", "--metrics-addr", "127.0.0.1:9532", "--log-level", logLevel,
+			"--tunnel-mtu", "1420", "--metrics-addr", "127.0.0.1:9532", "--profiling", "--log-level", logLevel,
 			"--bpffs", bpffs, "--cgroup-root", h.Cgroups().Node("c1", "n0")},
 		Env: append(append(os.Environ(), mainEnv+"=1"), env...), LogPath: logPath})
 	if err != nil {

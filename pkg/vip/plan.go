@@ -47,10 +47,15 @@ const coinScale = 1 << 31
 type mapState struct {
 	services map[ServiceKey]service
 	backends map[backendKey]slot
+	// given is, for the services whose entries this process wrote (not
+	// those read from the kernel), the Service they were written from:
+	// plan compares a service given again with it instead of rebuilding
+	// its slots.
+	given map[ServiceKey]Service
 }
 
 func newMapState() mapState {
-	return mapState{services: map[ServiceKey]service{}, backends: map[backendKey]slot{}}
+	return mapState{services: map[ServiceKey]service{}, backends: map[backendKey]slot{}, given: map[ServiceKey]Service{}}
 }
 
 // ops are the map writes that turn one mapState into another, in the order
@@ -61,6 +66,9 @@ type ops struct {
 	putServices    map[ServiceKey]service
 	deleteServices []ServiceKey
 	deleteBackends []backendKey
+	// given are the Services the writes implement, for mapState.given
+	// (a copy: the caller's slices may change after Set).
+	given map[ServiceKey]Service
 }
 
 // empty reports whether the ops change nothing.
@@ -73,8 +81,10 @@ func (o ops) empty() bool {
 func applyOps(m mapState, o ops) {
 	maps.Copy(m.backends, o.putBackends)
 	maps.Copy(m.services, o.putServices)
+	maps.Copy(m.given, o.given)
 	for _, k := range o.deleteServices {
 		delete(m.services, k)
+		delete(m.given, k)
 	}
 	for _, k := range o.deleteBackends {
 		delete(m.backends, k)
@@ -199,9 +209,10 @@ func aliasTable(bes []Backend) []slot {
 // written for another service. Only changed entries are written; the Go-side
 // work is one pass over desired and cur.services, plus one pass over
 // cur.backends when cur is inconsistent (left half-written by a killed
-// daemon).
+// daemon). A service given as it was last written (cur.given) costs a
+// comparison of its backends; only the others' slots are rebuilt.
 func plan(cur mapState, desired map[ServiceKey]Service) ops {
-	o := ops{putBackends: map[backendKey]slot{}, putServices: map[ServiceKey]service{}}
+	o := ops{putBackends: map[backendKey]slot{}, putServices: map[ServiceKey]service{}, given: map[ServiceKey]Service{}}
 	inconsistent := false
 	var added []ServiceKey
 	for k, svc := range desired {
@@ -210,6 +221,10 @@ func plan(cur mapState, desired map[ServiceKey]Service) ops {
 			added = append(added, k)
 			continue
 		}
+		if g, ok := cur.given[k]; ok && g.AffinitySeconds == svc.AffinitySeconds && slices.Equal(g.Backends, svc.Backends) {
+			continue // written from the same Service: its slots are right
+		}
+		o.given[k] = Service{Backends: slices.Clone(svc.Backends), AffinitySeconds: svc.AffinitySeconds}
 		slots := aliasTable(canonical(svc.Backends))
 		for i, sl := range slots {
 			bk := backendKey{ID: s.ID, Slot: uint32(i)}
@@ -290,6 +305,7 @@ func plan(cur mapState, desired map[ServiceKey]Service) ops {
 			nextID++
 		}
 		used[nextID] = true
+		o.given[k] = Service{Backends: slices.Clone(desired[k].Backends), AffinitySeconds: desired[k].AffinitySeconds}
 		slots := aliasTable(canonical(desired[k].Backends))
 		o.putServices[k] = service{ID: nextID, Count: uint32(len(slots)), Affinity: desired[k].AffinitySeconds}
 		for i, sl := range slots {

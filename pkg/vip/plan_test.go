@@ -301,7 +301,8 @@ func contains(bes []Backend, b Backend) bool {
 }
 
 // TestIncrementalIsOChanged checks that one change among 10 000 services
-// writes only that service's entries.
+// writes only that service's entries, also when the caller changed a
+// backend in the slice it gave the last Set (plan remembers a copy).
 func TestIncrementalIsOChanged(t *testing.T) {
 	desired := map[ServiceKey]Service{}
 	for i := range 10000 {
@@ -325,6 +326,7 @@ func TestIncrementalIsOChanged(t *testing.T) {
 		{"remove a backend", func() { desired[k] = on(desired[k].Backends[0]) }, OpCounts{PutServices: 1, DeleteBackends: 1}},
 		{"add it back", func() { desired[k] = on(desired[k].Backends[0], be("242.1.7.7:31757")) }, OpCounts{PutServices: 1, PutBackends: 1}},
 		{"replace a backend", func() { desired[k] = on(be("10.96.7.7:80"), be("242.2.0.1:30000")) }, OpCounts{PutBackends: 1}},
+		{"change a backend in place", func() { desired[k].Backends[1] = be("242.2.0.2:30000") }, OpCounts{PutBackends: 1}},
 		{"change a weight", func() { desired[k] = on(be("10.96.7.7:80"), be("242.2.0.1:30000*3")) }, OpCounts{PutBackends: 2}},
 		{"affinity on", func() { desired[k] = Service{Backends: desired[k].Backends, AffinitySeconds: 10800} }, OpCounts{PutServices: 1}},
 		{"affinity timeout", func() { desired[k] = Service{Backends: desired[k].Backends, AffinitySeconds: 60} }, OpCounts{PutServices: 1}},

@@ -164,7 +164,7 @@ func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer,
 	return brokerStores{
 		records: plaincache.New(plaincache.Config[cachedRecord]{
 			Name: "serviceexportrecords",
-			ListWatch: typedListWatch(wc, func() *causewayv1alpha1.ServiceExportRecordList {
+			ListWatch: kube.ListWatch(wc, func() *causewayv1alpha1.ServiceExportRecordList {
 				return &causewayv1alpha1.ServiceExportRecordList{}
 			}),
 			Example:   &causewayv1alpha1.ServiceExportRecord{},
@@ -175,7 +175,7 @@ func newBrokerStores(broker *rest.Config, scheme *runtime.Scheme, t *slimmer,
 		}),
 		vips: plaincache.New(plaincache.Config[cachedVIP]{
 			Name:      "vipallocations",
-			ListWatch: typedListWatch(wc, func() *causewayv1alpha1.VIPAllocationList { return &causewayv1alpha1.VIPAllocationList{} }),
+			ListWatch: kube.ListWatch(wc, func() *causewayv1alpha1.VIPAllocationList { return &causewayv1alpha1.VIPAllocationList{} }),
 			Example:   &causewayv1alpha1.VIPAllocation{},
 			Transform: t.vipAllocation,
 			Convert:   t.cachedVIP,

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -204,14 +203,14 @@ func newLocalStores(local *rest.Config, scheme *runtime.Scheme, t *slimmer) (loc
 		}),
 		exports: plaincache.New(plaincache.Config[cachedExport]{
 			Name:      "serviceexports",
-			ListWatch: typedListWatch(wc, func() *mcsv1beta1.ServiceExportList { return &mcsv1beta1.ServiceExportList{} }),
+			ListWatch: kube.ListWatch(wc, func() *mcsv1beta1.ServiceExportList { return &mcsv1beta1.ServiceExportList{} }),
 			Example:   &mcsv1beta1.ServiceExport{},
 			Transform: t.serviceExport,
 			Convert:   t.cachedExport,
 		}),
 		imports: plaincache.New(plaincache.Config[cachedImport]{
 			Name:      "serviceimports",
-			ListWatch: typedListWatch(wc, func() *mcsv1beta1.ServiceImportList { return &mcsv1beta1.ServiceImportList{} }),
+			ListWatch: kube.ListWatch(wc, func() *mcsv1beta1.ServiceImportList { return &mcsv1beta1.ServiceImportList{} }),
 			Example:   &mcsv1beta1.ServiceImport{},
 			Transform: stripManagedFields,
 			Convert:   t.cachedImport,
@@ -355,20 +354,5 @@ func (v cachedImport) serviceImport(key types.NamespacedName) *mcsv1beta1.Servic
 			Generation: v.generation, Labels: v.labels, Annotations: v.annotations, Finalizers: v.finalizers,
 			OwnerReferences: v.ownerReferences},
 		Status: v.status,
-	}
-}
-
-// typedListWatch lists and watches one resource through a
-// controller-runtime client (the resource's Go types come from its
-// scheme).
-func typedListWatch[L client.ObjectList](c client.WithWatch, newList func() L) cache.ListerWatcher {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			l := newList()
-			return l, c.List(ctx, l, &client.ListOptions{Raw: &opts})
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return c.Watch(ctx, newList(), &client.ListOptions{Raw: &opts})
-		},
 	}
 }
