@@ -248,7 +248,7 @@ func olderFirst(a, b *mcsv1beta1.ServiceImport) int {
 // cluster without the policy) out all the same when it does not belong
 // to the import.
 func writtenFor(s *VIPSlice, si *mcsv1beta1.ServiceImport) bool {
-	return si != nil && s.OwnerName == si.Name && s.OwnerUID == si.UID
+	return si != nil && s.OwnerName != "" && s.OwnerName == si.Name && s.OwnerUID == si.UID
 }
 
 // weightsFit tells whether the backends' weights sum to what the table
@@ -583,8 +583,6 @@ func slimSlice(in any) (any, error) {
 	}
 	return out, nil
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // SyncVIPs computes the VIP table of a node from src (VIPDesired, within
 // the table's limits) and hands it to table.

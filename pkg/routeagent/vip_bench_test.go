@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/causeway-net/causeway/pkg/mcs"
@@ -38,9 +39,10 @@ func BenchmarkVIPDesired(b *testing.B) {
 	}
 }
 
-// clusterSetInputs are a node's VIP inputs when members clusters export
-// the same services Services, each a ClusterSetIP import with an HTTP and
-// a UDP port and one slice per member with one ready endpoint.
+// clusterSetInputs are a node's VIP inputs when each of members clusters
+// exports the same services Services: a ClusterSetIP import with a TCP
+// and a UDP port for each Service, and one slice per member with one
+// ready endpoint (the member's global IP) at ports 1024 and 1025.
 func clusterSetInputs(services, members int) ([]*mcsv1beta1.ServiceImport, []*discoveryv1.EndpointSlice) {
 	http := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}
 	echo := mcsv1beta1.ServicePort{Name: "echo", Protocol: corev1.ProtocolUDP, Port: 8080}
@@ -53,9 +55,10 @@ func clusterSetInputs(services, members int) ([]*mcsv1beta1.ServiceImport, []*di
 		for m := range members {
 			s := slice("bench", name, fmt.Sprintf("m%d", m), map[string]int32{"http": 1024, "echo": 1025}, corev1.ProtocolTCP,
 				map[string]*bool{fmt.Sprintf("242.%d.%d.2", m/250, m%250): &ready})
-			s.Ports[1].Protocol = ptrTo(corev1.ProtocolUDP)
-			if *s.Ports[0].Name == "echo" {
-				s.Ports[0].Protocol, s.Ports[1].Protocol = s.Ports[1].Protocol, s.Ports[0].Protocol
+			for j := range s.Ports {
+				if *s.Ports[j].Name == echo.Name {
+					s.Ports[j].Protocol = ptr.To(corev1.ProtocolUDP)
+				}
 			}
 			s.Annotations = map[string]string{mcs.AnnotationReadyEndpoints: "1"}
 			eps = append(eps, s)
