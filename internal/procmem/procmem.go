@@ -6,6 +6,7 @@ package procmem
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -81,4 +82,32 @@ func Metric(c *http.Client, url, name string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// SaveHeapProfile writes the Go heap profile of the daemon whose metrics
+// are at metricsURL (".../metrics", served with its pprof handlers) to
+// path; with afterGC, the profile is taken after a garbage collection
+// (what is live).
+func SaveHeapProfile(c *http.Client, metricsURL, path string, afterGC bool) error {
+	url := strings.TrimSuffix(metricsURL, "/metrics") + "/debug/pprof/heap"
+	if afterGC {
+		url += "?gc=1"
+	}
+	resp, err := c.Get(url)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s from %s", resp.Status, url)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return f.Close()
 }

@@ -3,7 +3,6 @@ package routeagent
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -122,7 +121,10 @@ func BenchmarkVIPMemory(b *testing.B) {
 	loaded := memory(agent)
 	b.StopTimer()
 	if path := os.Getenv("RA_BENCH_HEAP_PROFILE"); path != "" {
-		saveHeapProfile(b, httpc, "http://127.0.0.1:9532/debug/pprof/heap?gc=1", path)
+		if err := procmem.SaveHeapProfile(httpc, metricsURL, path, true); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("heap profile (after a GC) in %s", path)
 	}
 
 	b.ReportMetric(loaded.RSSMiB(), "RSS-MiB")
@@ -132,25 +134,6 @@ func BenchmarkVIPMemory(b *testing.B) {
 	b.ReportMetric(loaded.RSSMiB()/idle.RSSMiB(), "RSS/idle")
 	b.Logf("route agent with the VIP datapath: idle %s; with %d imported services of %d clusters programmed %s (RSS %.1f× idle); "+
 		"writing the imports and programming them took %.1fs", idle, n, members, loaded, loaded.RSSMiB()/idle.RSSMiB(), converge.Seconds())
-}
-
-// saveHeapProfile writes the agent's heap profile, taken after a
-// garbage collection, to path.
-func saveHeapProfile(b *testing.B, c *http.Client, url, path string) {
-	resp, err := c.Get(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("heap profile (after a GC) in %s", path)
 }
 
 // createImport writes service s<i>'s ServiceImport (VIP 243.x.y.z) and

@@ -3,7 +3,6 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -292,7 +291,9 @@ func BenchmarkScale(b *testing.B) {
 			b.Fatalf("%s's controller reports no process_cpu_seconds_total", id)
 		}
 		if pd := os.Getenv("MCS_BENCH_PROFILE_DIR"); pd != "" {
-			procs[id].saveHeapProfile(b, filepath.Join(pd, fmt.Sprintf("mcs-%s-%d.heap", id, n)))
+			if err := procmem.SaveHeapProfile(http.DefaultClient, procs[id].metrics, filepath.Join(pd, fmt.Sprintf("mcs-%s-%d.heap", id, n)), false); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	procs["c2"].stop(b)
@@ -463,23 +464,6 @@ func (p *daemonProc) memory(b *testing.B) procmem.Memory {
 		b.Fatal(err)
 	}
 	return m
-}
-
-func (p *daemonProc) saveHeapProfile(b *testing.B, path string) {
-	b.Helper()
-	resp, err := http.Get(strings.TrimSuffix(p.metrics, "/metrics") + "/debug/pprof/heap")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		b.Fatal(err)
-	}
 }
 
 func brokerKubeconfig(e *env, id string) ([]byte, error) {
