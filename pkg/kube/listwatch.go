@@ -6,6 +6,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -23,4 +25,14 @@ func ListWatch[L client.ObjectList](c client.WithWatch, newList func() L) cache.
 			return c.Watch(ctx, newList(), &client.ListOptions{Raw: &opts})
 		},
 	}
+}
+
+// ProtobufClientset is a clientset of cfg's API server that speaks
+// protobuf (cheaper to decode than JSON for the built-in types a cache
+// lists and watches in bulk, such as EndpointSlices).
+func ProtobufClientset(cfg *rest.Config) (*kubernetes.Clientset, error) {
+	pb := rest.CopyConfig(cfg)
+	pb.ContentType = runtime.ContentTypeProtobuf
+	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return kubernetes.NewForConfig(pb)
 }

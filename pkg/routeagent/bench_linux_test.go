@@ -22,6 +22,7 @@ import (
 	"github.com/causeway-net/causeway/internal/procmem"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
 	"github.com/causeway-net/causeway/pkg/clusterset"
+	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
 // BenchmarkVIPMemory runs the real route agent process (VIP datapath on,
@@ -162,7 +163,7 @@ func createImport(b *testing.B, ctx context.Context, cl client.Client, i, member
 				Labels: map[string]string{
 					LabelServiceName:                            name,
 					LabelSourceCluster:                          cluster,
-					discoveryv1.LabelManagedBy:                  "mcs-controller.causeway.dev",
+					discoveryv1.LabelManagedBy:                  mcs.ManagedBy,
 					"multicluster.kubernetes.io/service-import": name,
 				},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1beta1.GroupVersion.String(), Kind: mcsv1beta1.ServiceImportKindName,

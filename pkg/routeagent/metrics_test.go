@@ -25,12 +25,7 @@ type staticVIPSource struct {
 }
 
 func (s staticVIPSource) ListVIPInputs(context.Context) ([]*mcsv1beta1.ServiceImport, []*VIPSlice, error) {
-	parsed := make([]*VIPSlice, len(s.slices))
-	for i, sl := range s.slices {
-		v := ParseVIPSlice(sl)
-		parsed[i] = &v
-	}
-	return s.imports, parsed, s.err
+	return s.imports, parseVIPSlices(s.slices), s.err
 }
 
 // filledVIPTable is a vip.Table with limits that counts what it holds as

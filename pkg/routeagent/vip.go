@@ -13,9 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -106,12 +104,16 @@ type VIPState struct {
 // backends, so that connecting to it fails at once. Pure: same input,
 // same output; the result always passes vip.Table.Set's validation.
 func VIPDesired(cfg VIPConfig, imports []*mcsv1beta1.ServiceImport, eps []*discoveryv1.EndpointSlice) VIPState {
-	parsed := make([]*VIPSlice, len(eps))
+	return vipDesired(cfg, imports, parseVIPSlices(eps))
+}
+
+// parseVIPSlices is ParseVIPSlice of every slice.
+func parseVIPSlices(eps []*discoveryv1.EndpointSlice) []*VIPSlice {
+	out := make([]*VIPSlice, len(eps))
 	for i, s := range eps {
-		v := ParseVIPSlice(s)
-		parsed[i] = &v
+		out[i] = ParseVIPSlice(s)
 	}
-	return vipDesired(cfg, imports, parsed)
+	return out
 }
 
 // vipDesired is VIPDesired over slices already parsed (what the agent's
@@ -382,8 +384,8 @@ type VIPSlicePort struct {
 // ParseVIPSlice keeps of s what the VIP table reads. Names and UIDs
 // repeat across slices (every member's slice of a Service has the same
 // namespace, service and owner): they are interned.
-func ParseVIPSlice(s *discoveryv1.EndpointSlice) VIPSlice {
-	out := VIPSlice{Namespace: kube.Intern(s.Namespace)}
+func ParseVIPSlice(s *discoveryv1.EndpointSlice) *VIPSlice {
+	out := &VIPSlice{Namespace: kube.Intern(s.Namespace)}
 	name := s.Labels[LabelServiceName]
 	if name == "" || s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
 		return out
@@ -447,24 +449,25 @@ type VIPSource interface {
 	ListVIPInputs(ctx context.Context) ([]*mcsv1beta1.ServiceImport, []*VIPSlice, error)
 }
 
-// vipCache lists the plain caches of the inputs.
+// vipCache lists the plain caches of the inputs. Both hold pointers to
+// values they never modify, so a sync's list copies pointers, not the
+// values.
 type vipCache struct {
 	imports *plaincache.Store[*mcsv1beta1.ServiceImport]
-	slices  *plaincache.Store[VIPSlice]
+	slices  *plaincache.Store[*VIPSlice]
 }
 
 func (v vipCache) ListVIPInputs(context.Context) ([]*mcsv1beta1.ServiceImport, []*VIPSlice, error) {
-	imports := v.imports.Items()
-	sis := make([]*mcsv1beta1.ServiceImport, len(imports))
-	for i := range imports {
-		sis[i] = imports[i].Value
+	return values(v.imports.Items()), values(v.slices.Items()), nil
+}
+
+// values are the values of items.
+func values[T any](items []plaincache.Item[T]) []T {
+	out := make([]T, len(items))
+	for i, it := range items {
+		out[i] = it.Value
 	}
-	slices := v.slices.Items()
-	eps := make([]*VIPSlice, len(slices))
-	for i := range slices {
-		eps[i] = &slices[i].Value
-	}
-	return sis, eps, nil
+	return out
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=list;watch
@@ -483,10 +486,7 @@ func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPS
 	if err != nil {
 		return nil, fmt.Errorf("VIP inputs client: %w", err)
 	}
-	pb := rest.CopyConfig(cfg)
-	pb.ContentType = runtime.ContentTypeProtobuf
-	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	cs, err := kubernetes.NewForConfig(pb)
+	cs, err := kube.ProtobufClientset(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("VIP inputs clientset: %w", err)
 	}
@@ -503,16 +503,16 @@ func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPS
 				return slimImport(si), true
 			},
 		}),
-		slices: plaincache.New(plaincache.Config[VIPSlice]{
+		slices: plaincache.New(plaincache.Config[*VIPSlice]{
 			Name: "endpointslices",
 			ListWatch: toolscache.NewFilteredListWatchFromClient(cs.DiscoveryV1().RESTClient(), "endpointslices", metav1.NamespaceAll,
 				func(o *metav1.ListOptions) { o.LabelSelector = LabelServiceName }),
 			Example:   &discoveryv1.EndpointSlice{},
 			Transform: slimSlice,
-			Convert: func(obj any) (VIPSlice, bool) {
+			Convert: func(obj any) (*VIPSlice, bool) {
 				s, ok := obj.(*discoveryv1.EndpointSlice)
 				if !ok {
-					return VIPSlice{}, false
+					return nil, false
 				}
 				return ParseVIPSlice(s), true
 			},
@@ -527,7 +527,7 @@ func WatchVIPInputs(ctx context.Context, cfg *rest.Config, changed func()) (VIPS
 		return nil, err
 	}
 	c.imports.Notify(func(types.NamespacedName, **mcsv1beta1.ServiceImport, **mcsv1beta1.ServiceImport) { changed() })
-	c.slices.Notify(func(types.NamespacedName, *VIPSlice, *VIPSlice) { changed() })
+	c.slices.Notify(func(types.NamespacedName, **VIPSlice, **VIPSlice) { changed() })
 	return c, nil
 }
 

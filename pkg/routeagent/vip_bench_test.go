@@ -22,11 +22,7 @@ func BenchmarkVIPDesired(b *testing.B) {
 	for _, size := range []struct{ services, members int }{{100, 100}, {500, 100}} {
 		b.Run(fmt.Sprintf("services=%d/members=%d", size.services, size.members), func(b *testing.B) {
 			imports, eps := clusterSetInputs(size.services, size.members)
-			parsed := make([]*VIPSlice, len(eps))
-			for i, s := range eps {
-				v := ParseVIPSlice(s)
-				parsed[i] = &v
-			}
+			parsed := parseVIPSlices(eps)
 			b.ReportAllocs()
 			var st VIPState
 			for b.Loop() {

@@ -343,8 +343,9 @@ func BenchmarkSet(b *testing.B) {
 			}
 		})
 	}
-	// A ClusterSet's shape: 500 imports × 2 ports, each exported by 100
-	// members (one global IP:port each), one backend of one port changed.
+	// A ClusterSet's shape: 1 000 service ports (500 imports × 2 ports),
+	// each with a backend in each of 100 members (a global IP:port), one
+	// backend of one of them removed and added back.
 	wide := map[ServiceKey]Service{}
 	for i := range 1000 {
 		var bes []Backend

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -174,10 +173,7 @@ type localStores struct {
 // and EndpointSlices read through a clientset speaking protobuf, the MCS
 // objects through a client of scheme.
 func newLocalStores(local *rest.Config, scheme *runtime.Scheme, t *slimmer) (localStores, error) {
-	cfg := rest.CopyConfig(local)
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kube.ProtobufClientset(local)
 	if err != nil {
 		return localStores{}, fmt.Errorf("local clientset: %w", err)
 	}
