@@ -244,10 +244,14 @@ func (k *Kernel) Set(ctx context.Context, desired map[ServiceKey]Service) error 
 	}
 	start := time.Now()
 	o := plan(k.state, desired)
-	if o.empty() && len(k.gone) == 0 {
-		return nil
-	}
-	if !o.empty() {
+	if o.empty() {
+		// Nothing to write; the model still learns what each service it
+		// found right was given (a state read from the kernel knows none).
+		applyOps(k.state, o)
+		if len(k.gone) == 0 {
+			return nil
+		}
+	} else {
 		gone := goneUDP(k.state, o)
 		k.dirty = true // until every write below succeeded
 		if err := k.apply(ctx, o); err != nil {

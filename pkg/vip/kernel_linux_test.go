@@ -540,6 +540,11 @@ func TestKernelRestartAdoptsAndCleanup(t *testing.T) {
 	if ops := k2.LastOps(); ops.Total() != 0 {
 		t.Errorf("setting the adopted state again wrote %+v, want nothing", ops)
 	}
+	// Found right in the maps, the services are remembered as given: the
+	// next Set compares their backend lists, not their slots.
+	if got := k2.state.given; !reflect.DeepEqual(got, desired) {
+		t.Errorf("after the first Set on adopted maps the Kernel remembers %v as given, want %v", got, desired)
+	}
 	if res := c.do(t, "say"); res != first {
 		t.Errorf("established connection after restart: %q, want %q", res, first)
 	}
