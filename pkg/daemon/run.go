@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -103,6 +104,9 @@ func Run(component string, opts *Options, work func(ctx context.Context, rt *Run
 func RunContext(ctx context.Context, component string, opts *Options, work func(ctx context.Context, rt *Runtime) error) error {
 	if err := opts.ResolveClusterID(ctx); err != nil {
 		return err
+	}
+	if _, set := os.LookupEnv("GOGC"); !set && opts.GCPercent > 0 {
+		debug.SetGCPercent(opts.GCPercent)
 	}
 	log := opts.NewLogger(component)
 	// client-go and controller-runtime log through klog and logr: send

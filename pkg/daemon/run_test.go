@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -52,5 +54,36 @@ func TestListeners(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGCPercent: a daemon runs with its GCPercent unless the environment
+// sets GOGC, which wins.
+func TestGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	gcPercent := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
+	run := func() int {
+		t.Helper()
+		opts := DefaultOptions(0, 0)
+		opts.ClusterID, opts.NodeName, opts.MetricsAddr, opts.HealthAddr = "c1", "n1", "0", "0"
+		opts.GCPercent = 25
+		var got int
+		if err := RunContext(context.Background(), "test", &opts, func(context.Context, *Runtime) error {
+			got = gcPercent()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		debug.SetGCPercent(100)
+		return got
+	}
+	t.Setenv("GOGC", "") // restored at the end
+	os.Unsetenv("GOGC")
+	if got := run(); got != 25 {
+		t.Errorf("without GOGC the daemon runs with GC percent %d, want its GCPercent 25", got)
+	}
+	t.Setenv("GOGC", "100")
+	if got := run(); got != 100 {
+		t.Errorf("with GOGC=100 the daemon runs with GC percent %d, want 100", got)
 	}
 }

@@ -46,18 +46,23 @@ func TestCachedRecord(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s %s/%s not kept", how, tc.ns, tc.name)
 			}
+			// The spec kept is a copy: a pointer into the object would
+			// keep all of it (metadata, status) alive.
+			if whole, _ := v.remoteSpec(); whole == &obj.(*causewayv1alpha1.ServiceExportRecord).Spec {
+				t.Errorf("%s %s/%s: the cache holds the object's own spec", how, tc.ns, tc.name)
+			}
 			if v.uid != meta.UID || v.resourceVersion != meta.ResourceVersion || !v.created.Equal(&meta.CreationTimestamp) ||
 				v.service != (types.NamespacedName{Namespace: "ns", Name: "web"}) || v.part != tc.part {
 				t.Errorf("%s %s/%s: identity %+v", how, tc.ns, tc.name, v)
 			}
 			whole, kept := v.remoteSpec()
 			switch {
-			case tc.own && (kept || v.ident != nil || v.hash != mcs.ContentHash(spec)):
+			case tc.own && (kept || v.cluster != "" || v.hash != mcs.ContentHash(spec)):
 				t.Errorf("%s own record %s/%s: spec %+v, hash %q; want no spec and hash %q", how, tc.ns, tc.name, whole, v.hash, mcs.ContentHash(spec))
 			case !tc.own && (!kept || !equality.Semantic.DeepEqual(*whole, spec) || v.hash != "" || v.backends != 1 ||
-				!equality.Semantic.DeepEqual(*v.ident, mcs.ExportRecord{ClusterID: "c2", ServiceNamespace: "ns", ServiceName: "web", Type: mcsv1beta1.ClusterSetIP})):
-				t.Errorf("%s remote record %s/%s: spec %+v, ident %+v, %d backends, hash %q; want the whole spec, its identity and 1 backend",
-					how, tc.ns, tc.name, whole, v.ident, v.backends, v.hash)
+				!equality.Semantic.DeepEqual(v.identity(), mcs.ExportRecord{ClusterID: "c2", ServiceNamespace: "ns", ServiceName: "web"})):
+				t.Errorf("%s remote record %s/%s: spec %+v, identity %+v, %d backends, hash %q; want the whole spec, its identity and 1 backend",
+					how, tc.ns, tc.name, whole, v.identity(), v.backends, v.hash)
 			}
 			groups := recordGroup(types.NamespacedName{Namespace: tc.ns, Name: tc.name}, v)
 			if tc.part != (len(groups) == 1 && groups[0] == "ns/web") || !tc.part && len(groups) != 0 {
@@ -76,7 +81,7 @@ func TestCachedRecord(t *testing.T) {
 	meta := fullMeta("cluster-c2", "ns.web", nil)
 	meta.DeletionTimestamp = nil
 	v, ok := slim.cachedRecord(&causewayv1alpha1.ServiceExportRecord{ObjectMeta: meta, Spec: *spec.DeepCopy()})
-	if whole, kept := v.remoteSpec(); !ok || kept || v.ident == nil || v.backends != 1 {
+	if whole, kept := v.remoteSpec(); !ok || kept || v.cluster != "c2" || v.backends != 1 {
 		t.Errorf("record over its cluster's quota kept as %+v (spec %+v), want its identity and no spec", v, whole)
 	}
 }

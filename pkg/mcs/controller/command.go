@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,6 +38,7 @@ const HealthPort = 9544
 // NewCommand returns the mcs-controller daemon's command.
 func NewCommand() *cobra.Command {
 	opts := daemon.DefaultOptions(MetricsPort, HealthPort)
+	opts.GCPercent = GCPercent
 	var (
 		deadAfter   = DefaultDeadClusterTimeout
 		liveness    = DefaultLivenessDuration
@@ -66,9 +65,6 @@ and then every half lifetime, it requests a fresh token for the cluster's
 own broker identity and writes it into Secret causeway-broker (key
 "token"), which every daemon reads through the mounted file.`,
 		&opts, func(ctx context.Context, rt *daemon.Runtime) error {
-			if _, set := os.LookupEnv("GOGC"); !set {
-				debug.SetGCPercent(GCPercent)
-			}
 			local, err := opts.RESTConfig()
 			if err != nil {
 				return err

@@ -274,7 +274,7 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 	// names.
 	remote := func(r plaincache.Item[cachedRecord]) (string, bool) {
 		id, ok := broker.ClusterIDFromNamespace(r.Key.Namespace)
-		return id, ok && r.Value.ident != nil && id == r.Value.ident.ClusterID && id != c.cfg.ClusterID && r.Value.service == key
+		return id, ok && id == r.Value.cluster && id != c.cfg.ClusterID && r.Value.service == key
 	}
 	heads := map[string]plaincache.Item[cachedRecord]{}            // cluster -> head
 	parts := map[string]map[string]plaincache.Item[cachedRecord]{} // cluster -> object name -> part
@@ -286,7 +286,7 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 		}
 	}
 	for _, r := range partList {
-		if id, ok := remote(r); ok && r.Value.ident.Part != nil {
+		if id, ok := remote(r); ok && r.Value.specPart != nil {
 			if parts[id] == nil {
 				parts[id] = map[string]plaincache.Item[cachedRecord]{}
 			}
@@ -333,13 +333,13 @@ func (c *Controller) records(ctx context.Context, key types.NamespacedName, exp 
 func (c *Controller) joinRemote(ctx context.Context, id string, head plaincache.Item[cachedRecord], parts map[string]plaincache.Item[cachedRecord]) (mcs.ExportRecord, *refusal, error) {
 	idents := make(map[string]mcs.ExportRecord, len(parts))
 	for name, p := range parts {
-		idents[name] = *p.Value.ident
+		idents[name] = p.Value.identity()
 	}
-	if _, err := mcs.JoinRecord(*head.Value.ident, idents); err != nil {
+	if _, err := mcs.JoinRecord(head.Value.identity(), idents); err != nil {
 		return mcs.ExportRecord{}, &refusal{id, mcs.ReasonIncompleteRecord, err.Error()}, nil
 	}
 	set := []plaincache.Item[cachedRecord]{head}
-	if p := head.Value.ident.Part; p != nil {
+	if p := head.Value.specPart; p != nil {
 		for i := 1; i < int(p.Count); i++ {
 			set = append(set, parts[mcs.RecordPartName(head.Value.service.Namespace, head.Value.service.Name, p.Revision, i)])
 		}
@@ -365,7 +365,8 @@ func (c *Controller) joinRemote(ctx context.Context, id string, head plaincache.
 			case err != nil:
 				return mcs.ExportRecord{}, nil, fmt.Errorf("read record %s: %w", it.Key, err)
 			}
-			spec = &obj.Spec
+			fetched := obj.Spec // not &obj.Spec, which would keep the whole object cached
+			spec = &fetched
 			if obj.UID == it.Value.uid && obj.ResourceVersion == it.Value.resourceVersion {
 				c.quotas.keep(ns, it.Key.Name, it.Value.body, spec)
 			}
