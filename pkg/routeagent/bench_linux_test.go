@@ -33,7 +33,8 @@ import (
 // default 1) programmed into the BPF maps; with $RA_BENCH_HEAP_PROFILE
 // set, the agent's heap profile after a GC is saved there. Baseline:
 // the same agent idle, with no import, in the same run. $BENCH_GOMEMLIMIT
-// is passed to the agent as GOMEMLIMIT (Go's soft memory limit).
+// and $BENCH_GOGC are passed to the agent as GOMEMLIMIT (Go's soft memory
+// limit) and GOGC (its GC target; unset: the agent's GCPercent).
 //
 //	go test -run '^$' -bench BenchmarkVIPMemory -benchtime 1x ./pkg/routeagent/
 func BenchmarkVIPMemory(b *testing.B) {
@@ -67,8 +68,10 @@ func BenchmarkVIPMemory(b *testing.B) {
 			return h.Dial(nodeNS, network, addr)
 		}}}
 	var env []string
-	if v := os.Getenv("BENCH_GOMEMLIMIT"); v != "" {
-		env = append(env, "GOMEMLIMIT="+v) // the Go runtime's soft memory limit
+	for _, v := range []string{"GOMEMLIMIT", "GOGC"} { // the Go runtime's soft memory limit and GC target
+		if s := os.Getenv("BENCH_" + v); s != "" {
+			env = append(env, v+"="+s)
+		}
 	}
 	start := func() *exec.Cmd { return startVIPAgent(b, h, kc, node.Address.Addr(), "warn", env...) }
 	metric := func(name string) (float64, bool) { return procmem.Metric(httpc, metricsURL, name) }

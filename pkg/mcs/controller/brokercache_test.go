@@ -1,7 +1,12 @@
 package controller
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -9,10 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	causewayv1alpha1 "github.com/causeway-net/causeway/api/v1alpha1"
 	"github.com/causeway-net/causeway/pkg/addrpolicy"
+	"github.com/causeway-net/causeway/pkg/broker"
 	"github.com/causeway-net/causeway/pkg/mcs"
 )
 
@@ -115,4 +122,88 @@ func TestCachedVIP(t *testing.T) {
 	if _, ok := slim.cachedVIP(a); ok {
 		t.Error("an allocation being deleted is kept")
 	}
+}
+
+// BenchmarkRecordCacheMemory: the heap that $MCS_BENCH_MEMBERS (default
+// 100) remote members' records of $MCS_BENCH_SERVICES (default 500)
+// Services each hold in the record cache, as `causeway-lab benchmark
+// scale` writes them (one port, one ClusterIP, one ready endpoint), each
+// decoded from its JSON and passed through the cache's transform and
+// conversion (slimmer.record, slimmer.cachedRecord) with the default
+// quotas. Reports bytes per record (the live heap after a GC, before and
+// after, divided by the records).
+//
+//	go test -run '^$' -bench BenchmarkRecordCacheMemory ./pkg/mcs/controller/
+func BenchmarkRecordCacheMemory(b *testing.B) {
+	members, services := 100, 500
+	if s := os.Getenv("MCS_BENCH_MEMBERS"); s != "" {
+		members, _ = strconv.Atoi(s)
+	}
+	if s := os.Getenv("MCS_BENCH_SERVICES"); s != "" {
+		services, _ = strconv.Atoi(s)
+	}
+	raws := make([][]byte, 0, members*services)
+	for m := range members {
+		id := fmt.Sprintf("scalesim-%03d", m+1)
+		for i := range services {
+			raws = append(raws, benchRecordJSON(b, id, i, netip.AddrFrom4([4]byte{10, byte(128 + m%128), byte(i / 250), byte(i%250 + 1)})))
+		}
+	}
+	liveHeap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	var perRecord float64
+	for b.Loop() {
+		slim := newSlimmer("cluster-c2")
+		slim.quotas = newRecordQuotas(addrpolicy.DefaultPolicy().Quotas)
+		before := liveHeap()
+		cache := make(map[types.NamespacedName]*cachedRecord, len(raws))
+		for _, raw := range raws {
+			r := &causewayv1alpha1.ServiceExportRecord{}
+			if err := json.Unmarshal(raw, r); err != nil {
+				b.Fatal(err)
+			}
+			obj, _ := slim.record(r)
+			v, ok := slim.cachedRecord(obj)
+			if !ok {
+				b.Fatalf("record %s/%s not kept", r.Namespace, r.Name)
+			}
+			slim.quotas.set(r.Namespace, r.Name, v.created.Time, v.backends)
+			cache[types.NamespacedName{Namespace: r.Namespace, Name: r.Name}] = &v
+		}
+		perRecord = float64(liveHeap()-before) / float64(len(cache))
+		runtime.KeepAlive(cache)
+	}
+	b.ReportMetric(perRecord, "B/record")
+	b.ReportMetric(perRecord*float64(len(raws))/(1<<20), "MiB")
+}
+
+// benchRecordJSON is member id's record of Service svc-<i> with
+// ClusterIP ip, as the broker API server sends it.
+func benchRecordJSON(b *testing.B, id string, i int, ip netip.Addr) []byte {
+	name := fmt.Sprintf("svc-%d", i)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "causeway-scale", Name: name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: ip.String(), ClusterIPs: []string{ip.String()},
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports:      []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+	export := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "causeway-scale", Name: name, CreationTimestamp: metav1.Now()}}
+	spec, err := mcs.NewExportRecord(id, export, svc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec.ReadyEndpoints, spec.ServingEndpoints = 1, 1
+	raw, err := json.Marshal(&causewayv1alpha1.ServiceExportRecord{
+		TypeMeta: metav1.TypeMeta{APIVersion: causewayv1alpha1.GroupVersion.String(), Kind: "ServiceExportRecord"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: broker.Namespace(id), Name: mcs.RecordName("causeway-scale", name),
+			UID: uuid.NewUUID(), ResourceVersion: strconv.Itoa(100000 + i), Generation: 1, CreationTimestamp: metav1.Now(),
+			Labels: map[string]string{causewayv1alpha1.LabelClusterID: id}},
+		Spec: spec,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return raw
 }
