@@ -168,6 +168,20 @@ func TestRenderTuned(t *testing.T) {
 	if port != 19541 {
 		t.Errorf("gateway liveness probe on port %d", port)
 	}
+	// A saturated node does not get a busy daemon restarted: a minute of
+	// unanswered liveness probes, 5 s each.
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" && o.GetKind() != "Deployment" {
+			continue
+		}
+		live, _, _ := unstructured.NestedMap(container(t, o), "livenessProbe")
+		period, _, _ := unstructured.NestedInt64(live, "periodSeconds")
+		timeout, _, _ := unstructured.NestedInt64(live, "timeoutSeconds")
+		failures, _, _ := unstructured.NestedInt64(live, "failureThreshold")
+		if timeout < 5 || period*failures < 60 {
+			t.Errorf("%s %s: liveness probe %v, want a timeout of 5 s and a minute of failures", o.GetKind(), o.GetName(), live)
+		}
+	}
 	sel, _, _ := unstructured.NestedStringMap(gw.Object, "spec", "template", "spec", "nodeSelector")
 	// Helm merges maps: the default label stays unless set to null.
 	if !reflect.DeepEqual(sel, map[string]string{"causeway.dev/gateway": "true", "role": "edge"}) {

@@ -54,14 +54,20 @@ app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
   valueFrom: {configMapKeyRef: {name: causeway-config, key: service-cidrs}}
 {{- end -}}
 
-{{/* Liveness and readiness on the daemon's metrics port. */}}
+{{/* Liveness and readiness on the daemon's health port. Liveness allows a
+minute of unanswered probes (5 s each): on a node whose CPUs are
+saturated, Kubernetes' default (1 s, 3 failures) restarts a busy daemon,
+and the restart (a full resync) adds to the load. */}}
 {{- define "causeway.probes" -}}
 livenessProbe:
   httpGet: {path: /healthz, port: {{ . }}}
   periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 6
 readinessProbe:
   httpGet: {path: /readyz, port: {{ . }}}
   periodSeconds: 5
+  timeoutSeconds: 5
 {{- end -}}
 
 {{/* A config checksum as a Pod annotation: a changed config rolls the Pods. */}}
