@@ -171,7 +171,11 @@ func (e *embedded) close() error {
 	err := e.uapi.Close() // unlinks the socket
 	e.wg.Wait()
 	e.dev.Close() // closes the TUN: the kernel removes the device and its routes
-	if errors.Is(err, net.ErrClosed) {
+	// A listener already closed is no failure to stop: wireguard-go's
+	// listener closes itself (and its cancel pipe, hence os.ErrClosed)
+	// when its socket file is removed, as by a gateway stopping on the
+	// same node while uninstall's cleanup Pod starts.
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
 		err = nil
 	}
 	return err

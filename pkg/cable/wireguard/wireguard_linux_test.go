@@ -240,3 +240,25 @@ func TestResetSessionEndsAHalfOpenSession(t *testing.T) {
 		t.Error("ResetSession of an unknown cluster succeeded")
 	}
 }
+
+// An embedded device whose UAPI socket file another process removed (a
+// gateway stopping on the node while uninstall's cleanup Pod runs) is
+// still cleaned up without an error: wireguard-go's listener has closed
+// itself then.
+func TestCleanupAfterSocketRemoved(t *testing.T) {
+	tp := cabletest.New(t)
+	d, err := NewWithMode(context.Background(), tp.Local("a", testPort, t.TempDir()), ModeEmbedded)
+	if err != nil {
+		t.Fatalf("embedded device: %v", err)
+	}
+	if err := os.Remove(SocketPath(tp.IfName("a"))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the listener notices through inotify
+	if err := d.Cleanup(context.Background()); err != nil {
+		t.Fatalf("cleanup after the socket was removed: %v", err)
+	}
+	if cabletest.LinkExists(tp.GwA, tp.IfName("a")) {
+		t.Fatal("TUN device left after cleanup")
+	}
+}
