@@ -173,8 +173,7 @@ func (e *embedded) close() error {
 	e.dev.Close() // closes the TUN: the kernel removes the device and its routes
 	// A listener already closed is no failure to stop: wireguard-go's
 	// listener closes itself (and its cancel pipe, hence os.ErrClosed)
-	// when its socket file is removed, as by a gateway stopping on the
-	// same node while uninstall's cleanup Pod starts.
+	// when another process removes its socket file.
 	if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
 		err = nil
 	}

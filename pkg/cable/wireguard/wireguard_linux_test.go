@@ -241,10 +241,10 @@ func TestResetSessionEndsAHalfOpenSession(t *testing.T) {
 	}
 }
 
-// An embedded device whose UAPI socket file another process removed (a
-// gateway stopping on the node while uninstall's cleanup Pod runs) is
+// An embedded device whose UAPI socket file another process removed is
 // still cleaned up without an error: wireguard-go's listener has closed
-// itself then.
+// itself then (seen in TestLabJoin, where uninstall's gateway cleanup Pod
+// failed so).
 func TestCleanupAfterSocketRemoved(t *testing.T) {
 	tp := cabletest.New(t)
 	d, err := NewWithMode(context.Background(), tp.Local("a", testPort, t.TempDir()), ModeEmbedded)
@@ -254,7 +254,16 @@ func TestCleanupAfterSocketRemoved(t *testing.T) {
 	if err := os.Remove(SocketPath(tp.IfName("a"))); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // the listener notices through inotify
+	// The listener notices the removal (inotify) and closes itself, which
+	// ends the device's accept loop: wait for that, so that Cleanup meets
+	// the closed listener.
+	closed := make(chan struct{})
+	go func() { d.emb.wg.Wait(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the UAPI listener did not close itself after its socket file was removed")
+	}
 	if err := d.Cleanup(context.Background()); err != nil {
 		t.Fatalf("cleanup after the socket was removed: %v", err)
 	}
