@@ -11,6 +11,16 @@ import (
 // acquisition; passive candidates probe it.
 const ProbeIPAnnotation = "causeway.dev/probe-ip"
 
+// ProbeTokenAnnotation on the gateway Lease is its holder's probe
+// token, random (crypto/rand.Text) and new with every process: passive candidates send it
+// as their probes' data. The holder answers every probe while it holds
+// the Lease, but counts a passive candidate as watching (a stop then
+// tears down before it releases the Lease) only when a probe carries
+// its token: what else can reach the probe port (a pod, another node)
+// cannot read the Lease, so it cannot make a stopping single candidate
+// throw away the state its next start would adopt.
+const ProbeTokenAnnotation = "causeway.dev/probe-token"
+
 // Candidate probe defaults: a passive candidate sends an echo to the
 // Lease holder every DefaultCandidateProbeInterval and counts it dead
 // after DefaultCandidateProbeMisses in a row without an answer.
@@ -44,7 +54,7 @@ func candidateQuiet(lease time.Duration, misses int, interval time.Duration) tim
 // and leaves an expired Lease to a holder that answers (see
 // elector.tryAcquire); the active candidate never looks at it.
 type holderProbe struct {
-	p      prober // target: holder identity → its probe IP
+	p      candidateProber // target: holder identity → its probe IP
 	misses int
 	// silence is how long no answer at all, late ones included, must
 	// have come besides misses lost echoes in a row: the misses' span.
@@ -54,13 +64,21 @@ type holderProbe struct {
 	onDown func()
 }
 
-// watch aims the probes at holder's addr (an invalid addr or empty
-// holder: probe nobody).
-func (h *holderProbe) watch(holder string, addr netip.Addr) {
+// candidateProber is the prober of a holderProbe: its echoes carry the
+// holder's probe token.
+type candidateProber interface {
+	prober
+	SetPayload(data []byte)
+}
+
+// watch aims the probes at holder's addr with its token (an invalid
+// addr or empty holder: probe nobody).
+func (h *holderProbe) watch(holder string, addr netip.Addr, token string) {
 	targets := map[string]netip.Addr{}
 	if holder != "" && addr.IsValid() {
 		targets[holder] = addr
 	}
+	h.p.SetPayload([]byte(token))
 	h.p.SetTargets(targets)
 }
 

@@ -28,18 +28,25 @@ func TestCandidateProbes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var holding atomic.Bool
-	go serveEchoes(conn, holding.Load)
+	var data atomic.Value
+	go serveEchoes(conn, func(d []byte) bool {
+		data.Store(string(d))
+		return holding.Load()
+	})
 	port := netip.MustParseAddrPort(conn.LocalAddr().String()).Port()
 	var downs atomic.Int32
 	h := &holderProbe{misses: 3, onDown: func() { downs.Add(1) }}
 	p := startProber(t, "", lo, port, h)
-	h.watch("a", lo)
+	h.watch("a", lo, "a's token")
 	if h.answering("a") {
 		t.Fatal("a answering before any echo")
 	}
 	within(t, "a, out of its term, down", func() bool { return h.down("a") && downs.Load() > 0 })
 	if h.answering("a") || !p.Stats()["a"].LastReply.IsZero() {
 		t.Fatalf("a answered out of its term (answering %v)", h.answering("a"))
+	}
+	if got := data.Load(); got != "a's token" {
+		t.Errorf("the echoes carry %q, want a's token", got)
 	}
 	holding.Store(true)
 	within(t, "answers from a in its term", func() bool { return h.answering("a") })
@@ -59,7 +66,7 @@ func TestCandidateProbes(t *testing.T) {
 	if s := p.Stats()["a"]; s.LostInARow < 3 {
 		t.Errorf("down with %d echoes lost in a row, want ≥ 3", s.LostInARow)
 	}
-	h.watch("", netip.Addr{})
+	h.watch("", netip.Addr{}, "")
 	if n := len(p.Stats()); n != 0 {
 		t.Errorf("probing %d targets after watch(\"\"), want none", n)
 	}
@@ -110,7 +117,7 @@ func TestCandidateProbesLateAnswers(t *testing.T) {
 	port := netip.MustParseAddrPort(conn.LocalAddr().String()).Port()
 	h := &holderProbe{misses: misses, silence: time.Minute}
 	p := startProber(t, "", lo, port, h)
-	h.watch("a", lo)
+	h.watch("a", lo, "")
 	// Echoes expire oldest first: these are the held ones.
 	within(t, "a's first echoes lost", func() bool { return p.Stats()["a"].LostInARow >= misses })
 	if !h.down("a") || h.answering("a") {
@@ -146,7 +153,7 @@ func TestCandidateProbesAfterNetworkError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	go serveEchoes(conn, func() bool { return true })
+	go serveEchoes(conn, func([]byte) bool { return true })
 	port := netip.MustParseAddrPort(conn.LocalAddr().String()).Port()
 	run(t, "ip", "netns", "exec", ns, "nft", "add table ip t")
 	run(t, "ip", "netns", "exec", ns, "nft", "add chain ip t out { type filter hook output priority 0 ; }")

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -544,7 +545,7 @@ func (e *Engine) startCandidateProbes(el *elector) (stop func(), err error) {
 		return nil, fmt.Errorf("candidate prober: %w", err)
 	}
 	h.p = p
-	el.probeIP, el.holders, el.quiet = e.cfg.PrivateIP, h, candidateQuiet(e.cfg.LeaseDuration, e.cfg.CandidateProbeMisses, e.cfg.CandidateProbeInterval)
+	el.probeIP, el.probeToken, el.holders, el.quiet = e.cfg.PrivateIP, rand.Text(), h, candidateQuiet(e.cfg.LeaseDuration, e.cfg.CandidateProbeMisses, e.cfg.CandidateProbeInterval)
 	return func() {
 		p.Close()
 		conn.Close()

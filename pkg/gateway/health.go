@@ -173,11 +173,12 @@ func (t *probeTable) Stats() map[string]probeStats {
 	return out
 }
 
-// serveEchoes answers the ICMP echo messages UDP probers send to conn,
-// while answer() holds, until conn is closed (the candidate probes: the
-// answer comes from this process, so it means the process is alive, not
-// only its node, and — answer being elector.holding — in its term).
-func serveEchoes(conn net.PacketConn, answer func() bool) {
+// serveEchoes answers the ICMP echo messages UDP probers send to conn
+// when answer, given an echo's data, says so, until conn is closed (the
+// candidate probes: the answer comes from this process, so it means the
+// process is alive, not only its node, and — answer being
+// elector.answerProbe — in its term).
+func serveEchoes(conn net.PacketConn, answer func(data []byte) bool) {
 	buf := make([]byte, 1500)
 	for {
 		n, from, err := conn.ReadFrom(buf)
@@ -185,7 +186,11 @@ func serveEchoes(conn net.PacketConn, answer func() bool) {
 			return // closed
 		}
 		msg, err := icmp.ParseMessage(1, buf[:n])
-		if err != nil || msg.Type != ipv4.ICMPTypeEcho || !answer() {
+		if err != nil || msg.Type != ipv4.ICMPTypeEcho {
+			continue
+		}
+		echo, ok := msg.Body.(*icmp.Echo)
+		if !ok || !answer(echo.Data) {
 			continue
 		}
 		msg.Type = ipv4.ICMPTypeEchoReply

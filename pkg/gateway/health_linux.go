@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -41,6 +42,7 @@ type echoProber struct {
 	onResult func(target string, rtt time.Duration) // rtt < 0: lost
 
 	mu2      sync.Mutex
+	payload  []byte              // an echo's data (SetPayload)
 	inflight map[uint16]inflight // seq -> echo
 	seq      uint16
 	cancel   context.CancelFunc
@@ -88,7 +90,7 @@ func startEchoProber(conn net.PacketConn, port uint16, interval time.Duration, l
 	rand.Read(b[:])
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &echoProber{conn: conn, port: port, id: binary.BigEndian.Uint16(b[:]), interval: interval, log: log,
-		onResult: onResult, inflight: map[uint16]inflight{}, cancel: cancel, done: make(chan struct{})}
+		onResult: onResult, payload: []byte("causeway-health"), inflight: map[uint16]inflight{}, cancel: cancel, done: make(chan struct{})}
 	go p.receive()
 	go p.send(ctx)
 	return p
@@ -136,16 +138,24 @@ func (p *echoProber) send(ctx context.Context) {
 		for id, addr := range targets {
 			p.mu2.Lock()
 			p.seq++
-			seq := p.seq
+			seq, data := p.seq, p.payload
 			p.inflight[seq] = inflight{target: id, to: addr, sent: now}
 			p.mu2.Unlock()
-			msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: int(p.id), Seq: int(seq), Data: []byte("causeway-health")}}
+			msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: int(p.id), Seq: int(seq), Data: data}}
 			b, _ := msg.Marshal(nil)
 			if _, err := p.conn.WriteTo(b, p.dest(addr)); err != nil {
 				p.log.Debug("health-check send failed", "remote", id, "to", addr, "err", err)
 			}
 		}
 	}
+}
+
+// SetPayload makes data the data of the echoes sent from now on (the
+// candidate probes: the holder's probe token).
+func (p *echoProber) SetPayload(data []byte) {
+	p.mu2.Lock()
+	defer p.mu2.Unlock()
+	p.payload = slices.Clone(data)
 }
 
 // expire counts echoes older than two intervals as lost.

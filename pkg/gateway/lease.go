@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,13 +72,15 @@ type elector struct {
 	// write of the Lease (acquire or renewal); it must not block.
 	onRenewed func(sent time.Time)
 
-	// Candidate probes (optional): probeIP is written to the Lease's
-	// ProbeIPAnnotation with every acquisition; holders is aimed at the
-	// observed holder's, and a holder it reports down is taken over once
-	// no new version has come for quiet (before the lease expires).
-	probeIP netip.Addr
-	holders *holderProbe
-	quiet   time.Duration
+	// Candidate probes (optional): probeIP and probeToken are written
+	// to the Lease's ProbeIPAnnotation and ProbeTokenAnnotation with
+	// every acquisition; holders is aimed at the observed holder's, and
+	// a holder it reports down is taken over once no new version has
+	// come for quiet (before the lease expires).
+	probeIP    netip.Addr
+	probeToken string
+	holders    *holderProbe
+	quiet      time.Duration
 
 	// deferred is the resourceVersion of the expired Lease last left to
 	// its answering holder (logged once per version); only the acquire
@@ -171,7 +174,7 @@ func (el *elector) observe(obj any) {
 			if h == el.identity {
 				h = "" // the holder does not probe itself
 			}
-			el.holders.watch(h, probeIPOf(l))
+			el.holders.watch(h, probeIPOf(l), probeTokenOf(l))
 		}
 	}
 	el.mu.Unlock()
@@ -369,17 +372,27 @@ func (el *elector) tryAcquire(ctx context.Context, cur *coordinationv1.Lease, at
 	return nil, 0, fmt.Errorf("update lease: %w", err)
 }
 
-// annotate writes this candidate's probe IP on l (or removes a previous
-// holder's).
+// annotate writes this candidate's probe IP and token on l (or removes
+// a previous holder's).
 func (el *elector) annotate(l *coordinationv1.Lease) {
 	if !el.probeIP.IsValid() {
 		delete(l.Annotations, ProbeIPAnnotation)
+		delete(l.Annotations, ProbeTokenAnnotation)
 		return
 	}
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
 	l.Annotations[ProbeIPAnnotation] = el.probeIP.String()
+	l.Annotations[ProbeTokenAnnotation] = el.probeToken
+}
+
+// probeTokenOf is the holder's probe token written on l ("": none).
+func probeTokenOf(l *coordinationv1.Lease) string {
+	if l == nil {
+		return ""
+	}
+	return l.Annotations[ProbeTokenAnnotation]
 }
 
 // reread fetches the Lease after a conflict (the watch may lag).
@@ -510,18 +523,22 @@ func (el *elector) holding() bool {
 	return !el.renewed.IsZero()
 }
 
-// answerProbe reports whether a candidate's probe is answered (this
-// candidate holds the Lease) and notes when one was.
-func (el *elector) answerProbe() bool {
+// answerProbe reports whether a probe carrying data is answered (this
+// candidate holds the Lease) and, when data is this holder's probe
+// token, notes when (a passive candidate is watching).
+func (el *elector) answerProbe(data []byte) bool {
 	if !el.holding() {
 		return false
 	}
-	el.probedAt.Store(time.Now().UnixNano())
+	if el.probeToken != "" && subtle.ConstantTimeCompare(data, []byte(el.probeToken)) == 1 {
+		el.probedAt.Store(time.Now().UnixNano())
+	}
 	return true
 }
 
-// probedWithin reports whether a candidate probed this holder within d:
-// a passive candidate is alive and watching, ready to take over.
+// probedWithin reports whether a probe with this holder's token came
+// within d: a passive candidate is alive and watching, ready to take
+// over.
 func (el *elector) probedWithin(d time.Duration) bool {
 	at := el.probedAt.Load()
 	return at != 0 && time.Since(time.Unix(0, at)) <= d

@@ -302,6 +302,9 @@ func TestElector(t *testing.T) {
 		if got := holder(t, kc, ns).Annotations[ProbeIPAnnotation]; got != "192.0.2.1" {
 			t.Errorf("lease %s %q, want a's 192.0.2.1", ProbeIPAnnotation, got)
 		}
+		if got := pb.payloadNow(); got != "token-192.0.2.1" {
+			t.Errorf("b's probes carry %q, want a's token from the Lease", got)
+		}
 		if n := len(pa.targetsNow()); n != 0 {
 			t.Errorf("the holder a probes %d candidates, want none", n)
 		}
@@ -613,7 +616,7 @@ func (g *gatedWrites) WrappedRoundTripper() http.RoundTripper { return g.rt }
 // probed gives an elector candidate probes through p, its probe IP ip.
 func probed(ip string, p *fakeProber, quiet time.Duration) func(*elector) {
 	return func(el *elector) {
-		el.probeIP, el.quiet = netip.MustParseAddr(ip), quiet
+		el.probeIP, el.probeToken, el.quiet = netip.MustParseAddr(ip), "token-"+ip, quiet
 		el.holders = &holderProbe{p: p, misses: DefaultCandidateProbeMisses, onDown: el.notify}
 	}
 }
@@ -623,6 +626,7 @@ func probed(ip string, p *fakeProber, quiet time.Duration) func(*elector) {
 // last one just now.
 type fakeProber struct {
 	mu      sync.Mutex
+	payload string
 	targets map[string]netip.Addr
 	down    map[string]bool
 	refused map[string]bool
@@ -632,6 +636,18 @@ func (f *fakeProber) SetTargets(t map[string]netip.Addr) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.targets = t
+}
+
+func (f *fakeProber) SetPayload(data []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.payload = string(data)
+}
+
+func (f *fakeProber) payloadNow() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.payload
 }
 
 func (f *fakeProber) Stats() map[string]probeStats {
@@ -685,17 +701,26 @@ func (f *fakeProber) targetsNow() map[string]netip.Addr {
 }
 
 // TestAnswerProbeNotesAStandby: a holder answers a candidate's probe and
-// notes it (a passive candidate is watching: a stop tears down before it
-// releases the Lease); a candidate that holds nothing neither answers
-// nor counts as probed.
+// notes it when it carries the holder's token (a passive candidate is
+// watching: a stop tears down before it releases the Lease); a probe
+// without the token is answered but noted as nobody's; a candidate that
+// holds nothing neither answers nor counts as probed.
 func TestAnswerProbeNotesAStandby(t *testing.T) {
-	el := &elector{}
-	if el.answerProbe() || el.probedWithin(time.Hour) {
+	el := &elector{probeToken: "secret"}
+	if el.answerProbe([]byte("secret")) || el.probedWithin(time.Hour) {
 		t.Fatal("a candidate without the Lease answered a probe or counts as probed")
 	}
 	el.renewed = time.Now()
-	if !el.answerProbe() || !el.probedWithin(time.Second) {
-		t.Fatal("the holder did not answer a probe, or did not note it")
+	for _, data := range []string{"", "causeway-health", "secre", "secret2"} {
+		if !el.answerProbe([]byte(data)) {
+			t.Errorf("the holder did not answer a probe carrying %q", data)
+		}
+		if el.probedWithin(time.Hour) {
+			t.Fatalf("a probe carrying %q, not the token, counts as a passive candidate's", data)
+		}
+	}
+	if !el.answerProbe([]byte("secret")) || !el.probedWithin(time.Second) {
+		t.Fatal("the holder did not answer a probe with its token, or did not note it")
 	}
 	el.probedAt.Store(time.Now().Add(-time.Second).UnixNano())
 	if el.probedWithin(300 * time.Millisecond) {
