@@ -72,6 +72,36 @@ func TestCandidateProbes(t *testing.T) {
 	}
 }
 
+// TestForgedProbe: what reaches a holder's probe port without its token
+// (a pod's forged echo) is answered, but does not count as a passive
+// candidate watching, so the holder's stop keeps its state for
+// adoption; a passive candidate's prober, aimed with the token from
+// the Lease, does count.
+func TestForgedProbe(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	conn, err := listenUDP("", netip.AddrPortFrom(lo, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	el := &elector{probeToken: "holder-token", renewed: time.Now()}
+	go serveEchoes(conn, el.answerProbe)
+	port := netip.MustParseAddrPort(conn.LocalAddr().String()).Port()
+
+	forger := &holderProbe{misses: 3}
+	startProber(t, "", lo, port, forger)
+	forger.watch("a", lo, "a guess")
+	within(t, "the forged echoes answered", func() bool { return forger.answering("a") })
+	if el.probedWithin(time.Hour) {
+		t.Fatal("echoes without the holder's token count as a passive candidate's")
+	}
+
+	passive := &holderProbe{misses: 3}
+	startProber(t, "", lo, port, passive)
+	passive.watch("a", lo, "holder-token")
+	within(t, "the passive candidate noted", func() bool { return el.probedWithin(time.Second) })
+}
+
 // A holder whose answers come late (after the prober counted its
 // echoes lost: a loaded node) is slow, not down. The responder holds its
 // answers to the first misses echoes and answers no other: the holder is
