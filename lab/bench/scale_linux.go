@@ -110,11 +110,17 @@ type ScaleResult struct {
 	// real member holds a ServiceImport with a VIP of every Service.
 	WriteSeconds    float64 `json:"writeSeconds"`
 	ConvergeSeconds float64 `json:"convergeSeconds"`
+	// SettledSeconds: from the first write until, after convergence,
+	// every real member's MCS controller had an empty work queue
+	// (causeway_mcs_queue_depth 0) at three scrapes in a row, a second
+	// apart; the export samples start then.
+	SettledSeconds float64 `json:"settledSeconds"`
 	// LeaseRenewalFailures counts the simulated members' liveness Lease
 	// renewals that failed (timed out under load, say) while they ran.
 	LeaseRenewalFailures int64 `json:"leaseRenewalFailures"`
 	// Daemons are the real members' daemons, measured at the end of
-	// the steady window.
+	// the steady window (when a later step fails: after the export
+	// samples, without the steady CPU seconds).
 	Daemons []DaemonStats `json:"daemons"`
 	// ExportReachableP50Ms and ExportReachableP99Ms: from a new
 	// ServiceExport in Export.Exporter until a TCP connect from
@@ -155,6 +161,10 @@ type DaemonStats struct {
 	CPUSeconds       float64 `json:"cpuSeconds"`
 	SteadyCPUSeconds float64 `json:"steadyCpuSeconds"`
 	TotalCPUSeconds  float64 `json:"totalCpuSeconds"`
+	// Restarted: the process measured last is not the one measured
+	// before the writes (a liveness probe or a crash restarted it):
+	// its CPU seconds count the new process only, none of the old one.
+	Restarted bool `json:"restarted"`
 }
 
 // ResyncResult times a full resync: ResyncCluster's MCS controller Pod
@@ -242,27 +252,35 @@ func (s *Scale) Run(ctx context.Context) (ScaleResult, error) {
 	}
 	res.ConvergeSeconds = time.Since(start).Seconds()
 	s.progress("every real member imports the %d Services with a VIP, %.1fs after the first write", s.Services, res.ConvergeSeconds)
+	if err := s.waitSettled(ctx); err != nil {
+		return res, err
+	}
+	res.SettledSeconds = time.Since(start).Seconds()
+	s.progress("every real member's MCS controller has an empty work queue, %.1fs after the first write", res.SettledSeconds)
 
 	brokerBefore, err := s.brokerMetrics(ctx)
 	if err != nil {
 		return res, err
 	}
 	window := time.Now()
-	exp, err := s.Export.MeasureExport(ctx, s.Exports)
-	if err != nil {
-		return res, fmt.Errorf("export → reachable: %w", err)
+	exp, expErr := s.Export.MeasureExport(ctx, s.Exports)
+	if expErr == nil {
+		res.Export = &exp
+		res.ExportReachableP50Ms, res.ExportReachableP99Ms = exp.Reachable.P50MS, exp.Reachable.P99MS
 	}
-	res.Export = &exp
-	res.ExportReachableP50Ms, res.ExportReachableP99Ms = exp.Reachable.P50MS, exp.Reachable.P99MS
+	after, err := measureDaemons(ctx, s.Lab)
+	if err != nil {
+		return res, errors.Join(expErr, err)
+	}
+	res.Daemons = withCPU(before, after, after)
+	if expErr != nil {
+		return res, fmt.Errorf("export → reachable: %w", expErr)
+	}
 	brokerAfter, err := s.brokerMetrics(ctx)
 	if err != nil {
 		return res, err
 	}
 	if res.Broker, err = s.brokerStats(ctx, brokerBefore, brokerAfter, time.Since(window)); err != nil {
-		return res, err
-	}
-	after, err := measureDaemons(ctx, s.Lab)
-	if err != nil {
 		return res, err
 	}
 	s.progress("steady for %s: the daemons' CPU time while nothing changes but the simulated members' Lease renewals", s.Steady)
@@ -277,24 +295,11 @@ func (s *Scale) Run(ctx context.Context) (ScaleResult, error) {
 		return res, err
 	}
 	res.SteadySeconds = time.Since(steady).Seconds()
-	for _, d := range steadyAfter {
-		cpu := func(at []DaemonStats) (float64, error) {
-			i := slices.IndexFunc(at, func(b DaemonStats) bool { return b.Name == d.Name && b.PID == d.PID })
-			if i < 0 {
-				return 0, fmt.Errorf("%s restarted during the benchmark (pid %d): its CPU time cannot be told", d.Name, d.PID)
-			}
-			return at[i].TotalCPUSeconds, nil
+	res.Daemons = withCPU(before, after, steadyAfter)
+	for _, d := range res.Daemons {
+		if d.Restarted {
+			s.progress("%s restarted during the benchmark (now pid %d): its CPU seconds count its new process only", d.Name, d.PID)
 		}
-		start, err := cpu(before)
-		if err != nil {
-			return res, err
-		}
-		mid, err := cpu(after)
-		if err != nil {
-			return res, err
-		}
-		d.CPUSeconds, d.SteadyCPUSeconds = mid-start, d.TotalCPUSeconds-mid
-		res.Daemons = append(res.Daemons, d)
 	}
 	res.LeaseRenewalFailures = sims.failed.Load()
 	if res.Resync, err = s.resync(ctx); err != nil {
@@ -303,6 +308,87 @@ func (s *Scale) Run(ctx context.Context) (ScaleResult, error) {
 	s.progress("%s's MCS controller resynced %v imports %.2fs after its new process started (%.2fs after its Pod was deleted)",
 		res.Resync.Cluster, res.Resync.Imports, res.Resync.Seconds, res.Resync.FromDeleteSeconds)
 	return res, nil
+}
+
+// withCPU returns the daemons as measured at end, with the CPU seconds
+// each spent from before to mid (CPUSeconds) and from mid to end
+// (SteadyCPUSeconds). A daemon whose process at end was not measured
+// before, or mid, was restarted in between (Restarted): its figures
+// count its new process only (from its start to mid, or all of it as
+// steady when it started after mid).
+func withCPU(before, mid, end []DaemonStats) []DaemonStats {
+	total := func(in []DaemonStats, d DaemonStats) (float64, bool) {
+		i := slices.IndexFunc(in, func(b DaemonStats) bool { return b.Name == d.Name && b.PID == d.PID })
+		if i < 0 {
+			return 0, false
+		}
+		return in[i].TotalCPUSeconds, true
+	}
+	out := make([]DaemonStats, 0, len(end))
+	for _, d := range end {
+		start, sameStart := total(before, d)
+		m, sameMid := total(mid, d)
+		if sameMid {
+			d.CPUSeconds = m - start
+		}
+		d.SteadyCPUSeconds = d.TotalCPUSeconds - m
+		d.Restarted = !sameStart || !sameMid
+		out = append(out, d)
+	}
+	return out
+}
+
+// waitSettled waits until every real member's MCS controller has had an
+// empty work queue (causeway_mcs_queue_depth 0) at three scrapes in a
+// row, a second apart: every ServiceImport may be complete (waitImported)
+// while syncs the writes queued are still to come, and an export sample
+// taken then waits behind them.
+func (s *Scale) waitSettled(ctx context.Context) error {
+	for _, cl := range s.Lab.Members() {
+		empty := 0
+		err := poll(ctx, s.Timeout, time.Second, cl+": its MCS controller's work queue empty", func() (bool, error) {
+			p, err := readyMCSController(ctx, s.Lab, cl)
+			if err != nil {
+				return false, err
+			}
+			d, err := measureDaemon(ctx, cl, *p)
+			if err != nil {
+				return false, err
+			}
+			m, err := scrapeDaemon(ctx, d.PID, p)
+			if err != nil {
+				return false, err
+			}
+			depth, ok := sum(m, "causeway_mcs_queue_depth", nil)
+			if !ok {
+				return false, fmt.Errorf("%s: no causeway_mcs_queue_depth in its metrics", d.Name)
+			}
+			if depth > 0 {
+				empty = 0
+				return false, fmt.Errorf("%s: %v Services queued", d.Name, depth)
+			}
+			empty++
+			return empty >= 3, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readyMCSController is cluster's ready MCS controller Pod.
+func readyMCSController(ctx context.Context, st *lab.State, cluster string) (*corev1.Pod, error) {
+	pods, err := daemonPods(ctx, st, cluster)
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods {
+		if pods[i].Spec.Containers[0].Name == "mcs-controller" && kube.PodReady(&pods[i]) {
+			return &pods[i], nil
+		}
+	}
+	return nil, fmt.Errorf("%s: no ready MCS controller Pod", cluster)
 }
 
 // simulated are the simulated members while Run goes: their broker
@@ -751,18 +837,7 @@ func (s *Scale) resync(ctx context.Context) (ResyncResult, error) {
 	if err != nil {
 		return r, err
 	}
-	find := func() (*corev1.Pod, error) {
-		pods, err := daemonPods(ctx, s.Lab, s.ResyncCluster)
-		if err != nil {
-			return nil, err
-		}
-		for i := range pods {
-			if pods[i].Spec.Containers[0].Name == "mcs-controller" && kube.PodReady(&pods[i]) {
-				return &pods[i], nil
-			}
-		}
-		return nil, fmt.Errorf("%s: no ready MCS controller Pod", s.ResyncCluster)
-	}
+	find := func() (*corev1.Pod, error) { return readyMCSController(ctx, s.Lab, s.ResyncCluster) }
 	old, err := find()
 	if err != nil {
 		return r, err

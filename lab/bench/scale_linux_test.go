@@ -57,3 +57,33 @@ func TestProcessStart(t *testing.T) {
 		t.Errorf("process started at %v since boot, now is %v: want shortly before", started, now)
 	}
 }
+
+// TestWithCPU: each daemon's CPU seconds in the benchmark and steady
+// windows, by process; a process not measured at the start or middle
+// is marked restarted and counts its own CPU only.
+func TestWithCPU(t *testing.T) {
+	d := func(name string, pid int, total float64) DaemonStats {
+		return DaemonStats{Name: name, PID: pid, TotalCPUSeconds: total}
+	}
+	before := []DaemonStats{d("a", 1, 10), d("b", 2, 10), d("c", 3, 10)}
+	mid := []DaemonStats{d("a", 1, 15), d("b", 20, 4), d("c", 3, 12)}
+	end := []DaemonStats{d("a", 1, 16), d("b", 20, 5), d("c", 30, 1)}
+	type cpu struct {
+		bench, steady float64
+		restarted     bool
+	}
+	want := map[string]cpu{
+		"a": {5, 1, false}, // the same process throughout
+		"b": {4, 1, true},  // restarted before mid: its new process's 4 s
+		"c": {0, 1, true},  // restarted after mid: all of it steady
+	}
+	got := withCPU(before, mid, end)
+	if len(got) != len(end) {
+		t.Fatalf("%d daemons, want %d", len(got), len(end))
+	}
+	for _, g := range got {
+		if w := want[g.Name]; (cpu{g.CPUSeconds, g.SteadyCPUSeconds, g.Restarted}) != w {
+			t.Errorf("%s: benchmark %v s, steady %v s, restarted %v; want %+v", g.Name, g.CPUSeconds, g.SteadyCPUSeconds, g.Restarted, w)
+		}
+	}
+}

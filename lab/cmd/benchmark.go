@@ -359,6 +359,8 @@ route agents, MCS and globalnet controllers as the chart runs them):
 
   converge: from the first write until every real member holds a
   ServiceImport with a VIP of every Service, listing every simulated member;
+  then until every real member's MCS controller has an empty work queue
+  (causeway_mcs_queue_depth 0 at three scrapes a second apart);
 
   export → reachable: --exports new exports in --export-cluster, each
   timed until a TCP connect from --client to its VIP succeeds (as
@@ -366,7 +368,9 @@ route agents, MCS and globalnet controllers as the chart runs them):
 
   daemons: RSS (VmRSS, VmHWM from /proc), Go heap (go_memstats_heap_alloc_bytes)
   and CPU seconds (process_cpu_seconds_total, during the benchmark) of
-  every real daemon, its metrics read inside its network namespace;
+  every real daemon, its metrics read inside its network namespace; a
+  daemon restarted during the run (a liveness probe, a crash) is marked
+  restarted, its CPU seconds those of its new process;
 
   steady: each real daemon's CPU seconds during --steady after that,
   while nothing changes but the simulated members' Lease renewals;
@@ -379,7 +383,8 @@ route agents, MCS and globalnet controllers as the chart runs them):
   start of the new controller process until its causeway_mcs_imports gauge
   is back where it was.
 
-Everything is removed at the end, on an interrupt too (and leftovers of
+When a step fails, what was measured before it is printed and the
+command fails. Everything is removed at the end, on an interrupt too (and leftovers of
 an interrupted run at the start): the simulated members' namespaces,
 identities and VIP allocations in the broker, the namespace
 ` + bench.ScaleNamespace + ` in every real member, the export samples' Services.`,
@@ -393,10 +398,11 @@ identities and VIP allocations in the broker, the namespace
 				res, err = s.Run(ctx)
 				return err
 			})
-			if err != nil {
-				return err
+			if res.WriteSeconds == 0 {
+				return err // nothing measured
 			}
-			return printScale(cmd, *output, &p, res)
+			// What was measured before a step failed is printed too.
+			return errors.Join(err, printScale(cmd, *output, &p, res))
 		},
 	}
 	f := cmd.Flags()
@@ -418,27 +424,36 @@ func printScale(cmd *cobra.Command, output string, p *bench.Propagation, res ben
 	}
 	const mib = 1 << 20
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SIMULATED MEMBERS\tSERVICES EACH\tWRITTEN IN s\tIMPORTED EVERYWHERE AFTER s\tLEASE RENEWALS FAILED")
-	fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%d\n", res.Members, res.Services, res.WriteSeconds, res.ConvergeSeconds, res.LeaseRenewalFailures)
-	fmt.Fprintln(tw, "\t\t\t")
-	fmt.Fprintf(tw, "DAEMON\tPID\tRSS MiB\tPEAK RSS MiB\tHEAP MiB\tCPU s (BENCHMARK)\tCPU s (STEADY %.0f s)\tCPU s (TOTAL)\n", res.SteadySeconds)
-	for _, d := range res.Daemons {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\n", d.Name, d.PID, float64(d.RSSBytes)/mib, float64(d.PeakRSSBytes)/mib,
-			float64(d.HeapBytes)/mib, d.CPUSeconds, d.SteadyCPUSeconds, d.TotalCPUSeconds)
+	fmt.Fprintln(tw, "SIMULATED MEMBERS\tSERVICES EACH\tWRITTEN IN s\tIMPORTED EVERYWHERE AFTER s\tQUEUES EMPTY AFTER s\tLEASE RENEWALS FAILED")
+	fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.1f\t%d\n", res.Members, res.Services, res.WriteSeconds, res.ConvergeSeconds, res.SettledSeconds, res.LeaseRenewalFailures)
+	// A section is printed once measured (a failed step ends the run).
+	if len(res.Daemons) > 0 {
+		fmt.Fprintln(tw, "\t\t\t")
+		fmt.Fprintf(tw, "DAEMON\tPID\tRSS MiB\tPEAK RSS MiB\tHEAP MiB\tCPU s (BENCHMARK)\tCPU s (STEADY %.0f s)\tCPU s (TOTAL)\n", res.SteadySeconds)
+		for _, d := range res.Daemons {
+			name := d.Name
+			if d.Restarted {
+				name += " (restarted)"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\n", name, d.PID, float64(d.RSSBytes)/mib, float64(d.PeakRSSBytes)/mib,
+				float64(d.HeapBytes)/mib, d.CPUSeconds, d.SteadyCPUSeconds, d.TotalCPUSeconds)
+		}
 	}
 	if e := res.Export; e != nil {
 		fmt.Fprintln(tw, "\t\t\t\t\t\t")
 		printExport(tw, p, e)
 	}
-	fmt.Fprintln(tw, "\t\t\t\t\t\t")
-	r := res.Resync
-	fmt.Fprintln(tw, "RESYNC\tIMPORTS\tFROM PROCESS START s\tFROM POD DELETION s")
-	fmt.Fprintf(tw, "MCS controller of %s\t%.0f\t%.2f\t%.2f\n", r.Cluster, r.Imports, r.Seconds, r.FromDeleteSeconds)
-	fmt.Fprintln(tw, "\t\t\t")
-	b := res.Broker
-	fmt.Fprintln(tw, "BROKER\tETCD KEYS\tETCD DB MiB\tRECORDS\tVIP ALLOCATIONS\tLEASES\tWATCHES (CAUSEWAY, LEASES)\tWATCH EVENTS/s")
-	fmt.Fprintf(tw, "broker\t%d\t%.1f\t%d\t%d\t%d\t%d (%d)\t%.1f\n", b.Objects, float64(b.DBBytes)/mib, b.Records, b.VIPAllocations, b.Leases,
-		b.Watches, b.CausewayWatches, b.WatchEventsPerSecond)
+	if r := res.Resync; r.Seconds > 0 {
+		fmt.Fprintln(tw, "\t\t\t\t\t\t")
+		fmt.Fprintln(tw, "RESYNC\tIMPORTS\tFROM PROCESS START s\tFROM POD DELETION s")
+		fmt.Fprintf(tw, "MCS controller of %s\t%.0f\t%.2f\t%.2f\n", r.Cluster, r.Imports, r.Seconds, r.FromDeleteSeconds)
+	}
+	if b := res.Broker; b.Objects > 0 {
+		fmt.Fprintln(tw, "\t\t\t")
+		fmt.Fprintln(tw, "BROKER\tETCD KEYS\tETCD DB MiB\tRECORDS\tVIP ALLOCATIONS\tLEASES\tWATCHES (CAUSEWAY, LEASES)\tWATCH EVENTS/s")
+		fmt.Fprintf(tw, "broker\t%d\t%.1f\t%d\t%d\t%d\t%d (%d)\t%.1f\n", b.Objects, float64(b.DBBytes)/mib, b.Records, b.VIPAllocations, b.Leases,
+			b.Watches, b.CausewayWatches, b.WatchEventsPerSecond)
+	}
 	return tw.Flush()
 }
 

@@ -57,14 +57,17 @@ func (l *Lab) checkScale(ctx context.Context) {
 	if res.Members != members || res.Services != services {
 		l.t.Errorf("ran %d members × %d Services, want %d × %d", res.Members, res.Services, members, services)
 	}
-	if res.WriteSeconds <= 0 || res.ConvergeSeconds < res.WriteSeconds {
-		l.t.Errorf("written in %vs, converged after %vs: want 0 < written ≤ converged", res.WriteSeconds, res.ConvergeSeconds)
+	if res.WriteSeconds <= 0 || res.ConvergeSeconds < res.WriteSeconds || res.SettledSeconds < res.ConvergeSeconds {
+		l.t.Errorf("written in %vs, converged after %vs, queues empty after %vs: want 0 < written ≤ converged ≤ queues empty",
+			res.WriteSeconds, res.ConvergeSeconds, res.SettledSeconds)
 	}
 	const mib = 1 << 20
 	seen := map[string]bool{}
 	for _, d := range res.Daemons {
 		seen[d.Cluster+"/"+d.Daemon] = true
 		switch {
+		case d.Restarted:
+			l.t.Errorf("%s restarted during the benchmark (now pid %d)", d.Name, d.PID)
 		case d.PID <= 0, d.RSSBytes < 10*mib, d.RSSBytes > 1024*mib, d.PeakRSSBytes < d.RSSBytes:
 			l.t.Errorf("%s: pid %d, RSS %d, peak %d: want a live process of 10 MiB to 1 GiB", d.Name, d.PID, d.RSSBytes, d.PeakRSSBytes)
 		case d.HeapBytes <= 0:

@@ -276,7 +276,6 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		reader:   mgr.GetAPIReader(),
 		recorder: mgr.GetEventRecorder("mcs-controller"),
 		live:     newLiveness(cfg.ClusterID, cfg.LivenessDuration, cfg.DeadClusterTimeout, time.Now),
-		metrics:  newMetrics(cfg.Metrics),
 		trigger:  make(chan event.GenericEvent, 1024),
 		services: map[types.NamespacedName]serviceState{},
 
@@ -286,6 +285,7 @@ func New(local, brokerCfg *rest.Config, cfg Config) (*Controller, error) {
 		refused:         map[types.NamespacedName]map[string]string{},
 		quotaReported:   map[string]bool{},
 	}
+	c.metrics = newMetrics(cfg.Metrics, c.requeue.depth)
 	if c.stores, err = newLocalStores(local, scheme, slim); err != nil {
 		return nil, err
 	}

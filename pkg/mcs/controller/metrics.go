@@ -21,9 +21,12 @@ type metrics struct {
 	overQuota    *prometheus.GaugeVec
 	tokenExpiry  prometheus.Gauge
 	tokenFailed  prometheus.Counter
+	queueDepth   prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics registers the controller's metrics in reg (nil: none);
+// queueDepth reads its work queue's length.
+func newMetrics(reg prometheus.Registerer, queueDepth func() int) *metrics {
 	m := &metrics{
 		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "causeway", Subsystem: "mcs", Name: "sync_duration_seconds",
@@ -78,9 +81,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "causeway", Subsystem: "mcs", Name: "broker_token_rotation_failures_total",
 			Help: "Failed attempts to rotate the broker token (retried; the current token stays valid until it expires).",
 		}),
+		queueDepth: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "causeway", Subsystem: "mcs", Name: "queue_depth",
+			Help: "Services waiting in the controller's work queue for a sync now (not those in a retry backoff, nor those being synced).",
+		}, func() float64 { return float64(queueDepth()) }),
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.refused, m.overQuota, m.tokenExpiry, m.tokenFailed)
+		reg.MustRegister(m.syncDuration, m.syncFailures, m.lastSuccess, m.exports, m.imports, m.slices, m.clusters, m.renewals, m.apiWrites, m.refused, m.overQuota, m.tokenExpiry, m.tokenFailed, m.queueDepth)
 	}
 	return m
 }

@@ -318,6 +318,15 @@ func (r *requeuer) add(key types.NamespacedName) {
 	}
 }
 
+// depth is the number of Services the controller's queue holds ready to
+// sync (0 before the controller runs).
+func (r *requeuer) depth() int {
+	if q := r.q.Load(); q != nil {
+		return (*q).Len()
+	}
+	return 0
+}
+
 // addAfter hands key to the controller after d.
 func (r *requeuer) addAfter(key types.NamespacedName, d time.Duration) {
 	if q := r.q.Load(); q != nil {
