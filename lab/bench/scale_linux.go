@@ -339,42 +339,48 @@ func withCPU(before, mid, end []DaemonStats) []DaemonStats {
 }
 
 // waitSettled waits until every real member's MCS controller has had an
-// empty work queue (causeway_mcs_queue_depth 0) at three scrapes in a
-// row, a second apart: every ServiceImport may be complete (waitImported)
-// while syncs the writes queued are still to come, and an export sample
-// taken then waits behind them.
+// empty work queue (causeway_mcs_queue_depth 0) at three rounds of
+// scrapes in a row, a second apart: every ServiceImport may be complete
+// (waitImported) while syncs the writes queued are still to come, and
+// an export sample taken then waits behind them.
 func (s *Scale) waitSettled(ctx context.Context) error {
-	for _, cl := range s.Lab.Members() {
-		empty := 0
-		err := poll(ctx, s.Timeout, time.Second, cl+": its MCS controller's work queue empty", func() (bool, error) {
-			p, err := readyMCSController(ctx, s.Lab, cl)
+	empty := 0
+	return poll(ctx, s.Timeout, time.Second, "every real member's MCS controller with an empty work queue", func() (bool, error) {
+		for _, cl := range s.Lab.Members() {
+			depth, err := s.queueDepth(ctx, cl)
 			if err != nil {
+				empty = 0
 				return false, err
-			}
-			d, err := measureDaemon(ctx, cl, *p)
-			if err != nil {
-				return false, err
-			}
-			m, err := scrapeDaemon(ctx, d.PID, p)
-			if err != nil {
-				return false, err
-			}
-			depth, ok := sum(m, "causeway_mcs_queue_depth", nil)
-			if !ok {
-				return false, fmt.Errorf("%s: no causeway_mcs_queue_depth in its metrics", d.Name)
 			}
 			if depth > 0 {
 				empty = 0
-				return false, fmt.Errorf("%s: %v Services queued", d.Name, depth)
+				return false, fmt.Errorf("%s: %v Services queued", cl, depth)
 			}
-			empty++
-			return empty >= 3, nil
-		})
-		if err != nil {
-			return err
 		}
+		empty++
+		return empty >= 3, nil
+	})
+}
+
+// queueDepth reads causeway_mcs_queue_depth of cluster's MCS controller.
+func (s *Scale) queueDepth(ctx context.Context, cluster string) (float64, error) {
+	p, err := readyMCSController(ctx, s.Lab, cluster)
+	if err != nil {
+		return 0, err
 	}
-	return nil
+	d, err := measureDaemon(ctx, cluster, *p)
+	if err != nil {
+		return 0, err
+	}
+	m, err := scrapeDaemon(ctx, d.PID, p)
+	if err != nil {
+		return 0, err
+	}
+	depth, ok := sum(m, "causeway_mcs_queue_depth", nil)
+	if !ok {
+		return 0, fmt.Errorf("%s: no causeway_mcs_queue_depth in its metrics", d.Name)
+	}
+	return depth, nil
 }
 
 // readyMCSController is cluster's ready MCS controller Pod.
