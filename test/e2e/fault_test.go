@@ -67,8 +67,8 @@ const (
 	// tears down and releases the Lease to a candidate already probing
 	// it, needs no failure detection.
 	upgradeBound = time.Second
-	restartBound  = 5 * time.Second
-	faultHold     = 10 * time.Second // how long a process stays frozen or dead
+	restartBound = 5 * time.Second
+	faultHold    = 10 * time.Second // how long a process stays frozen or dead
 )
 
 // TestFaults is issue 10's fault test. In the default lab (globalnet)
