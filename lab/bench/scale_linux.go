@@ -368,19 +368,29 @@ func (s *Scale) queueDepth(ctx context.Context, cluster string) (float64, error)
 	if err != nil {
 		return 0, err
 	}
-	d, err := measureDaemon(ctx, cluster, *p)
-	if err != nil {
-		return 0, err
+	depth, _, err := daemonGauge(ctx, p, "causeway_mcs_queue_depth")
+	return depth, err
+}
+
+// daemonGauge reads the metric name (summed over its series) of daemon
+// Pod p's process, one scrape, and returns it with the process's PID.
+func daemonGauge(ctx context.Context, p *corev1.Pod, name string) (float64, int, error) {
+	if len(p.Status.ContainerStatuses) == 0 {
+		return 0, 0, fmt.Errorf("pod %s has no container status", p.Name)
 	}
-	m, err := scrapeDaemon(ctx, d.PID, p)
-	if err != nil {
-		return 0, err
-	}
-	depth, ok := sum(m, "causeway_mcs_queue_depth", nil)
+	pid, ok := kubelet.ContainerPID(p.Status.ContainerStatuses[0].ContainerID)
 	if !ok {
-		return 0, fmt.Errorf("%s: no causeway_mcs_queue_depth in its metrics", d.Name)
+		return 0, 0, fmt.Errorf("container ID %q of pod %s is not the lab kubelet's", p.Status.ContainerStatuses[0].ContainerID, p.Name)
 	}
-	return depth, nil
+	m, err := scrapeDaemon(ctx, pid, p)
+	if err != nil {
+		return 0, 0, err
+	}
+	v, ok := sum(m, name, nil)
+	if !ok {
+		return 0, 0, fmt.Errorf("pod %s: no %s in its metrics (yet)", p.Name, name)
+	}
+	return v, pid, nil
 }
 
 // readyMCSController is cluster's ready MCS controller Pod.
@@ -848,21 +858,7 @@ func (s *Scale) resync(ctx context.Context) (ResyncResult, error) {
 	if err != nil {
 		return r, err
 	}
-	imports := func(p *corev1.Pod) (float64, int, error) {
-		d, err := measureDaemon(ctx, s.ResyncCluster, *p)
-		if err != nil {
-			return 0, 0, err
-		}
-		m, err := scrapeDaemon(ctx, d.PID, p)
-		if err != nil {
-			return 0, 0, err
-		}
-		v, ok := sum(m, "causeway_mcs_imports", nil)
-		if !ok {
-			return 0, 0, fmt.Errorf("%s: no causeway_mcs_imports yet", d.Name)
-		}
-		return v, d.PID, nil
-	}
+	imports := func(p *corev1.Pod) (float64, int, error) { return daemonGauge(ctx, p, "causeway_mcs_imports") }
 	if r.Imports, _, err = imports(old); err != nil {
 		return r, err
 	}
